@@ -1,0 +1,35 @@
+# Fresh machine: `make run` (main job on the embedded sample bucket), `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+BUCKET ?= data/sample_bucket
+
+.PHONY: run test bench samples clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	find $(BUCKET) -type f ! -name '*.json' | sort | xargs $(BIN)/dumpscope parse --summary
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_parse.py
+	$(BIN)/python benchmarks/bench_hlo.py
+
+# Regenerate the sample bucket with the real compilers (optional extra: jax, torch 2.13.0 CPU, onnx...).
+# torch is installed first and pinned: any other torch version pulls GBs of CUDA packages.
+samples:
+	test -x .venv-samples/bin/python || $(PYTHON) -m venv .venv-samples
+	.venv-samples/bin/python -m pip install --quiet torch==2.13.0
+	.venv-samples/bin/python -m pip install --quiet -e '.[samples]'
+	.venv-samples/bin/python data/generate_samples.py --out $(BUCKET)
+
+clean:
+	rm -rf $(VENV) site .pytest_cache .hypothesis

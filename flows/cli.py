@@ -1,0 +1,130 @@
+"""The ``dumpscope`` command.
+
+Commands that only read (``parse``) import neither Prefect nor the flows, so they
+answer in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(
+    name="dumpscope",
+    help="ML-compiler dumps (XLA HLO, buffer assignments, TorchInductor, ONNX export reports) "
+    "into a DuckDB warehouse and a report site.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _main() -> None:
+    """Dumpscope: what got worse last night, in which program, and why."""
+
+
+def _number(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else value
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+@app.command()
+def parse(
+    files: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, readable=True, help="Dump files (.gz read transparently).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per file (one per line).")] = False,
+    table: Annotated[Optional[str], typer.Option("--table", help="Also print this records table.")] = None,
+    limit: Annotated[int, typer.Option(help="Rows of --table to print (0: all).")] = 20,
+    summary: Annotated[bool, typer.Option("--summary", help="One line per file: kind, stage, program, status.")] = False,
+) -> None:
+    """Parse dumps: kind, stage, program, status, errors and metrics of each."""
+    from transforms.formats import all_tables
+    from transforms.parse import parse_dump
+
+    if table is not None and table not in all_tables():
+        raise typer.BadParameter(f"unknown table {table!r}; known: {', '.join(sorted(all_tables()))}", param_hint="--table")
+    overview = _overview_table() if summary and not as_json else None
+    failed = 0
+    for file in files:
+        with file.open("rb") as raw:
+            parsed = parse_dump(raw, str(file))
+        failed += parsed.status == "failed"
+        frame = parsed.tables.get(table) if table else None
+        if frame is not None and limit:
+            frame = frame.head(limit)
+        if as_json:
+            _print_json(file, parsed.summary, table, frame)
+        elif overview is not None:
+            s = parsed.summary
+            overview.add_row(str(file), s.kind.value, s.stage or "", s.program or "", s.status.value, str(len(s.metrics)), "; ".join(s.errors)[:120])
+        else:
+            _print_detail(file, parsed.summary, table, frame, limit)
+    if overview is not None:
+        from rich.console import Console
+
+        Console(width=220).print(overview)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _overview_table():
+    from rich.table import Table
+
+    return Table("path", "kind", "stage", "program", "status", "metrics", "errors", title="dumps", title_justify="left")
+
+
+def _print_json(file: Path, s, table: str | None, frame) -> None:
+    out: dict[str, object] = {
+        "path": str(file),
+        "kind": s.kind.value,
+        "stage": s.stage,
+        "program": s.program,
+        "status": s.status.value,
+        "errors": s.errors,
+        "metrics": {k: _json_value(_number(v)) for k, v in sorted(s.metrics.items())},
+    }
+    if table:
+        out["table"] = {"name": table, "rows": frame.to_dicts() if frame is not None else []}
+    json.dump(out, sys.stdout, default=str, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def _print_detail(file: Path, s, table: str | None, frame, limit: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{file}[/]")
+    console.print(f"kind [cyan]{s.kind.value}[/]  stage [cyan]{s.stage}[/]  program [cyan]{s.program}[/]  status [bold]{s.status.value}[/]")
+    for err in s.errors:
+        console.print(f"error: {err}", style="red", markup=False, highlight=False)
+    metrics = Table("metric", "value", title="metrics", title_justify="left")
+    for k, v in sorted(s.metrics.items()):
+        n = _number(v)
+        metrics.add_row(k, f"{n:,}" if isinstance(n, int) else f"{n:.6g}")
+    console.print(metrics)
+    if table:
+        if frame is None:
+            console.print(f"table {table}: no rows in this dump")
+        else:
+            import polars as pl
+
+            with pl.Config(tbl_rows=limit or -1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+                console.print(str(frame), markup=False, highlight=False)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,65 @@
+"""Which parser module reads which dump kind, and how a file is classified.
+
+Each format module exports ``PARSER_VERSION``, ``TABLES``, ``TABLE_DOCS``,
+``sniff(name, head)``, ``stage_from_name(name)`` and ``parse(lines)``
+(contract in ``transforms.records``). Sniffing asks the most specific formats
+first; a file no format claims is ``unknown``: recorded, never an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from types import ModuleType
+
+import polars as pl
+
+from transforms.records import DumpKind
+
+# Order matters: side files of XLA and Inductor are claimed before generic HLO text.
+_MODULES: dict[DumpKind, str] = {
+    DumpKind.XLA_BUFFER_ASSIGNMENT: "transforms.xla_buffers",
+    DumpKind.XLA_MEMORY_USAGE_REPORT: "transforms.xla_memory_report",
+    DumpKind.INDUCTOR_IR: "transforms.inductor_ir",
+    DumpKind.INDUCTOR_OUTPUT_CODE: "transforms.inductor_code",
+    DumpKind.ONNX_REPORT: "transforms.onnx_report",
+    DumpKind.XLA_HLO: "transforms.xla_hlo",
+}
+
+
+@cache
+def module_for(kind: DumpKind) -> ModuleType:
+    return importlib.import_module(_MODULES[kind])
+
+
+def known_kinds() -> list[DumpKind]:
+    return list(_MODULES)
+
+
+def classify(name: str, head: str) -> DumpKind:
+    """The kind of a dump from its base name (``.gz`` stripped) and decoded head."""
+    if "\x00" in head:  # binary: no text dump format contains NUL
+        return DumpKind.UNKNOWN
+    for kind in _MODULES:
+        if module_for(kind).sniff(name, head):
+            return kind
+    return DumpKind.UNKNOWN
+
+
+def parser_version(kind: DumpKind) -> int:
+    return 0 if kind is DumpKind.UNKNOWN else module_for(kind).PARSER_VERSION
+
+
+def all_tables() -> dict[str, pl.Schema]:
+    """Every records table any parser yields, with its declared schema."""
+    tables: dict[str, pl.Schema] = {}
+    for kind in _MODULES:
+        tables.update(module_for(kind).TABLES)
+    return tables
+
+
+def all_table_docs() -> dict[str, dict[str, str]]:
+    docs: dict[str, dict[str, str]] = {}
+    for kind in _MODULES:
+        docs.update(module_for(kind).TABLE_DOCS)
+    return docs
