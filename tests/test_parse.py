@@ -112,6 +112,8 @@ def test_every_table_and_column_is_documented():
         ("module_0012.jit_train_step.before_optimizations.txt", "jit_train_step"),
         ("x/torchinductor/model__0_forward_1.0/ir_post_fusion.txt", "model__0_forward_1.0"),
         ("002_5960cad812240b69.txt", "002_5960cad812240b69"),
+        ("2026-11-18/torch-onnx/onnx_export_2026-11-18_02-01-35-123456_success.md.gz", "torch-onnx"),
+        ("onnx_export_2026-11-18_02-01-35-123456_conversion.md", "onnx_export"),
     ],
 )
 def test_program_from_path(path, program):

@@ -16,6 +16,8 @@ import polars as pl
 
 from transforms.records import DumpKind
 
+_BINARY_PROBE = 8192
+
 # Order matters: side files of XLA and Inductor are claimed before generic HLO text.
 _MODULES: dict[DumpKind, str] = {
     DumpKind.XLA_BUFFER_ASSIGNMENT: "transforms.xla_buffers",
@@ -38,7 +40,9 @@ def known_kinds() -> list[DumpKind]:
 
 def classify(name: str, head: str) -> DumpKind:
     """The kind of a dump from its base name (``.gz`` stripped) and decoded head."""
-    if "\x00" in head:  # binary: no text dump format contains NUL
+    # Binary: no text dump format starts with NUL bytes. Only the start counts, so a
+    # text dump with a damaged stretch further in is still read (and reported).
+    if "\x00" in head[:_BINARY_PROBE]:
         return DumpKind.UNKNOWN
     for kind in _MODULES:
         if module_for(kind).sniff(name, head):

@@ -7,6 +7,9 @@ carry no module or graph name; the compilers put it in the path instead:
   → ``jit_train_step`` (the module name, as the HLO text of the same dump prints it).
 - Inductor: ``.../torchinductor/model__0_forward_1.0/ir_post_fusion.txt``
   → ``model__0_forward_1.0`` (the graph's debug directory).
+- ONNX export reports: ``<artifacts dir>/onnx_export_<timestamp>_<outcome>.md``
+  → the artifacts directory (the report names no model; its own name changes
+  every run), or ``onnx_export`` for a report with no directory.
 - Anything else: the file name without its extensions.
 """
 
@@ -22,6 +25,7 @@ from transforms.reading import strip_gz
 _XLA_DUMP_NAME = re.compile(
     r"^module_\d+\.(?P<program>.+?)\.(?:\d{4}\.|[\w.]*?(?:before|after)_optimizations)"
 )
+_ONNX_REPORT_NAME = re.compile(r"^onnx_export_[\d_-]+_\w+\.md$")
 _INDUCTOR_FILES = frozenset({"ir_pre_fusion.txt", "ir_post_fusion.txt", "output_code.py"})
 
 
@@ -32,4 +36,6 @@ def program_from_path(path: str) -> str:
         return m["program"]
     if name in _INDUCTOR_FILES and parts.parent.name:
         return parts.parent.name
+    if _ONNX_REPORT_NAME.match(name):
+        return parts.parent.name or "onnx_export"
     return name.split(".", 1)[0] or name

@@ -87,10 +87,6 @@ class LineReader:
         # A multi-byte character may be cut at the end of the peek: drop it.
         return head.decode("utf-8", errors="replace").rstrip("\ufffd")
 
-    @property
-    def is_binary(self) -> bool:
-        return "\x00" in self.head
-
     def __iter__(self) -> Iterator[str]:
         if self.error:
             return
