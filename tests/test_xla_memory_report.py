@@ -1,0 +1,200 @@
+"""transforms.xla_memory_report on real XLA:CPU reports (jaxlib 0.10), checked against
+the buffer assignment of the same compilation (tests/fixtures/xla_buffer_assignment)."""
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import FIXTURES, SEEDS
+from transforms import xla_buffers as xb
+from transforms import xla_memory_report as xr
+from transforms.records import DumpKind, DumpSummary, ParseError, TableBatch
+
+REPORTS = FIXTURES / "xla_memory_usage_report"
+BUFFERS = FIXTURES / "xla_buffer_assignment"
+CASES = ["mlp", "donate", "while_loop", "pmap_psum", "deep_grad"]
+
+
+def report_file(case: str) -> Path:
+    (path,) = REPORTS.glob(f"{case}/module_*-memory-usage-report.txt")
+    return path
+
+
+def run(mod, lines) -> tuple[dict[str, pl.DataFrame], DumpSummary]:
+    out = list(mod.parse(lines))
+    summary = out[-1]
+    assert isinstance(summary, DumpSummary) and all(isinstance(b, TableBatch) for b in out[:-1])
+    frames: dict[str, list[pl.DataFrame]] = {}
+    for b in out[:-1]:
+        assert b.frame.schema == mod.TABLES[b.table]
+        frames.setdefault(b.table, []).append(b.frame)
+    return {t: pl.concat(f) for t, f in frames.items()}, summary
+
+
+def run_file(mod, path: Path):
+    with path.open() as fh:
+        return run(mod, fh)
+
+
+EXPECTED = {  # case -> (total, allocations listed, slots, values, hidden slots)
+    "mlp": (68276, 16, 17, 19, 0),
+    "donate": (3228, 15, 16, 19, 0),
+    "while_loop": (1108, 7, 10, 24, 0),
+    "pmap_psum": (780, 6, 6, 7, 0),
+    "deep_grad": (2906628, 51, 101, 224, 45),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_report_figures(case):
+    path = report_file(case)
+    tables, s = run_file(xr, path)
+    assert s.kind is DumpKind.XLA_MEMORY_USAGE_REPORT and s.stage == "memory_usage_report" == xr.stage_from_name(path.name)
+    assert not s.errors and not s.truncated and s.program is None
+    total, allocs, slots, values, hidden = EXPECTED[case]
+    assert s.metrics == {
+        "memory.report_total_bytes": total,
+        "memory.report_spaces": 1,
+        "memory.report_allocations": allocs,
+        "memory.report_slots": slots,
+        "memory.report_values": values,
+        "memory.report_hidden_slots": hidden,
+    }
+    assert tables["memory_report_spaces"].rows() == [("default", 0, total, 2)]
+    assert len(tables["memory_report_slots"]) == slots
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_report_matches_buffer_assignment(case):
+    tables, s = run_file(xr, report_file(case))
+    (ba_path,) = BUFFERS.glob(f"{case}/module_*-buffer-assignment.txt")
+    ba, ba_s = run_file(xb, ba_path)
+    assert s.metrics["memory.report_total_bytes"] == ba_s.metrics["memory.total_bytes"]
+    if s.metrics["memory.report_allocations"] == ba_s.metrics["memory.allocations"]:
+        assert s.metrics["memory.report_values"] == ba_s.metrics["memory.values"]
+    # allocation_rank r is the r-th allocation by (size descending, index): values and slots agree.
+    ranked = (
+        ba["buffer_allocations"].sort(["size_bytes", "allocation_index"], descending=[True, False])
+        .with_row_index("allocation_rank").with_columns(pl.col("allocation_rank").cast(pl.Int32))
+    )  # fmt: skip
+    per_alloc = ba["buffer_values"].group_by("allocation_index").agg(
+        n_values=pl.len(), n_slots=pl.col("offset").n_unique(), largest=pl.col("size_bytes").max()
+    )
+    blocks = tables["memory_report_slots"].group_by("allocation_rank").agg(
+        n_values=pl.col("used_by_n_values").sum(), n_slots=pl.len(), first=pl.col("size_bytes_approx").first(),
+        complete=pl.col("cumulative_percent").last() == 100,
+    )  # fmt: skip
+    joined = blocks.join(ranked, on="allocation_rank").join(per_alloc, on="allocation_index", suffix="_ba")
+    assert len(joined) == s.metrics["memory.report_allocations"]
+    done = joined.filter("complete")
+    assert (done["n_values"] == done["n_values_ba"]).all() and (done["n_slots"] == done["n_slots_ba"]).all()
+    # The first slot is the largest value of the allocation, within the print rounding (0.05 KiB).
+    assert ((joined["first"] - joined["largest"]).abs() <= 52).all()
+
+
+def test_golden_rows():
+    tables, _ = run_file(xr, report_file("while_loop"))
+    rows = tables["memory_report_slots"].head(4).rows(named=True)
+    assert rows[2] == {
+        "memory_space": "default", "color": 0, "allocation_rank": 0, "allocation_index": None, "slot_rank": 2,
+        "cumulative_bytes_approx": 536, "cumulative_percent": 99, "size_bytes_approx": 24, "size_text": "24B",
+        "offset": 0, "used_by_n_values": 5, "shapes": ["5×(s32[], f32[8,8], s32[])"], "lineno": 7,
+    }  # fmt: skip
+    assert rows[1]["shapes"] == ["f32[8,8]", "pred[]"]
+    tables, _ = run_file(xr, report_file("mlp"))
+    first = tables["memory_report_slots"].row(0, named=True)
+    assert (first["size_text"], first["size_bytes_approx"], first["shapes"]) == ("32.0KiB", 32768, ["f32[64,128]"])
+
+
+def test_older_format_names_allocations():
+    """The layout of older XLA (BufferAssignment::MemoryUsageReport), built from its format strings."""
+    lines = [
+        "Total bytes used: 18448 (18.0KiB)\n",
+        "\n",
+        "Allocations sorted by size:\n",
+        "\n",
+        "cumulative_size; total_size - cumulative_size; allocation\n",
+        "------------------------------------------------------------------------------\n",
+        "   18.0KiB(100%);        16B; allocation 1: size 18.0KiB, preallocated-temp:\n",
+        "   18.0KiB(100%);         0B; allocation 0: size 16B, maybe-live-out:\n",
+        "\n",
+        "\n",
+        "Allocations sorted by size with their values:\n",
+        "allocation 1: size 18.0KiB, preallocated-temp:\n",
+        "\n",
+        "\tcumulative_size;       size;       offset; used_by_n_values; shapes_list\n",
+        "\t------------------------------------------------------------\n",
+        "\t  16.0KiB( 89%);    16.0KiB;            0;                2; 2×f32[32,128]\n",
+        "\t  18.0KiB(100%);     2.0KiB;        16384;                1; f32[32,16]\n",
+        "\n",
+        "allocation 0: size 16B, maybe-live-out:\n",
+    ]
+    assert xr.sniff("x-memory-usage-report.txt", "".join(lines))
+    tables, s = run(xr, lines)
+    assert not s.errors and not s.truncated
+    assert s.metrics["memory.report_total_bytes"] == 18448 and s.metrics["memory.report_allocations"] == 2
+    slots = tables["memory_report_slots"]
+    assert slots["allocation_index"].to_list() == [1, 1] and slots["allocation_rank"].to_list() == [0, 0]
+    assert tables["memory_report_spaces"].rows() == [(None, None, 18448, 1)]
+
+
+def _head(path: Path) -> str:
+    return path.read_bytes()[:65536].decode("utf-8", "replace")
+
+
+def test_sniff_claims_only_reports():
+    for case in CASES:
+        assert xr.sniff(report_file(case).name, _head(report_file(case)))
+    for path in [*SEEDS.glob("*.txt"), *BUFFERS.glob("*/*.txt")]:
+        assert not xr.sniff(path.name, _head(path)), path.name
+
+
+@pytest.mark.parametrize("lines", [[], ["\n"], ["HloModule m\n"], ["BufferAssignment:\n"]])
+def test_nothing_usable_raises(lines):
+    with pytest.raises(ParseError):
+        list(xr.parse(lines))
+
+
+def test_junk_and_pathological_lines():
+    lines = report_file("mlp").read_text().splitlines(keepends=True)
+    slot = "    16.0KiB( 89%);    16.0KiB;            0;                2; "
+    damaged = lines[:6] + ["x" * 5_000_000 + "\n"] + lines[6:9] + [slot + "[" * 1_000_000 + "\n"] + lines[9:]
+    tables, s = run(xr, damaged)
+    assert s.errors and len(tables["memory_report_slots"]) == 18
+
+
+# --- truncation property ---
+
+TEXT = report_file("deep_grad").read_text()
+LINES = TEXT.splitlines(keepends=True)
+FULL = run(xr, LINES)
+
+
+def _check(kept: list[str]) -> None:
+    try:
+        tables, s = run(xr, kept)
+    except ParseError:
+        return
+    full_tables, full_s = FULL
+    for name, frame in tables.items():
+        assert frame.equals(full_tables[name].head(len(frame))), name
+    lost = s.metrics != full_s.metrics
+    tail = [line for line in kept if line.strip()]
+    # A cut after a block that reached 100% (or XLA's "The rest ..." line) leaves a well-formed shorter report.
+    at_boundary = all(line.endswith("\n") for line in kept) and bool(tail) and (
+        "(100%);" in tail[-1] or "The rest" in tail[-1]
+    )  # fmt: skip
+    if lost and not at_boundary and len(kept) > 1:
+        assert s.truncated or s.errors
+
+
+@settings(max_examples=200, deadline=None)
+@given(frac=st.floats(0, 1), by_line=st.booleans())
+def test_cuts(frac, by_line):
+    if by_line:
+        _check(LINES[: round(frac * len(LINES))])
+    else:
+        _check(TEXT[: round(frac * len(TEXT))].splitlines(keepends=True))

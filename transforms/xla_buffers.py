@@ -1,0 +1,436 @@
+"""XLA buffer assignment dumps and their side files, as table rows and memory metrics.
+
+Input: the lines of one of these files, as XLA writes them with ``--xla_dump_to``:
+
+- ``*-buffer-assignment.txt``: ``BufferAssignment:`` then ``allocation N: size S, flags:``
+  headers, each followed by its `` value: <id name @color> (size=,offset=): shape`` lines.
+  Older XLA (the GPU seed) goes on in the same file with ``Total bytes used:``,
+  ``Used values:`` and the ``HloLiveRange`` listing; XLA:CPU in jaxlib 0.10 stops after
+  the allocations and writes the rest to the two side files below.
+- ``*-buffer-assignment-values.txt``: ``Total bytes used:`` and ``Used values:``.
+- ``*-live-range.txt``: ``HloLiveRange (max N):`` (read by ``transforms.xla_live_ranges``).
+
+Output (``parse``): ``TableBatch`` items of the tables in ``TABLES`` and, last, one
+``DumpSummary`` (program left None: these files do not name the module). Metrics,
+each present only when the file has that section:
+
+- allocations: ``memory.allocations``, ``.parameter_allocations``, ``.values`` (value
+  lines), ``.total_bytes``, ``.parameter_bytes``, ``.live_out_bytes`` (maybe-live-out),
+  ``.alias_bytes`` (parameter and maybe-live-out: donated), ``.temp_bytes``,
+  ``.constant_bytes``, ``.thread_local_bytes``. Like XLA's own
+  ``BufferAssignment::ComputeSummaryStats`` each sums the allocations carrying one flag,
+  so they overlap; on XLA:CPU they equal jax's ``compiled.memory_analysis()``:
+  argument_size = parameter_bytes, output_size = live_out_bytes, alias_size =
+  alias_bytes, temp_size = temp_bytes. ``total_bytes`` is the ``Total bytes used`` line
+  when present, else the sum of allocation sizes (XLA prints exactly that sum; a
+  mismatch is recorded as an error).
+- values listing: ``memory.total_bytes``, ``memory.used_values``.
+- live ranges: ``memory.live_ranges``, ``.live_range_max_time`` (the ``max``),
+  ``.peak_time``, ``.peak_values``, ``.peak_live_bytes`` (sum at the peak).
+
+Guarantees: every row comes from one line, so a cut file yields a prefix of the rows
+of the whole file; a last line without its newline (a byte cut) is not read and sets
+``truncated``. A cut is also detected when an allocation has no values, a used-value
+block is unfinished, the used values are fewer than the allocation listing's values,
+or the live-range listing is short. A cut that falls exactly between allocations of
+an allocation-only file cannot be told from a smaller complete file.
+Raises ``ParseError`` only for empty input or a first line that is none of the above.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import polars as pl
+
+from transforms import xla_live_ranges as live
+from transforms.records import (
+    BATCH_ROWS,
+    DumpKind,
+    DumpSummary,
+    ParserOutput,
+    RowBuffer,
+    TableBatch,
+    line_error,
+)
+
+PARSER_VERSION = 1
+
+_ALLOC = re.compile(r"^allocation (\d{1,9}): size (\d{1,18})(.*):$")
+_ITEM = re.compile(r"(?:[^,|]|\|[^|]*\|)+")  # one ", "-separated item; |shapes| may hold commas
+_PARAM = re.compile(r"^parameter (\d{1,9})$")
+_PARAM_SHAPE = re.compile(r"^shape \|(.*)\| at ShapeIndex (\{[\d,]*\})$")
+_OUTPUT = re.compile(r"^output shape is \|(.*)\|$")
+_COLOR = re.compile(r"^color (\d{1,9})$")
+_WORDS = {"maybe-live-out", "thread-local", "preallocated-temp", "constant", "tuple"}
+_VALUE_REF = r"<(\d{1,18}) ([^\s{}<>]++)(\{[\d,]*\})?( \(phi\))?(?: @(\d{1,9}))?>"
+_VALUE = re.compile(r"^ value: " + _VALUE_REF + r" \(size=(\d{1,18}),offset=(\d{1,18})\): (.*)$")
+_USED = re.compile(r"^" + _VALUE_REF + r"$")
+_TOTAL = re.compile(r"^Total bytes used: (\d{1,18})\b")
+_START = re.compile(r"^(?:BufferAssignment:|Total bytes used: \d|HloLiveRange \(max \d)")
+_MAX_ERRORS = 50
+_MAX_HEADER = 1 << 20
+_MAX_ITEMS = 64
+# Numbers are matched with bounded digit counts: longer ones (junk) fail the pattern
+# instead of overflowing the Int32/Int64 columns.
+
+ALLOCATIONS = pl.Schema(
+    {
+        "allocation_index": pl.Int32,
+        "size_bytes": pl.Int64,
+        "kind": pl.String,
+        "is_parameter": pl.Boolean,
+        "is_entry_computation_parameter": pl.Boolean,
+        "parameter_number": pl.Int32,
+        "parameter_shape": pl.String,
+        "shape_index": pl.String,
+        "output_shape": pl.String,
+        "is_maybe_live_out": pl.Boolean,
+        "is_thread_local": pl.Boolean,
+        "is_preallocated_temp": pl.Boolean,
+        "is_constant": pl.Boolean,
+        "is_tuple": pl.Boolean,
+        "color": pl.Int32,
+        "flags": pl.List(pl.String),
+        "lineno": pl.Int32,
+    }
+)
+_VALUE_COLS = {
+    "value_id": pl.Int64,
+    "value_name": pl.String,
+    "instruction": pl.String,
+    "shape_index": pl.String,
+    "is_phi": pl.Boolean,
+    "color": pl.Int32,
+}
+VALUES = pl.Schema(
+    {"allocation_index": pl.Int32, **_VALUE_COLS, "offset": pl.Int64, "size_bytes": pl.Int64, "shape": pl.String}
+    | {"lineno": pl.Int32}
+)
+USED_VALUES = pl.Schema({**_VALUE_COLS, "positions": pl.List(pl.String), "uses": pl.List(pl.String)} | {"lineno": pl.Int32})
+TABLES: dict[str, pl.Schema] = {
+    "buffer_allocations": ALLOCATIONS,
+    "buffer_values": VALUES,
+    "buffer_used_values": USED_VALUES,
+    **live.TABLES,
+}
+
+_LINENO = live.TABLE_DOCS["buffer_schedule"]["lineno"]
+_VALUE_DOCS = {
+    "value_id": "XLA's HloValue id (unique within the module).",
+    "value_name": "Value as printed: instruction name, then its shape index only when the "
+    "instruction's shape is a tuple (e.g. 'custom-call.19.0{0}'); '(phi)' and '@color' are split off.",
+    "instruction": "HLO instruction that defines the value (join to hlo_instructions by name).",
+    "shape_index": "Shape index of the value within the instruction's output; '{}' when not printed "
+    "(a non-tuple instruction has one value, at index {}). Join to buffer_live_ranges on (instruction, shape_index).",
+    "is_phi": "True for a phi value (printed '(phi)': merges values at a while loop or conditional).",
+    "color": "Memory space color printed after '@' (0 = default device memory); null when not printed.",
+}
+TABLE_DOCS: dict[str, dict[str, str]] = {
+    "buffer_allocations": {
+        "": "XLA buffer allocations: one row per 'allocation N: size S, flags:' line of a buffer assignment.",
+        "allocation_index": "Allocation number N as printed (0-based, unique in the dump).",
+        "size_bytes": "Size of the allocation in bytes.",
+        "kind": "One word for charts, first that applies: parameter (entry parameter, even if donated), "
+        "live_out (maybe-live-out), constant, thread_local, temp (preallocated-temp, or no role flag at all: "
+        "XLA's definition of a preallocated temp buffer), other (only flags unknown to this parser).",
+        "is_parameter": "Printed 'parameter N': the allocation holds an entry computation parameter.",
+        "is_entry_computation_parameter": "Same as is_parameter: XLA prints 'parameter N' only for entry "
+        "computation parameters.",
+        "parameter_number": "N of 'parameter N'; null for non-parameters.",
+        "parameter_shape": "The parameter's shape between |...| (no layout); null for non-parameters.",
+        "shape_index": "'at ShapeIndex {...}' of a parameter: where in the parameter's shape this allocation sits.",
+        "output_shape": "'output shape is |...|': the allocation holds the entry computation's root; null otherwise.",
+        "is_maybe_live_out": "Printed 'maybe-live-out': may be part of the program's output.",
+        "is_thread_local": "Printed 'thread-local' (allocated per call, e.g. reducer scalars).",
+        "is_preallocated_temp": "Printed 'preallocated-temp': the temp arena that XLA packs intermediates into.",
+        "is_constant": "Printed 'constant': holds a constant literal.",
+        "is_tuple": "Printed 'tuple' (older XLA), or the printed output shape is a tuple.",
+        "color": "Memory space color ('color N'; 0, the default, is not printed).",
+        "flags": "Flag keywords in print order: 'parameter', 'output', 'color' for the valued items, other "
+        "items verbatim (e.g. 'maybe-live-out'), so flags of newer XLA versions survive.",
+        "lineno": _LINENO,
+    },
+    "buffer_values": {
+        "": "HLO values assigned to each allocation (the ' value:' lines), with their slice of it.",
+        "allocation_index": "Allocation the value lives in (buffer_allocations.allocation_index).",
+        **_VALUE_DOCS,
+        "offset": "Byte offset of the value inside its allocation.",
+        "size_bytes": "Bytes of the value.",
+        "shape": "Shape of the value with layout, as printed.",
+        "lineno": _LINENO,
+    },
+    "buffer_used_values": {
+        "": "The 'Used values:' listing: each value's positions and uses ('from instruction' lines are skipped; "
+        "join to hlo_instructions by instruction).",
+        **_VALUE_DOCS,
+        "positions": "Where the value appears: 'instruction' or 'instruction {index}' (aliases, tuple elements).",
+        "uses": "Its uses as printed, 'instruction, operand N [index]'; empty when XLA prints none.",
+        "lineno": "Line of the value's '<id name @color>' header.",
+    },
+    **live.TABLE_DOCS,
+}
+
+
+def sniff(name: str, head: str) -> bool:
+    first, _, rest = head.lstrip("\ufeff\r\n").partition("\n")
+    first = first.rstrip("\r")
+    if first == "BufferAssignment:" or live._MAX.match(first):
+        return True
+    # The values side file opens with a blank line, then the total, then "Used values:".
+    # An older memory-usage report also opens with "Total bytes used:" (then "Allocations sorted by size").
+    return bool(_TOTAL.match(first)) and rest.lstrip("\r\n").startswith("Used values:")
+
+
+def stage_from_name(name: str) -> str | None:
+    if name.endswith("-buffer-assignment.txt"):
+        return "buffer_assignment"
+    if name.endswith("-buffer-assignment-values.txt"):
+        return "values"
+    if name.endswith("-live-range.txt"):
+        return "live_ranges"
+    return None
+
+
+def _allocation_row(lineno: int, m: re.Match) -> tuple[tuple, list[str]]:
+    flags: list[str] = []
+    unknown: list[str] = []
+    number = pshape = index = output = None
+    color = 0
+    rest = m[3]
+    # Shapes between |...| may hold ", "; without any, a plain split is much faster.
+    for item in _ITEM.findall(rest) if "|" in rest else rest.split(", ", _MAX_ITEMS):
+        item = item.strip()
+        if (p := _PARAM.match(item)) is not None:
+            number = int(p[1])
+            flags.append("parameter")
+        elif (p := _PARAM_SHAPE.match(item)) is not None:
+            pshape, index = p[1], p[2]
+        elif (p := _OUTPUT.match(item)) is not None:
+            output = p[1]
+            flags.append("output")
+        elif (p := _COLOR.match(item)) is not None:
+            color = int(p[1])
+            flags.append("color")
+        elif item:
+            flags.append(item)
+            if item not in _WORDS:
+                unknown.append(item)
+    has = set(flags)
+    is_param = number is not None
+    if is_param:
+        kind = "parameter"
+    elif "maybe-live-out" in has:
+        kind = "live_out"
+    elif "constant" in has:
+        kind = "constant"
+    elif "thread-local" in has:
+        kind = "thread_local"
+    elif "preallocated-temp" in has or not unknown:
+        kind = "temp"
+    else:
+        kind = "other"
+    is_tuple = "tuple" in has or (output is not None and output.startswith("("))
+    row = (
+        int(m[1]), int(m[2]), kind, is_param, is_param, number, pshape, index, output,
+        "maybe-live-out" in has, "thread-local" in has, "preallocated-temp" in has, "constant" in has,
+        is_tuple, color, flags, lineno,
+    )  # fmt: skip
+    return row, unknown
+
+
+def _value_cols(m: re.Match) -> tuple:  # the columns a value reference <id name{index} (phi) @color> gives
+    index = m[3] or ""
+    return (int(m[1]), m[2] + index, m[2], index or "{}", bool(m[4]), int(m[5]) if m[5] else None)
+
+
+class _Dump:
+    """Per-file state: row buffers, running sums, what sections were seen."""
+
+    def __init__(self) -> None:
+        self.allocs = RowBuffer("buffer_allocations", ALLOCATIONS)
+        self.values = RowBuffer("buffer_values", VALUES)
+        self.used = RowBuffer("buffer_used_values", USED_VALUES)
+        self.summary = DumpSummary(DumpKind.XLA_BUFFER_ASSIGNMENT)
+        self.section = ""
+        self.sums = dict.fromkeys(("parameter", "live_out", "alias", "temp", "constant", "thread_local"), 0)
+        self.n_alloc = self.n_param = self.alloc_bytes = self.n_values = self.n_used = 0
+        self.total: int | None = None
+        self.alloc_idx: int | None = None
+        self.alloc_values = 0
+        self.block: list | None = None  # an open used-value block: [cols, lineno, positions, uses, part]
+        self.live: live.LiveRangeReader | None = None
+        self.shapes: dict[tuple[str, str], tuple[str, int]] = {}
+        self.unknown_flags: set[str] = set()
+
+    def error(self, lineno: int, msg: str) -> None:
+        errors = self.summary.errors
+        if len(errors) < _MAX_ERRORS:
+            errors.append(line_error(lineno, msg))
+        elif len(errors) == _MAX_ERRORS:
+            errors.append(line_error(lineno, "too many errors; later ones not recorded"))
+
+    def line(self, lineno: int, line: str) -> TableBatch | None:
+        if self.section == "live":
+            got = self.live.feed(lineno, line)
+            if got is False:
+                self.error(lineno, "unrecognized line in HloLiveRange listing")
+                return None
+            return got
+        if line.startswith(" value: ") and self.section == "alloc":
+            return self._value(lineno, line)
+        if self.section == "used" and line.startswith(" "):
+            return self._used_line(lineno, line)
+        if m := _ALLOC.match(line):
+            if len(line) > _MAX_HEADER:  # junk: real headers are short, even with tuple parameter shapes
+                self.error(lineno, f"allocation header of {len(line)} characters")
+                self.alloc_idx, self.section = None, "alloc"
+                return None
+            return self._allocation(lineno, m)
+        if m := _USED.match(line):
+            return self._open_block(lineno, m)
+        if not line.strip():
+            return None
+        if line == "BufferAssignment:":
+            self.section = "alloc"
+        elif m := _TOTAL.match(line):
+            self._end_allocation(lineno, at_eof=False)
+            self.total, self.section = int(m[1]), "total"
+        elif line == "Used values:":
+            self.section = "used"
+        elif live._MAX.match(line):
+            batch = self._close_block(lineno)
+            self.live, self.section = live.LiveRangeReader(line, self.shapes), "live"
+            return batch
+        else:
+            self.error(lineno, "unrecognized line")
+        return None
+
+    def _allocation(self, lineno: int, m: re.Match) -> TableBatch | None:
+        self._end_allocation(lineno, at_eof=False)
+        self.section = "alloc"
+        row, unknown = _allocation_row(lineno, m)
+        if new := [f for f in dict.fromkeys(unknown) if f not in self.unknown_flags]:  # said once per file
+            self.unknown_flags.update(new)
+            self.error(lineno, f"unknown allocation flags {[f[:80] for f in new[:5]]}")
+        if self.alloc_idx is not None and row[0] != self.alloc_idx + 1:
+            self.error(lineno, f"allocation {row[0]} follows allocation {self.alloc_idx}")
+        self.alloc_idx, self.alloc_values = row[0], 0
+        size = row[1]
+        self.n_alloc += 1
+        self.alloc_bytes += size
+        if row[3]:
+            self.n_param += 1
+            self.sums["parameter"] += size
+            self.sums["alias"] += size if row[9] else 0
+        self.sums["live_out"] += size if row[9] else 0
+        self.sums["thread_local"] += size if row[10] else 0
+        self.sums["constant"] += size if row[12] else 0
+        self.sums["temp"] += size if row[2] == "temp" else 0
+        return self.allocs.add(row)
+
+    def _end_allocation(self, lineno: int, at_eof: bool) -> None:
+        if self.alloc_idx is not None and self.alloc_values == 0 and self.section == "alloc":
+            if at_eof:
+                self.summary.truncated = True
+            else:
+                self.error(lineno, f"allocation {self.alloc_idx} lists no values")
+
+    def _value(self, lineno: int, line: str) -> TableBatch | None:
+        m = _VALUE.match(line)
+        if m is None or self.alloc_idx is None:
+            self.error(lineno, "unrecognized value line")
+            return None
+        vid, instr, index, phi, color, size, offset, shape = m.groups()
+        self.alloc_values += 1
+        self.n_values += 1
+        size = int(size)
+        shape_index = index or "{}"
+        self.shapes[instr, shape_index] = (shape, size)
+        rows = self.values.rows  # the hot path of big allocation listings: no per-row method calls
+        rows.append((self.alloc_idx, int(vid), instr + (index or ""), instr, shape_index, phi is not None,
+                     int(color) if color else None, int(offset), size, shape, lineno))  # fmt: skip
+        return self.values.flush() if len(rows) >= BATCH_ROWS else None
+
+    def _open_block(self, lineno: int, m: re.Match) -> TableBatch | None:
+        batch = self._close_block(lineno)
+        if self.section != "used":
+            self.error(lineno, "value header outside 'Used values:'")
+            return batch
+        self.block = [_value_cols(m), lineno, [], [], ""]
+        return batch
+
+    def _used_line(self, lineno: int, line: str) -> TableBatch | None:
+        block = self.block
+        if block is None:
+            self.error(lineno, "used-value line outside a value block")
+        elif line.startswith(" from instruction: "):
+            return self._close_block(lineno, complete=True)
+        elif line in (" positions:", " uses:"):
+            block[4] = line[1:-1]
+        elif line.startswith("  ") and block[4]:
+            item = line.strip()
+            if item != "(none)":
+                (block[2] if block[4] == "positions" else block[3]).append(item)
+        else:
+            self.error(lineno, "unrecognized line in used value")
+        return None
+
+    def _close_block(self, lineno: int, complete: bool = False) -> TableBatch | None:
+        block, self.block = self.block, None
+        if block is None:
+            return None
+        if not complete:  # XLA ends every block with its "from instruction:" line
+            self.error(lineno, f"used value {block[0][0]} has no 'from instruction' line")
+            return None
+        self.n_used += 1
+        return self.used.add((*block[0], block[2], block[3], block[1]))
+
+    def finish(self, lineno: int) -> list[TableBatch]:
+        s = self.summary
+        self._end_allocation(lineno, at_eof=True)
+        if self.block is not None:
+            self.block, s.truncated = None, True
+        if self.total is not None and self.n_alloc:
+            if self.total != self.alloc_bytes:
+                self.error(lineno, f"allocations add up to {self.alloc_bytes} bytes, 'Total bytes used' says {self.total}")
+            if self.section in ("total", "used") and self.n_used < self.n_values:
+                s.truncated = True  # the combined file lists every allocated value again
+        if self.total is not None and self.section == "total":
+            s.truncated = True  # "Used values:" always follows the total
+        if (self.section == "alloc" and not self.n_alloc) or (self.section == "used" and not self.n_used):
+            s.truncated = True  # a program always has an output allocation, hence values
+        m = s.metrics
+        if self.n_alloc:
+            s.stage = "buffer_assignment"
+            m["memory.allocations"] = self.n_alloc
+            m["memory.parameter_allocations"] = self.n_param
+            m["memory.values"] = self.n_values
+            m.update({f"memory.{k}_bytes": v for k, v in self.sums.items()})
+        if self.total is not None or self.n_alloc:
+            m["memory.total_bytes"] = self.total if self.total is not None else self.alloc_bytes
+        if self.section == "used" or self.n_used:
+            s.stage = s.stage or "values"
+            m["memory.used_values"] = self.n_used
+        batches = [b for b in (self.allocs.flush(), self.values.flush(), self.used.flush()) if b is not None]
+        if self.live is not None:
+            s.stage = s.stage or "live_ranges"
+            m.update(self.live.metrics())
+            cut, msgs = self.live.problems()
+            s.truncated = s.truncated or cut
+            for msg in msgs:
+                self.error(lineno, msg)
+            batches += self.live.flush()
+        return batches
+
+
+def parse(lines: Iterable[str]) -> ParserOutput:
+    dump = _Dump()
+    reader = live.Lines(lines, _START, "an XLA buffer assignment, values or live-range listing")
+    for lineno, line in reader:
+        if (batch := dump.line(lineno, line)) is not None:
+            yield batch
+    dump.summary.truncated = reader.cut
+    yield from dump.finish(reader.lineno)
+    yield dump.summary

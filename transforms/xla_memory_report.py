@@ -1,0 +1,242 @@
+"""XLA's ``*-memory-usage-report.txt``: the slots of each allocation, by memory space.
+
+Input: the lines of the report XLA writes next to a buffer assignment with
+``--xla_dump_to``. jaxlib 0.10 (XLA:CPU) writes, per memory space::
+
+    Memory Space: default (color=0)
+    Total bytes: 68276 (66.7KiB)
+      cumulative_size;       size;       offset; used_by_n_values; shapes_list
+      ------------------------------------------------------------
+        16.0KiB( 89%);    16.0KiB;            0;                2; 2×f32[32,128]
+        18.0KiB(100%);     2.0KiB;        16384;                1; f32[32,16]
+
+with one block per allocation, largest allocation first (XLA sorts by size, then by
+allocation index), and inside a block one row per offset ("slot") shared by
+``used_by_n_values`` values, largest slot first. Older XLA opens with
+``Total bytes used: N`` and names each allocation (``allocation N: size ...``) before
+its tab-indented block; that variant is read too (allocation_index is then known).
+Sizes other than offsets are printed human-readable (``16.0KiB``), so the ``*_approx``
+columns are rounded (to 0.05 KiB, or 0.005 of larger units); exact below 1 KiB.
+
+XLA may stop listing allocations before the last (jaxlib 0.10 listed 51 of 132, with no
+marker) and may end a block with "The rest N values are less than 5% of the total size
+and not shown." (N counts slots, not values).
+
+Output: ``TableBatch`` items of ``TABLES``, then one ``DumpSummary`` with
+``memory.report_total_bytes`` (the exact ``Total bytes`` lines, summed over spaces;
+equal to the buffer assignment's ``memory.total_bytes``), ``memory.report_spaces``,
+``memory.report_allocations`` (blocks listed), ``memory.report_slots`` (rows),
+``memory.report_values`` (sum of used_by_n_values over the listed slots) and
+``memory.report_hidden_slots`` (the N of the "The rest N ..." lines).
+Every row comes from one line, so a cut file yields a prefix of the rows. A cut is
+detected (``truncated``) when the last line has lost its newline (that line is not
+read), a block has a header but no rows, a space has a total but no block, or the
+last block's cumulative percentage stops short of 100% without a "The rest" line;
+a cut between blocks cannot be told from XLA's own shortening. Raises ``ParseError``
+only for empty input or a first line that is not a memory usage report.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import polars as pl
+
+from transforms.records import DumpKind, DumpSummary, ParserOutput, RowBuffer, TableBatch, line_error
+from transforms.xla_live_ranges import Lines
+
+PARSER_VERSION = 1
+
+_SPACE = re.compile(r"^Memory Space: (.*) \(color=(\d{1,9})\)$")
+_TOTAL = re.compile(r"^Total bytes(?: used)?: (\d{1,18})\b")
+_HEADER = re.compile(r"^\s*cumulative_size;\s+size;\s+offset;\s+used_by_n_values;\s+shapes_list$")
+_NUM = r"(\d{1,6}(?:\.\d{1,4})?)(B|KiB|MiB|GiB|TiB|PiB|EiB)"  # bounded: junk fails, not overflows
+_SLOT = re.compile(r"^\s*" + _NUM + r"\(\s*(\d{1,3})%\);\s+" + _NUM + r";\s+(\d{1,18});\s+(\d{1,9}); (.*)$")
+_REST = re.compile(r"^\s*The rest (\d{1,9}) values are less than")
+_ALLOC = re.compile(r"^allocation (\d{1,9}): size ")
+# Lines of the older format's allocation summary, kept in the allocation table of the
+# buffer assignment already: recognised so they are not reported as errors.
+_OLD_SKIP = re.compile(r"^(?:Allocations sorted by size|cumulative_size; total_size|-{20,}|\s*\S+\(\s*\d+%\); .*; allocation \d+:|The rest \d+ allocations)")
+_UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50, "EiB": 1 << 60}
+# One shapes_list item; brackets may hold commas. Inner classes stop at an opening
+# bracket too, so an unclosed one costs a scan to the next bracket, not to the line end.
+_SPLIT = re.compile(r"(?:[^,()\[\]{}]|\([^()]*(?:\([^()]*\)[^()]*)*\)|\[[^\[\]]*\]|\{[^{}]*\})+")
+_START = re.compile(r"^(?:Memory Space: |Total bytes(?: used)?: \d)")
+_MAX_ERRORS = 50
+
+SPACES = pl.Schema({"memory_space": pl.String, "color": pl.Int32, "total_bytes": pl.Int64, "lineno": pl.Int32})
+SLOTS = pl.Schema(
+    {
+        "memory_space": pl.String,
+        "color": pl.Int32,
+        "allocation_rank": pl.Int32,
+        "allocation_index": pl.Int32,
+        "slot_rank": pl.Int32,
+        "cumulative_bytes_approx": pl.Int64,
+        "cumulative_percent": pl.Int32,
+        "size_bytes_approx": pl.Int64,
+        "size_text": pl.String,
+        "offset": pl.Int64,
+        "used_by_n_values": pl.Int32,
+        "shapes": pl.List(pl.String),
+        "lineno": pl.Int32,
+    }
+)
+TABLES: dict[str, pl.Schema] = {"memory_report_spaces": SPACES, "memory_report_slots": SLOTS}
+
+_LINENO = "Line of the dump file this row was read from (1-based)."
+_SPACE_DOC = "Memory space name as printed ('default'); null in the older format, which prints none."
+_COLOR_DOC = "Memory space color (0 = default device memory); null in the older format."
+TABLE_DOCS: dict[str, dict[str, str]] = {
+    "memory_report_spaces": {
+        "": "Memory spaces of an XLA memory usage report with their 'Total bytes' (sum of allocation sizes).",
+        "memory_space": _SPACE_DOC,
+        "color": _COLOR_DOC,
+        "total_bytes": "Exact total bytes of the space's allocations ('Total bytes: N').",
+        "lineno": _LINENO,
+    },
+    "memory_report_slots": {
+        "": "Slots of each allocation in an XLA memory usage report: one row per offset that one or more "
+        "values share over time. Sizes are time-multiplexed: do not add up shapes, add up slot sizes.",
+        "memory_space": _SPACE_DOC,
+        "color": _COLOR_DOC,
+        "allocation_rank": "0-based position of the allocation in the report: XLA lists allocations by size, "
+        "largest first, ties by allocation index, so rank r is the r-th of buffer_allocations sorted that way.",
+        "allocation_index": "Allocation number when the report prints it (older format); null otherwise.",
+        "slot_rank": "0-based position of the slot in its allocation (largest slot first).",
+        "cumulative_bytes_approx": "Running total of slot sizes in this allocation, from the human-readable text.",
+        "cumulative_percent": "Running total as a whole percentage of the allocation's slots.",
+        "size_bytes_approx": "Slot size (the largest value at this offset), from the human-readable text.",
+        "size_text": "Slot size exactly as printed, e.g. '16.0KiB'.",
+        "offset": "Exact byte offset of the slot inside its allocation.",
+        "used_by_n_values": "Number of values placed at this offset over the program's run.",
+        "shapes": "shapes_list items as printed: 'f32[32,16]', or 'N×shape' for N values of one shape.",
+        "lineno": _LINENO,
+    },
+}
+
+
+def sniff(name: str, head: str) -> bool:
+    first, _, rest = head.lstrip("\ufeff\r\n").partition("\n")
+    first = first.rstrip("\r")
+    if _SPACE.match(first):
+        return rest.startswith("Total bytes: ")
+    return first.startswith("Total bytes used: ") and "\nAllocations sorted by size" in head
+
+
+def stage_from_name(name: str) -> str | None:
+    return "memory_usage_report" if name.endswith("-memory-usage-report.txt") else None
+
+
+def _shapes(text: str) -> list[str]:
+    # XLA joins items with ", " and prints no space inside a shape, except between tuple
+    # elements: only tuples need the bracket-aware split (and junk lines of brackets are
+    # not worth it: past 1 MB they stay one item).
+    if "(" not in text or len(text) > 1 << 20:
+        return [s for s in text.split(", ") if s] if "(" not in text else [text]
+    return [s.strip() for s in _SPLIT.findall(text) if s.strip()]
+
+
+def _bytes(number: str, unit: str) -> int:
+    return round(float(number) * _UNIT[unit])
+
+
+class _Report:
+    def __init__(self) -> None:
+        self.spaces = RowBuffer("memory_report_spaces", SPACES)
+        self.slots = RowBuffer("memory_report_slots", SLOTS)
+        self.summary = DumpSummary(DumpKind.XLA_MEMORY_USAGE_REPORT, stage="memory_usage_report")
+        self.space: str | None = None
+        self.color: int | None = None
+        self.rank = -1  # allocation rank within the current memory space
+        self.alloc_index: int | None = None
+        self.named = False  # older format: an "allocation N:" line waits for its block (none if one value)
+        self.block_open = False
+        self.rows = 0  # slot rows of the open block
+        self.percent = 0  # cumulative percentage of the open block's last row
+        self.rest = False  # the open block ended with "The rest N values ... not shown"
+        self.totals: list[int] = []
+        self.n_allocs = self.n_slots = self.n_values = self.hidden = 0
+
+    def error(self, lineno: int, msg: str) -> None:
+        errors = self.summary.errors
+        if len(errors) <= _MAX_ERRORS:
+            errors.append(line_error(lineno, msg if len(errors) < _MAX_ERRORS else "too many errors; later ones not recorded"))
+
+    def _close_block(self, lineno: int, at_eof: bool = False) -> None:
+        if self.block_open and (self.rows == 0 or (self.percent < 100 and not self.rest)):
+            if at_eof:
+                self.summary.truncated = True
+            else:
+                self.error(lineno, f"allocation block {self.rank} stops short of 100%")
+        self.block_open = False
+
+    def _new_allocation(self, index: int | None) -> None:
+        self.rank += 1
+        self.n_allocs += 1
+        self.alloc_index = index
+
+    def line(self, lineno: int, line: str) -> TableBatch | None:
+        if (m := _SLOT.match(line)) is not None:
+            if not self.block_open:
+                self.error(lineno, "slot row outside an allocation block")
+                return None
+            self.percent = int(m[3])
+            self.n_slots += 1
+            self.n_values += int(m[7])
+            shapes = _shapes(m[8])
+            row = (
+                self.space, self.color, self.rank, self.alloc_index, self.rows, _bytes(m[1], m[2]), self.percent,
+                _bytes(m[4], m[5]), m[4] + m[5], int(m[6]), int(m[7]), shapes, lineno,
+            )  # fmt: skip
+            self.rows += 1
+            return self.slots.add(row)
+        if _HEADER.match(line):
+            self._close_block(lineno)
+            if not self.named:  # newer format: the header itself opens the next allocation
+                self._new_allocation(None)
+            self.named, self.block_open, self.rows, self.percent, self.rest = False, True, 0, 0, False
+        elif (m := _ALLOC.match(line)) is not None:
+            self._close_block(lineno)
+            self._new_allocation(int(m[1]))
+            self.named = True
+        elif (m := _SPACE.match(line)) is not None:
+            self._close_block(lineno)
+            self.space, self.color, self.rank, self.named = m[1], int(m[2]), -1, False
+        elif (m := _TOTAL.match(line)) is not None:
+            self.totals.append(int(m[1]))
+            return self.spaces.add((self.space, self.color, int(m[1]), lineno))
+        elif (m := _REST.match(line)) is not None:
+            self.rest = True
+            self.hidden += int(m[1])
+        elif line.strip() and not line.lstrip().startswith("----") and not _OLD_SKIP.match(line):
+            self.error(lineno, "unrecognized line")
+        return None
+
+    def finish(self, lineno: int) -> list[TableBatch]:
+        self._close_block(lineno, at_eof=True)
+        if self.totals and self.n_allocs == 0:
+            self.summary.truncated = True
+        self.summary.metrics.update(
+            {
+                "memory.report_total_bytes": sum(self.totals),
+                "memory.report_spaces": len(self.totals),
+                "memory.report_allocations": self.n_allocs,
+                "memory.report_slots": self.n_slots,
+                "memory.report_values": self.n_values,
+                "memory.report_hidden_slots": self.hidden,
+            }
+        )
+        return [b for b in (self.spaces.flush(), self.slots.flush()) if b is not None]
+
+
+def parse(lines: Iterable[str]) -> ParserOutput:
+    report = _Report()
+    reader = Lines(lines, _START, "an XLA memory usage report")
+    for lineno, line in reader:
+        if (batch := report.line(lineno, line)) is not None:
+            yield batch
+    report.summary.truncated = reader.cut
+    yield from report.finish(reader.lineno)
+    yield report.summary
