@@ -1,0 +1,407 @@
+"""PyTorch ONNX export reports (``onnx_export_<timestamp>_<outcome>.md``) as tables and metrics.
+
+Input: the lines of the Markdown file ``torch.onnx.export(..., dynamo=True, report=True)``
+writes (torch 2.5 to 2.13). ``# PyTorch ONNX Conversion Report`` has a fenced block of
+step lines (✅ passed, ❌ failed, ⚪ not run), "## Error messages" (a ``pytb`` block),
+"## Exported program", "## ONNX model" (``str(onnx_ir.Model)``), "## Analysis"
+(parameters, FX node and operator counts, "## ONNX Conversion Information"),
+"## Decomposition comparison", "## Verification results" and "## Profiling result",
+each only when that stage ran. ``# PyTorch ONNX Conversion Error Report`` (no capture
+strategy worked) has the steps and an "Error message:" ``pytb`` block only.
+
+Output (``parse``): ``TableBatch`` items of the tables in ``TABLES``, then one
+``DumpSummary`` (stage ``export``; no program: reports do not name the model).
+
+Guarantees: a row is yielded only when all its fields are final (ONNX op counts when
+the main graph closes; a verification entry when its histograms end), and a report
+field or metric is set only when its section is complete, so a cut report yields a
+subset of the whole report's rows with equal values. A last line without its newline
+(a byte cut) is not read and sets ``truncated``; so does an unclosed code block, or a
+section the step statuses promise but the file lacks (the model when translation
+passed, the decomposition comparison unless decomposition failed, one verification
+entry per graph output when ONNX Runtime ran). Memory is flat in the file size.
+Raises ``ParseError`` only for empty input or a first line that is not a report title.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+import polars as pl
+
+from transforms import onnx_report_sections as sec
+from transforms.records import DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error
+
+PARSER_VERSION = 1
+
+_TITLES = {"# PyTorch ONNX Conversion Report": "report", "# PyTorch ONNX Conversion Error Report": "error_report"}
+_SECTIONS = {  # heading -> section; its line number goes to the ``lineno_<section>`` column
+    "Error messages": "errors",
+    "Exported program": "exported_program",
+    "ONNX model": "onnx_model",
+    "Analysis": "analysis",
+    "Model Information": "analysis",
+    "ONNX Conversion Information": "onnx_conversion",
+    "Decomposition comparison": "decomposition",
+    "Verification results": "verification",
+    "Profiling result": "profiling",
+}
+_LINENO_COLS = ("steps", "errors", "exported_program", "onnx_model", "analysis", "onnx_conversion",
+                "decomposition", "verification", "profiling")  # fmt: skip
+_MODEL_INFO = re.compile(r"^The model has (\d+) parameters and (\d+) buffers")
+_FX_NODES = re.compile(r"^The FX graph has (\d+) nodes")
+_COUNT_ITEM = re.compile(r"^- `(.*)`: (\d+)$")
+_DISPATCH_ITEM = re.compile(r"^- `([^`]*)`:(.*)$")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")  # "<function sym_ite at 0x7f..>" differs per run
+_QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
+_DECOMP = ("Ops exist only in the ExportedProgram before decomposition: ",
+           "Ops exist only in the ExportedProgram after decomposition: ")  # fmt: skip
+_MAX_ERRORS = 50
+
+REPORTS = pl.Schema(
+    {
+        "title": pl.String, "report_kind": pl.String, "outcome": pl.String, "torch_version": pl.String,
+        "producer_name": pl.String, "producer_version": pl.String, "ir_version": pl.Int32, "opset": pl.Int32,
+        "opset_imports": pl.List(pl.String), "graph_name": pl.String, "graph_inputs": pl.Int32,
+        "graph_outputs": pl.Int32, "initializers": pl.Int32, "graph_nodes": pl.Int32, "functions": pl.Int32,
+        "parameters": pl.Int64, "buffers": pl.Int64, "fx_nodes": pl.Int32, "fx_ops_distinct": pl.Int32,
+        "dispatch_failures": pl.Int32, "decomp_only_before": pl.List(pl.String),
+        "decomp_only_after": pl.List(pl.String), "verified_outputs": pl.Int32,
+        **{f"lineno_{s}": pl.Int32 for s in _LINENO_COLS},
+    }
+)  # fmt: skip
+STEPS = pl.Schema({"step": pl.String, "text": pl.String,
+                   "status": pl.Enum(["ok", "failed", "skipped", "unknown"]), "lineno": pl.Int32})  # fmt: skip
+OP_COUNTS = pl.Schema({"source": pl.Enum(["fx_target", "fx_node_op", "onnx_main_graph"]), "op": pl.String,
+                       "count": pl.Int64, "lineno": pl.Int32})  # fmt: skip
+VERIFICATION = pl.Schema({"name": pl.String, "max_abs_diff": pl.Float64, "max_rel_diff": pl.Float64,
+                          "abs_diff_hist": pl.List(pl.Float64), "rel_diff_hist": pl.List(pl.Float64),
+                          "bin_edges": pl.List(pl.Float64), "lineno": pl.Int32})  # fmt: skip
+ERRORS = pl.Schema({"section": pl.String, "source": pl.String, "exception_type": pl.String, "message": pl.String,
+                    "frames": pl.Int32, "chained": pl.Boolean, "lineno": pl.Int32})  # fmt: skip
+TABLES = {"onnx_reports": REPORTS, "onnx_steps": STEPS, "onnx_op_counts": OP_COUNTS,
+          "onnx_verification": VERIFICATION, "onnx_errors": ERRORS}  # fmt: skip
+
+_SET_WHEN_COMPLETE = "Null unless its section is complete in the file."
+TABLE_DOCS: dict[str, dict[str, str]] = {
+    "onnx_reports": {
+        "": "One row per PyTorch ONNX export report (torch.onnx.export(..., report=True)).",
+        "title": "The report's title line without '# '.",
+        "report_kind": "'report' (a graph was captured) or 'error_report' (every capture strategy failed).",
+        "outcome": "Postfix torch gives the file name, recomputed from the steps: success, strategies "
+        "(some capture strategy failed), pt_export, decomp, conversion, checker, runtime or accuracy.",
+        "torch_version": "producer_version when the ONNX model's producer is torch/pytorch.",
+        "producer_name": "producer_name of the ONNX model.",
+        "producer_version": "producer_version of the ONNX model.",
+        "ir_version": "ONNX IR version of the model.",
+        "opset": "Opset version of the default ONNX domain.",
+        "opset_imports": "Every opset import as 'domain=version' ('ai.onnx' for the default domain).",
+        "graph_name": "Name of the main graph.",
+        "graph_inputs": "Inputs of the main graph.",
+        "graph_outputs": "Outputs of the main graph.",
+        "initializers": "Initializers of the main graph (weights and constants).",
+        "graph_nodes": "Nodes of the main graph; nodes inside If/Loop subgraphs and functions are not counted. "
+        + _SET_WHEN_COMPLETE,
+        "functions": "Local ONNX functions defined after the main graph. " + _SET_WHEN_COMPLETE,
+        "parameters": "Parameter elements of the ExportedProgram ('The model has N parameters').",
+        "buffers": "Buffer elements of the ExportedProgram.",
+        "fx_nodes": "Nodes of the FX graph ('The FX graph has N nodes').",
+        "fx_ops_distinct": "Distinct call_function targets of the FX graph. " + _SET_WHEN_COMPLETE,
+        "dispatch_failures": "Operators without a registered ONNX decomposition (0 when all have one).",
+        "decomp_only_before": "Ops only in the ExportedProgram before decomposition.",
+        "decomp_only_after": "Ops only in the ExportedProgram after decomposition.",
+        "verified_outputs": "Verification entries (outputs compared with ONNX Runtime). " + _SET_WHEN_COMPLETE,
+        **{f"lineno_{s}": f"Line where the {s.replace('_', ' ')} section starts (null if absent)."
+           for s in _LINENO_COLS},
+    },  # fmt: skip
+    "onnx_steps": {
+        "": "The export steps at the top of a report, one row per status line.",
+        "step": "Stable slug: torch_export_strict, torch_export_nonstrict, jit_trace, draft_export, decompose, "
+        "translate, onnx_checker, onnx_runtime, accuracy; an unknown step gets a slug of its text.",
+        "text": "The step as printed.",
+        "status": "ok (✅), failed (❌), skipped (⚪: not run), unknown (another marker).",
+        "lineno": "Source line.",
+    },
+    "onnx_op_counts": {
+        "": "Operator counts: FX call_function targets and node kinds (analysis), ONNX op types of the main graph.",
+        "source": "fx_target (a call_function target), fx_node_op (placeholder, call_function, get_attr, output) "
+        "or onnx_main_graph (an op type of the main ONNX graph, counted from the printed model).",
+        "op": "Target or op type as printed, e.g. aten.add.Tensor; ' at 0x..' addresses removed; ONNX ops of "
+        "another domain as 'domain::op'.",
+        "count": "Number of nodes.",
+        "lineno": "Source line (for ONNX ops: the first node of that type).",
+    },
+    "onnx_verification": {
+        "": "Verification results: one row per output compared between PyTorch and ONNX Runtime.",
+        "name": "Output (value) name, e.g. add_76.",
+        "max_abs_diff": "Largest absolute difference.",
+        "max_rel_diff": "Largest relative difference.",
+        "abs_diff_hist": "Histogram counts of absolute differences.",
+        "rel_diff_hist": "Histogram counts of relative differences.",
+        "bin_edges": "Bin edges of the histograms (torch uses the same edges for both).",
+        "lineno": "Source line.",
+    },
+    "onnx_errors": {
+        "": "Errors in a report: each exception of 'Error messages' and each operator without an ONNX decomposition.",
+        "section": "errors (the Error messages block) or onnx_conversion (a dispatch failure).",
+        "source": "Capture strategy (e.g. TorchExportStrategy), a slug of another '# ⚠️' header "
+        "(onnx_runtime_error), the operator of a dispatch failure, or null.",
+        "exception_type": "Exception class as printed (null for dispatch failures).",
+        "message": "First line of the message, colours removed.",
+        "frames": "Frames in the exception's traceback (null when none is printed).",
+        "chained": "True when printed after 'The above exception was the direct cause' (it wraps the row before).",
+        "lineno": "Source line of the exception line.",
+    },
+}
+
+
+def sniff(name: str, head: str) -> bool:
+    first = head.lstrip("\ufeff").lstrip("\r\n").split("\n", 1)[0].rstrip("\r ")
+    return first in _TITLES
+
+
+def stage_from_name(name: str) -> str | None:
+    return None
+
+
+def parse(lines: Iterable[str]) -> ParserOutput:
+    p = _Parser()
+    yield from p.run(lines)
+    yield p.summary()
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.buf = {t: RowBuffer(t, s) for t, s in TABLES.items()}
+        self.report = dict.fromkeys(REPORTS.names())
+        self.status: dict[str, str] = {}
+        self.errors: list[str] = []
+        self.truncated = False
+        self.section = "top"
+        self.fence: str | None = None  # section of the open code block
+        self.steps_done = self.errors_done = self.program_done = False
+        self.model: sec.ModelScanner | None = None
+        self.model_done = False
+        self.err = sec.ErrorScanner()
+        self.verif = sec.VerificationScanner()
+        self.list_kind: str | None = None  # which "- `x`: n" list the analysis is in
+        self.fx_targets = 0
+        self.dispatch, self.dispatch_done = 0, False
+        self.block_errors = 0  # exceptions in the Error messages block
+        self.max_abs = self.max_rel = float("-inf")
+
+    def add(self, table: str, row: tuple | None):
+        if row is not None and (batch := self.buf[table].add(row)) is not None:
+            yield batch
+
+    def error(self, lineno: int, msg: str) -> None:
+        if len(self.errors) < _MAX_ERRORS:
+            self.errors.append(line_error(lineno, msg))
+
+    def run(self, lines: Iterable[str]):
+        lineno, newlines = 0, None
+        for lineno, raw in enumerate(lines, start=1):
+            if raw.endswith("\n"):
+                newlines, line = True, raw[:-1].rstrip("\r")
+            elif newlines:  # only a cut last line lacks the newline the others have
+                self.truncated = True
+                break
+            else:
+                newlines, line = False, raw.rstrip("\r")
+            if self.section == "top":
+                self._title(lineno, line)
+            elif (fence := self.fence) == "exported_program" and not line.startswith("```"):
+                continue  # the bulk of a report; nothing in it is read
+            elif fence == "onnx_model" and self.model is not None and not line.startswith("```"):
+                for row in self.model.feed(lineno, line) or ():  # the graph closed: op counts
+                    yield from self.add("onnx_op_counts", row)
+            elif fence is not None:
+                yield from self._fenced(lineno, line)
+            elif line.startswith("```"):
+                self._open_fence(lineno)
+            elif line.startswith("## "):
+                yield from self._heading(lineno, line[3:].strip())
+            elif line == "Error message:":  # the error report has no heading
+                self.section, self.report["lineno_errors"] = "errors", lineno
+            else:
+                yield from self._text(lineno, line)
+        if self.section == "top":
+            raise ParseError("empty input: no report title", lineno or None)
+        yield from self._finish(lineno)
+        for buf in self.buf.values():
+            if (batch := buf.flush()) is not None:
+                yield batch
+
+    def _title(self, lineno: int, line: str) -> None:
+        line = line.lstrip("\ufeff").rstrip()
+        if not line:
+            return
+        if line not in _TITLES:
+            raise ParseError("not a PyTorch ONNX export report (no '# PyTorch ONNX Conversion' title)", lineno)
+        self.section = "steps"
+        self.report["title"], self.report["report_kind"] = line[2:], _TITLES[line]
+
+    def _open_fence(self, lineno: int) -> None:
+        self.fence = self.section
+        if self.section == "steps":
+            self.report["lineno_steps"] = lineno
+        elif self.section == "onnx_model" and self.model is None:
+            self.model = sec.ModelScanner()
+
+    def _fenced(self, lineno: int, line: str):
+        fence = self.fence
+        if line.rstrip() == "```":
+            self.fence = None
+            if fence == "steps" and not self.steps_done:
+                self.steps_done, self.section = True, "after_steps"
+                self.report["outcome"] = sec.outcome(self.status)
+            elif fence == "errors" and not self.errors_done:
+                yield from self._error_row(self.err.close())
+                self.errors_done = True
+            elif fence == "exported_program":
+                self.program_done = True
+            elif fence == "onnx_model" and self.model is not None:
+                self.model_done = True
+        elif fence == "errors" and not self.errors_done:
+            yield from self._error_row(self.err.feed(lineno, line))
+        elif fence == "steps" and line.strip():
+            yield from self._step(lineno, line)
+
+    def _step(self, lineno: int, line: str):
+        marker, _, text = line.partition(" ")
+        status = sec.STATUS.get(marker, "unknown")
+        if status == "unknown" and text.strip() not in sec.STEP_SLUGS:  # a new marker may precede a known step
+            text = line
+        text = text.strip()
+        step = sec.slug(text)
+        self.status[step] = status
+        yield from self.add("onnx_steps", (step, text, status, lineno))
+
+    def _error_row(self, row: tuple | None):
+        if row is not None:
+            self.block_errors += row[0] == "errors"
+            yield from self.add("onnx_errors", row)
+
+    def _heading(self, lineno: int, title: str):
+        if self.list_kind == "fx_target":
+            self.report["fx_ops_distinct"] = self.fx_targets  # the target list ends at the next heading
+        self.dispatch_done |= self.list_kind == "dispatch"
+        self.list_kind = None
+        if self.section == "verification":
+            yield from self.add("onnx_verification", self._verified(self.verif.close()))
+        self.section = _SECTIONS.get(title, "other")
+        col = f"lineno_{self.section}"
+        if col in self.report and self.report[col] is None:
+            self.report[col] = lineno
+
+    def _text(self, lineno: int, line: str):
+        section = self.section
+        if section == "verification":
+            yield from self.add("onnx_verification", self._verified(self.verif.feed(lineno, line)))
+        elif section == "analysis":
+            yield from self._analysis(lineno, line)
+        elif section == "onnx_conversion":
+            if line.startswith("All operators in the model have registered"):
+                self.report["dispatch_failures"] = 0
+            elif line.startswith("Errors grouped by operator"):
+                self.list_kind = "dispatch"
+            elif self.list_kind == "dispatch" and (m := _DISPATCH_ITEM.match(line)):
+                self.dispatch += 1
+                row = ("onnx_conversion", m.group(1), None, m.group(2).strip()[:1000], None, False, lineno)
+                yield from self._error_row(row)
+        elif section == "decomposition":
+            for i, prefix in enumerate(_DECOMP):
+                if line.startswith(prefix):
+                    ops = [a or b for a, b in _QUOTED.findall(line[len(prefix) :])]
+                    self.report["decomp_only_after" if i else "decomp_only_before"] = ops
+
+    def _analysis(self, lineno: int, line: str):
+        if m := _MODEL_INFO.match(line):
+            self.report["parameters"], self.report["buffers"] = int(m.group(1)), int(m.group(2))
+        elif m := _FX_NODES.match(line):
+            self.report["fx_nodes"], self.list_kind = int(m.group(1)), "fx_node_op"
+        elif line.startswith("Of the call_function nodes"):
+            self.list_kind = "fx_target"
+        elif line.startswith(("Inputs:", "Outputs:")):
+            self.list_kind = None
+        elif self.list_kind and (m := _COUNT_ITEM.match(line)):
+            self.fx_targets += self.list_kind == "fx_target"
+            row = (self.list_kind, _ADDRESS.sub(">", m.group(1)), int(m.group(2)), lineno)
+            yield from self.add("onnx_op_counts", row)
+
+    def _verified(self, row: tuple | None) -> tuple | None:
+        if row is not None:
+            self.report["verified_outputs"] = (self.report["verified_outputs"] or 0) + 1
+            self.max_abs, self.max_rel = sec.larger(self.max_abs, row[1]), sec.larger(self.max_rel, row[2])
+        return row
+
+    def _finish(self, lineno: int):
+        report = self.report
+        if self.section == "verification":  # the entry checks itself for a cut
+            yield from self.add("onnx_verification", self._verified(self.verif.close()))
+        if self.fence is not None:
+            self.truncated = True
+            self.error(lineno, f"report ends inside the {self.fence.replace('_', ' ')} code block")
+        if (m := self.model) is not None:
+            self._model_fields(m)
+        missing = self._missing()
+        if missing:
+            self.truncated = True
+            self.error(lineno, "report ends before the " + ", ".join(missing))
+        if self.dispatch_done or (self.dispatch and not self.truncated):
+            report["dispatch_failures"] = self.dispatch
+        if "verification results" in missing:
+            report["verified_outputs"] = None
+        yield from self.add("onnx_reports", tuple(report.values()))
+
+    def _model_fields(self, m: sec.ModelScanner) -> None:
+        report = self.report
+        report.update(ir_version=m.ir_version, opset=m.opsets.get(""), producer_name=m.producer_name,
+                      producer_version=m.producer_version, graph_name=m.graph_name)  # fmt: skip
+        report["opset_imports"] = [f"{d or 'ai.onnx'}={v}" for d, v in m.opsets.items()] or None
+        if m.producer_name in ("torch", "pytorch"):
+            report["torch_version"] = m.producer_version
+        if m.io_done:
+            report.update(graph_inputs=m.io["inputs"], graph_outputs=m.io["outputs"],
+                          initializers=m.io["initializers"])  # fmt: skip
+        if m.graph_closed:
+            report["graph_nodes"] = m.nodes
+        if self.model_done:
+            report["functions"] = m.functions
+        for ln, msg in m.errors:
+            self.error(ln, msg)
+
+    def _missing(self) -> list[str]:
+        """Sections the step statuses promise that the file does not complete."""
+        r, status = self.report, self.status
+        need = [("steps", self.steps_done), ("error messages", self.errors_done)]
+        if r["report_kind"] == "report":
+            need.append(("exported program", self.program_done))
+            if status.get("translate") == "ok":
+                need.append(("ONNX model", self.model_done and self.model is not None and self.model.graph_closed))
+            need.append(("ONNX conversion information", r["dispatch_failures"] == 0 or self.dispatch > 0))
+            if status.get("decompose") != "failed":
+                need.append(("decomposition comparison", r["decomp_only_after"] is not None))
+            if status.get("onnx_runtime") == "ok":
+                need.append(("verification results", (r["verified_outputs"] or 0) >= (r["graph_outputs"] or 1)))
+        return [name for name, done in need if not done]
+
+    def summary(self) -> DumpSummary:
+        r = self.report
+        metrics: dict[str, float] = {f"onnx.step.{s}": int(v == "ok") for s, v in self.status.items()
+                                     if v in ("ok", "failed")}  # fmt: skip
+        for key in ("parameters", "fx_nodes", "graph_nodes", "opset", "ir_version", "functions",
+                    "initializers", "fx_ops_distinct"):  # fmt: skip
+            if r[key] is not None:
+                metrics[f"onnx.{key}"] = r[key]
+        if r["verified_outputs"]:
+            for name, value in (("max_abs_diff", self.max_abs), ("max_rel_diff", self.max_rel)):
+                if value != float("-inf"):
+                    metrics[f"onnx.{name}"] = value
+        dispatch = 0 if r["report_kind"] == "error_report" else r["dispatch_failures"]
+        if self.errors_done and dispatch is not None:
+            metrics["onnx.errors"] = self.block_errors + dispatch
+        return DumpSummary(kind=DumpKind.ONNX_REPORT, stage="export", program=None, metrics=metrics,
+                           errors=self.errors, truncated=self.truncated)  # fmt: skip
+
