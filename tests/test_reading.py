@@ -54,7 +54,7 @@ def test_strip_gz():
 
 
 @settings(max_examples=40, deadline=None)
-@given(cut=st.integers(0, len(gzip.compress(SEED_HLO))))
+@given(cut=st.integers(2, len(gzip.compress(SEED_HLO))))  # below 2 bytes there is no gzip magic: plain text
 def test_any_gzip_cut_yields_a_prefix(cut):
     reader = LineReader(io.BytesIO(gzip.compress(SEED_HLO)[:cut]))
     text = "".join(reader).encode()
