@@ -1,0 +1,168 @@
+"""XLA HLO text parser: throughput on one core, peak RSS, and XLA's own parser side by side.
+
+    .venv/bin/python benchmarks/bench_hlo.py [--big-mb 200] [--repeats 3]
+
+What is timed is the whole parse a nightly run does: iterate the text file's lines,
+run ``transforms.xla_hlo.parse`` and build every polars frame it yields (frames are
+dropped as they come). Wall time is ``time.perf_counter``; CPU time is shown too,
+because on a shared machine the wall clock also counts other people's work. The
+process is pinned to one CPU with ``POLARS_MAX_THREADS=1``.
+
+The big file (default ~200 MB) concatenates the two seed modules (004, 001, 004, ...)
+and is written once to benchmarks/out/. It is parsed in a child process that reports
+its own peak RSS. XLA's parser (``jaxlib._hlo.hlo_module_from_text``) runs in-process
+when jaxlib imports, else in ``.venv-samples`` if it exists; it takes one module per
+call, so the big file is fed to it module by module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = [ROOT / "tests/fixtures/seeds/001_a0c5460ce1af2dbe.txt", ROOT / "tests/fixtures/seeds/004_83a80cec1e7cc5e6.txt"]
+OUT = ROOT / "benchmarks" / "out"
+SAMPLES_PY = ROOT / ".venv-samples" / "bin" / "python"
+
+
+def one_core() -> None:
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def time_ours(path: Path, repeats: int) -> dict:
+    """Best wall and CPU seconds over repeats (first run warms caches and imports)."""
+    from transforms import xla_hlo
+    from transforms.records import TableBatch
+
+    best_wall = best_cpu = float("inf")
+    rows = 0
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        rows = 0
+        with path.open() as fh:
+            for item in xla_hlo.parse(fh):
+                if isinstance(item, TableBatch):
+                    rows += item.frame.height
+        best_wall = min(best_wall, time.perf_counter() - wall)
+        best_cpu = min(best_cpu, time.process_time() - cpu)
+    return {"wall": best_wall, "cpu": best_cpu, "rows": rows}
+
+
+_XLA = r"""
+import json, resource, sys, time
+from jaxlib import _hlo
+res = {}
+for path in sys.argv[2:]:
+    text = open(path).read()
+    modules = ["HloModule " + m for m in text.split("\nHloModule ")]
+    modules[0] = modules[0][len("HloModule "):]
+    best_wall = best_cpu = float("inf")
+    for _ in range(int(sys.argv[1])):
+        wall, cpu = time.perf_counter(), time.process_time()
+        for m in modules:
+            _hlo.hlo_module_from_text(m)
+        best_wall, best_cpu = min(best_wall, time.perf_counter() - wall), min(best_cpu, time.process_time() - cpu)
+    res[path] = {"wall": best_wall, "cpu": best_cpu,
+                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+print(json.dumps(res))
+"""
+
+
+def time_xla(paths: list[Path], repeats: int) -> dict[str, dict] | None:
+    """XLA's C++ parser on the same files (texts read before timing), or None if unavailable."""
+    try:
+        import jaxlib._hlo  # noqa: F401
+
+        cmd = [sys.executable]
+    except ImportError:
+        if not SAMPLES_PY.exists():
+            return None
+        cmd = [str(SAMPLES_PY)]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([*cmd, "-c", _XLA, str(repeats), *map(str, paths)], capture_output=True, text=True,
+                         env=env, check=True)
+    return json.loads(out.stdout)
+
+
+def big_file(target_mb: float) -> Path:
+    path = OUT / f"hlo_concat_{int(target_mb)}mb.txt"
+    if path.exists():
+        return path
+    OUT.mkdir(parents=True, exist_ok=True)
+    texts = [SEEDS[1].read_text(), SEEDS[0].read_text()]
+    size, i = 0, 0
+    with path.open("w") as fh:
+        while size < target_mb * 1e6:
+            text = texts[i % 2]
+            fh.write(text if text.endswith("\n") else text + "\n")
+            size += len(text) + 1
+            i += 1
+    return path
+
+
+def child(path: str, repeats: int) -> None:
+    import resource
+
+    one_core()
+    got = time_ours(Path(path), repeats)
+    got["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(got))
+
+
+def in_child(path: Path, repeats: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", str(path), "--repeats", str(repeats)], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--big-mb", type=float, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--child")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if args.child:
+        return child(args.child, args.repeats)
+    one_core()
+    big = big_file(args.big_mb)
+    rows = []
+    for path in SEEDS:
+        rows.append((path, time_ours(path, args.repeats + 2)))
+    rows.append((big, in_child(big, args.repeats)))
+    baseline = json.loads(subprocess.run(
+        [sys.executable, "-c", ("import resource, polars, transforms.xla_hlo; "
+                                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")],
+        cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+    xla = time_xla([p for p, _ in rows], args.repeats) or {}
+
+    head = f"{'file':28} {'MB':>7} {'rows':>9} {'ours MB/s':>10} {'(cpu)':>7} {'XLA MB/s':>9} {'(cpu)':>7} " \
+           f"{'ours/XLA':>8} {'peak RSS':>9}"
+    print(head)
+    print("-" * len(head))
+    for path, got in rows:
+        mb = path.stat().st_size / 1e6
+        x = xla.get(str(path))
+        xla_cols = f"{mb / x['wall']:9.1f} {mb / x['cpu']:7.1f} {x['wall'] / got['wall']:7.1f}x" if x else \
+            f"{'-':>9} {'-':>7} {'-':>8}"
+        rss = f"{got['peak_rss_mib']:6.0f} MiB" if "peak_rss_mib" in got else f"{'-':>9}"
+        print(f"{path.name[:28]:28} {mb:7.1f} {got['rows']:9d} {mb / got['wall']:10.1f} {mb / got['cpu']:7.1f} "
+              f"{xla_cols} {rss}")
+    print(f"\nbig file parsed in a child process; an idle child with polars + the parser imported: {baseline:.0f} MiB.")
+    if xla:
+        peaks = ", ".join(f"{Path(p).name[:12]} {v['peak_rss_mib']:.0f} MiB" for p, v in xla.items())
+        print(f"XLA peak RSS (its own process, texts held in memory): {peaks}")
+    else:
+        print("XLA's parser not available (no jaxlib here and no .venv-samples).")
+
+
+if __name__ == "__main__":
+    main()
