@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -52,7 +53,8 @@ def parse(
 
     if table is not None and table not in all_tables():
         raise typer.BadParameter(f"unknown table {table!r}; known: {', '.join(sorted(all_tables()))}", param_hint="--table")
-    overview = _overview_table() if summary and not as_json else None
+    overview = _overview_table(files) if summary and not as_json else None
+    shared = Path(os.path.commonpath([f.parent for f in files])) if overview is not None else None
     failed = 0
     for file in files:
         with file.open("rb") as raw:
@@ -65,7 +67,7 @@ def parse(
             _print_json(file, parsed.summary, table, frame)
         elif overview is not None:
             s = parsed.summary
-            overview.add_row(str(file), s.kind.value, s.stage or "", s.program or "", s.status.value, str(len(s.metrics)), "; ".join(s.errors)[:120])
+            overview.add_row(str(file.relative_to(shared)), s.kind.value, s.stage or "", s.program or "", s.status.value, str(len(s.metrics)), "; ".join(s.errors)[:120])
         else:
             _print_detail(file, parsed.summary, table, frame, limit)
     if overview is not None:
@@ -76,10 +78,11 @@ def parse(
         raise typer.Exit(1)
 
 
-def _overview_table():
+def _overview_table(files: list[Path]):
     from rich.table import Table
 
-    return Table("path", "kind", "stage", "program", "status", "metrics", "errors", title="dumps", title_justify="left")
+    title = f"{len(files)} dumps under {os.path.commonpath([f.parent for f in files])}"
+    return Table("path", "kind", "stage", "program", "status", "metrics", "errors", title=title, title_justify="left")
 
 
 def _print_json(file: Path, s, table: str | None, frame) -> None:
