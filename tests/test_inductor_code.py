@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import collect
 from transforms import inductor_code as P
 from transforms import inductor_ir
-from transforms.records import DumpKind, DumpSummary, ParseError, TableBatch
+from transforms.records import DumpKind, DumpSummary, ParseError
 
 FIX = Path(__file__).parent / "fixtures"
 CODE = FIX / "inductor_output_code"
@@ -22,14 +23,7 @@ API = json.loads((IR / "api_metrics.json").read_text())
 
 
 def run(lines) -> tuple[dict[str, pl.DataFrame], DumpSummary]:
-    out = list(P.parse(lines))
-    assert isinstance(out[-1], DumpSummary) and all(isinstance(o, TableBatch) for o in out[:-1])
-    frames: dict[str, list[pl.DataFrame]] = {}
-    for b in out[:-1]:
-        assert b.frame.schema == P.TABLES[b.table]
-        frames.setdefault(b.table, []).append(b.frame)
-    tables = {t: pl.concat(frames[t]) if t in frames else pl.DataFrame(schema=s) for t, s in P.TABLES.items()}
-    return tables, out[-1]
+    return collect(P, lines, all_tables=True)
 
 
 def run_text(text: str):

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import collect
 from transforms import onnx_report as onnx
-from transforms.records import DumpKind, DumpSummary, ParseError, TableBatch
+from transforms.records import DumpKind, DumpSummary, ParseError
 
 FIX = Path(__file__).parent / "fixtures"
 SEEDS = FIX / "seeds"
@@ -33,15 +34,9 @@ def _lines(text: str) -> list[str]:
 
 
 def run(lines) -> tuple[dict[str, pl.DataFrame], DumpSummary]:
-    out = list(onnx.parse(lines))
-    assert isinstance(out[-1], DumpSummary) and out[-1].kind is DumpKind.ONNX_REPORT
-    assert all(isinstance(b, TableBatch) for b in out[:-1])
-    frames: dict[str, list[pl.DataFrame]] = {}
-    for b in out[:-1]:
-        assert b.frame.schema == onnx.TABLES[b.table]
-        frames.setdefault(b.table, []).append(b.frame)
-    tables = {t: pl.concat(frames[t]) if t in frames else pl.DataFrame(schema=s) for t, s in onnx.TABLES.items()}
-    return tables, out[-1]
+    tables, summary = collect(onnx, lines, all_tables=True)
+    assert summary.kind is DumpKind.ONNX_REPORT
+    return tables, summary
 
 
 def run_file(path: Path):

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES, SEEDS
+from tests.helpers import collect
 from transforms import xla_buffers as xb
-from transforms.records import DumpKind, DumpSummary, ParseError, TableBatch
+from transforms.records import DumpKind, DumpSummary, ParseError
 
 SEED = SEEDS / "002_5960cad812240b69.txt"
 CPU = FIXTURES / "xla_buffer_assignment"
@@ -29,14 +30,7 @@ def cpu_file(case: str, stage: str) -> Path:
 
 
 def run(lines) -> tuple[dict[str, pl.DataFrame], DumpSummary]:
-    out = list(xb.parse(lines))
-    summary = out[-1]
-    assert isinstance(summary, DumpSummary) and all(isinstance(b, TableBatch) for b in out[:-1])
-    frames: dict[str, list[pl.DataFrame]] = {}
-    for b in out[:-1]:
-        assert b.frame.schema == xb.TABLES[b.table]
-        frames.setdefault(b.table, []).append(b.frame)
-    return {t: pl.concat(f) for t, f in frames.items()}, summary
+    return collect(xb, lines)
 
 
 def run_file(path: Path):

@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES, SEEDS
+from tests.helpers import collect
 from transforms import xla_hlo as hlo
-from transforms.records import DumpKind, DumpSummary, ParseError, TableBatch
+from transforms.records import DumpKind, DumpSummary, ParseError
 from transforms.xla_shapes import ShapeInfo, shape_info
 
 SEED_NEW = SEEDS / "001_a0c5460ce1af2dbe.txt"  # torch_xla GPU, is_scheduled, newer syntax
@@ -28,14 +29,7 @@ API = json.loads((CPU / "api_figures.json").read_text())["modules"]
 
 
 def run(lines) -> tuple[dict[str, pl.DataFrame], DumpSummary]:
-    out = list(hlo.parse(lines))
-    summary = out[-1]
-    assert isinstance(summary, DumpSummary) and all(isinstance(b, TableBatch) for b in out[:-1])
-    frames: dict[str, list[pl.DataFrame]] = {}
-    for b in out[:-1]:
-        assert b.frame.schema == hlo.TABLES[b.table]
-        frames.setdefault(b.table, []).append(b.frame)
-    return {t: pl.concat(f) for t, f in frames.items()}, summary
+    return collect(hlo, lines)
 
 
 def run_file(path: Path):

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES, SEEDS
+from tests.helpers import collect
 from transforms import xla_buffers as xb
 from transforms import xla_memory_report as xr
-from transforms.records import DumpKind, DumpSummary, ParseError, TableBatch
+from transforms.records import DumpKind, DumpSummary, ParseError
 
 REPORTS = FIXTURES / "xla_memory_usage_report"
 BUFFERS = FIXTURES / "xla_buffer_assignment"
@@ -24,14 +25,7 @@ def report_file(case: str) -> Path:
 
 
 def run(mod, lines) -> tuple[dict[str, pl.DataFrame], DumpSummary]:
-    out = list(mod.parse(lines))
-    summary = out[-1]
-    assert isinstance(summary, DumpSummary) and all(isinstance(b, TableBatch) for b in out[:-1])
-    frames: dict[str, list[pl.DataFrame]] = {}
-    for b in out[:-1]:
-        assert b.frame.schema == mod.TABLES[b.table]
-        frames.setdefault(b.table, []).append(b.frame)
-    return {t: pl.concat(f) for t, f in frames.items()}, summary
+    return collect(mod, lines)
 
 
 def run_file(mod, path: Path):
