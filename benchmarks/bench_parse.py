@@ -56,13 +56,22 @@ def cli_latency(path: Path, repeats: int = 3) -> float:
 
 
 def main(paths: list[Path]) -> None:
-    print(f"{'file':<32} {'kind':<24} {'MB':>7} {'rows':>8} {'s':>7} {'MB/s':>7} {'RSS MiB':>8}")
+    print(f"{'file':<44} {'kind':<24} {'MB':>7} {'rows':>8} {'s':>7} {'MB/s':>7} {'RSS MiB':>8}")
     for path in paths:
         m = measure(path)
-        print(f"{path.name[:32]:<32} {m['kind']:<24} {m['mb']:>7.2f} {m['rows']:>8} {m['seconds']:>7.3f} {m['mb_per_s']:>7.1f} {m['peak_rss_mib']:>8.0f}")
+        print(f"{path.name[-44:]:<44} {m['kind']:<24} {m['mb']:>7.2f} {m['rows']:>8} {m['seconds']:>7.3f} {m['mb_per_s']:>7.1f} {m['peak_rss_mib']:>8.0f}")
     worst = max(paths, key=lambda p: p.stat().st_size)
     print(f"\n`dumpscope parse --json {worst.name}` wall time (process start included): {cli_latency(worst):.2f} s")
 
 
+# The seeds, plus the largest real dump of each format the seeds lack.
+DEFAULT = [
+    *sorted(SEEDS.glob("*.txt")),
+    ROOT / "tests/fixtures/xla_buffer_assignment/deep_grad/module_0008.jit_loss.cpu_after_optimizations-buffer-assignment-values.txt",
+    ROOT / "tests/fixtures/xla_buffer_assignment/deep_grad/module_0008.jit_loss.cpu_after_optimizations-live-range.txt",
+    *sorted((ROOT / "tests/fixtures/xla_memory_usage_report/deep_grad").glob("*.txt")),
+    ROOT / "tests/fixtures/inductor_output_code/convnet/model__0_forward_1.0/output_code.py",
+]
+
 if __name__ == "__main__":
-    main([Path(p) for p in sys.argv[1:]] or sorted(SEEDS.glob("*.txt")))
+    main([Path(p) for p in sys.argv[1:]] or DEFAULT)
