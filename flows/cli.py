@@ -125,6 +125,52 @@ def _print_detail(file: Path, s, table: str | None, frame, limit: int) -> None:
                 console.print(str(frame), markup=False, highlight=False)
 
 
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL to run (read-only).")],
+    warehouse: Annotated[Path, typer.Option("--warehouse", help="Warehouse file.")] = Path("data/warehouse.duckdb"),
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json (an array of row objects).")] = "table",
+) -> None:
+    """Run a read-only SQL query on the warehouse and print the result."""
+    import duckdb
+
+    from flows.warehouse import connect_readonly
+
+    if fmt not in ("table", "csv", "json"):
+        raise typer.BadParameter(f"unknown format {fmt!r}; use table, csv or json", param_hint="--format")
+    try:
+        con = connect_readonly(warehouse)
+    except (FileNotFoundError, duckdb.Error) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    try:
+        cur = con.execute(query)
+        names = [d[0] for d in cur.description] if cur.description else []
+        rows = cur.fetchall() if names else []
+    except duckdb.Error as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    finally:
+        con.close()
+    if fmt == "json":
+        json.dump([{n: _json_value(v) for n, v in zip(names, r)} for r in rows], sys.stdout, default=str, ensure_ascii=False)
+        sys.stdout.write("\n")
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(names)
+        w.writerows(rows)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        out = Table(*names)
+        for r in rows:
+            out.add_row(*("" if v is None else str(v) for v in r))
+        Console().print(out)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -1,0 +1,435 @@
+"""The DuckDB warehouse: one writer at a time, atomic publish, idempotent loads.
+
+- ``Warehouse(path)`` is the single writer: an exclusive ``flock`` on ``<path>.lock``
+  (``wait=False`` raises ``WarehouseBusy`` naming the holder's pid), work on a copy
+  ``<path>.next``, and on success CHECKPOINT + ``os.replace`` onto ``path``. On an
+  exception (or a kill) the published file is untouched; a stale ``.next`` is
+  discarded by the next writer.
+- ``connect_readonly(path)`` for readers: they see the last published file and never
+  block the writer (the swap replaces the directory entry; open readers keep theirs).
+- Files are written with storage compatibility v1.5.0, so the DuckDB 1.5 shell
+  (``duckdb-cli``) opens them (``storage_version_number`` <= ``MAX_STORAGE_VERSION_1_5``).
+- ``load_dumps(con, batch)``: one transaction per batch, records through Arrow,
+  keyed by ``dump_id``; loading the same batch again changes nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import struct
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+from transforms import warehouse_schema as ws
+from transforms.formats import all_table_docs, all_tables
+
+STORAGE_COMPATIBILITY = "v1.5.0"
+MAX_STORAGE_VERSION_1_5 = 68  # the DuckDB 1.5 shell reads storage versions 64..68
+DEFAULT_PATH = Path("data/warehouse.duckdb")
+
+
+class WarehouseBusy(RuntimeError):
+    """Another writer holds the warehouse lock."""
+
+
+@dataclass(slots=True)
+class StagedDump:
+    """One dump ready to load. ``tables`` None (and ``metrics`` None): the content was
+    already parsed under another path (``needs_parse`` False); records are kept, the
+    dumps row and metrics are copied from that content's existing rows."""
+
+    path: str
+    run_id: str
+    job: str
+    size_bytes: int
+    dump_id: str
+    kind: str | None = None
+    stage: str | None = None
+    program: str | None = None
+    status: str | None = None
+    error: str | None = None
+    parser_version: int | None = None
+    metrics: dict[str, float] | None = None
+    # table -> parquet files and/or polars frames (with dump_id, parser_version first)
+    tables: dict[str, list[Path | pl.DataFrame]] | None = None
+
+    @classmethod
+    def from_parsed(cls, parsed, *, path: str, run_id: str, job: str, size_bytes: int, dump_id: str) -> "StagedDump":
+        """From a ``transforms.parse.ParsedDump`` (frames parsed with this ``dump_id``)."""
+        from transforms.formats import parser_version
+
+        s = parsed.summary
+        return cls(
+            path=path, run_id=run_id, job=job, size_bytes=size_bytes, dump_id=dump_id,
+            kind=s.kind.value, stage=s.stage, program=s.program, status=s.status.value,
+            error="\n".join(s.errors) or None, parser_version=parser_version(s.kind),
+            metrics=dict(s.metrics), tables={t: [f] for t, f in parsed.tables.items()},
+        )
+
+
+# ---------------------------------------------------------------- connections
+
+def connect_readonly(path: Path | str) -> duckdb.DuckDBPyConnection:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no warehouse at {path} (run `dumpscope run` first)")
+    return duckdb.connect(str(path), read_only=True)
+
+
+def storage_version_number(path: Path | str) -> int:
+    """Storage version in the file's main header (uint64 after the 'DUCK' magic)."""
+    with open(path, "rb") as f:
+        head = f.read(20)
+    if head[8:12] != b"DUCK":
+        raise ValueError(f"{path} is not a DuckDB file")
+    return struct.unpack_from("<Q", head, 12)[0]
+
+
+class Warehouse:
+    """``with Warehouse(path) as con:`` — the one writer; publishes on success."""
+
+    def __init__(self, path: Path | str, *, wait: bool = True):
+        self.path = Path(path)
+        self.next = self.path.with_name(self.path.name + ".next")
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.wait = wait
+        self._lock_file = None
+        self.con: duckdb.DuckDBPyConnection | None = None
+
+    def __enter__(self) -> duckdb.DuckDBPyConnection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock()
+        try:
+            _remove(self.next, _wal(self.next))  # a crashed writer's leftovers: never replayed
+            if self.path.exists():
+                shutil.copyfile(self.path, self.next)
+            self.con = duckdb.connect(str(self.next), config={"storage_compatibility_version": STORAGE_COMPATIBILITY})
+            migrate(self.con)
+        except BaseException:
+            self._discard()
+            raise
+        return self.con
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self._discard()
+            return
+        try:
+            assert self.con is not None
+            self.con.execute("CHECKPOINT")
+            self.con.close()
+            self.con = None
+            with open(self.next, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(self.next, self.path)
+            _fsync_dir(self.path.parent)
+        except BaseException:
+            self._discard()
+            raise
+        self._unlock()
+
+    def _lock(self) -> None:
+        f = open(self.lock_path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            f.close()
+            raise WarehouseBusy(f"warehouse {self.path} is being written by another process (pid {holder}, lock {self.lock_path}); try again later") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self._lock_file = f
+
+    def _unlock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.truncate(0)
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+
+    def _discard(self) -> None:
+        try:
+            if self.con is not None:
+                self.con.close()
+                self.con = None
+            _remove(self.next, _wal(self.next))
+        finally:
+            self._unlock()
+
+
+def _wal(p: Path) -> Path:
+    return p.with_name(p.name + ".wal")
+
+
+def _remove(*paths: Path) -> None:
+    for p in paths:
+        p.unlink(missing_ok=True)
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- schema
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    has = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = 'schema_info'").fetchall()[0][0]
+    if not has:
+        return 0
+    row = con.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchall()
+    return int(row[0][0]) if row else 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | None = None) -> int:
+    """Bring the schema up to date in one transaction; returns the version reached."""
+    steps = ws.pending_migrations(schema_version(con), migrations)
+    con.begin()
+    try:
+        version = schema_version(con)
+        for step in steps:
+            for sql in step.statements:
+                con.execute(sql)
+            version = step.version
+            con.execute(ws.set_version_sql(version))
+        for sql in ws.records_sync_sql(all_tables(), _existing_columns(con)):
+            con.execute(sql)
+        for sql in ws.views_sql() + ws.comments_sql(all_tables(), all_table_docs()):
+            con.execute(sql)
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    return version
+
+
+def _existing_columns(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for table, col, dtype in con.execute(
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' AND NOT internal ORDER BY table_name, column_index"
+    ).fetchall():
+        out.setdefault(table, {})[col] = dtype
+    return out
+
+
+# ---------------------------------------------------------------- loading
+
+def needs_parse(con: duckdb.DuckDBPyConnection, dump_id: str, kind: str, parser_version: int) -> bool:
+    """False when this content was already parsed as ``kind`` with this parser version
+    (under any path): then only a dumps row and metrics rows are copied."""
+    rows = con.execute(
+        "SELECT 1 FROM dumps WHERE dump_id = ? AND kind = ? AND parser_version = ? LIMIT 1", [dump_id, str(kind), parser_version]
+    ).fetchall()
+    return not rows
+
+
+def upsert_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[dict]) -> None:
+    """Insert or replace runs rows (dicts with run_id, started_at, commit, tags, extra)."""
+    import json
+
+    rows = list(runs)
+    if not rows:
+        return
+    arrow = pa.table({
+        "run_id": [r["run_id"] for r in rows],
+        "started_at": pa.array([r.get("started_at") for r in rows], pa.timestamp("us")),
+        "commit": pa.array([r.get("commit") for r in rows], pa.string()),
+        "tags": pa.array([list(r.get("tags") or []) for r in rows], pa.list_(pa.string())),
+        "extra": pa.array([json.dumps(r.get("extra") or {}, default=str) for r in rows], pa.string()),
+    })
+    con.register("_runs_in", arrow)
+    try:
+        con.execute("INSERT OR REPLACE INTO runs SELECT run_id, started_at, \"commit\", tags, extra::JSON FROM _runs_in")
+    finally:
+        con.unregister("_runs_in")
+
+
+def load_dumps(con: duckdb.DuckDBPyConnection, batch: list[StagedDump]) -> dict[str, int]:
+    """Load one batch in one transaction; returns rows inserted per records table.
+
+    Parsed dumps (``tables`` set) replace every records row of their ``dump_id``;
+    dumps rows are upserted by path and metrics rows replaced per path. Records of a
+    content no dumps row refers to any more (a path whose bytes changed) are dropped.
+    """
+    parsed = [d for d in batch if d.tables is not None]
+    copies = [d for d in batch if d.tables is None]
+    ids = sorted({d.dump_id for d in parsed})
+    paths = [d.path for d in batch]
+    tables = all_tables()
+    inserted: dict[str, int] = {}
+    con.begin()
+    try:
+        con.register("_paths", pa.table({"path": pa.array(paths, pa.string())}))
+        old_ids = [r[0] for r in con.execute("SELECT DISTINCT dump_id FROM dumps JOIN _paths USING (path) WHERE dump_id IS NOT NULL").fetchall()]
+        if ids:
+            con.register("_ids", pa.table({"dump_id": pa.array(ids, pa.string())}))
+            for table in tables:
+                con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id IN (SELECT dump_id FROM _ids)")
+        for table, schema in tables.items():
+            n = _insert_records(con, table, schema, [src for d in parsed for src in (d.tables or {}).get(table, [])])
+            if n:
+                inserted[table] = n
+        _upsert_dumps(con, parsed, copies)
+        _replace_metrics(con, parsed, copies)
+        if ids:  # other paths of re-parsed content now hold the new version's results
+            _refresh_other_paths(con)
+        _drop_orphans(con, old_ids)
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    finally:
+        for name in ("_paths", "_ids"):
+            try:
+                con.unregister(name)
+            except Exception:
+                pass
+    return inserted
+
+
+def _insert_records(con, table: str, schema: pl.Schema, sources: list[Path | pl.DataFrame]) -> int:
+    if not sources:
+        return 0
+    cols = list(ws.records_columns(schema))
+    col_sql = ", ".join(ws.quote_ident(c) for c in cols)
+    files = [str(s) for s in sources if isinstance(s, (str, Path))]
+    frames = [s for s in sources if isinstance(s, pl.DataFrame) and s.height]
+    n = 0
+    if frames:
+        arrow = pl.concat(frames, how="vertical_relaxed").to_arrow()
+        con.register("_frame", arrow)
+        try:
+            con.execute(f"INSERT INTO {ws.quote_ident(table)} ({col_sql}) SELECT {col_sql} FROM _frame")
+        finally:
+            con.unregister("_frame")
+        n += arrow.num_rows
+    if files:
+        n += con.execute(
+            f"INSERT INTO {ws.quote_ident(table)} ({col_sql}) SELECT {col_sql} FROM read_parquet(?)", [files]
+        ).fetchall()[0][0]
+    return n
+
+
+def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> None:
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    rows = parsed + copies
+    if not rows:
+        return
+    cols = ["path", "run_id", "job", "kind", "stage", "program", "size_bytes", "dump_id", "parser_version", "status", "error"]
+    types = {"size_bytes": pa.int64(), "parser_version": pa.int16()}
+    arrow = pa.table({c: pa.array([getattr(d, c) for d in rows], types.get(c, pa.string())) for c in cols})
+    con.register("_dumps_in", arrow)
+    try:
+        # A copy takes the fields it does not know from the content's existing row.
+        con.execute(
+            """
+            INSERT OR REPLACE INTO dumps
+            SELECT i.path, i.run_id, i.job,
+                   coalesce(i.kind, e.kind), coalesce(i.stage, e.stage), coalesce(i.program, e.program),
+                   i.size_bytes, i.dump_id, coalesce(i.parser_version, e.parser_version),
+                   coalesce(i.status, e.status), CASE WHEN i.status IS NULL THEN e.error ELSE i.error END, ?
+            FROM _dumps_in i
+            LEFT JOIN (SELECT * FROM dumps WHERE path NOT IN (SELECT path FROM _dumps_in)
+                       QUALIFY row_number() OVER (PARTITION BY dump_id ORDER BY parser_version DESC, path) = 1) e
+              ON i.status IS NULL AND e.dump_id = i.dump_id
+            """,
+            [now],
+        )
+    finally:
+        con.unregister("_dumps_in")
+
+
+def _replace_metrics(con, parsed: list[StagedDump], copies: list[StagedDump]) -> None:
+    con.execute("DELETE FROM metrics WHERE path IN (SELECT path FROM _paths)")
+    rows = [(d.path, k, v) for d in parsed for k, v in sorted((d.metrics or {}).items())]
+    arrow = pa.table({
+        "path": pa.array([r[0] for r in rows], pa.string()),
+        "metric": pa.array([r[1] for r in rows], pa.string()),
+        "value": pa.array([_finite(r[2]) for r in rows], pa.float64()),
+    })
+    con.register("_metrics_in", arrow)
+    try:
+        con.execute(
+            """INSERT INTO metrics SELECT d.run_id, d.job, d.program, d.kind, d.stage, m.metric, m.value, d.dump_id, d.path
+               FROM _metrics_in m JOIN dumps d USING (path)"""
+        )
+    finally:
+        con.unregister("_metrics_in")
+    if copies:
+        con.register("_copies", pa.table({"path": pa.array([d.path for d in copies], pa.string())}))
+        try:
+            _copy_metrics_to(con, "SELECT path FROM _copies")
+        finally:
+            con.unregister("_copies")
+
+
+def _copy_metrics_to(con, target_paths_sql: str) -> None:
+    """Metrics for ``target_paths`` copied from another path holding the same content."""
+    con.execute(
+        f"""
+        INSERT INTO metrics
+        SELECT d.run_id, d.job, d.program, d.kind, d.stage, m.metric, m.value, d.dump_id, d.path
+        FROM dumps d
+        JOIN (SELECT dump_id, min(path) AS src FROM metrics
+              WHERE path NOT IN ({target_paths_sql}) GROUP BY dump_id) s USING (dump_id)
+        JOIN metrics m ON m.path = s.src
+        WHERE d.path IN ({target_paths_sql})
+        """
+    )
+
+
+def _refresh_other_paths(con) -> None:
+    """Paths outside the batch whose content was just re-parsed take the new results."""
+    con.execute(
+        """
+        UPDATE dumps SET parser_version = n.parser_version, status = n.status, error = n.error
+        FROM (SELECT * FROM dumps WHERE path IN (SELECT path FROM _paths) AND dump_id IN (SELECT dump_id FROM _ids)) n
+        WHERE dumps.dump_id = n.dump_id AND dumps.path NOT IN (SELECT path FROM _paths)
+        """
+    )
+    stale = "SELECT path FROM dumps WHERE dump_id IN (SELECT dump_id FROM _ids) AND path NOT IN (SELECT path FROM _paths)"
+    con.execute(f"DELETE FROM metrics WHERE path IN ({stale})")
+    _copy_metrics_to(con, stale)
+
+
+def _drop_orphans(con, old_ids: list[str]) -> None:
+    if not old_ids:
+        return
+    con.register("_old", pa.table({"dump_id": pa.array(old_ids, pa.string())}))
+    try:
+        gone = "SELECT dump_id FROM _old WHERE dump_id NOT IN (SELECT dump_id FROM dumps WHERE dump_id IS NOT NULL)"
+        for table in all_tables():
+            con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id IN ({gone})")
+    finally:
+        con.unregister("_old")
+
+
+def _finite(v: float) -> float | None:
+    v = float(v)
+    return v if v == v and v not in (float("inf"), float("-inf")) else None
+
+
+def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Rows per table (core and records): for summaries and tests."""
+    names = list(ws.CORE_TABLES) + list(all_tables())
+    return {t: con.execute(f"SELECT count(*) FROM {ws.quote_ident(t)}").fetchall()[0][0] for t in names}
+
+
+__all__ = [
+    "StagedDump", "Warehouse", "WarehouseBusy", "connect_readonly", "load_dumps", "migrate", "needs_parse",
+    "schema_version", "storage_version_number", "table_counts", "upsert_runs",
+]

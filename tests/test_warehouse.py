@@ -1,0 +1,250 @@
+"""The warehouse: loads, idempotence, dedup by content, comments, migrations,
+crash safety, the writer lock, storage compatibility and `dumpscope sql`."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from flows.warehouse import (
+    MAX_STORAGE_VERSION_1_5,
+    StagedDump,
+    Warehouse,
+    WarehouseBusy,
+    connect_readonly,
+    load_dumps,
+    migrate,
+    needs_parse,
+    schema_version,
+    storage_version_number,
+    table_counts,
+    upsert_runs,
+)
+from transforms import warehouse_schema as ws
+from transforms.formats import all_tables
+from transforms.parse import parse_dump
+
+ROOT = Path(__file__).resolve().parent.parent
+SEEDS = sorted((ROOT / "tests/fixtures/seeds").glob("*.txt"))
+
+
+def stage(raw: bytes, name: str, path: str, run_id: str = "r1", job: str = "job") -> StagedDump:
+    import io
+
+    dump_id = hashlib.sha256(raw).hexdigest()
+    parsed = parse_dump(io.BytesIO(raw), name, dump_id=dump_id)
+    return StagedDump.from_parsed(parsed, path=path, run_id=run_id, job=job, size_bytes=len(raw), dump_id=dump_id)
+
+
+@pytest.fixture(scope="module")
+def batch() -> list[StagedDump]:
+    out = [stage(s.read_bytes(), s.name, f"r1/job/{s.name}") for s in SEEDS]
+    gz = gzip.compress(SEEDS[1].read_bytes(), mtime=0)
+    out.append(stage(gz, SEEDS[1].name + ".gz", f"r1/job/gz/{SEEDS[1].name}.gz"))
+    return out
+
+
+def expected_counts(batch: list[StagedDump]) -> dict[str, int]:
+    want = {t: 0 for t in all_tables()}
+    for d in batch:
+        for t, frames in (d.tables or {}).items():
+            want[t] += sum(f.height for f in frames)
+    return want
+
+
+def records(counts: dict[str, int]) -> dict[str, int]:
+    return {t: counts[t] for t in all_tables()}
+
+
+def load(path: Path, batch: list[StagedDump]) -> dict[str, int]:
+    with Warehouse(path) as con:
+        upsert_runs(con, [{"run_id": "r1", "started_at": None, "commit": "abc", "tags": ["cpu"], "extra": {"x": 1}}])
+        load_dumps(con, batch)
+    with connect_readonly(path) as con:
+        return table_counts(con)
+
+
+def test_load_counts_match_frames_and_reload_is_idempotent(tmp_path, batch):
+    db = tmp_path / "w.duckdb"
+    first = load(db, batch)
+    assert records(first) == expected_counts(batch)
+    assert first["dumps"] == len(batch) and first["runs"] == 1
+    assert first["metrics"] == sum(len(d.metrics or {}) for d in batch)
+    assert load(db, batch) == first
+    with connect_readonly(db) as con:
+        assert con.execute("SELECT count(*) FROM dumps WHERE status IS NULL OR kind IS NULL").fetchall()[0][0] == 0
+        assert con.execute("SELECT count(DISTINCT dump_id) FROM hlo_instructions").fetchall()[0][0] >= 2
+
+
+def test_same_content_under_a_second_path_is_loaded_once(tmp_path, batch):
+    db = tmp_path / "w.duckdb"
+    first = load(db, batch[:2])
+    seed = SEEDS[1]
+    with Warehouse(db) as con:
+        dump_id = hashlib.sha256(seed.read_bytes()).hexdigest()
+        assert not needs_parse(con, dump_id, "xla_hlo", batch[1].parser_version)
+        assert needs_parse(con, dump_id, "xla_hlo", batch[1].parser_version + 1)
+        copy = StagedDump(path=f"r2/job/{seed.name}", run_id="r2", job="job", size_bytes=seed.stat().st_size, dump_id=dump_id)
+        load_dumps(con, [copy])
+        load_dumps(con, [copy])  # idempotent too
+    with connect_readonly(db) as con:
+        after = table_counts(con)
+        assert records(after) == records(first)
+        assert after["dumps"] == first["dumps"] + 1
+        per_path = dict(con.execute("SELECT path, count(*) FROM metrics WHERE dump_id = ? GROUP BY path", [dump_id]).fetchall())
+        assert per_path == {f"r1/job/{seed.name}": len(batch[1].metrics), f"r2/job/{seed.name}": len(batch[1].metrics)}
+        row = con.execute("SELECT kind, status, parser_version, run_id FROM dumps WHERE path = ?", [copy.path]).fetchall()[0]
+        assert row == ("xla_hlo", batch[1].status, batch[1].parser_version, "r2")
+
+
+def test_changed_content_at_a_path_drops_the_old_records(tmp_path, batch):
+    db = tmp_path / "w.duckdb"
+    load(db, batch[:2])
+    replaced = stage(SEEDS[4].read_bytes(), SEEDS[4].name, batch[1].path)
+    with Warehouse(db) as con:
+        load_dumps(con, [replaced])
+    with connect_readonly(db) as con:
+        ids = {r[0] for r in con.execute("SELECT DISTINCT dump_id FROM hlo_instructions").fetchall()}
+    assert batch[1].dump_id not in ids and replaced.dump_id in ids
+
+
+def test_every_table_view_and_column_is_commented(tmp_path, batch):
+    db = tmp_path / "w.duckdb"
+    load(db, batch[:1])
+    with connect_readonly(db) as con:
+        missing = con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = 'w' AND schema_name = 'main' AND comment IS NULL"
+        ).fetchall()
+        assert missing == []
+        tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w' AND comment IS NULL").fetchall()
+        assert tables == []
+        views = dict(con.execute("SELECT view_name, comment FROM duckdb_views() WHERE database_name = 'w' AND NOT internal").fetchall())
+        assert set(views) == {"latest_metrics", "metric_series"} and all(views.values())
+        assert set(all_tables()) | set(ws.CORE_TABLES) <= {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w'").fetchall()}
+
+
+def test_views_answer(tmp_path, batch):
+    db = tmp_path / "w.duckdb"
+    load(db, batch)
+    with connect_readonly(db) as con:
+        n_latest = con.execute("SELECT count(*) FROM latest_metrics").fetchall()[0][0]
+        keys = con.execute("SELECT count(*) FROM (SELECT DISTINCT job, kind, stage, program, metric FROM metrics)").fetchall()[0][0]
+        assert n_latest == keys
+        assert con.execute("SELECT count(*) FROM metric_series").fetchall()[0][0] == table_counts(con)["metrics"]
+
+
+def test_migration_from_an_older_warehouse(tmp_path):
+    db = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(db))  # an "old release": no schema_info, a records table lacking a column
+    con.execute("CREATE TABLE dumps (path VARCHAR PRIMARY KEY, run_id VARCHAR)")
+    con.execute("CREATE TABLE hlo_modules (dump_id VARCHAR, parser_version SMALLINT)")
+    con.execute("INSERT INTO dumps VALUES ('r/j/a.txt', 'r')")
+    con.close()
+    before = db.read_bytes()
+    # Not a warehouse any release wrote (dumps lacks its columns): refused, file untouched.
+    with pytest.raises(duckdb.Error):
+        with Warehouse(db) as con:
+            load_dumps(con, [])
+    assert db.read_bytes() == before
+    # A well-formed v1 file, opened by a release whose MIGRATIONS has a step 2.
+    db = tmp_path / "v1.duckdb"
+    with Warehouse(db) as con:
+        assert schema_version(con) == ws.SCHEMA_VERSION
+        con.execute("ALTER TABLE hlo_modules DROP COLUMN module")
+    step2 = ws.Migration(ws.SCHEMA_VERSION + 1, "test: dumps.note", ("ALTER TABLE dumps ADD COLUMN note VARCHAR", "COMMENT ON COLUMN dumps.note IS 'n'"))
+    con = duckdb.connect(str(db))
+    assert migrate(con, ws.MIGRATIONS + [step2]) == ws.SCHEMA_VERSION + 1
+    cols = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'dumps'").fetchall()}
+    assert "note" in cols
+    assert "module" in {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'hlo_modules'").fetchall()}
+    assert schema_version(con) == ws.SCHEMA_VERSION + 1
+    con.close()
+    with pytest.raises(ws.SchemaTooNew, match="newer than this Dumpscope"):
+        with Warehouse(db):
+            pass
+
+
+def test_pending_migrations_is_pure():
+    assert [m.version for m in ws.pending_migrations(0)] == list(range(1, ws.SCHEMA_VERSION + 1))
+    assert ws.pending_migrations(ws.SCHEMA_VERSION) == []
+    with pytest.raises(ws.SchemaTooNew):
+        ws.pending_migrations(ws.SCHEMA_VERSION + 1)
+
+
+def test_an_exception_leaves_the_published_file_untouched(tmp_path, batch):
+    db = tmp_path / "w.duckdb"
+    load(db, batch[:2])
+    before = db.read_bytes()
+    with pytest.raises(RuntimeError, match="boom"):
+        with Warehouse(db) as con:
+            load_dumps(con, batch[2:])
+            raise RuntimeError("boom")
+    assert db.read_bytes() == before
+    assert not (tmp_path / "w.duckdb.next").exists()
+    # A stale .next (a writer killed mid-load) is discarded by the next writer.
+    (tmp_path / "w.duckdb.next").write_bytes(b"junk")
+    assert records(load(db, batch)) == expected_counts(batch)
+
+
+def test_a_second_writer_gets_busy(tmp_path):
+    db = tmp_path / "w.duckdb"
+    with Warehouse(db):
+        with pytest.raises(WarehouseBusy, match=r"pid \d+"):
+            with Warehouse(db, wait=False):
+                pass
+        # a reader still sees the (empty) published state without blocking
+    with Warehouse(db, wait=False):
+        pass
+
+
+def test_storage_is_readable_by_duckdb_1_5(tmp_path, batch):
+    db = tmp_path / "w.duckdb"
+    load(db, batch[:1])
+    load(db, batch)  # reopened and rewritten: still 1.5-compatible
+    assert storage_version_number(db) <= MAX_STORAGE_VERSION_1_5
+    plain = tmp_path / "plain.duckdb"
+    duckdb.connect(str(plain)).close()
+    assert storage_version_number(plain) > MAX_STORAGE_VERSION_1_5  # the check can tell them apart
+
+
+def test_sql_command_json(tmp_path, batch):
+    db = tmp_path / "w.duckdb"
+    load(db, batch)
+    q = "SELECT kind, count(*) AS n FROM dumps GROUP BY kind ORDER BY kind"
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "sql", q, "--warehouse", str(db), "--format", "json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    kinds: dict[str, int] = {}
+    for d in batch:
+        kinds[d.kind] = kinds.get(d.kind, 0) + 1
+    assert json.loads(out.stdout) == [{"kind": k, "n": n} for k, n in sorted(kinds.items())]
+    bad = subprocess.run([sys.executable, "-m", "flows.cli", "sql", "SELECT nope", "--warehouse", str(db)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "error" in bad.stderr
+    missing = subprocess.run([sys.executable, "-m", "flows.cli", "sql", "SELECT 1", "--warehouse", str(tmp_path / "none.duckdb")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "no warehouse" in missing.stderr
+
+
+def test_reparse_with_a_new_parser_version_updates_every_path_of_the_content(tmp_path, batch):
+    db = tmp_path / "w.duckdb"
+    load(db, batch[1:2])
+    first = batch[1]
+    copy = StagedDump(path="r2/job/copy.txt", run_id="r2", job="job", size_bytes=first.size_bytes, dump_id=first.dump_id)
+    newer = StagedDump(**{**{f: getattr(first, f) for f in StagedDump.__slots__}, "parser_version": first.parser_version + 1})
+    with Warehouse(db) as con:
+        load_dumps(con, [copy])
+        load_dumps(con, [newer])
+    with connect_readonly(db) as con:
+        versions = dict(con.execute("SELECT path, parser_version FROM dumps").fetchall())
+        assert versions == {first.path: first.parser_version + 1, copy.path: first.parser_version + 1}
+        counts = table_counts(con)
+        assert records(counts) == expected_counts([first])
+        assert counts["metrics"] == 2 * len(first.metrics)

@@ -1,0 +1,229 @@
+"""The warehouse schema as text: DDL, comments, views and forward migrations.
+
+Pure: builds SQL strings from the parsers' declared schemas
+(``transforms.formats.all_tables()`` / ``all_table_docs()``) and from the core
+tables declared here; it never connects to a database (``flows.warehouse`` runs it).
+
+Two kinds of tables, two ways to evolve:
+
+- Core tables (``runs``, ``dumps``, ``metrics``, ``schema_info``) change only through
+  the numbered ``MIGRATIONS``; ``SCHEMA_VERSION`` is the number of the last one, stored
+  in ``schema_info``. Opening an older warehouse applies the missing migrations in
+  order; a newer one is refused (``SchemaTooNew``).
+- Records tables follow their parsers: ``records_sync_sql`` creates missing tables
+  and adds missing columns (a parser that gains a column bumps its
+  ``PARSER_VERSION``, so its dumps get re-parsed and fill it).
+
+Comments and views are re-stated on every writable open (``comments_sql``,
+``views_sql``): they describe whatever the code declares now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import polars as pl
+
+SCHEMA_VERSION = 1
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+IDENTITY_COLUMNS: dict[str, tuple[str, str]] = {
+    "dump_id": ("VARCHAR", "sha256 (hex) of the dump's raw bytes as stored in the bucket (gzip included): the content's identity, shared by every path holding the same bytes."),
+    "parser_version": ("SMALLINT", "PARSER_VERSION of the parser that wrote this row; a new version re-parses the dumps it reads differently."),
+}
+
+# name -> (doc, {column: (type, doc)}). Order of columns is the table's column order.
+CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    "runs": (
+        "One row per run (a night's directory <bucket>/<run_id>/): when it started and what it built.",
+        {
+            "run_id": ("VARCHAR PRIMARY KEY", "Run directory name directly under the bucket."),
+            "started_at": ("TIMESTAMP", "Start of the run: run.json's started_at, else an ISO date in the run id, else the earliest object time (UTC)."),
+            "commit": ("VARCHAR", "Source commit the run built, from run.json (NULL when unknown)."),
+            "tags": ("VARCHAR[]", "Free labels from run.json (for example the hardware or a branch)."),
+            "extra": ("JSON", "Every other field of run.json, as given."),
+        },
+    ),
+    "dumps": (
+        "One row per dump file seen in the bucket (any kind, including unknown and failed): where it is, what it is, and how parsing went.",
+        {
+            "path": ("VARCHAR PRIMARY KEY", "Object path relative to the bucket root: <run_id>/<job>/...; the row's key."),
+            "run_id": ("VARCHAR", "Run the dump belongs to (runs.run_id)."),
+            "job": ("VARCHAR", "Job directory under the run (<bucket>/<run_id>/<job>/...)."),
+            "kind": ("VARCHAR", "Dump format: xla_hlo, xla_buffer_assignment, xla_memory_usage_report, inductor_ir, inductor_output_code, onnx_report or unknown."),
+            "stage": ("VARCHAR", "Compiler stage the dump shows (before_optimizations, after_optimizations, pass:<name>, pre_fusion, post_fusion, ...); NULL when the format has none."),
+            "program": ("VARCHAR", "Program (HLO module, Inductor graph, ONNX export) the dump describes."),
+            "size_bytes": ("BIGINT", "Size of the object in bytes, as stored (compressed when .gz)."),
+            "dump_id": ("VARCHAR", IDENTITY_COLUMNS["dump_id"][1] + " Records tables join on it."),
+            "parser_version": ("SMALLINT", "PARSER_VERSION the records of this content were parsed with (0 for unknown files)."),
+            "status": ("VARCHAR", "ok: fully read; partial: records loaded but the dump was damaged or not fully understood; failed: nothing usable."),
+            "error": ("VARCHAR", "Errors of the parse, each naming the file and line, joined by newlines; NULL when none."),
+            "ingested_at": ("TIMESTAMP", "When this row was last written (UTC)."),
+        },
+    ),
+    "metrics": (
+        "One row per metric of each parsed dump path (docs/metrics.md defines the metrics); the table trends are computed from.",
+        {
+            "run_id": ("VARCHAR", "Run of the dump (runs.run_id)."),
+            "job": ("VARCHAR", "Job of the dump."),
+            "program": ("VARCHAR", "Program the metric describes."),
+            "kind": ("VARCHAR", "Dump format the metric comes from."),
+            "stage": ("VARCHAR", "Compiler stage of the dump (NULL when the format has none)."),
+            "metric": ("VARCHAR", "Metric name (docs/metrics.md)."),
+            "value": ("DOUBLE", "Metric value (bytes, counts, seconds: see the metric's definition); NULL when not finite."),
+            "dump_id": ("VARCHAR", "Content of the dump the value was read from (dumps.dump_id)."),
+            "path": ("VARCHAR", "Dump path the row belongs to (dumps.path); rows are replaced per path."),
+        },
+    ),
+    "schema_info": (
+        "Facts about the warehouse itself; key schema_version holds the number of the last migration applied.",
+        {
+            "key": ("VARCHAR PRIMARY KEY", "Name of the fact (schema_version)."),
+            "value": ("VARCHAR", "Its value, as text."),
+        },
+    ),
+}
+
+VIEWS: dict[str, tuple[str, str]] = {
+    "latest_metrics": (
+        "The latest value of each metric per (job, kind, stage, program, metric): from the most recent run (runs.started_at, then run_id) that has the program; started_at tells how recent that is.",
+        """
+SELECT m.job, m.kind, m.stage, m.program, m.metric, m.value, m.run_id, r.started_at, m.dump_id, m.path
+FROM metrics m LEFT JOIN runs r USING (run_id)
+QUALIFY row_number() OVER (
+    PARTITION BY m.job, m.kind, m.stage, m.program, m.metric
+    ORDER BY r.started_at DESC NULLS LAST, m.run_id DESC, m.path) = 1
+""",
+    ),
+    "metric_series": (
+        "Each metric of each (job, kind, stage, program) over the runs, one row per run and dump path, with the run's start time and commit: the input of trend charts.",
+        """
+SELECT r.started_at, m.run_id, r.commit, m.job, m.kind, m.stage, m.program, m.metric, m.value, m.dump_id, m.path
+FROM metrics m LEFT JOIN runs r USING (run_id)
+""",
+    ),
+}
+
+
+# Columns of each view (documented with the doc of the same column in metrics/runs).
+VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
+    "latest_metrics": ("job", "kind", "stage", "program", "metric", "value", "run_id", "started_at", "dump_id", "path"),
+    "metric_series": ("started_at", "run_id", "commit", "job", "kind", "stage", "program", "metric", "value", "dump_id", "path"),
+}
+
+
+class SchemaTooNew(RuntimeError):
+    """The warehouse was written by a newer Dumpscope than this one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    summary: str
+    statements: tuple[str, ...]
+
+
+def _create_core(name: str) -> str:
+    cols = ",\n    ".join(f"{quote_ident(c)} {t}" for c, (t, _) in CORE_TABLES[name][1].items())
+    return f"CREATE TABLE IF NOT EXISTS {quote_ident(name)} (\n    {cols}\n)"
+
+
+# Ordered; each step takes the warehouse from version-1 to version. Never edit a
+# released step: append a new one and bump SCHEMA_VERSION.
+MIGRATIONS: list[Migration] = [
+    Migration(1, "core tables runs, dumps, metrics, schema_info", tuple(_create_core(t) for t in CORE_TABLES)),
+]
+
+
+def pending_migrations(current: int, migrations: list[Migration] | None = None) -> list[Migration]:
+    """The steps to apply to a warehouse at ``current``; raises ``SchemaTooNew``."""
+    migrations = MIGRATIONS if migrations is None else migrations
+    latest = migrations[-1].version if migrations else 0
+    if current > latest:
+        raise SchemaTooNew(
+            f"warehouse schema version {current} is newer than this Dumpscope supports ({latest}); "
+            "upgrade Dumpscope to open it (or point --warehouse at another file)"
+        )
+    return [m for m in migrations if m.version > current]
+
+
+def duckdb_type(dtype: pl.DataType) -> str:
+    """The DuckDB type a polars column is stored as (enums as VARCHAR)."""
+    if isinstance(dtype, (pl.Enum, pl.Categorical)) or dtype == pl.String:
+        return "VARCHAR"
+    if isinstance(dtype, (pl.List, pl.Array)):
+        return duckdb_type(dtype.inner) + "[]"
+    simple = {
+        pl.Boolean: "BOOLEAN", pl.Int8: "TINYINT", pl.Int16: "SMALLINT", pl.Int32: "INTEGER", pl.Int64: "BIGINT",
+        pl.UInt8: "UTINYINT", pl.UInt16: "USMALLINT", pl.UInt32: "UINTEGER", pl.UInt64: "UBIGINT",
+        pl.Float32: "FLOAT", pl.Float64: "DOUBLE", pl.Date: "DATE", pl.Datetime: "TIMESTAMP",
+    }
+    for pl_type, sql in simple.items():
+        if dtype == pl_type or (pl_type is pl.Datetime and isinstance(dtype, pl.Datetime)):
+            return sql
+    raise TypeError(f"no DuckDB type for polars {dtype!r}")
+
+
+def records_columns(schema: pl.Schema) -> dict[str, str]:
+    """Column -> DuckDB type of a records table: identity columns, then the parser's."""
+    cols = {name: t for name, (t, _) in IDENTITY_COLUMNS.items()}
+    cols.update({name: duckdb_type(dtype) for name, dtype in schema.items()})
+    return cols
+
+
+def records_sync_sql(tables: Mapping[str, pl.Schema], existing: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """DDL bringing the records tables up to the declared ``tables``.
+
+    ``existing``: table -> {column: DuckDB type} as the warehouse has them now.
+    Creates missing tables, adds missing columns; columns the code no longer
+    declares stay (NULL for new rows). A changed type raises: it needs a migration.
+    """
+    out: list[str] = []
+    for table, schema in tables.items():
+        want = records_columns(schema)
+        have = existing.get(table)
+        if have is None:
+            cols = ",\n    ".join(f"{quote_ident(c)} {t}" for c, t in want.items())
+            out.append(f"CREATE TABLE IF NOT EXISTS {quote_ident(table)} (\n    {cols}\n)")
+            continue
+        for col, sql_type in want.items():
+            if col not in have:
+                out.append(f"ALTER TABLE {quote_ident(table)} ADD COLUMN {quote_ident(col)} {sql_type}")
+            elif have[col].upper() != sql_type.upper():
+                raise TypeError(f"{table}.{col} is {have[col]} in the warehouse but declared {sql_type}: add a migration")
+    return out
+
+
+def comments_sql(tables: Mapping[str, pl.Schema], docs: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """COMMENT ON statements for every table, column and view (records docs: '' = the table)."""
+    out: list[str] = []
+    for name, (doc, cols) in CORE_TABLES.items():
+        out.append(f"COMMENT ON TABLE {quote_ident(name)} IS {quote_literal(doc)}")
+        out += [f"COMMENT ON COLUMN {quote_ident(name)}.{quote_ident(c)} IS {quote_literal(d)}" for c, (_, d) in cols.items()]
+    for table, schema in tables.items():
+        tdocs = docs.get(table, {})
+        out.append(f"COMMENT ON TABLE {quote_ident(table)} IS {quote_literal(tdocs.get('', table))}")
+        col_docs = {c: d for c, (_, d) in IDENTITY_COLUMNS.items()} | {c: tdocs.get(c, c) for c in schema.names()}
+        out += [f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(c)} IS {quote_literal(d)}" for c, d in col_docs.items()]
+    known = CORE_TABLES["runs"][1] | CORE_TABLES["metrics"][1]
+    for view, (doc, _) in VIEWS.items():
+        out.append(f"COMMENT ON VIEW {quote_ident(view)} IS {quote_literal(doc)}")
+        out += [f"COMMENT ON COLUMN {quote_ident(view)}.{quote_ident(c)} IS {quote_literal(known[c][1])}" for c in VIEW_COLUMNS[view]]
+    return out
+
+
+def views_sql() -> list[str]:
+    return [f"CREATE OR REPLACE VIEW {quote_ident(v)} AS {body.strip()}" for v, (_, body) in VIEWS.items()]
+
+
+def set_version_sql(version: int) -> str:
+    return f"INSERT OR REPLACE INTO schema_info VALUES ('schema_version', '{int(version)}')"
