@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BUCKET ?= data/sample_bucket
+WAREHOUSE ?= data/warehouse.duckdb
 
 .PHONY: run test bench samples clean
 
@@ -14,7 +15,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	find $(BUCKET) -type f ! -name '*.json' | sort | xargs $(BIN)/dumpscope parse --summary
+	$(BIN)/dumpscope run --bucket $(BUCKET) --warehouse $(WAREHOUSE)
+	$(BIN)/dumpscope sql --warehouse $(WAREHOUSE) "SELECT kind, status, count(*) AS dumps FROM dumps GROUP BY ALL ORDER BY kind"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -171,6 +171,32 @@ def sql(
         Console().print(out)
 
 
+@app.command()
+def run(
+    bucket: Annotated[str, typer.Option(help="Dump bucket: a local path or any fsspec URL (s3://bucket/prefix).")] = "data/sample_bucket",
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+    settle: Annotated[float, typer.Option(help="Seconds a file's size and mtime must stay unchanged before it is taken.")] = 0.0,
+    layout_regex: Annotated[Optional[str], typer.Option(help="Regex with named groups run_id and job, for other bucket layouts.")] = None,
+    marker: Annotated[Optional[str], typer.Option(help="Completion marker file name (e.g. _SUCCESS): a run is taken when it has one.")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Parse processes (default: the cores).")] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another run holding the warehouse lock.")] = False,
+) -> None:
+    """Run the nightly flow once (Prefect ephemeral mode: no server needed)."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.nightly import nightly
+    from flows.warehouse import WarehouseBusy
+
+    try:
+        summary = nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, layout_regex=layout_regex,
+                          marker=marker, workers=workers, wait_for_lock=wait,
+                          state_path=warehouse.with_suffix(".settle.json") if settle else None)
+    except WarehouseBusy as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from None
+    if summary.failed or summary.unreadable:
+        raise typer.Exit(0)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

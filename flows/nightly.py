@@ -1,0 +1,216 @@
+"""The nightly flow: discover → parse (in parallel, to staging) → load (one writer).
+
+Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse``:
+
+- discover lists the bucket, keeps settled objects, and leaves out paths the
+  warehouse already holds with the same size and the current parser version;
+- parse stages each object into Parquet keyed by its content hash, in chunks (a
+  Prefect task costs ~10 ms in threads but ~200 ms in a process pool, so a task
+  per dump would cost more than the parsing); a retried chunk skips what is staged;
+- load is the single writer: one transaction per batch of dumps, published
+  atomically at the end (``flows.warehouse.Warehouse``).
+
+Objects the bucket could not deliver are reported and retried next night; dumps the
+parsers could not read are stored as ``failed`` with their error.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+
+from flows import warehouse as wh
+from flows.bucket import BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
+from flows.staging import StagedResult, stage_object
+from transforms.formats import parser_version
+from transforms.layout import BucketObject, Role, settled
+from transforms.records import DumpKind
+
+DEFAULT_BUCKET = "data/sample_bucket"
+LOAD_BATCH = 200
+
+
+@dataclass
+class Outcome:
+    obj: BucketObject
+    staged: StagedResult | None = None
+    error: str | None = None
+
+
+@dataclass
+class NightSummary:
+    seen: int = 0
+    new: int = 0
+    skipped: int = 0
+    deferred: int = 0
+    parsed: int = 0
+    partial: int = 0
+    failed: int = 0
+    unreadable: int = 0
+    rows_loaded: int = 0
+    failures: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def markdown(self) -> str:
+        lines = ["| | |", "| --- | ---: |"] + [
+            f"| {k} | {v} |" for k, v in asdict(self).items() if k not in ("failures", "seconds")
+        ]
+        lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
+        if self.failures:
+            lines += ["", "Failures:", ""] + [f"- {f}" for f in self.failures]
+        return "\n".join(lines)
+
+
+@task(retries=3, retry_delay_seconds=[1, 5, 20])
+def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Path | None,
+             storage_options: dict | None, layout_regex: str | None, marker: str | None):
+    listing = list_objects(bucket, layout_regex=layout_regex, storage_options=storage_options, marker=marker)
+    fs, _ = connect(bucket, storage_options)
+    runs = read_runs(fs, listing)
+    state = load_settle_state(state_path) if state_path else {}
+    ready, deferred, state = settled(state, listing, time.time(), settle_seconds)
+    if state_path:
+        save_settle_state(state_path, state)
+    known = _loaded_versions(warehouse)
+    new = [o for o in ready if o.role is Role.DUMP and not _up_to_date(known.get(o.path), o.size)]
+    dumps_seen = sum(o.role is Role.DUMP for o in listing)
+    return new, len(deferred), dumps_seen, runs
+
+
+def _loaded_versions(warehouse: Path) -> dict[str, tuple[int, str | None, int | None]]:
+    if not Path(warehouse).exists():
+        return {}
+    with wh.connect_readonly(warehouse) as con:
+        rows = con.execute("SELECT path, size_bytes, kind, parser_version FROM dumps").fetchall()
+    return {p: (size, kind, version) for p, size, kind, version in rows}
+
+
+def _up_to_date(loaded: tuple[int, str | None, int | None] | None, size: int) -> bool:
+    if loaded is None:
+        return False
+    size_then, kind, version = loaded
+    current = parser_version(DumpKind(kind)) if kind else None
+    return size_then == size and version == current
+
+
+@task(retries=2, retry_delay_seconds=[2, 10])
+def parse_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
+                workers: int) -> list[Outcome]:
+    # Parsing is CPU-bound Python: the chunk runs in a worker process (no Prefect there),
+    # while the Prefect task itself stays a cheap thread.
+    return _process_pool(workers).submit(stage_chunk, bucket, storage_options, chunk, staging_dir).result()
+
+
+def stage_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path) -> list[Outcome]:
+    fs, _ = connect(bucket, storage_options)
+    out = []
+    for obj in chunk:
+        try:
+            out.append(Outcome(obj, stage_object(fs, obj, staging_dir)))
+        except BucketReadError as exc:  # retried next night: nothing is stored for it
+            out.append(Outcome(obj, error=str(exc)))
+    return out
+
+
+_POOL: ProcessPoolExecutor | None = None
+
+
+def _process_pool(workers: int) -> ProcessPoolExecutor:
+    global _POOL
+    if _POOL is None:  # spawn, not fork: the flow process runs Prefect's threads
+        _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    return _POOL
+
+
+@task
+def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool) -> int:
+    staged = [o for o in outcomes if o.staged is not None]
+    rows = 0
+    with wh.Warehouse(warehouse, wait=wait) as con:
+        wh.upsert_runs(con, [_run_row(info) for info in runs.values()])
+        seen: set[str] = set()
+        for start in range(0, len(staged), LOAD_BATCH):
+            batch = []
+            for o in staged[start : start + LOAD_BATCH]:
+                first = o.staged.sha256 not in seen and wh.needs_parse(
+                    con, o.staged.sha256, o.staged.summary["kind"], o.staged.summary["parser_version"])
+                seen.add(o.staged.sha256)
+                batch.append(_staged_dump(o, with_records=first))
+            rows += sum(wh.load_dumps(con, batch).values())
+    return rows
+
+
+def _run_row(info) -> dict:
+    return {"run_id": info.run_id, "started_at": info.started_at, "commit": info.commit,
+            "tags": list(info.tags or []), "extra": info.extra or {}}
+
+
+def _staged_dump(o: Outcome, *, with_records: bool) -> wh.StagedDump:
+    s, obj = o.staged.summary, o.obj
+    fields = {"path": obj.path, "run_id": obj.run_id, "job": obj.job or "", "size_bytes": obj.size,
+              "dump_id": o.staged.sha256, "kind": s["kind"], "stage": s["stage"], "program": s["program"],
+              "status": s["status"], "error": "\n".join(s["errors"]) or None, "parser_version": s["parser_version"]}
+    if not with_records:  # content already loaded (another path): its records and metrics are reused
+        return wh.StagedDump(**fields)
+    return wh.StagedDump(**fields, metrics=s["metrics"], tables={t: [p] for t, p in o.staged.tables.items()})
+
+
+@flow(name="nightly--bucket--duckdb", log_prints=True)
+def nightly(
+    bucket: str = DEFAULT_BUCKET,
+    warehouse: Path = wh.DEFAULT_PATH,
+    staging_dir: Path | None = None,
+    settle_seconds: float = 0.0,
+    state_path: Path | None = None,
+    storage_options: dict | None = None,
+    layout_regex: str | None = None,
+    marker: str | None = None,
+    wait_for_lock: bool = False,
+    workers: int | None = None,
+) -> NightSummary:
+    summary, t0 = NightSummary(), time.perf_counter()
+    staging_dir = Path(staging_dir or Path(warehouse).with_suffix(".staging"))
+    new, summary.deferred, summary.seen, runs = discover(
+        bucket, warehouse, settle_seconds, state_path, storage_options, layout_regex, marker)
+    summary.new, summary.skipped = len(new), summary.seen - len(new) - summary.deferred
+    summary.seconds["discover"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    workers = workers or os.cpu_count() or 2
+    chunks = _chunks(new, 4 * workers)
+    futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers) for c in chunks]
+    outcomes = [o for f in futures for o in f.result()]
+    summary.seconds["parse"] = time.perf_counter() - t1
+    for o in outcomes:
+        if o.staged is None:
+            summary.unreadable += 1
+            summary.failures.append(f"{o.obj.path}: {o.error}")
+            continue
+        status = o.staged.summary["status"]
+        summary.parsed += status != "failed"
+        summary.partial += status == "partial"
+        summary.failed += status == "failed"
+        if status != "ok":
+            summary.failures += o.staged.summary["errors"][:3]
+
+    t2 = time.perf_counter()
+    summary.rows_loaded = load(warehouse, outcomes, runs, wait_for_lock) if outcomes or runs else 0
+    summary.seconds["load"] = time.perf_counter() - t2
+    summary.seconds["total"] = time.perf_counter() - t0
+    create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")
+    print(summary.markdown())
+    return summary
+
+
+def _chunks(items: list, n: int) -> list[list]:
+    if not items:
+        return []
+    size = max(1, -(-len(items) // n))
+    return [items[i : i + size] for i in range(0, len(items), size)]

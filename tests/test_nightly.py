@@ -1,0 +1,65 @@
+"""The nightly flow end to end on temporary buckets, under one Prefect test harness."""
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from flows import warehouse as wh
+
+SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
+
+
+@pytest.fixture(scope="module")
+def prefect(tmp_path_factory):
+    import os
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield
+
+
+def _run(bucket: Path, warehouse: Path):
+    from flows.nightly import nightly
+
+    return nightly(bucket=str(bucket), warehouse=warehouse, workers=2)
+
+
+def _counts(warehouse: Path) -> dict[str, int]:
+    with wh.connect_readonly(warehouse) as con:
+        return wh.table_counts(con)
+
+
+def test_ingest_rerun_add_run_and_a_corrupt_file(prefect, tmp_path):
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
+    shutil.copytree(SAMPLE / "2026-11-17", bucket / "2026-11-17")
+    shutil.copytree(SAMPLE / "2026-11-18", bucket / "2026-11-18")
+
+    first = _run(bucket, warehouse)
+    assert (first.seen, first.new, first.parsed, first.failed, first.unreadable) == (88, 88, 88, 0, 0)
+    counts = _counts(warehouse)
+    assert counts["dumps"] == 88 and counts["runs"] == 2 and counts["hlo_instructions"] > 0
+    with wh.connect_readonly(warehouse) as con:
+        assert con.execute("SELECT count(*) FROM dumps WHERE kind IS NULL OR status IS NULL").fetchall() == [(0,)]
+
+    again = _run(bucket, warehouse)  # re-running the night changes nothing
+    assert (again.new, again.skipped, again.rows_loaded) == (0, 88, 0)
+    assert _counts(warehouse) == counts
+
+    shutil.copytree(SAMPLE / "2026-11-19", bucket / "2026-11-19")
+    hlo = next((bucket / "2026-11-19" / "jax-jit").glob("*.cpu_after_optimizations.txt.gz"))
+    hlo.write_bytes(gzip.compress(b"HloModule broken\n\nENTRY %main {\n  %p = f32[] parameter(0)\n")[:-4])
+    (bucket / "2026-11-19" / "jax-jit" / "junk.txt.gz").write_bytes(b"\x1f\x8b" + b"\x00" * 40)
+    third = _run(bucket, warehouse)
+    assert third.new == 45 and third.skipped == 88
+    with wh.connect_readonly(warehouse) as con:
+        status = dict(con.execute("SELECT path, status FROM dumps WHERE run_id = '2026-11-19'").fetchall())
+        errors = dict(con.execute("SELECT path, error FROM dumps WHERE status <> 'ok'").fetchall())
+    rel = hlo.relative_to(bucket).as_posix()
+    assert status[rel] == "partial" and rel in errors[rel]
+    assert sum(s == "ok" for s in status.values()) == 43
+    assert _counts(warehouse)["runs"] == 3
