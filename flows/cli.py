@@ -197,6 +197,51 @@ def run(
         raise typer.Exit(0)
 
 
+@app.command()
+def watch(
+    bucket: Annotated[str, typer.Option(help="Dump bucket: a local path or any fsspec URL.")] = "data/sample_bucket",
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+    interval: Annotated[float, typer.Option(help="Seconds between two looks at the bucket.")] = 60.0,
+    settle: Annotated[float, typer.Option(help="Seconds a file must stay unchanged before it is taken.")] = 30.0,
+    marker: Annotated[Optional[str], typer.Option(help="Completion marker file name.")] = None,
+    iterations: Annotated[int, typer.Option(help="Stop after this many looks (0: never).")] = 0,
+) -> None:
+    """Keep polling the bucket; ingest new files once they have settled."""
+    import time
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.nightly import nightly
+
+    done = 0
+    while True:
+        started = time.monotonic()
+        nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, marker=marker, wait_for_lock=True,
+                state_path=warehouse.with_suffix(".settle.json"))
+        done += 1
+        if iterations and done >= iterations:
+            return
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
+@app.command()
+def serve(
+    cron: Annotated[str, typer.Option(help="When the nightly runs (cron syntax, the server's time zone).")] = "0 2 * * *",
+    bucket: Annotated[str, typer.Option(help="Dump bucket: a local path or any fsspec URL.")] = "data/sample_bucket",
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+    settle: Annotated[float, typer.Option(help="Seconds a file must stay unchanged before it is taken.")] = 300.0,
+) -> None:
+    """Register the nightly as a scheduled deployment and serve it (needs a Prefect server)."""
+    if not os.environ.get("PREFECT_API_URL"):
+        typer.echo("error: scheduled runs need a Prefect server: start one with `prefect server start` "
+                   "and set PREFECT_API_URL=http://127.0.0.1:4200/api (see README)", err=True)
+        raise typer.Exit(2)
+    from flows.nightly import nightly
+
+    nightly.serve(name="dumpscope-nightly", cron=cron, parameters={
+        "bucket": bucket, "warehouse": str(warehouse.resolve()), "settle_seconds": settle,
+        "state_path": str(warehouse.resolve().with_suffix(".settle.json")), "wait_for_lock": True})
+
+
 def main() -> None:  # pragma: no cover
     app()
 

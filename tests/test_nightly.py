@@ -63,3 +63,62 @@ def test_ingest_rerun_add_run_and_a_corrupt_file(prefect, tmp_path):
     assert status[rel] == "partial" and rel in errors[rel]
     assert sum(s == "ok" for s in status.values()) == 43
     assert _counts(warehouse)["runs"] == 3
+
+
+def _one_night(tmp_path: Path) -> tuple[Path, Path]:
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
+    shutil.copytree(SAMPLE / "2026-11-20" / "jax-pmap", bucket / "2026-11-20" / "jax-pmap")
+    return bucket, warehouse
+
+
+def test_a_growing_file_is_deferred_then_taken(prefect, tmp_path):
+    import time
+
+    from flows.nightly import nightly
+
+    bucket, warehouse = _one_night(tmp_path)
+    growing = bucket / "2026-11-20" / "jax-pmap" / "notes.txt"
+    growing.write_text("first line\n")
+    kwargs = dict(bucket=str(bucket), warehouse=warehouse, workers=1, settle_seconds=0.5, state_path=tmp_path / "settle.json")
+    first = nightly(**kwargs)  # first sight: nothing has been seen stable yet
+    assert (first.new, first.deferred) == (0, 10)
+    time.sleep(0.6)
+    with growing.open("a") as f:
+        f.write("still writing\n")
+    second = nightly(**kwargs)
+    assert (second.new, second.deferred) == (9, 1)
+    time.sleep(0.6)
+    third = nightly(**kwargs)
+    assert (third.new, third.deferred, third.skipped) == (1, 0, 9)
+    with wh.connect_readonly(warehouse) as con:
+        assert con.execute("SELECT size_bytes FROM dumps WHERE path LIKE '%notes.txt'").fetchall() == [(25,)]
+
+
+def test_a_crash_between_parse_and_load_loses_nothing_and_duplicates_nothing(prefect, tmp_path, monkeypatch):
+    bucket, warehouse = _one_night(tmp_path)
+    clean_bucket, clean_wh = _one_night(tmp_path / "clean")
+    _run(clean_bucket, clean_wh)
+
+    calls = []
+    real_load = wh.load_dumps
+
+    def crash_after_first_batch(con, batch):
+        calls.append(len(batch))
+        real_load(con, batch)
+        raise KeyboardInterrupt("killed during load")
+
+    monkeypatch.setattr(wh, "load_dumps", crash_after_first_batch)
+    with pytest.raises(BaseException):
+        _run(bucket, warehouse)
+    assert calls and not warehouse.exists()  # nothing published: the next run starts from scratch
+    monkeypatch.setattr(wh, "load_dumps", real_load)
+    _run(bucket, warehouse)
+    assert _counts(warehouse) == _counts(clean_wh)
+
+
+def test_a_second_writer_is_told_the_warehouse_is_busy(prefect, tmp_path):
+    bucket, warehouse = _one_night(tmp_path)
+    _run(bucket, warehouse)
+    with wh.Warehouse(warehouse):
+        with pytest.raises(wh.WarehouseBusy, match="pid"):
+            _run(bucket, warehouse)
