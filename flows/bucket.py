@@ -2,7 +2,12 @@
 
 Any fsspec URL works: a local path, ``file://``, ``memory://``, ``s3://bucket/prefix``
 (s3fs is loaded by fsspec when the scheme is used; endpoint, credentials and region
-come from ``storage_options`` or the usual AWS environment variables). Where objects
+come from ``storage_options`` — e.g. ``{"key": ..., "secret": ...,
+"client_kwargs": {"endpoint_url": ..., "region_name": ...}}`` — or the usual AWS
+environment variables and config files, which botocore reads itself:
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``,
+``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``). S3 objects' ``LastModified`` and
+``size`` are their mtime and size. Where objects
 belong is decided by ``transforms.layout``.
 
 Raises ``BucketReadError(path, reason)`` for I/O failures (missing bucket, object
@@ -32,6 +37,7 @@ __all__ = [
     "list_objects",
     "load_settle_state",
     "open_object",
+    "parse_storage_options",
     "read_runs",
     "save_settle_state",
 ]
@@ -49,6 +55,34 @@ def connect(bucket_url: str, storage_options: dict[str, Any] | None = None) -> t
     """The filesystem and root path (as the fs spells it) of ``bucket_url``."""
     fs, root = url_to_fs(str(bucket_url), **(storage_options or {}))
     return fs, root.rstrip("/")
+
+
+def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
+    """``["key=value", "client_kwargs.endpoint_url=http://..."]`` as a (nested) dict.
+
+    Dotted keys nest (``a.b=1`` gives ``{"a": {"b": 1}}``). A value that reads as JSON
+    (``true``, ``false``, ``null``, a number, an object) is decoded, so ``anon=true`` is a
+    bool; anything else stays a string. Raises ``ValueError`` on a pair without ``=``.
+    """
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"storage option {pair!r}: expected KEY=VALUE")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        *parents, leaf = key.split(".")
+        node = options
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"storage option {pair!r}: {part!r} is already a value")
+            node = child
+        node[leaf] = value
+    return options
 
 
 def _mtime(info: dict[str, Any]) -> float:
@@ -80,6 +114,7 @@ def list_objects(
     """
     fs, root = connect(bucket_url, storage_options)
     try:
+        fs.invalidate_cache(root)  # fsspec caches fs instances and (s3, gcs...) their listings: look again
         found = fs.find(root, detail=True)
     except (OSError, PermissionError) as exc:
         raise BucketReadError(bucket_url, f"cannot list: {exc}") from exc

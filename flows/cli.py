@@ -180,16 +180,32 @@ def run(
     marker: Annotated[Optional[str], typer.Option(help="Completion marker file name (e.g. _SUCCESS): a run is taken when it has one.")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Parse processes (default: the cores).")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another run holding the warehouse lock.")] = False,
+    storage_option: Annotated[Optional[list[str]], typer.Option(
+        "--storage-option", metavar="KEY=VALUE",
+        help="fsspec storage option for the bucket (repeatable); dotted keys nest, e.g. "
+        "client_kwargs.endpoint_url=http://127.0.0.1:9000. Without them s3:// uses the usual AWS_* "
+        "environment variables (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...).")] = None,
+    dask_address: Annotated[Optional[str], typer.Option(
+        help="Run the parse tasks on this existing Dask cluster (tcp://HOST:PORT); its workers must "
+        "reach the bucket, the staging dir next to the warehouse, and the Prefect API.")] = None,
 ) -> None:
     """Run the nightly flow once (Prefect ephemeral mode: no server needed)."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.nightly import nightly
+    from flows.bucket import parse_storage_options
+
+    try:
+        storage_options = parse_storage_options(storage_option or []) or None
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    from flows.nightly import run_nightly
     from flows.warehouse import WarehouseBusy
 
     try:
-        summary = nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, layout_regex=layout_regex,
-                          marker=marker, workers=workers, wait_for_lock=wait,
-                          state_path=warehouse.with_suffix(".settle.json") if settle else None)
+        summary = run_nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, layout_regex=layout_regex,
+                              marker=marker, workers=workers, wait_for_lock=wait, storage_options=storage_options,
+                              dask_address=dask_address,
+                              state_path=warehouse.with_suffix(".settle.json") if settle else None)
     except WarehouseBusy as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from None

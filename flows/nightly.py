@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -102,9 +103,12 @@ def _up_to_date(loaded: tuple[int, str | None, int | None] | None, size: int) ->
 
 @task(retries=2, retry_delay_seconds=[2, 10])
 def parse_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
-                workers: int) -> list[Outcome]:
-    # Parsing is CPU-bound Python: the chunk runs in a worker process (no Prefect there),
-    # while the Prefect task itself stays a cheap thread.
+                workers: int, in_process: bool = False) -> list[Outcome]:
+    # Parsing is CPU-bound Python: by default the chunk runs in a worker process (no
+    # Prefect there), while the Prefect task itself stays a cheap thread. On Dask the
+    # task already runs in a worker process of the cluster: it parses right there.
+    if in_process:
+        return stage_chunk(bucket, storage_options, chunk, staging_dir)
     return _process_pool(workers).submit(stage_chunk, bucket, storage_options, chunk, staging_dir).result()
 
 
@@ -174,9 +178,16 @@ def nightly(
     marker: str | None = None,
     wait_for_lock: bool = False,
     workers: int | None = None,
+    dask_address: str | None = None,
 ) -> NightSummary:
+    """One night. ``dask_address`` is set by ``run_nightly``, which gives the flow a
+    ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers."""
     summary, t0 = NightSummary(), time.perf_counter()
-    staging_dir = Path(staging_dir or Path(warehouse).with_suffix(".staging"))
+    on_dask = _on_dask()
+    if dask_address and not on_dask:
+        raise ValueError("dask_address needs the Dask task runner: call run_nightly(..., dask_address=...)")
+    # Absolute: Dask workers do not share the flow's working directory.
+    staging_dir = Path(staging_dir or Path(warehouse).with_suffix(".staging")).resolve()
     new, summary.deferred, summary.seen, runs = discover(
         bucket, warehouse, settle_seconds, state_path, storage_options, layout_regex, marker)
     summary.new, summary.skipped = len(new), summary.seen - len(new) - summary.deferred
@@ -185,7 +196,7 @@ def nightly(
     t1 = time.perf_counter()
     workers = workers or os.cpu_count() or 2
     chunks = _chunks(new, 4 * workers)
-    futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers) for c in chunks]
+    futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask) for c in chunks]
     outcomes = [o for f in futures for o in f.result()]
     summary.seconds["parse"] = time.perf_counter() - t1
     for o in outcomes:
@@ -214,3 +225,39 @@ def _chunks(items: list, n: int) -> list[list]:
         return []
     size = max(1, -(-len(items) // n))
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _on_dask() -> bool:
+    """Whether this flow run's task runner is prefect-dask's ``DaskTaskRunner``."""
+    from prefect.context import FlowRunContext
+
+    dask = sys.modules.get("prefect_dask")  # never imported: not on Dask (and distributed stays unloaded)
+    ctx = FlowRunContext.get()
+    return bool(dask and ctx and isinstance(ctx.task_runner, dask.DaskTaskRunner))
+
+
+def run_nightly(*, dask_address: str | None = None, **kwargs) -> NightSummary:
+    """``nightly(**kwargs)``; with ``dask_address`` (``tcp://HOST:PORT`` of a running Dask
+    scheduler) the parse tasks run on that cluster through prefect-dask's ``DaskTaskRunner``.
+
+    The workers must reach the bucket, the staging directory (next to the warehouse
+    unless ``staging_dir`` says otherwise) and the Prefect API the flow reports to.
+    """
+    if not dask_address:
+        return nightly(**kwargs)
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect_dask import DaskTaskRunner
+
+    on_dask = nightly.with_options(task_runner=DaskTaskRunner(address=dask_address))
+    if PREFECT_API_URL.value():
+        return on_dask(dask_address=dask_address, **kwargs)
+    # Ephemeral mode: start the temporary API server here and hand its URL to the tasks,
+    # else every Dask worker starts a temporary server of its own (~10 s each, and the
+    # task runs land in the workers' databases). It listens on 127.0.0.1 only: workers on
+    # other machines need a real server (PREFECT_API_URL).
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    server.start()
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        return on_dask(dask_address=dask_address, **kwargs)
