@@ -79,15 +79,15 @@ def test_a_growing_file_is_deferred_then_taken(prefect, tmp_path):
     bucket, warehouse = _one_night(tmp_path)
     growing = bucket / "2026-11-20" / "jax-pmap" / "notes.txt"
     growing.write_text("first line\n")
-    kwargs = dict(bucket=str(bucket), warehouse=warehouse, workers=1, settle_seconds=0.5, state_path=tmp_path / "settle.json")
-    first = nightly(**kwargs)  # first sight: nothing has been seen stable yet
-    assert (first.new, first.deferred) == (0, 10)
+    kwargs = dict(bucket=str(bucket), warehouse=warehouse, workers=1, settle_seconds=1.0, state_path=tmp_path / "settle.json")
+    first = nightly(**kwargs)  # the copied dumps are old enough; the new file is not
+    assert (first.new, first.deferred) == (9, 1)
     time.sleep(0.6)
     with growing.open("a") as f:
         f.write("still writing\n")
-    second = nightly(**kwargs)
-    assert (second.new, second.deferred) == (9, 1)
-    time.sleep(0.6)
+    second = nightly(**kwargs)  # it changed since: still deferred
+    assert (second.new, second.deferred, second.skipped) == (0, 1, 9)
+    time.sleep(1.1)
     third = nightly(**kwargs)
     assert (third.new, third.deferred, third.skipped) == (1, 0, 9)
     with wh.connect_readonly(warehouse) as con:
@@ -119,6 +119,7 @@ def test_a_crash_between_parse_and_load_loses_nothing_and_duplicates_nothing(pre
 def test_a_second_writer_is_told_the_warehouse_is_busy(prefect, tmp_path):
     bucket, warehouse = _one_night(tmp_path)
     _run(bucket, warehouse)
+    (bucket / "2026-11-20" / "jax-pmap" / "late.txt").write_text("arrived later\n")
     with wh.Warehouse(warehouse):
         with pytest.raises(wh.WarehouseBusy, match="pid"):
             _run(bucket, warehouse)
