@@ -29,6 +29,13 @@ def _main() -> None:
     """Dumpscope: what got worse last night, in which program, and why."""
 
 
+def _prefect_defaults() -> None:
+    # No network here for Prefect's telemetry; a first start (new database) on a busy
+    # machine can take longer than Prefect's default 20 s ephemeral start-up limit.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+
+
 def _number(value: float) -> float | int:
     return int(value) if float(value).is_integer() else value
 
@@ -190,7 +197,7 @@ def run(
         "reach the bucket, the staging dir next to the warehouse, and the Prefect API.")] = None,
 ) -> None:
     """Run the nightly flow once (Prefect ephemeral mode: no server needed)."""
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    _prefect_defaults()
     from flows.bucket import parse_storage_options
 
     try:
@@ -225,7 +232,7 @@ def watch(
     """Keep polling the bucket; ingest new files once they have settled."""
     import time
 
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    _prefect_defaults()
     from flows.nightly import nightly
 
     done = 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -129,13 +130,15 @@ def stage_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObj
 
 
 _POOL: ProcessPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
 
 
 def _process_pool(workers: int) -> ProcessPoolExecutor:
     global _POOL
-    if _POOL is None:  # spawn, not fork: the flow process runs Prefect's threads
-        _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-    return _POOL
+    with _POOL_LOCK:  # parse_chunk tasks run in threads: create the pool once, not once per thread
+        if _POOL is None:  # spawn, not fork: the flow process runs Prefect's threads
+            _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        return _POOL
 
 
 @task

@@ -19,7 +19,7 @@ import fcntl
 import os
 import shutil
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
