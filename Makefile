@@ -6,13 +6,19 @@ STAMP  := $(VENV)/.installed
 BUCKET ?= data/sample_bucket
 WAREHOUSE ?= data/warehouse.duckdb
 
-.PHONY: run test bench samples clean
+.PHONY: run test bench samples clean lock
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package to the versions the suite passed with: installs are
+# reproducible, and pip does not spend many minutes backtracking through boto versions.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+
+# After changing dependencies in pyproject.toml and passing `make test`: pin what was tested.
+lock: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt
 
 run: $(STAMP)
 	$(BIN)/dumpscope run --bucket $(BUCKET) --warehouse $(WAREHOUSE)
