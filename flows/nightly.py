@@ -27,6 +27,7 @@ from pathlib import Path
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
+from prefect.futures import as_completed
 
 from flows import warehouse as wh
 from flows.bucket import BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
@@ -205,7 +206,7 @@ def nightly(
     workers = workers or os.cpu_count() or 2
     chunks = _chunks(new, 4 * workers)
     futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask) for c in chunks]
-    outcomes = [o for f in futures for o in f.result()]
+    outcomes = [o for chunk in _with_progress(futures, total=len(new)) for o in chunk]
     summary.seconds["parse"] = time.perf_counter() - t1
     for o in outcomes:
         if o.staged is None:
@@ -227,6 +228,22 @@ def nightly(
     create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")
     print(summary.markdown())
     return summary
+
+
+def _with_progress(futures: list, total: int):
+    """Chunk results as they finish, with a progress bar of dumps when a person is watching."""
+    if not sys.stderr.isatty():
+        yield from (f.result() for f in as_completed(futures))
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("parsing dumps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=True) as progress:
+        bar = progress.add_task("parse", total=total)
+        for f in as_completed(futures):
+            chunk = f.result()
+            progress.advance(bar, len(chunk))
+            yield chunk
 
 
 def _chunks(items: list, n: int) -> list[list]:
