@@ -11,18 +11,6 @@ from flows import warehouse as wh
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
 
 
-@pytest.fixture(scope="module")
-def prefect(tmp_path_factory):
-    import os
-
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness():
-        yield
-
-
 def _run(bucket: Path, warehouse: Path):
     from flows.nightly import nightly
 

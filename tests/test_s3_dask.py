@@ -4,7 +4,6 @@ Both ingest the sample night 2026-11-20 and must leave the same warehouse counts
 ingesting the local copy.
 """
 
-import os
 import shutil
 import time
 from pathlib import Path
@@ -17,16 +16,6 @@ from flows.bucket import connect, list_objects, parse_storage_options
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
 NIGHT = "2026-11-20"
-
-
-@pytest.fixture(scope="module")
-def prefect(tmp_path_factory):
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness():
-        yield
 
 
 @pytest.fixture(scope="module")
