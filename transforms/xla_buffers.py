@@ -426,11 +426,4 @@ class _Dump:
 
 
 def parse(lines: Iterable[str]) -> ParserOutput:
-    dump = _Dump()
-    reader = live.Lines(lines, _START, "an XLA buffer assignment, values or live-range listing")
-    for lineno, line in reader:
-        if (batch := dump.line(lineno, line)) is not None:
-            yield batch
-    dump.summary.truncated = reader.cut
-    yield from dump.finish(reader.lineno)
-    yield dump.summary
+    return live.drive(_Dump(), live.Lines(lines, _START, "an XLA buffer assignment, values or live-range listing"))

@@ -31,7 +31,7 @@ from typing import Iterable, Iterator
 
 import polars as pl
 
-from transforms.records import ParseError, RowBuffer, TableBatch
+from transforms.records import DumpSummary, ParseError, RowBuffer, TableBatch
 
 _MAX = re.compile(r"^HloLiveRange \(max (\d{1,9})\):$")
 _SEQ = re.compile(r"^ {4}(\d{1,9}):(\S+)$")
@@ -186,6 +186,17 @@ class LiveRangeReader:
         if self.breakdown_bytes is not None and self.breakdown_bytes != self.peak_bytes:
             msgs.append(f"peak values add up to {self.peak_bytes} bytes, breakdown says {self.breakdown_bytes}")
         return cut, msgs
+
+
+def drive(state, reader: "Lines") -> Iterator[TableBatch | DumpSummary]:
+    """The loop both XLA side-file parsers share: feed ``state.line`` each line the
+    reader gives, then its ``finish`` batches and its summary (truncated if cut)."""
+    for lineno, line in reader:
+        if (batch := state.line(lineno, line)) is not None:
+            yield batch
+    state.summary.truncated = reader.cut
+    yield from state.finish(reader.lineno)
+    yield state.summary
 
 
 class Lines:

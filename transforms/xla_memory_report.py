@@ -44,7 +44,7 @@ from typing import Iterable
 import polars as pl
 
 from transforms.records import DumpKind, DumpSummary, ParserOutput, RowBuffer, TableBatch, line_error
-from transforms.xla_live_ranges import Lines
+from transforms.xla_live_ranges import Lines, drive
 
 PARSER_VERSION = 1
 
@@ -232,11 +232,4 @@ class _Report:
 
 
 def parse(lines: Iterable[str]) -> ParserOutput:
-    report = _Report()
-    reader = Lines(lines, _START, "an XLA memory usage report")
-    for lineno, line in reader:
-        if (batch := report.line(lineno, line)) is not None:
-            yield batch
-    report.summary.truncated = reader.cut
-    yield from report.finish(reader.lineno)
-    yield report.summary
+    return drive(_Report(), Lines(lines, _START, "an XLA memory usage report"))
