@@ -1,0 +1,172 @@
+"""Regression rules: which way each metric gets worse, and by how much it may.
+
+Compiler metrics are deterministic: the same program compiled by the same compiler
+gives the same figures, so *any* change is reported as a change. A change in the
+metric's worse direction past its threshold is a regression. A few metrics carry run
+to run noise (ONNX verification differences): changes within their ``noise`` are no
+change at all, and they regress only past a ``limit`` that means something.
+
+Rules are matched on the metric name (shell-style patterns; the first match wins),
+user rules from the settings file before the defaults below. A user rule may name
+series (a pattern on the series id) to apply only there.
+
+Settings file (TOML, ``dumpscope.toml``)::
+
+    baseline_runs = 7                 # the baseline: median of the previous N runs
+
+    [series]                          # program (whole-name regex) -> series name
+    "SyncTensorsGraph\\\\.\\\\d+" = "train_step"
+
+    [[rule]]
+    metric = "memory.*"               # required: a pattern on metric names
+    series = "jax-pmap/*"             # optional: a pattern on series ids
+    rel = 0.10                        # optional: worse by more than 10 % of the baseline
+    abs = 0                           # optional: worse by more than this amount (0: any)
+    direction = "up"                  # optional: up (more is worse), down, none
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable
+
+import polars as pl
+
+UP, DOWN, NEUTRAL = 1, -1, 0
+_DIRECTIONS = {"up": UP, "down": DOWN, "none": NEUTRAL}
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    metric: str
+    direction: int | None = NEUTRAL  # None (user rules): the default rule's direction
+    rel: float | None = None  # regression when worse by more than rel × |baseline|
+    abs: float | None = None  # ... or by more than abs (0: any worse change)
+    noise: float = 0.0  # |change| <= noise is no change (noisy float metrics only)
+    limit: float | None = None  # noisy metrics regress only when the value passes this
+    series: str = "*"
+
+    def describe(self) -> str:
+        parts = []
+        if self.rel is not None:
+            parts.append(f"> {self.rel:.0%}" if self.rel else "any")
+        if self.abs is not None:
+            parts.append(f"> {self.abs:g}" if self.abs else "any")
+        if self.limit is not None:
+            parts.append(f"past {self.limit:g}")
+        way = {UP: "increase", DOWN: "decrease", NEUTRAL: "change"}[self.direction]
+        return f"{' or '.join(parts) or 'no'} {way}" if self.direction else "reported, never a regression"
+
+
+# Defaults: memory bytes +2 %, kernel launches +2 %, any new fallback
+# kernel, any ONNX step turning ❌, any drop of fusions. First match wins.
+DEFAULT_RULES: tuple[Rule, ...] = (
+    Rule("memory.*_bytes", UP, rel=0.02),  # counts (allocations, values) only change
+    Rule("kernel.launches", UP, rel=0.02),
+    Rule("kernel.fallback*", UP, abs=0),
+    Rule("kernel.custom_call*", UP, rel=0.02),
+    Rule("kernel.collective*", UP, rel=0.02),
+    Rule("fusion.count", DOWN, abs=0),
+    Rule("fusion.count.*", DOWN, abs=0),
+    Rule("fusion.fused_nodes", DOWN, abs=0),
+    Rule("onnx.step.*", DOWN, abs=0),
+    Rule("onnx.errors", UP, abs=0),
+    # Verification differences move by ~1e-7 between identical exports: a change is
+    # one past 1e-6, a regression a max abs difference past 1e-3 (the accuracy step
+    # turning ❌ is caught by onnx.step.accuracy).
+    Rule("onnx.max_abs_diff", UP, abs=0, noise=1e-6, limit=1e-3),
+    Rule("onnx.max_rel_diff", NEUTRAL, noise=1e-3),
+)
+FALLBACK_RULE = Rule("*", NEUTRAL)
+
+# Counts the parsers leave out when they are zero (docs/metrics.md: a breakdown such
+# as kernel.fallback.<op> exists only for ops that occur). In a run where the series
+# was seen, such a metric it had in other runs is 0, so a first fallback kernel is a
+# regression (0 → 1), not a "new metric", and a fusion kind that disappears is a drop.
+# Other absent metrics stay absent: memory figures a dump cannot tell, skipped ONNX steps.
+ZERO_WHEN_ABSENT = r"^(?:kernel|fusion|inductor)\.|^onnx\.errors$"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    baseline_runs: int = 7
+    series_patterns: dict[str, str] = field(default_factory=dict)
+    rules: tuple[Rule, ...] = ()  # user rules, tried before DEFAULT_RULES
+
+    def rule_for(self, series: str, metric: str) -> Rule:
+        for rule in self.rules:
+            if fnmatch.fnmatchcase(metric, rule.metric) and fnmatch.fnmatchcase(series, rule.series):
+                return _complete(rule, metric)
+        return _default_rule(metric)
+
+
+def _default_rule(metric: str) -> Rule:
+    for rule in DEFAULT_RULES:
+        if fnmatch.fnmatchcase(metric, rule.metric):
+            return rule
+    return FALLBACK_RULE
+
+
+def _complete(user: Rule, metric: str) -> Rule:
+    """A user rule that leaves the direction out keeps the default's (and its noise)."""
+    if user.direction is not None:
+        return user
+    base = _default_rule(metric)
+    return replace(user, direction=base.direction, noise=user.noise or base.noise,
+                   limit=base.limit if user.limit is None else user.limit)
+
+
+def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
+    """Settings from the TOML text; errors name ``source`` and the bad entry."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{source}: {e}") from None
+    unknown = set(data) - {"baseline_runs", "series", "rule"}
+    if unknown:
+        raise ValueError(f"{source}: unknown setting(s) {', '.join(sorted(unknown))}")
+    n = data.get("baseline_runs", 7)
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"{source}: baseline_runs must be a positive integer, not {n!r}")
+    series = data.get("series", {})
+    if not isinstance(series, dict) or not all(isinstance(v, str) for v in series.values()):
+        raise ValueError(f"{source}: [series] maps program regexes to names (strings)")
+    return Settings(baseline_runs=n, series_patterns=dict(series),
+                    rules=tuple(_rule(entry, source, i) for i, entry in enumerate(data.get("rule", []), 1)))
+
+
+def _rule(entry: Any, source: str, i: int) -> Rule:
+    where = f"{source}: [[rule]] #{i}"
+    if not isinstance(entry, dict) or not isinstance(entry.get("metric"), str):
+        raise ValueError(f"{where}: needs metric = \"<pattern>\"")
+    unknown = set(entry) - {"metric", "series", "rel", "abs", "direction", "noise", "limit"}
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    direction = entry.get("direction")
+    if direction is not None and direction not in _DIRECTIONS:
+        raise ValueError(f"{where}: direction must be up, down or none, not {direction!r}")
+    numbers = {}
+    for key in ("rel", "abs", "noise", "limit"):
+        if key in entry:
+            if not isinstance(entry[key], (int, float)) or entry[key] < 0:
+                raise ValueError(f"{where}: {key} must be a number >= 0")
+            numbers[key] = float(entry[key])
+    return Rule(metric=entry["metric"], series=str(entry.get("series", "*")),
+                direction=_DIRECTIONS[direction] if direction else None, **numbers)
+
+
+RULE_SCHEMA = pl.Schema({
+    "series": pl.String, "metric": pl.String, "direction": pl.Int8, "rel": pl.Float64,
+    "abs": pl.Float64, "noise": pl.Float64, "limit": pl.Float64, "rule": pl.String,
+})
+
+
+def rules_frame(settings: Settings, pairs: Iterable[tuple[str, str]]) -> pl.DataFrame:
+    """The rule of each (series, metric) pair, as columns to join onto observations."""
+    rows = []
+    for series, metric in pairs:
+        r = settings.rule_for(series, metric)
+        rows.append((series, metric, r.direction, r.rel, r.abs, r.noise, r.limit, r.describe()))
+    return pl.DataFrame(rows, schema=RULE_SCHEMA, orient="row")
