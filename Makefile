@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 BUCKET ?= data/sample_bucket
 WAREHOUSE ?= data/warehouse.duckdb
 
-.PHONY: run test bench samples clean lock
+.PHONY: run test bench samples clean lock browser
 
 # constraints.txt pins every package to the versions the suite passed with: installs are
 # reproducible, and pip does not spend many minutes backtracking through boto versions.
@@ -24,12 +24,24 @@ run: $(STAMP)
 	$(BIN)/dumpscope run --bucket $(BUCKET) --warehouse $(WAREHOUSE)
 	$(BIN)/dumpscope sql --warehouse $(WAREHOUSE) "SELECT kind, status, count(*) AS dumps FROM dumps GROUP BY ALL ORDER BY kind"
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
+
+# The browser tests drive Debian's chromium (Playwright's own browser download does not work
+# here). A clean machine has none: install it with apt-get, as root or through sudo.
+browser:
+	@if [ -x /usr/bin/chromium ] || command -v chromium >/dev/null 2>&1; then :; else \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  echo "installing chromium (apt-get)"; \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    chromium fonts-dejavu-core >/dev/null; \
+	fi
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_parse.py
 	$(BIN)/python benchmarks/bench_hlo.py
+	$(BIN)/python benchmarks/bench_aggregate.py
 
 # Regenerate the sample bucket with the real compilers (optional extra: jax, torch 2.13.0 CPU, onnx...).
 # torch is installed first and pinned: any other torch version pulls GBs of CUDA packages.

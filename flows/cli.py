@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -195,6 +196,9 @@ def run(
     dask_address: Annotated[Optional[str], typer.Option(
         help="Run the parse tasks on this existing Dask cluster (tcp://HOST:PORT); its workers must "
         "reach the bucket, the staging dir next to the warehouse, and the Prefect API.")] = None,
+    settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
+    report: Annotated[Optional[Path], typer.Option(help="Where the regression summary (Markdown) goes (default: <warehouse>.report.md).")] = None,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit with status 4 when the latest run has regressions (for CI).")] = False,
 ) -> None:
     """Run the nightly flow once (Prefect ephemeral mode: no server needed)."""
     _prefect_defaults()
@@ -208,16 +212,134 @@ def run(
     from flows.nightly import run_nightly
     from flows.warehouse import WarehouseBusy
 
+    _check_settings(settings)
     try:
         summary = run_nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, layout_regex=layout_regex,
                               marker=marker, workers=workers, wait_for_lock=wait, storage_options=storage_options,
-                              dask_address=dask_address,
+                              dask_address=dask_address, settings_path=settings, report_path=report,
                               state_path=warehouse.with_suffix(".settle.json") if settle else None)
     except WarehouseBusy as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from None
-    if summary.failed or summary.unreadable:
-        raise typer.Exit(0)
+    if fail_on_regression and summary.regressions:
+        typer.echo(f"{summary.regressions} regression(s) in the latest run", err=True)
+        raise typer.Exit(4)
+
+
+SETTINGS_HELP = "Settings file (TOML: baseline_runs, [series] names, [[rule]] thresholds); default ./dumpscope.toml when present."
+
+
+def _check_settings(path: Optional[Path]):
+    """The settings, or exit 2 with the file's error (before any work starts)."""
+    from flows.aggregate import load_settings
+
+    try:
+        return load_settings(path)
+    except (OSError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@contextmanager
+def _writer(warehouse: Path, wait: bool):
+    """The warehouse as its one writer; exits 1 when it does not exist, 3 when busy."""
+    from flows.warehouse import Warehouse, WarehouseBusy
+
+    if not warehouse.exists():
+        typer.echo(f"error: no warehouse at {warehouse} (run `dumpscope run` first)", err=True)
+        raise typer.Exit(1)
+    try:
+        with Warehouse(warehouse, wait=wait) as con:
+            yield con
+    except WarehouseBusy as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from None
+
+
+@app.command("aggregate")
+def aggregate_cmd(
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+    settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another writer.")] = False,
+) -> None:
+    """Recompute trends, regressions, events and diffs (after editing the settings)."""
+    from flows.aggregate import aggregate
+
+    conf = _check_settings(settings)
+    with _writer(warehouse, wait) as con:
+        result = aggregate(con, conf)
+    if result.from_run is None:
+        typer.echo("derived tables are up to date")
+    for table, n in result.rows.items():
+        typer.echo(f"{table}: {n} rows")
+    typer.echo("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in result.seconds.items()))
+
+
+@app.command()
+def accept(
+    series: Annotated[str, typer.Argument(help="Series id (metric_trends.series), e.g. jax-jit/jit_train_step/xla_hlo/after_optimizations.")],
+    run_id: Annotated[str, typer.Argument(help="Run whose values become the new baseline.")],
+    note: Annotated[Optional[str], typer.Option(help="Why the change is intended.")] = None,
+    metric: Annotated[Optional[str], typer.Option(help="Accept only this metric (default: every metric of the series).")] = None,
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+    settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another writer.")] = True,
+) -> None:
+    """Record that a series' change at RUN was intended: its baseline restarts there."""
+    import getpass
+    from datetime import datetime, timezone
+
+    from flows.aggregate import aggregate
+
+    conf = _check_settings(settings)
+    with _writer(warehouse, wait) as con:
+        # One writer for the check, the insert and the re-aggregation.
+        seen = con.execute("SELECT count(*) FROM dump_series WHERE series = ? AND run_id = ?", [series, run_id]).fetchall()[0][0]
+        if not seen:
+            close = [r[0] for r in con.execute(
+                "SELECT DISTINCT series FROM dump_series ORDER BY jaro_winkler_similarity(series, ?) DESC LIMIT 3", [series]).fetchall()]
+            raise typer.BadParameter(f"series {series!r} has no dumps in run {run_id!r}; closest series: {', '.join(close)}")
+        con.execute("INSERT INTO accepts VALUES (?, ?, ?, ?, ?, ?)", [
+            series, run_id, metric, note, getpass.getuser(), datetime.now(timezone.utc).replace(tzinfo=None)])
+        aggregate(con, conf)
+        left = con.execute("SELECT count(*) FROM regressions WHERE series = ? AND run_id = ?", [series, run_id]).fetchall()[0][0]
+    typer.echo(f"accepted {series} at {run_id}" + (f" ({metric})" if metric else "") + f"; regressions left there: {left}")
+
+
+@app.command()
+def diff(
+    run_a: Annotated[str, typer.Argument(help="The earlier run.")],
+    run_b: Annotated[str, typer.Argument(help="The later run.")],
+    series: Annotated[Optional[str], typer.Option(help="Only series matching this pattern (shell-style, e.g. 'jax-pmap/*').")] = None,
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per change.")] = False,
+) -> None:
+    """What changed between two runs: structure (fusions, collectives, allocations...) and metrics."""
+    import duckdb
+
+    from flows.diff import diff_runs
+    from flows.warehouse import connect_readonly
+
+    try:
+        con = connect_readonly(warehouse)
+    except (FileNotFoundError, duckdb.Error) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    try:
+        result = diff_runs(con, run_a, run_b, series)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    finally:
+        con.close()
+    if as_json:
+        for row in result.to_dicts():
+            json.dump(row, sys.stdout, default=str, ensure_ascii=False)
+            sys.stdout.write("\n")
+        return
+    from transforms.diffs import diff_text
+
+    sys.stdout.write(diff_text(result, run_a, run_b))
 
 
 @app.command()

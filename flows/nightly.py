@@ -1,4 +1,5 @@
-"""The nightly flow: discover → parse (in parallel, to staging) → load (one writer).
+"""The nightly flow: discover → parse (in parallel, to staging) → load and aggregate
+(one writer) → regression summary.
 
 Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse``:
 
@@ -7,8 +8,11 @@ Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse``:
 - parse stages each object into Parquet keyed by its content hash, in chunks (a
   Prefect task costs ~10 ms in threads but ~200 ms in a process pool, so a task
   per dump would cost more than the parsing); a retried chunk skips what is staged;
-- load is the single writer: one transaction per batch of dumps, published
-  atomically at the end (``flows.warehouse.Warehouse``).
+- load is the single writer: one transaction per batch of dumps, then the trends,
+  events and diffs recomputed (``flows.aggregate``), published atomically together
+  (``flows.warehouse.Warehouse``); a night with nothing new writes nothing;
+- report writes the Markdown summary of the latest run's regressions to a file,
+  stdout and a Prefect artifact.
 
 Objects the bucket could not deliver are reported and retried next night; dumps the
 parsers could not read are stored as ``failed`` with their error.
@@ -30,6 +34,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
 
 from flows import warehouse as wh
+from flows.aggregate import aggregate, load_settings, needs_aggregate
+from flows.report import write_regression_report
 from flows.bucket import BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows.staging import StagedResult, stage_object
 from transforms.formats import parser_version
@@ -58,6 +64,7 @@ class NightSummary:
     failed: int = 0
     unreadable: int = 0
     rows_loaded: int = 0
+    regressions: int = 0
     failures: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -143,7 +150,9 @@ def _process_pool(workers: int) -> ProcessPoolExecutor:
 
 
 @task
-def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool) -> int:
+def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, settings_path: Path | None = None) -> int:
+    """Load the staged dumps and recompute the derived tables: one publish."""
+    settings = load_settings(settings_path)  # a bad settings file fails before any write
     staged = [o for o in outcomes if o.staged is not None]
     rows = 0
     with wh.Warehouse(warehouse, wait=wait) as con:
@@ -157,7 +166,14 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool) -> in
                 seen.add(o.staged.sha256)
                 batch.append(_staged_dump(o, with_records=first))
             rows += sum(wh.load_dumps(con, batch).values())
+        aggregate(con, settings)
     return rows
+
+
+@task
+def report(warehouse: Path, report_path: Path | None) -> tuple[str, int]:
+    """The latest run's regression summary: (Markdown, number of regressions)."""
+    return write_regression_report(warehouse, report_path)
 
 
 def _run_row(info) -> dict:
@@ -188,6 +204,8 @@ def nightly(
     wait_for_lock: bool = False,
     workers: int | None = None,
     dask_address: str | None = None,
+    settings_path: Path | None = None,
+    report_path: Path | None = None,
 ) -> NightSummary:
     """One night. ``dask_address`` is set by ``run_nightly``, which gives the flow a
     ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers."""
@@ -222,11 +240,19 @@ def nightly(
 
     t2 = time.perf_counter()
     # Nothing new: no writer, no lock, no copy of the warehouse (the no-op night stays cheap).
-    summary.rows_loaded = load(warehouse, outcomes, runs, wait_for_lock) if outcomes or runs else 0
+    stale = not (outcomes or runs) and needs_aggregate(warehouse, load_settings(settings_path))
+    summary.rows_loaded = load(warehouse, outcomes, runs, wait_for_lock, settings_path) if outcomes or runs or stale else 0
     summary.seconds["load"] = time.perf_counter() - t2
+    t3 = time.perf_counter()
+    text, summary.regressions = report(warehouse, report_path) if Path(warehouse).exists() else ("", 0)
+    summary.seconds["report"] = time.perf_counter() - t3
     summary.seconds["total"] = time.perf_counter() - t0
     create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")
+    if text:
+        create_markdown_artifact(text, key="nightly-regressions", description="Dumpscope: regressions of the latest run")
     print(summary.markdown())
+    print()
+    print(text)
     return summary
 
 

@@ -208,6 +208,9 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | Non
             con.execute(ws.set_version_sql(version))
         for sql in ws.records_sync_sql(all_tables(), _existing_columns(con)):
             con.execute(sql)
+        derived = {name: schema for name, (schema, _) in ws.derived_tables().items()}
+        for sql in ws.records_sync_sql(derived, _existing_columns(con), identity=False):
+            con.execute(sql)
         for sql in ws.views_sql() + ws.comments_sql(all_tables(), all_table_docs()):
             con.execute(sql)
         con.commit()
@@ -425,7 +428,7 @@ def _finite(v: float) -> float | None:
 
 def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """Rows per table (core and records): for summaries and tests."""
-    names = list(ws.CORE_TABLES) + list(all_tables())
+    names = list(ws.CORE_TABLES) + list(all_tables()) + list(ws.derived_tables())
     return {t: con.execute(f"SELECT count(*) FROM {ws.quote_ident(t)}").fetchall()[0][0] for t in names}
 
 

@@ -22,3 +22,32 @@ def prefect(tmp_path_factory):
 
     with prefect_test_harness():
         yield
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian chromium, one per session (tests/browser.py). Missing chromium fails:
+    CI installs it (`make browser`, a step of `make test`)."""
+    from tests.browser import close_browser, get_browser
+
+    try:
+        shared, missing = get_browser(), None
+    except RuntimeError as exc:
+        shared, missing = None, str(exc)
+    if missing:
+        pytest.fail(missing, pytrace=False)
+    yield shared
+    close_browser()
+
+
+@pytest.fixture(scope="session")
+def sample_warehouse(prefect, tmp_path_factory) -> Path:
+    """The whole sample bucket ingested and aggregated by the nightly flow (read-only use:
+    tests that write copy it first)."""
+    from flows.nightly import nightly
+
+    out = tmp_path_factory.mktemp("sample-warehouse")
+    warehouse = out / "warehouse.duckdb"
+    bucket = Path(__file__).parents[1] / "data" / "sample_bucket"
+    nightly(bucket=str(bucket), warehouse=warehouse, workers=2, report_path=out / "report.md")
+    return warehouse

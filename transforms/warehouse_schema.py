@@ -13,6 +13,9 @@ Two kinds of tables, two ways to evolve:
 - Records tables follow their parsers: ``records_sync_sql`` creates missing tables
   and adds missing columns (a parser that gains a column bumps its
   ``PARSER_VERSION``, so its dumps get re-parsed and fill it).
+- Derived tables (``derived_tables()``: trends, regressions, diffs...) are recomputed
+  from the rest by every aggregation; they are declared and synced the same way,
+  without the identity columns.
 
 Comments and views are re-stated on every writable open (``comments_sql``,
 ``views_sql``): they describe whatever the code declares now.
@@ -25,7 +28,7 @@ from typing import Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def quote_ident(name: str) -> str:
@@ -84,10 +87,21 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "path": ("VARCHAR", "Dump path the row belongs to (dumps.path); rows are replaced per path."),
         },
     ),
-    "schema_info": (
-        "Facts about the warehouse itself; key schema_version holds the number of the last migration applied.",
+    "accepts": (
+        "The accept log: changes people declared intended (dumpscope accept). The series' baseline restarts at the accepted run, so the change stops being flagged.",
         {
-            "key": ("VARCHAR PRIMARY KEY", "Name of the fact (schema_version)."),
+            "series": ("VARCHAR", "Series id (metric_trends.series)."),
+            "run_id": ("VARCHAR", "Run whose values become the new baseline."),
+            "metric": ("VARCHAR", "The one metric accepted; NULL: every metric of the series."),
+            "note": ("VARCHAR", "Why the change is intended (free text)."),
+            "accepted_by": ("VARCHAR", "Who accepted it (the login name of the user running the command)."),
+            "accepted_at": ("TIMESTAMP", "When it was accepted (UTC)."),
+        },
+    ),
+    "schema_info": (
+        "Facts about the warehouse itself: schema_version holds the number of the last migration applied, aggregated_with what the derived tables were computed with (aggregation version and settings).",
+        {
+            "key": ("VARCHAR PRIMARY KEY", "Name of the fact (schema_version, aggregated_with)."),
             "value": ("VARCHAR", "Its value, as text."),
         },
     ),
@@ -140,8 +154,26 @@ def _create_core(name: str) -> str:
 # Ordered; each step takes the warehouse from version-1 to version. Never edit a
 # released step: append a new one and bump SCHEMA_VERSION.
 MIGRATIONS: list[Migration] = [
-    Migration(1, "core tables runs, dumps, metrics, schema_info", tuple(_create_core(t) for t in CORE_TABLES)),
+    Migration(1, "core tables runs, dumps, metrics, schema_info",
+              tuple(_create_core(t) for t in ("runs", "dumps", "metrics", "schema_info"))),
+    Migration(2, "accept log", (_create_core("accepts"),)),
 ]
+
+
+def derived_tables() -> dict[str, tuple[pl.Schema, dict[str, str]]]:
+    """name -> (schema, docs with '' for the table) of every table aggregation writes."""
+    from transforms import diffs, rollups, series, trends
+
+    return {
+        "dump_series": (series.SERIES_SCHEMA, series.SERIES_DOCS),
+        "metric_trends": (trends.TREND_SCHEMA, trends.TREND_DOCS),
+        "regressions": (trends.REGRESSION_SCHEMA, trends.REGRESSION_DOCS),
+        "series_events": (rollups.EVENT_SCHEMA, rollups.EVENT_DOCS),
+        "run_rollups": (rollups.ROLLUP_SCHEMA, rollups.ROLLUP_DOCS),
+        "job_totals": (rollups.TOTAL_SCHEMA, rollups.TOTAL_DOCS),
+        "dump_items": (diffs.STORED_ITEM_SCHEMA, diffs.STORED_ITEM_DOCS),
+        "diffs": (diffs.DIFF_SCHEMA, diffs.DIFF_DOCS),
+    }
 
 
 def pending_migrations(current: int, migrations: list[Migration] | None = None) -> list[Migration]:
@@ -173,14 +205,15 @@ def duckdb_type(dtype: pl.DataType) -> str:
     raise TypeError(f"no DuckDB type for polars {dtype!r}")
 
 
-def records_columns(schema: pl.Schema) -> dict[str, str]:
+def records_columns(schema: pl.Schema, *, identity: bool = True) -> dict[str, str]:
     """Column -> DuckDB type of a records table: identity columns, then the parser's."""
-    cols = {name: t for name, (t, _) in IDENTITY_COLUMNS.items()}
+    cols = {name: t for name, (t, _) in IDENTITY_COLUMNS.items()} if identity else {}
     cols.update({name: duckdb_type(dtype) for name, dtype in schema.items()})
     return cols
 
 
-def records_sync_sql(tables: Mapping[str, pl.Schema], existing: Mapping[str, Mapping[str, str]]) -> list[str]:
+def records_sync_sql(tables: Mapping[str, pl.Schema], existing: Mapping[str, Mapping[str, str]],
+                     *, identity: bool = True) -> list[str]:
     """DDL bringing the records tables up to the declared ``tables``.
 
     ``existing``: table -> {column: DuckDB type} as the warehouse has them now.
@@ -189,7 +222,7 @@ def records_sync_sql(tables: Mapping[str, pl.Schema], existing: Mapping[str, Map
     """
     out: list[str] = []
     for table, schema in tables.items():
-        want = records_columns(schema)
+        want = records_columns(schema, identity=identity)
         have = existing.get(table)
         if have is None:
             cols = ",\n    ".join(f"{quote_ident(c)} {t}" for c, t in want.items())
@@ -214,6 +247,9 @@ def comments_sql(tables: Mapping[str, pl.Schema], docs: Mapping[str, Mapping[str
         out.append(f"COMMENT ON TABLE {quote_ident(table)} IS {quote_literal(tdocs.get('', table))}")
         col_docs = {c: d for c, (_, d) in IDENTITY_COLUMNS.items()} | {c: tdocs.get(c, c) for c in schema.names()}
         out += [f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(c)} IS {quote_literal(d)}" for c, d in col_docs.items()]
+    for table, (schema, tdocs) in derived_tables().items():
+        out.append(f"COMMENT ON TABLE {quote_ident(table)} IS {quote_literal(tdocs[''])}")
+        out += [f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(c)} IS {quote_literal(tdocs[c])}" for c in schema.names()]
     known = CORE_TABLES["runs"][1] | CORE_TABLES["metrics"][1]
     for view, (doc, _) in VIEWS.items():
         out.append(f"COMMENT ON VIEW {quote_ident(view)} IS {quote_literal(doc)}")

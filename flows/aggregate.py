@@ -1,0 +1,260 @@
+"""Aggregation: read the warehouse into polars, compute trends, events and diffs, write back.
+
+Runs inside a ``Warehouse`` writer (the nightly flow's last step, ``dumpscope
+aggregate`` and ``dumpscope accept``), so what it writes is published atomically
+with the load. Every derived table is recomputed whole from the core tables except
+``dump_items``, which is a cache: items are computed only for dump paths whose
+content or parser version it has not seen.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from transforms import diffs as diff_mod
+from transforms import rollups, trends
+from transforms import warehouse_schema as ws
+from transforms.rules import Settings, parse_settings
+from transforms.series import assign_series, compile_overrides
+
+DEFAULT_SETTINGS = Path("dumpscope.toml")
+# Bump when the aggregation's output changes for the same input: warehouses
+# aggregated by an older version are re-aggregated by the next night, new dumps or not.
+AGGREGATE_VERSION = 1
+
+
+def load_settings(path: Path | None) -> Settings:
+    """The settings file (``path``, else ./dumpscope.toml when present, else defaults)."""
+    if path is None:
+        if not DEFAULT_SETTINGS.exists():
+            return Settings()
+        path = DEFAULT_SETTINGS
+    return parse_settings(Path(path).read_text(encoding="utf-8"), source=str(path))
+
+
+def aggregate_stamp(settings: Settings, accepts: pl.DataFrame | None = None) -> str:
+    """What the derived tables were computed with (kept in schema_info): the
+    aggregation version, the settings, and the accept log's size and last entry."""
+    log = "" if accepts is None or accepts.is_empty() else f" accepts {accepts.height} {accepts.get_column('accepted_at').max()}"
+    return f"v{AGGREGATE_VERSION} {settings!r}{log}"
+
+
+def needs_aggregate(warehouse: Path, settings: Settings) -> bool:
+    """True when the published warehouse's derived tables are missing or were computed
+    by another aggregation version or other settings."""
+    from flows.warehouse import connect_readonly
+
+    if not Path(warehouse).exists():
+        return False
+    con = connect_readonly(warehouse)
+    try:
+        rows = con.execute("SELECT value FROM schema_info WHERE key = 'aggregated_with'").fetchall()
+        accepts = frame_of(con, "SELECT accepted_at FROM accepts")
+    except duckdb.Error:
+        return True
+    finally:
+        con.close()
+    return not rows or rows[0][0] != aggregate_stamp(settings, accepts)
+
+
+@dataclass
+class AggregateResult:
+    rows: dict[str, int] = field(default_factory=dict)
+    from_run: str | None = None  # first run rewritten (None: nothing to do)
+    seconds: dict[str, float] = field(default_factory=dict)
+    items_computed: int = 0
+
+
+def frame_of(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:
+    return con.sql(sql, params=params).pl() if params else con.sql(sql).pl()
+
+
+def _run_overrides(runs: pl.DataFrame) -> dict[str, dict[str, str]]:
+    """run_id -> run.json's "series" mapping (kept in runs.extra)."""
+    out = {}
+    for run_id, extra in runs.select("run_id", "extra").iter_rows():
+        try:
+            mapping = json.loads(extra or "{}").get("series")
+        except (ValueError, AttributeError):
+            mapping = None
+        if isinstance(mapping, dict):
+            out[run_id] = {str(k): str(v) for k, v in mapping.items()}
+    return out
+
+
+PER_RUN_TABLES = ("dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "diffs")
+
+
+def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) -> AggregateResult:
+    """Bring every derived table up to date in one transaction.
+
+    Baselines look back, so trends are computed over every run; but the rows of a run
+    depend only on that run and earlier ones. With the same aggregation version,
+    settings and accept log as last time, only runs from the earliest one that got new
+    dumps since then are rewritten (a night: its own rows); otherwise all of them.
+    """
+    settings = settings or Settings()
+    result = AggregateResult()
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        result.seconds[name] = now - clock
+        clock = now
+
+    dumps = frame_of(con, "SELECT path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at FROM dumps")
+    runs = frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
+    accepts = frame_of(con, "SELECT series, run_id, metric, accepted_at FROM accepts")
+    order = trends.run_order(runs)
+    stamp = aggregate_stamp(settings, accepts)
+    from_seq = _first_dirty_run(con, stamp, dumps, order)
+    result.from_run = None if from_seq is None else order.get_column("run_id")[from_seq] if from_seq < order.height else None
+    if from_seq is None or from_seq >= order.height:
+        lap("read")
+        return result
+    series = assign_series(dumps, _run_overrides(runs), compile_overrides(settings.series_patterns))
+    observations = _observations(con, series)
+    lap("read")
+
+    trend = trends.metric_trends(observations, runs, accepts.drop("accepted_at"), settings, from_seq=from_seq)
+    del observations  # the largest frame: gone before the rest is computed
+    events = rollups.series_events(dumps, series, order)
+    dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
+    rows = {
+        "dump_series": series,
+        "metric_trends": trend,
+        "regressions": trends.regressions(trend),
+        "series_events": events,
+        "run_rollups": rollups.run_rollups(dumps, series, trend, events, order),
+        "job_totals": rollups.job_totals(trend, previous=_previous_totals(con, order, from_seq)),
+    }
+    lap("trends")
+
+    with_ids = series.join(dumps.select("path", "dump_id", "parser_version", "status"), on="path")
+    stored_keys = frame_of(con, "SELECT DISTINCT path, dump_id, parser_version FROM dump_items")
+    todo = diff_mod.paths_needing_items(with_ids.filter(pl.col("status") != "failed"), stored_keys)
+    new_items = diff_mod.compute_items(todo, with_ids, lambda table, ids: _records(con, table, ids))
+    result.items_computed = todo.height
+    lap("items")
+    pairs = diff_mod.consecutive_pairs(with_ids, order, from_seq)
+    wanted = pl.concat([pairs.get_column("before_path"), pairs.get_column("after_path")]).unique()
+    items = pl.concat([_items_of(con, wanted.filter(~wanted.is_in(new_items.get_column("path").implode()))),
+                       new_items.filter(pl.col("path").is_in(wanted.implode()))])
+    rows["diffs"] = diff_mod.diff_pairs(pairs, items)
+    lap("diffs")
+
+    con.begin()
+    try:
+        _update_item_cache(con, todo, new_items, dumps)
+        con.register("_dirty", dirty.to_arrow())
+        for name, frame in rows.items():
+            frame = frame.join(dirty, on="run_id", how="semi")
+            con.execute(f"DELETE FROM {ws.quote_ident(name)} WHERE run_id IN (SELECT run_id FROM _dirty)")
+            result.rows[name] = insert_frame(con, name, frame)
+        con.unregister("_dirty")
+        watermark = dumps.get_column("ingested_at").max()
+        con.execute("INSERT OR REPLACE INTO schema_info VALUES ('aggregated_with', ?), ('aggregated_through', ?)",
+                    [stamp, watermark.isoformat(sep=" ")])
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    lap("write")
+    return result
+
+
+def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> int:
+    if frame.height:
+        cols = ", ".join(ws.quote_ident(c) for c in frame.columns)
+        con.register("_rows", frame.to_arrow())
+        try:
+            con.execute(f"INSERT INTO {ws.quote_ident(table)} ({cols}) SELECT {cols} FROM _rows")
+        finally:
+            con.unregister("_rows")
+    return frame.height
+
+
+def _first_dirty_run(con, stamp: str, dumps: pl.DataFrame, order: pl.DataFrame) -> int | None:
+    """run_seq from which derived rows must be rewritten; None when nothing changed."""
+    state = dict(con.execute("SELECT key, value FROM schema_info WHERE key IN ('aggregated_with', 'aggregated_through')").fetchall())
+    if state.get("aggregated_with") != stamp or "aggregated_through" not in state:
+        return 0
+    through = datetime.fromisoformat(state["aggregated_through"])
+    fresh = dumps.filter(pl.col("ingested_at") > through).select("run_id").unique()
+    seqs = order.join(fresh, on="run_id", how="semi").get_column("run_seq")
+    return None if seqs.is_empty() else int(seqs.min())
+
+
+def _observations(con, series: pl.DataFrame) -> pl.DataFrame:
+    """Metric rows with their series, as categoricals: DuckDB joins and returns only
+    numbers (millions of rows), the names come back by position."""
+    index = series.select("path").with_row_index("dump_idx")
+    metric_names = con.sql("SELECT DISTINCT metric FROM metrics ORDER BY metric").pl().with_row_index("metric_idx")
+    con.register("_dump_idx", index.to_arrow())
+    con.register("_metric_idx", metric_names.to_arrow())
+    try:
+        values = con.sql("""SELECT d.dump_idx, i.metric_idx, m.value FROM metrics m
+                            JOIN _dump_idx d USING (path) JOIN _metric_idx i USING (metric)""").pl()
+    finally:
+        con.unregister("_dump_idx")
+        con.unregister("_metric_idx")
+    names = series.select("run_id", "series", "job", "kind", "stage", pl.col("series_program").alias("program"))
+    names = names.with_columns(pl.all().cast(pl.Categorical))
+    metric = metric_names.get_column("metric").cast(pl.Categorical)
+    at = values.get_column("dump_idx")
+    return values.select(
+        *(names.get_column(c).gather(at) for c in names.columns),
+        metric.gather(values.get_column("metric_idx")).alias("metric"), "value")
+
+
+def _previous_totals(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:
+    """Stored job totals of the last clean run, which the first dirty run compares with."""
+    clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
+    con.register("_clean", clean.to_arrow())
+    try:
+        return frame_of(con, """SELECT * FROM job_totals WHERE run_id IN (SELECT run_id FROM _clean)
+                                QUALIFY row_number() OVER (PARTITION BY job, kind, stage, metric ORDER BY started_at DESC, run_id DESC) = 1""")
+    finally:
+        con.unregister("_clean")
+
+
+def _items_of(con, paths: pl.Series) -> pl.DataFrame:
+    con.register("_item_paths", pl.DataFrame({"path": paths}).to_arrow())
+    try:
+        return frame_of(con, "SELECT * FROM dump_items WHERE path IN (SELECT path FROM _item_paths)")
+    finally:
+        con.unregister("_item_paths")
+
+
+def _update_item_cache(con, todo: pl.DataFrame, new_items: pl.DataFrame, dumps: pl.DataFrame) -> None:
+    """Drop cached items of recomputed or vanished paths (or outdated content), add the new."""
+    con.register("_current", dumps.select("path", "dump_id", "parser_version").to_arrow())
+    con.register("_todo", todo.select("path").to_arrow())
+    try:
+        con.execute("""DELETE FROM dump_items WHERE path IN (SELECT path FROM _todo)
+                       OR NOT EXISTS (SELECT 1 FROM _current c WHERE c.path = dump_items.path
+                                      AND c.dump_id = dump_items.dump_id AND c.parser_version = dump_items.parser_version)""")
+    finally:
+        con.unregister("_current")
+        con.unregister("_todo")
+    insert_frame(con, "dump_items", new_items)
+
+
+def _records(con: duckdb.DuckDBPyConnection, table: str, dump_ids: list[str]) -> pl.DataFrame:
+    """Rows of one records table for these contents (empty frame when none)."""
+    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchall()[0][0]
+    if not exists or not dump_ids:
+        return pl.DataFrame()
+    con.register("_want", pl.DataFrame({"dump_id": dump_ids}).to_arrow())
+    try:
+        return frame_of(con, f"SELECT * FROM {ws.quote_ident(table)} WHERE dump_id IN (SELECT dump_id FROM _want)")
+    finally:
+        con.unregister("_want")

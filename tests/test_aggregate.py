@@ -1,0 +1,140 @@
+"""Aggregation over the real sample bucket: trends, regressions, diffs, accept, the summary."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from flows import warehouse as wh
+from flows.aggregate import aggregate, frame_of
+from flows.cli import app
+
+
+def query(warehouse: Path, sql: str) -> pl.DataFrame:
+    with wh.connect_readonly(warehouse) as con:
+        return frame_of(con, sql)
+
+
+def copy(warehouse: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "wh.duckdb"
+    shutil.copyfile(warehouse, target)
+    return target
+
+
+def test_derived_tables_hold_the_known_answers(sample_warehouse):
+    counts = dict(query(sample_warehouse, """
+        SELECT 'series', count(DISTINCT series) FROM dump_series UNION ALL
+        SELECT 'trends', count(*) FROM metric_trends UNION ALL
+        SELECT 'regressions', count(*) FROM regressions UNION ALL
+        SELECT 'latest', count(*) FROM regressions WHERE run_id = '2026-11-20' UNION ALL
+        SELECT 'diffs', count(*) FROM diffs UNION ALL
+        SELECT 'items', count(*) FROM dump_items""").rows())
+    assert counts == {"series": 25, "trends": 806, "regressions": 114, "latest": 40, "diffs": 569, "items": 874}
+    # First run: every row new, nothing flagged.
+    first = query(sample_warehouse, "SELECT verdict, count(*) n FROM metric_trends WHERE run_id = '2026-11-17' GROUP BY ALL")
+    assert first.rows() == [("new", 204)]
+    # Exact figures of one regression: the pmap program's temp bytes, 11-20 against the median of 3 nights.
+    row = query(sample_warehouse, """SELECT value, previous_value, baseline, change, rule, regressed_since FROM regressions
+        WHERE series = 'jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment' AND metric = 'memory.temp_bytes'
+        AND run_id = '2026-11-20'""").row(0)
+    assert row == (306440.0, 180744.0, 106232.0, 200208.0, "> 2% increase", "2026-11-18")  # median(54520, 106232, 180744)
+
+
+def test_the_onnx_step_that_failed_is_a_regression_and_its_recovery_an_improvement(sample_warehouse):
+    steps = query(sample_warehouse, """SELECT run_id, value, verdict::VARCHAR FROM metric_trends
+        WHERE series = 'torch-onnx/torch-onnx/onnx_report/export' AND metric = 'onnx.step.translate' ORDER BY run_id""")
+    assert steps.rows() == [("2026-11-17", 1.0, "new"), ("2026-11-18", 1.0, "unchanged"),
+                            ("2026-11-19", 0.0, "regressed"), ("2026-11-20", 1.0, "improved")]
+
+
+def test_structural_diff_names_what_changed_with_source_lines(sample_warehouse):
+    d = query(sample_warehouse, "SELECT run_id, series, category, change, description FROM diffs")
+    lines = set(d.get_column("description"))
+    assert "all-reduce f32[96,96] grew ×1 → ×2, 36.0 KiB → 72.0 KiB at jax_jobs.py:162 (psum)" in lines
+    assert "fallback kernel aten.median.dim appeared (×1)" in lines
+    assert "ONNX step translate ✅→❌" in lines
+    peak = d.filter((pl.col("category") == "peak_value") & (pl.col("change") == "grew") & (pl.col("run_id") == "2026-11-20"))
+    assert peak.height > 0 and all(":" in text and "jax_jobs.py:" in text for text in peak.get_column("description"))
+    # A night whose content did not change has no diff.
+    assert d.filter(pl.col("series").str.starts_with("torch-onnx") & (pl.col("run_id") == "2026-11-18")).is_empty()
+
+
+def test_aggregating_again_changes_nothing(sample_warehouse, tmp_path):
+    target = copy(sample_warehouse, tmp_path)
+    tables = ["dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "dump_items", "diffs"]
+    before = {t: query(target, f"SELECT * FROM {t}") for t in tables}
+    with wh.Warehouse(target) as con:
+        result = aggregate(con)
+    assert result.items_computed == 0  # the item cache is kept
+    for t in tables:
+        assert query(target, f"SELECT * FROM {t}").equals(before[t]), t
+
+
+def test_accept_stops_the_flag_and_is_logged(sample_warehouse, tmp_path):
+    target = copy(sample_warehouse, tmp_path)
+    series = "jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment"
+    runner = CliRunner()
+    res = runner.invoke(app, ["accept", series, "2026-11-20", "--note", "bigger model", "--warehouse", str(target)])
+    assert res.exit_code == 0, res.output
+    assert "regressions left there: 0" in res.output
+    assert query(target, f"SELECT count(*) FROM regressions WHERE series = '{series}' AND run_id = '2026-11-20'").item() == 0
+    assert query(target, "SELECT series, run_id, metric, note FROM accepts").rows() == [(series, "2026-11-20", None, "bigger model")]
+    # Other series keep theirs; an unknown series is refused with the closest names.
+    assert query(target, "SELECT count(*) FROM regressions WHERE run_id = '2026-11-20'").item() == 35
+    bad = runner.invoke(app, ["accept", "jax-pmap/jit__fun/xla_buffer_assignmnt", "2026-11-20", "--warehouse", str(target)])
+    assert bad.exit_code != 0 and series in bad.output
+
+
+def test_diff_command(sample_warehouse):
+    runner = CliRunner()
+    res = runner.invoke(app, ["diff", "2026-11-18", "2026-11-20", "--series", "jax-pmap/*/xla_hlo/before_optimizations",
+                              "--warehouse", str(sample_warehouse)])
+    assert res.exit_code == 0, res.output
+    assert "all-reduce f32[128,128] appeared (×2, 128.0 KiB) at jax_jobs.py:162 (psum)" in res.output
+    assert "kernel.collectives 7 → 9 (+2, +28.6 %)" in res.output
+    missing = runner.invoke(app, ["diff", "2026-11-19", "2099-01-01", "--warehouse", str(sample_warehouse)])
+    assert missing.exit_code == 1 and "no run '2099-01-01'" in missing.output
+
+
+def test_summary_markdown_and_fail_on_regression(sample_warehouse, prefect, tmp_path):
+    report = (sample_warehouse.parent / "report.md").read_text()
+    assert report.startswith("# Dumpscope: run 2026-11-20 (commit `1a8e6b4`)")
+    assert "**40 regressions** in 5 programs" in report
+    assert "### jax-pmap / jit__fun" in report and "What changed since 2026-11-19:" in report
+    target = copy(sample_warehouse, tmp_path)
+    bucket = Path(__file__).parents[1] / "data" / "sample_bucket"
+    res = CliRunner().invoke(app, ["run", "--bucket", str(bucket), "--warehouse", str(target), "--workers", "1",
+                                   "--report", str(tmp_path / "r.md"), "--fail-on-regression"])
+    assert res.exit_code == 4, res.output
+    assert (tmp_path / "r.md").read_text() == report
+
+
+def test_a_bad_settings_file_stops_before_any_work(tmp_path, sample_warehouse):
+    bad = tmp_path / "dumpscope.toml"
+    bad.write_text("[[rule]]\nmetric = 'memory.*'\nrel = 'two'\n")
+    res = CliRunner().invoke(app, ["aggregate", "--warehouse", str(sample_warehouse), "--settings", str(bad)])
+    assert res.exit_code == 2 and "dumpscope.toml: [[rule]] #1: rel must be a number >= 0" in res.output
+
+
+def test_a_night_added_later_gives_the_same_tables_as_a_full_aggregation(sample_warehouse, tmp_path):
+    incremental = copy(sample_warehouse, tmp_path)
+    tables = ["dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "diffs"]
+    ordered = {t: "ORDER BY ALL" for t in tables}
+    full = {t: query(sample_warehouse, f"SELECT * FROM {t} {ordered[t]}") for t in tables}
+    # Pretend the last two nights arrived after the last aggregation, and their rows are stale.
+    with wh.Warehouse(incremental) as con:
+        con.execute("UPDATE dumps SET ingested_at = ingested_at + INTERVAL 1 HOUR WHERE run_id >= '2026-11-19'")
+        con.execute("""UPDATE schema_info SET value = (SELECT max(ingested_at)::VARCHAR FROM dumps WHERE run_id < '2026-11-19')
+                       WHERE key = 'aggregated_through'""")
+        for t in tables:
+            con.execute(f"UPDATE {t} SET run_id = run_id WHERE run_id >= '2026-11-19'")
+        con.execute("DELETE FROM metric_trends WHERE run_id = '2026-11-20' AND metric LIKE 'memory.%'")
+        result = aggregate(con)
+    assert result.from_run == "2026-11-19"
+    assert result.rows["metric_trends"] == full["metric_trends"].filter(pl.col("run_id") >= "2026-11-19").height
+    for t in tables:
+        assert query(incremental, f"SELECT * FROM {t} {ordered[t]}").equals(full[t]), t
