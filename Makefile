@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BUCKET ?= data/sample_bucket
 WAREHOUSE ?= data/warehouse.duckdb
+SITE ?= site
 
 .PHONY: run test bench samples clean lock browser
 
@@ -21,8 +22,9 @@ lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt
 
 run: $(STAMP)
-	$(BIN)/dumpscope run --bucket $(BUCKET) --warehouse $(WAREHOUSE)
+	$(BIN)/dumpscope run --bucket $(BUCKET) --warehouse $(WAREHOUSE) --site $(SITE)
 	$(BIN)/dumpscope sql --warehouse $(WAREHOUSE) "SELECT kind, status, count(*) AS dumps FROM dumps GROUP BY ALL ORDER BY kind"
+	@echo "report site: $(SITE)/index.html (browse it: $(BIN)/python -m http.server -d $(SITE) 8000 --bind 127.0.0.1)"
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q

@@ -199,6 +199,7 @@ def run(
     settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
     report: Annotated[Optional[Path], typer.Option(help="Where the regression summary (Markdown) goes (default: <warehouse>.report.md).")] = None,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit with status 4 when the latest run has regressions (for CI).")] = False,
+    site_dir: Annotated[Optional[Path], typer.Option("--site", help="Also build the report site into this directory.")] = None,
 ) -> None:
     """Run the nightly flow once (Prefect ephemeral mode: no server needed)."""
     _prefect_defaults()
@@ -216,7 +217,7 @@ def run(
     try:
         summary = run_nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, layout_regex=layout_regex,
                               marker=marker, workers=workers, wait_for_lock=wait, storage_options=storage_options,
-                              dask_address=dask_address, settings_path=settings, report_path=report,
+                              dask_address=dask_address, settings_path=settings, report_path=report, site_dir=site_dir,
                               state_path=warehouse.with_suffix(".settle.json") if settle else None)
     except WarehouseBusy as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -340,6 +341,22 @@ def diff(
     from transforms.diffs import diff_text
 
     sys.stdout.write(diff_text(result, run_a, run_b))
+
+
+@app.command()
+def site(
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+    out: Annotated[Path, typer.Option(help="Directory the static site is built into (replaced atomically).")] = Path("site"),
+) -> None:
+    """Build the report site (mkdocs-material, Altair charts, works offline) from the warehouse."""
+    from flows.site import build_site
+
+    if not warehouse.exists():
+        typer.echo(f"error: no warehouse at {warehouse} (run `dumpscope run` first)", err=True)
+        raise typer.Exit(1)
+    result = build_site(warehouse, out)
+    typer.echo(f"site: {result.out} ({result.pages} pages, {result.charts} charts; "
+               + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()) + ")")
 
 
 @app.command()

@@ -12,7 +12,7 @@ Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse``:
   events and diffs recomputed (``flows.aggregate``), published atomically together
   (``flows.warehouse.Warehouse``); a night with nothing new writes nothing;
 - report writes the Markdown summary of the latest run's regressions to a file,
-  stdout and a Prefect artifact.
+  stdout and a Prefect artifact; with ``site_dir``, the report site is rebuilt.
 
 Objects the bucket could not deliver are reported and retried next night; dumps the
 parsers could not read are stored as ``failed`` with their error.
@@ -171,6 +171,15 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
 
 
 @task
+def render_site(warehouse: Path, site_dir: Path) -> str:
+    """The report site, rebuilt from the warehouse (replaced atomically)."""
+    from flows.site import build_site
+
+    result = build_site(warehouse, site_dir)
+    return f"site {result.out}: {result.pages} pages, {result.charts} charts"
+
+
+@task
 def report(warehouse: Path, report_path: Path | None) -> tuple[str, int]:
     """The latest run's regression summary: (Markdown, number of regressions)."""
     return write_regression_report(warehouse, report_path)
@@ -206,6 +215,7 @@ def nightly(
     dask_address: str | None = None,
     settings_path: Path | None = None,
     report_path: Path | None = None,
+    site_dir: Path | None = None,
 ) -> NightSummary:
     """One night. ``dask_address`` is set by ``run_nightly``, which gives the flow a
     ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers."""
@@ -246,6 +256,10 @@ def nightly(
     t3 = time.perf_counter()
     text, summary.regressions = report(warehouse, report_path) if Path(warehouse).exists() else ("", 0)
     summary.seconds["report"] = time.perf_counter() - t3
+    if site_dir is not None and Path(warehouse).exists():
+        t4 = time.perf_counter()
+        print(render_site(warehouse, Path(site_dir)))
+        summary.seconds["site"] = time.perf_counter() - t4
     summary.seconds["total"] = time.perf_counter() - t0
     create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")
     if text:

@@ -108,9 +108,10 @@ def test_summary_markdown_and_fail_on_regression(sample_warehouse, prefect, tmp_
     target = copy(sample_warehouse, tmp_path)
     bucket = Path(__file__).parents[1] / "data" / "sample_bucket"
     res = CliRunner().invoke(app, ["run", "--bucket", str(bucket), "--warehouse", str(target), "--workers", "1",
-                                   "--report", str(tmp_path / "r.md"), "--fail-on-regression"])
+                                   "--report", str(tmp_path / "r.md"), "--fail-on-regression", "--site", str(tmp_path / "site")])
     assert res.exit_code == 4, res.output
     assert (tmp_path / "r.md").read_text() == report
+    assert (tmp_path / "site" / "index.html").exists()  # --site builds the report site
 
 
 def test_a_bad_settings_file_stops_before_any_work(tmp_path, sample_warehouse):

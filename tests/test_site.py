@@ -1,0 +1,74 @@
+"""The report site, built from the sample bucket's warehouse and checked in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.browser import check_links, open_page, serve_directory
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+SERIES = "series/jax-pmap-jit__fun-xla_buffer_assignment-buffer_assignment.html"
+PAGES = {  # one page of each kind -> charts it must draw
+    "index.html": 1, "memory.html": 5, "fusion.html": 3, "kernels.html": 6, "onnx.html": 2, "diff.html": 0,
+    "runs/index.html": 0, "runs/2026-11-19.html": 0, "series/index.html": 0, SERIES: 1, "accepts.html": 0,
+    "query.html": 0, "metrics.html": 0, "trends.html": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def site(sample_warehouse, tmp_path_factory):
+    from flows.site import build_site
+
+    out = tmp_path_factory.mktemp("site") / "site"
+    result = build_site(sample_warehouse, out)
+    return result
+
+
+def test_every_page_is_built(site):
+    assert (site.pages, site.charts) == (41, 42)
+    built = {p.relative_to(site.out).as_posix() for p in site.out.rglob("*.html")}
+    assert set(PAGES) <= built
+    assert len([p for p in built if p.startswith("series/")]) == 26  # 25 series and their index
+    assert len([p for p in built if p.startswith("runs/")]) == 5
+
+
+def test_nothing_is_fetched_from_the_internet(site):
+    for page in site.out.rglob("*.html"):
+        html = page.read_text()
+        assert "fonts.googleapis" not in html and "fonts.gstatic" not in html, page
+        for src in re.findall(r'<(?:script|link)[^>]+(?:src|href)="([^"]+)"', html):
+            assert not src.startswith(("http:", "https:", "//")), (page, src)
+    assert (site.out / "assets" / "vega-bundle.js").stat().st_size > 500_000
+
+
+def test_pages_say_something_without_javascript(site):
+    overview = (site.out / "index.html").read_text()
+    assert "40 regressions in 5 programs" in overview
+    assert "jax-pmap / jit__fun" in overview and "449.6 KiB" in overview  # headline: pmap total bytes
+    memory = (site.out / "memory.html").read_text()
+    assert "The numbers" in memory and "299.3 KiB" in memory  # pmap temp bytes, in the table under the chart
+    assert "jax_jobs.py:" in memory  # a source line of a value live at the peak
+    onnx = (site.out / "onnx.html").read_text()
+    assert "❌" in onnx and "✅" in onnx
+    query = (site.out / "query.html").read_text()
+    for table in ("metric_trends", "regressions", "diffs", "accepts", "hlo_instructions", "latest_metrics"):
+        assert f'id="{table}"' in query, table
+    assert "Median of the previous baseline_runs values" in query  # a column comment, from the warehouse
+
+
+def test_each_kind_of_page_renders_in_chromium(site, browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    shots = {"index.html": "site_overview.png", SERIES: "site_series.png"}
+    with serve_directory(site.out) as base:
+        for page, charts in PAGES.items():
+            shot = ARTIFACTS / shots[page] if page in shots else None
+            report = open_page(f"{base}/{page}", screenshot=shot, browser=browser)
+            assert report.console_errors == [], (page, report.console_errors)
+            assert len(report.chart_marks) == charts, page
+            assert all(n > 0 for n in report.chart_marks), (page, report.chart_marks)
+            assert report.undrawn_charts == 0, page
+        assert check_links(base, ["index.html"], crawl=True) == []
+    assert (ARTIFACTS / "site_overview.png").stat().st_size > 10_000

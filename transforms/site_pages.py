@@ -1,0 +1,299 @@
+"""What each page of the report site shows: contexts for the jinja2 templates (pure).
+
+``SiteData`` holds the warehouse frames the site needs (read by ``flows.site``);
+each ``*_page`` function returns the context of one template: tables as lists of
+dicts with display strings, charts as Vega-Lite specs (``transforms.charts``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from transforms import charts
+from transforms.units import human_bytes, human_delta, human_ratio, human_value
+
+STEP_SYMBOL = {1.0: "✅", 0.0: "❌", None: "⚪"}
+MAX_LINES = 12  # lines drawn in one trend chart
+MAX_RUN_ROWS = 60  # regressions and structural changes listed on a run's page
+HEADLINE = {  # metric -> column title of the overview's headline figures
+    "memory.total_bytes": "memory (total)", "memory.peak_live_bytes": "peak live", "memory.temp_bytes": "temp",
+    "memory.buffer_bytes": "Inductor buffers", "kernel.launches": "kernel launches", "fusion.count": "fusions",
+    "kernel.generated": "generated kernels", "kernel.fallback": "fallbacks", "onnx.graph_nodes": "ONNX nodes",
+}
+
+
+@dataclass
+class SiteData:
+    runs: pl.DataFrame  # run_id, started_at, commit, run_seq
+    trends: pl.DataFrame  # metric_trends
+    regressions: pl.DataFrame
+    events: pl.DataFrame  # series_events
+    rollups: pl.DataFrame  # run_rollups
+    totals: pl.DataFrame  # job_totals
+    diffs: pl.DataFrame
+    accepts: pl.DataFrame
+    items: pl.DataFrame  # dump_items of the latest run's dumps, with series
+    allocations: pl.DataFrame  # latest run: series, kind, size_bytes
+    onnx_errors: pl.DataFrame  # latest run: series, exception_type, message
+    onnx_ops: pl.DataFrame  # latest run: series, source, op, count
+    dumps: pl.DataFrame  # latest run: path, job, kind, status, error
+    tables: pl.DataFrame  # warehouse catalog: name, type, comment
+    columns: pl.DataFrame  # name, column, data_type, comment
+    warehouse_path: str
+
+    @property
+    def latest(self) -> str | None:
+        return self.runs.get_column("run_id")[-1] if self.runs.height else None
+
+    @property
+    def previous(self) -> str | None:
+        return self.runs.get_column("run_id")[-2] if self.runs.height > 1 else None
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-").lower() or "x"
+
+
+def series_link(series: str, prefix: str = "") -> str:
+    return f"{prefix}series/{slug(series)}.md"
+
+
+def _line(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(pl.format("{}/{}", "job", "program").alias("line"))
+
+
+def _table(frame: pl.DataFrame) -> list[dict]:
+    return frame.to_dicts()
+
+
+def _value_cell(metric: str, value, delta, previous) -> str:
+    change = human_delta(metric, delta) if delta else ""
+    ratio = f" ({human_ratio(delta / previous)})" if delta and previous else ""
+    return human_value(metric, value) + (f"<br><small>{change}{ratio}</small>" if change else "")
+
+
+# ------------------------------------------------------------------ overview
+
+def overview_page(d: SiteData) -> dict:
+    run = d.latest
+    info = d.runs.filter(pl.col("run_id") == run).to_dicts()[0] if run else {}
+    reg = d.regressions.filter(pl.col("run_id") == run)
+    programs = []
+    for (job, program), rows in reg.group_by("job", "program", maintain_order=True):
+        worst = rows.sort("change_ratio", descending=True, nulls_last=True).row(0, named=True)
+        why = d.diffs.filter((pl.col("run_id") == run) & (pl.col("job") == job) & (pl.col("program") == program))
+        programs.append({
+            "job": job, "program": program, "anchor": slug(f"{job}-{program}"), "count": rows.height,
+            "worst_metric": worst["metric"], "worst_change": human_ratio(worst["change_ratio"]),
+            "worst_value": f"{human_value(worst['metric'], worst['baseline'])} → {human_value(worst['metric'], worst['value'])}",
+            "why": why.get_column("description").unique(maintain_order=True).head(2).to_list(),
+            "series": series_link(worst["series"]),
+        })
+    headline = []
+    totals = d.totals.filter((pl.col("run_id") == run) & pl.col("metric").is_in(list(HEADLINE)))
+    for job in totals.get_column("job").unique().sort():
+        cells = {}
+        for r in totals.filter(pl.col("job") == job).iter_rows(named=True):
+            if r["metric"] not in cells or r["stage"] in ("after_optimizations", "buffer_assignment", "post_fusion"):
+                cells[r["metric"]] = _value_cell(r["metric"], r["value"], r["delta"], r["previous_value"])
+        headline.append({"job": job, "cells": cells})
+    metrics_shown = [m for m in HEADLINE if any(m in h["cells"] for h in headline)]
+    health = _table(d.rollups.filter(pl.col("run_id") == run).select(
+        "job", "dumps", "parsed", "partial", "failed", "unknown", "series", "new_series", "vanished_series",
+        "changed_series", "regressions"))
+    problems = _table(d.events.filter((pl.col("run_id") == run) & (pl.col("event") != "first_run")).select(
+        "job", "series", "event", "path", "detail"))
+    history = d.rollups.group_by("run_id", "started_at").agg(pl.col("regressions").sum(), pl.col("changed_series").sum(),
+                                                            pl.col("failed").sum()).sort("started_at")
+    chart = None
+    if history.height > 1:
+        rows = history.with_columns(pl.lit("regressions").alias("metric"), pl.col("regressions").cast(pl.Float64).alias("value"),
+                                    pl.lit(None, pl.String).alias("commit"), pl.lit("changed").alias("verdict"),
+                                    pl.lit(None, pl.Float64).alias("delta"), pl.lit(None, pl.Float64).alias("previous_value"),
+                                    pl.lit("all jobs").alias("line")).join(d.runs.select("run_id", pl.col("commit").alias("c")), on="run_id")
+        chart = charts.trend_chart(rows.with_columns(pl.col("c").alias("commit")), title="Regressions per run", height=140)
+    return {"run": run, "info": info, "regressions": reg.height, "programs": programs, "headline": headline,
+            "headline_metrics": metrics_shown, "headline_labels": HEADLINE, "health": health, "problems": problems, "previous": d.previous,
+            "history_chart": chart, "accepts": d.accepts.height}
+
+
+# ------------------------------------------------------------------ sections
+
+def _trend_section(d: SiteData, metric: str, title: str, where: pl.Expr | None = None) -> dict | None:
+    rows = d.trends.filter(pl.col("metric") == metric)
+    if where is not None:
+        rows = rows.filter(where)
+    if rows.is_empty():
+        return None
+    rows = _line(rows).with_columns(pl.format("{}/{}", "line", "stage").alias("line")) if rows.select(
+        pl.struct("job", "program").n_unique()).item() < rows.select(pl.struct("job", "program", "stage").n_unique()).item() else _line(rows)
+    latest = rows.sort("started_at").group_by("line").agg(pl.all().last()).sort("line")
+    # A chart of a hundred lines reads as noise: it draws the lines regressed in the latest
+    # run, then the largest; the table under it lists them all.
+    shown = (latest.sort(pl.col("verdict") == "regressed", pl.col("value").abs(), descending=True, nulls_last=True)
+             .head(MAX_LINES).get_column("line"))
+    chart_title = title if shown.len() == latest.height else f"{title} ({shown.len()} of {latest.height}: regressed, then largest)"
+    table = [{"line": r["line"], "series": series_link(r["series"]), "run": r["run_id"],
+              "value": human_value(metric, r["value"]), "change": human_delta(metric, r["delta"]) if r["delta"] else "",
+              "verdict": r["verdict"]} for r in latest.iter_rows(named=True)]
+    chart = charts.trend_chart(rows.filter(pl.col("line").is_in(shown.implode())), title=chart_title)
+    return {"title": title, "metric": metric, "chart": chart, "table": table}
+
+
+def _diff_rows(d: SiteData, categories: tuple[str, ...], changes: tuple[str, ...] | None = None) -> list[dict]:
+    rows = d.diffs.filter((pl.col("run_id") == d.latest) & pl.col("category").is_in(categories))
+    if changes:
+        rows = rows.filter(pl.col("change").is_in(changes))
+    return _table(rows.select("job", "program", "kind", "category", "change", "description"))
+
+
+def memory_page(d: SiteData) -> dict:
+    sections = [s for s in (
+        _trend_section(d, "memory.total_bytes", "Total bytes (buffer assignment)", pl.col("stage") == "buffer_assignment"),
+        _trend_section(d, "memory.peak_live_bytes", "Peak live bytes"),
+        _trend_section(d, "memory.temp_bytes", "Temp bytes", pl.col("stage") == "buffer_assignment"),
+        _trend_section(d, "memory.buffer_bytes", "Inductor buffer bytes", pl.col("stage") == "post_fusion"),
+    ) if s]
+    alloc = d.allocations.group_by("program", "kind").agg(pl.col("size_bytes").sum()).sort("program", "size_bytes", descending=[False, True])
+    breakdown = charts.bar_chart(alloc.with_columns(pl.format("{} · {}", "program", "kind").alias("allocation")),
+                                 x="size_bytes", y="allocation", color="kind", title=f"Allocations by kind, run {d.latest}",
+                                 bytes_axis=True) if alloc.height else None
+    peak = d.items.filter(pl.col("category") == "peak_value").sort("bytes", descending=True, nulls_last=True).head(20)
+    top = [{"program": r["program"], "value": r["label"], "bytes": human_bytes(r["bytes"]), "source": r["detail"] or ""}
+           for r in peak.iter_rows(named=True)]
+    return {"sections": sections, "breakdown": breakdown, "allocation_table": [
+                {"program": p, "kind": k, "bytes": human_bytes(b)} for p, k, b in alloc.iter_rows()],
+            "top_at_peak": top, "grew": _diff_rows(d, ("allocation", "peak_value"), ("grew", "appeared")), "run": d.latest}
+
+
+def fusion_page(d: SiteData) -> dict:
+    kinds = d.trends.filter(pl.col("metric").str.starts_with("fusion.count") & (pl.col("kind") == "xla_hlo")
+                            & (pl.col("stage") == "after_optimizations"))
+    kinds_chart = None
+    if kinds.height:
+        kinds_chart = charts.trend_chart(_line(kinds).with_columns(pl.format("{} {}", "line", "metric").alias("line")),
+                                         title="XLA fusions by kind (after optimizations)", metric_label="fusions")
+    ratio = _fused_ratio(d)
+    groups = d.items.filter(pl.col("category") == "fused_group").sort("count", descending=True).head(20)
+    return {"kinds_chart": kinds_chart, "sections": [s for s in (
+                _trend_section(d, "fusion.count", "Inductor fused groups", pl.col("kind") == "inductor_ir"),) if s],
+            "ratio_chart": ratio, "groups": [{"program": r["program"], "group": r["label"], "count": r["count"],
+                                             "bytes": human_bytes(r["bytes"]) if r["bytes"] is not None else ""}
+                                            for r in groups.iter_rows(named=True)],
+            "changes": _diff_rows(d, ("fusion", "fused_group")), "run": d.latest}
+
+
+def _fused_ratio(d: SiteData) -> dict | None:
+    """Inductor: members of fused groups / nodes before fusion, per graph and run."""
+    post = d.trends.filter((pl.col("metric") == "fusion.fused_nodes") & (pl.col("stage") == "post_fusion"))
+    pre = d.trends.filter((pl.col("metric") == "inductor.nodes") & (pl.col("stage") == "pre_fusion"))
+    if post.is_empty() or pre.is_empty():
+        return None
+    both = post.join(pre.select("run_id", "job", "program", pl.col("value").alias("_nodes")), on=["run_id", "job", "program"])
+    both = both.with_columns((pl.col("value") / pl.col("_nodes")).alias("value"), pl.lit("fusion.fused_node_ratio").alias("metric"),
+                             pl.lit(None, pl.Float64).alias("delta"), pl.lit("changed").alias("verdict"))
+    return charts.trend_chart(_line(both), title="Fused-node ratio (Inductor: fused members / nodes before fusion)",
+                              metric_label="ratio")
+
+
+def kernels_page(d: SiteData) -> dict:
+    sections = [s for s in (
+        _trend_section(d, "kernel.launches", "Kernel launches (XLA, after optimizations)", pl.col("stage") == "after_optimizations"),
+        _trend_section(d, "kernel.custom_calls", "Custom calls", pl.col("stage") == "after_optimizations"),
+        _trend_section(d, "kernel.collectives", "Collectives (before optimizations)", pl.col("stage") == "before_optimizations"),
+        _trend_section(d, "kernel.generated", "Inductor generated kernels", pl.col("kind") == "inductor_output_code"),
+        _trend_section(d, "kernel.extern", "Inductor extern kernels", pl.col("kind") == "inductor_ir"),
+        _trend_section(d, "kernel.user_triton", "User Triton kernels", pl.col("kind") == "inductor_ir"),
+        _trend_section(d, "kernel.fallback", "Inductor fallback kernels", pl.col("kind") == "inductor_ir"),
+    ) if s]
+    latest = d.trends.filter(pl.col("run_id") == d.latest)
+    fallbacks = latest.filter(pl.col("metric").str.starts_with("kernel.fallback.") & (pl.col("value") > 0))
+    targets = latest.filter(pl.col("metric").str.starts_with("kernel.custom_call.") & (pl.col("stage") == "after_optimizations"))
+    collectives = latest.filter(pl.col("metric").str.starts_with("kernel.collective.") & (pl.col("value") > 0))
+    pick = lambda f, prefix: [{"program": r["program"], "stage": r["stage"], "name": r["metric"].removeprefix(prefix),  # noqa: E731
+                               "count": human_value("n", r["value"]), "change": human_delta("n", r["delta"]) if r["delta"] else ""}
+                              for r in f.sort("value", descending=True).iter_rows(named=True)]
+    return {"sections": sections, "fallbacks": pick(fallbacks, "kernel.fallback."),
+            "targets": pick(targets, "kernel.custom_call."), "collectives": pick(collectives, "kernel.collective."),
+            "changes": _diff_rows(d, ("custom_call", "collective", "fallback_kernel", "kernel_category", "extern_kernel")),
+            "run": d.latest}
+
+
+def onnx_page(d: SiteData, last_runs: int = 14) -> dict:
+    steps = d.trends.filter(pl.col("metric").str.starts_with("onnx.step.") & (pl.col("kind") == "onnx_report"))
+    runs = d.runs.tail(last_runs).get_column("run_id").to_list()
+    matrices = []
+    for (program,), rows in steps.group_by("program", maintain_order=True):
+        cells = {(r["metric"].removeprefix("onnx.step."), r["run_id"]): r["value"] for r in rows.iter_rows(named=True)}
+        names = sorted({s for s, _ in cells})
+        matrices.append({"program": program, "runs": runs, "rows": [
+            {"step": s, "cells": [STEP_SYMBOL.get(cells.get((s, r)), "⚪") for r in runs]} for s in names]})
+    sections = [s for s in (
+        _trend_section(d, "onnx.graph_nodes", "ONNX graph nodes"),
+        _trend_section(d, "onnx.max_abs_diff", "Accuracy: max absolute difference (ONNX Runtime vs PyTorch)"),
+    ) if s]
+    ops = d.onnx_ops.sort("count", descending=True).head(25)
+    errors = [{"program": r["program"], "title": f"{r['exception_type'] or 'error'} ({r['section']})",
+               "message": (r["message"] or "").strip()} for r in d.onnx_errors.iter_rows(named=True)]
+    return {"matrices": matrices, "sections": sections, "ops": _table(ops.select("program", "source", "op", "count")),
+            "errors": errors, "changes": _diff_rows(d, ("onnx_step", "onnx_op", "accuracy")), "run": d.latest}
+
+
+# ------------------------------------------------------------------ runs, series, diff
+
+def run_pages(d: SiteData):
+    """(run_id, context) of every run page, newest first."""
+    parts = {name: getattr(d, name).partition_by("run_id", as_dict=True)
+             for name in ("regressions", "rollups", "events", "diffs")}
+    empty = {name: getattr(d, name).clear() for name in parts}
+    for run in d.runs.sort("started_at", "run_id", descending=True).iter_rows(named=True):
+        part = {name: parts[name].get((run["run_id"],), empty[name]) for name in parts}
+        reg = part["regressions"]
+        yield run["run_id"], {
+            "run": run,
+            "rollups": _table(part["rollups"].drop("run_id", "started_at")),
+            "regressions": [_regression_row(r, "../") for r in reg.head(MAX_RUN_ROWS).iter_rows(named=True)],
+            "regression_count": reg.height,
+            "events": _table(part["events"].filter(pl.col("event") != "first_run").select("job", "series", "event", "detail")),
+            "diffs": _table(part["diffs"].select("job", "program", "kind", "stage", "description").head(MAX_RUN_ROWS)),
+            "diff_count": part["diffs"].height,
+        }
+
+
+def _regression_row(r: dict, prefix: str) -> dict:
+    return {"series": r["series"], "link": series_link(r["series"], prefix), "metric": r["metric"],
+            "baseline": human_value(r["metric"], r["baseline"]), "value": human_value(r["metric"], r["value"]),
+            "change": f"{human_delta(r['metric'], r['change'])} ({human_ratio(r['change_ratio'])})",
+            "rule": r["rule"], "since": r["regressed_since"]}
+
+
+def series_page(d: SiteData, series: str, rows: pl.DataFrame) -> dict:
+    latest = rows.sort("started_at").group_by("metric").agg(pl.all().last()).sort("metric")
+    table = [{"metric": r["metric"], "value": human_value(r["metric"], r["value"]), "run": r["run_id"],
+              "change": human_delta(r["metric"], r["delta"]) if r["delta"] else "",
+              "baseline": human_value(r["metric"], r["baseline"]), "verdict": r["verdict"], "rule": r["rule"]}
+             for r in latest.iter_rows(named=True)]
+    first = rows.row(0, named=True)
+    return {"series": series, "job": first["job"], "program": first["program"], "kind": first["kind"],
+            "stage": first["stage"], "table": table, "metrics_chart": charts.small_multiples(rows, title=series),
+            "runs": rows.get_column("run_id").n_unique(),
+            "accepts": _table(d.accepts.filter(pl.col("series") == series))}
+
+
+def diff_page(d: SiteData) -> dict:
+    run, prev = d.latest, d.previous
+    reg = d.regressions.filter(pl.col("run_id") == run)
+    diffs = d.diffs.filter(pl.col("run_id") == run)
+    keys = pl.concat([reg.select("job", "program"), diffs.select("job", "program")]).unique(maintain_order=True)
+    groups = []
+    for job, program in keys.sort("job", "program").iter_rows():
+        r = reg.filter((pl.col("job") == job) & (pl.col("program") == program))
+        x = diffs.filter((pl.col("job") == job) & (pl.col("program") == program))
+        groups.append({"job": job, "program": program, "anchor": slug(f"{job}-{program}"),
+                       "regressions": [_regression_row(row, "") for row in r.iter_rows(named=True)],
+                       "changes": [{"series": s, "lines": rows.get_column("description").to_list()}
+                                   for (s,), rows in x.group_by("series", maintain_order=True)]})
+    return {"run": run, "previous": prev, "groups": groups}
