@@ -72,3 +72,15 @@ def test_each_kind_of_page_renders_in_chromium(site, browser):
             assert report.undrawn_charts == 0, page
         assert check_links(base, ["index.html"], crawl=True) == []
     assert (ARTIFACTS / "site_overview.png").stat().st_size > 10_000
+
+
+def test_an_empty_warehouse_still_builds_a_site_that_says_so(tmp_path):
+    from flows.aggregate import aggregate
+    from flows.site import build_site
+    from flows.warehouse import Warehouse
+
+    with Warehouse(tmp_path / "w.duckdb") as con:
+        aggregate(con)
+    result = build_site(tmp_path / "w.duckdb", tmp_path / "site")
+    assert (result.pages, result.charts) == (12, 0)
+    assert "The warehouse has no runs yet" in (tmp_path / "site" / "index.html").read_text()
