@@ -53,11 +53,16 @@ DIFF_DOCS = {
 
 
 def paths_needing_items(dumps: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
-    """Rows of ``dumps`` (path, dump_id, parser_version, ...) whose items are not cached."""
+    """Rows of ``dumps`` (path, run_id, job, kind, stage, program, dump_id, parser_version)
+    whose items are not cached, plus the buffer assignments whose HLO dump (the source of
+    their op metadata) is among them."""
     if stored.is_empty():
         return dumps
     have = stored.select("path", "dump_id", "parser_version").unique()
-    return dumps.join(have, on=["path", "dump_id", "parser_version"], how="anti", nulls_equal=True)
+    todo = dumps.join(have, on=["path", "dump_id", "parser_version"], how="anti", nulls_equal=True)
+    hlo = todo.filter((pl.col("kind") == "xla_hlo") & (pl.col("stage") == "after_optimizations")).select("run_id", "job", "program")
+    buffers = dumps.filter(pl.col("kind") == "xla_buffer_assignment").join(hlo.unique(), on=["run_id", "job", "program"])
+    return pl.concat([todo, buffers]).unique("path", maintain_order=True)
 
 
 def compute_items(todo: pl.DataFrame, all_dumps: pl.DataFrame,

@@ -262,8 +262,9 @@ def split_instruction(line: str) -> tuple[bool, str, str, str, str] | None:
 def read_metadata(text: str, pos: int = 0) -> tuple[str | None, str | None, str | None, int | None, int | None] | None:
     """(op_type, op_name, source_file, source_line, stack_frame_id) of the metadata={...} at ``pos``.
 
-    Escapes are kept as printed. XLA prints the keys in a fixed order; keys in another
-    order or unknown keys are still found. None if the block does not close.
+    Strings are unescaped (XLA prints them C-escaped: ``params[0][\\'w\\']``). XLA prints the
+    keys in a fixed order; keys in another order or unknown keys are still found. None if
+    the block does not close.
     """
     m = _METADATA.match(text, pos)
     if m is None:
@@ -277,7 +278,18 @@ def read_metadata(text: str, pos: int = 0) -> tuple[str | None, str | None, str 
         ints = dict(_METADATA_INT.findall(rest))
         source_line = source_line or ints.get("source_line")
         frame = int(ints["stack_frame_id"]) if "stack_frame_id" in ints else None
-    return op_type, op_name, source_file, int(source_line) if source_line else None, frame
+    return (c_unescape(op_type), c_unescape(op_name), c_unescape(source_file),
+            int(source_line) if source_line else None, frame)
+
+
+def c_unescape(text: str | None) -> str | None:
+    """A string as XLA's CEscape printed it, unescaped (non-ASCII comes as octal UTF-8 bytes)."""
+    if not text or "\\" not in text:
+        return text
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape").encode("latin-1").decode("utf-8")
+    except (UnicodeError, ValueError):
+        return text  # not a C escape after all: keep it as printed
 
 
 def read_record(line: str) -> tuple[int, str | dict[str, int]] | None:
