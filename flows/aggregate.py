@@ -89,9 +89,6 @@ def _run_overrides(runs: pl.DataFrame) -> dict[str, dict[str, str]]:
     return out
 
 
-PER_RUN_TABLES = ("dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "diffs")
-
-
 def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) -> AggregateResult:
     """Bring every derived table up to date in one transaction.
 

@@ -64,7 +64,6 @@ def read_site_data(warehouse: Path) -> pages.SiteData:
                 FROM onnx_errors e JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})"""),
             onnx_ops=q(f"""SELECT s.series_program AS program, o.source, o.op, o.count FROM onnx_op_counts o
                 JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})"""),
-            dumps=q(f"SELECT path, job, kind, status, error FROM dumps WHERE path IN ({latest_dumps})"),
             tables=q("""SELECT table_name AS name, 'table' AS type, comment FROM duckdb_tables() WHERE schema_name = 'main'
                         UNION ALL SELECT view_name, 'view', comment FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal
                         ORDER BY name"""),

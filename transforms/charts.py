@@ -31,8 +31,6 @@ THEME = {
 WIDTH = "container"
 POINTS = alt.Data(name="points")  # replaced by the inline CSV in _spec
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
-_VERDICT = {"new": "new", "accepted": "accepted", "regressed": "regressed", "improved": "improved",
-            "changed": "changed", "unchanged": "unchanged"}
 # Columns of the inline data: t time, r run, c commit, k line or panel, y value (scaled),
 # d change against the previous run (scaled), v verdict.
 _PARSE = {"t": "date", "y": "number", "d": "number"}

@@ -39,7 +39,6 @@ class SiteData:
     allocations: pl.DataFrame  # latest run: series, kind, size_bytes
     onnx_errors: pl.DataFrame  # latest run: series, exception_type, message
     onnx_ops: pl.DataFrame  # latest run: series, source, op, count
-    dumps: pl.DataFrame  # latest run: path, job, kind, status, error
     tables: pl.DataFrame  # warehouse catalog: name, type, comment
     columns: pl.DataFrame  # name, column, data_type, comment
     warehouse_path: str
