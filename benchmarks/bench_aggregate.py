@@ -41,7 +41,7 @@ REAL_NAMES = ("memory.total_bytes", "memory.temp_bytes", "memory.peak_live_bytes
 
 
 def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, programs: int = PROGRAMS) -> None:
-    from flows import warehouse as wh
+    from flows.warehouse import store as wh
 
     RUNS, JOBS, PROGRAMS = runs, jobs, programs  # noqa: N806 (the module's defaults, overridden)
 
@@ -112,7 +112,7 @@ def measure_once(mode: str) -> dict:
     last run's dumps newer than that (what a night does: all 365 runs computed, the
     new run's rows written). noop: aggregated, nothing new.
     """
-    from flows import warehouse as wh
+    from flows.warehouse import store as wh
     from flows.aggregate import aggregate
 
     work = OUT / "aggregate_work.duckdb"

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_hlo.py [--big-mb 200] [--repeats 3]
 
 What is timed is the whole parse a nightly run does: iterate the text file's lines,
-run ``transforms.xla_hlo.parse`` and build every polars frame it yields (frames are
+run ``transforms.parsers.xla_hlo.parse`` and build every polars frame it yields (frames are
 dropped as they come). Wall time is ``time.perf_counter``; CPU time is shown too,
 because on a shared machine the wall clock also counts other people's work. The
 process is pinned to one CPU with ``POLARS_MAX_THREADS=1``.
@@ -39,7 +39,7 @@ def one_core() -> None:
 
 def time_ours(path: Path, repeats: int) -> dict:
     """Best wall and CPU seconds over repeats (first run warms caches and imports)."""
-    from transforms import xla_hlo
+    from transforms.parsers import xla_hlo
     from transforms.records import TableBatch
 
     best_wall = best_cpu = float("inf")
@@ -139,7 +139,7 @@ def main() -> None:
         rows.append((path, time_ours(path, args.repeats + 2)))
     rows.append((big, in_child(big, args.repeats)))
     baseline = json.loads(subprocess.run(
-        [sys.executable, "-c", ("import resource, polars, transforms.xla_hlo; "
+        [sys.executable, "-c", ("import resource, polars, transforms.parsers.xla_hlo; "
                                 "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")],
         cwd=ROOT, capture_output=True, text=True, check=True).stdout)
     xla = time_xla([p for p, _ in rows], args.repeats) or {}

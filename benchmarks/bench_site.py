@@ -32,7 +32,7 @@ SITE = OUT / "site_365x100"
 
 def prepare() -> None:
     from benchmarks.bench_aggregate import build
-    from flows import warehouse as wh
+    from flows.warehouse import store as wh
     from flows.aggregate import aggregate
 
     build(WAREHOUSE, runs=365, jobs=5, programs=20)

@@ -18,11 +18,12 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from transforms import diffs as diff_mod
-from transforms import rollups, trends
-from transforms import warehouse_schema as ws
-from transforms.rules import Settings, parse_settings
-from transforms.series import assign_series, compile_overrides
+from flows.warehouse import schema as ws
+from transforms.trends import diffs as diff_mod
+from transforms.trends import metric_trends as trends
+from transforms.trends import rollups
+from transforms.trends.rules import Settings, parse_settings
+from transforms.trends.series import assign_series, compile_overrides
 
 DEFAULT_SETTINGS = Path("dumpscope.toml")
 # Bump when the aggregation's output changes for the same input: warehouses
@@ -49,7 +50,7 @@ def aggregate_stamp(settings: Settings, accepts: pl.DataFrame | None = None) -> 
 def needs_aggregate(warehouse: Path, settings: Settings) -> bool:
     """True when the published warehouse's derived tables are missing or were computed
     by another aggregation version or other settings."""
-    from flows.warehouse import connect_readonly
+    from flows.warehouse.store import connect_readonly
 
     if not Path(warehouse).exists():
         return False

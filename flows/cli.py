@@ -1,15 +1,12 @@
-"""The ``dumpscope`` command.
+"""The ``dumpscope`` command: argument parsing only; each command calls a flow module.
 
-Commands that only read (``parse``) import neither Prefect nor the flows, so they
-answer in a fraction of a second.
+Imports are deferred into each command, so commands that only read (``parse``) load
+neither Prefect nor DuckDB and answer in a fraction of a second.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -37,16 +34,6 @@ def _prefect_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
 
-def _number(value: float) -> float | int:
-    return int(value) if float(value).is_integer() else value
-
-
-def _json_value(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 @app.command()
 def parse(
     files: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, readable=True, help="Dump files (.gz read transparently).")],
@@ -56,81 +43,14 @@ def parse(
     summary: Annotated[bool, typer.Option("--summary", help="One line per file: kind, stage, program, status.")] = False,
 ) -> None:
     """Parse dumps: kind, stage, program, status, errors and metrics of each."""
-    from transforms.formats import all_tables
-    from transforms.parse import parse_dump
+    from flows.parse_files import print_parsed
 
-    if table is not None and table not in all_tables():
-        raise typer.BadParameter(f"unknown table {table!r}; known: {', '.join(sorted(all_tables()))}", param_hint="--table")
-    overview = _overview_table(files) if summary and not as_json else None
-    shared = Path(os.path.commonpath([f.parent for f in files])) if overview is not None else None
-    failed = 0
-    for file in files:
-        with file.open("rb") as raw:
-            parsed = parse_dump(raw, str(file))
-        failed += parsed.status == "failed"
-        frame = parsed.tables.get(table) if table else None
-        if frame is not None and limit:
-            frame = frame.head(limit)
-        if as_json:
-            _print_json(file, parsed.summary, table, frame)
-        elif overview is not None:
-            s = parsed.summary
-            overview.add_row(str(file.relative_to(shared)), s.kind.value, s.stage or "", s.program or "", s.status.value, str(len(s.metrics)), "; ".join(s.errors)[:120])
-        else:
-            _print_detail(file, parsed.summary, table, frame, limit)
-    if overview is not None:
-        from rich.console import Console
-
-        Console(width=220).print(overview)
+    try:
+        failed = print_parsed(files, as_json=as_json, table=table, limit=limit, summary=summary)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--table") from None
     if failed:
         raise typer.Exit(1)
-
-
-def _overview_table(files: list[Path]):
-    from rich.table import Table
-
-    title = f"{len(files)} dumps under {os.path.commonpath([f.parent for f in files])}"
-    return Table("path", "kind", "stage", "program", "status", "metrics", "errors", title=title, title_justify="left")
-
-
-def _print_json(file: Path, s, table: str | None, frame) -> None:
-    out: dict[str, object] = {
-        "path": str(file),
-        "kind": s.kind.value,
-        "stage": s.stage,
-        "program": s.program,
-        "status": s.status.value,
-        "errors": s.errors,
-        "metrics": {k: _json_value(_number(v)) for k, v in sorted(s.metrics.items())},
-    }
-    if table:
-        out["table"] = {"name": table, "rows": frame.to_dicts() if frame is not None else []}
-    json.dump(out, sys.stdout, default=str, ensure_ascii=False)
-    sys.stdout.write("\n")
-
-
-def _print_detail(file: Path, s, table: str | None, frame, limit: int) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    console.print(f"[bold]{file}[/]")
-    console.print(f"kind [cyan]{s.kind.value}[/]  stage [cyan]{s.stage}[/]  program [cyan]{s.program}[/]  status [bold]{s.status.value}[/]")
-    for err in s.errors:
-        console.print(f"error: {err}", style="red", markup=False, highlight=False)
-    metrics = Table("metric", "value", title="metrics", title_justify="left")
-    for k, v in sorted(s.metrics.items()):
-        n = _number(v)
-        metrics.add_row(k, f"{n:,}" if isinstance(n, int) else f"{n:.6g}")
-    console.print(metrics)
-    if table:
-        if frame is None:
-            console.print(f"table {table}: no rows in this dump")
-        else:
-            import polars as pl
-
-            with pl.Config(tbl_rows=limit or -1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
-                console.print(str(frame), markup=False, highlight=False)
 
 
 @app.command()
@@ -140,43 +60,16 @@ def sql(
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json (an array of row objects).")] = "table",
 ) -> None:
     """Run a read-only SQL query on the warehouse and print the result."""
-    import duckdb
+    from flows.query import FORMATS, QueryError, print_rows, run_query
 
-    from flows.warehouse import connect_readonly
-
-    if fmt not in ("table", "csv", "json"):
+    if fmt not in FORMATS:
         raise typer.BadParameter(f"unknown format {fmt!r}; use table, csv or json", param_hint="--format")
     try:
-        con = connect_readonly(warehouse)
-    except (FileNotFoundError, duckdb.Error) as exc:
+        names, rows = run_query(warehouse, query)
+    except QueryError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
-    try:
-        cur = con.execute(query)
-        names = [d[0] for d in cur.description] if cur.description else []
-        rows = cur.fetchall() if names else []
-    except duckdb.Error as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
-    finally:
-        con.close()
-    if fmt == "json":
-        json.dump([{n: _json_value(v) for n, v in zip(names, r)} for r in rows], sys.stdout, default=str, ensure_ascii=False)
-        sys.stdout.write("\n")
-    elif fmt == "csv":
-        import csv
-
-        w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(names)
-        w.writerows(rows)
-    else:
-        from rich.console import Console
-        from rich.table import Table
-
-        out = Table(*names)
-        for r in rows:
-            out.add_row(*("" if v is None else str(v) for v in r))
-        Console().print(out)
+        raise typer.Exit(1) from None
+    print_rows(names, rows, fmt)
 
 
 @app.command()
@@ -211,7 +104,7 @@ def run(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     from flows.nightly import run_nightly
-    from flows.warehouse import WarehouseBusy
+    from flows.warehouse.store import WarehouseBusy
 
     _check_settings(settings)
     try:
@@ -244,7 +137,7 @@ def _check_settings(path: Optional[Path]):
 @contextmanager
 def _writer(warehouse: Path, wait: bool):
     """The warehouse as its one writer; exits 1 when it does not exist, 3 when busy."""
-    from flows.warehouse import Warehouse, WarehouseBusy
+    from flows.warehouse.store import Warehouse, WarehouseBusy
 
     if not warehouse.exists():
         typer.echo(f"error: no warehouse at {warehouse} (run `dumpscope run` first)", err=True)
@@ -287,23 +180,14 @@ def accept(
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another writer.")] = True,
 ) -> None:
     """Record that a series' change at RUN was intended: its baseline restarts there."""
-    import getpass
-    from datetime import datetime, timezone
-
-    from flows.aggregate import aggregate
+    from flows.accept import UnknownSeries, accept_series
 
     conf = _check_settings(settings)
     with _writer(warehouse, wait) as con:
-        # One writer for the check, the insert and the re-aggregation.
-        seen = con.execute("SELECT count(*) FROM dump_series WHERE series = ? AND run_id = ?", [series, run_id]).fetchall()[0][0]
-        if not seen:
-            close = [r[0] for r in con.execute(
-                "SELECT DISTINCT series FROM dump_series ORDER BY jaro_winkler_similarity(series, ?) DESC LIMIT 3", [series]).fetchall()]
-            raise typer.BadParameter(f"series {series!r} has no dumps in run {run_id!r}; closest series: {', '.join(close)}")
-        con.execute("INSERT INTO accepts VALUES (?, ?, ?, ?, ?, ?)", [
-            series, run_id, metric, note, getpass.getuser(), datetime.now(timezone.utc).replace(tzinfo=None)])
-        aggregate(con, conf)
-        left = con.execute("SELECT count(*) FROM regressions WHERE series = ? AND run_id = ?", [series, run_id]).fetchall()[0][0]
+        try:
+            left = accept_series(con, conf, series, run_id, metric, note)
+        except UnknownSeries as exc:
+            raise typer.BadParameter(str(exc)) from None
     typer.echo(f"accepted {series} at {run_id}" + (f" ({metric})" if metric else "") + f"; regressions left there: {left}")
 
 
@@ -316,31 +200,14 @@ def diff(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per change.")] = False,
 ) -> None:
     """What changed between two runs: structure (fusions, collectives, allocations...) and metrics."""
-    import duckdb
-
-    from flows.diff import diff_runs
-    from flows.warehouse import connect_readonly
+    from flows.diff import diff_warehouse, print_diff
 
     try:
-        con = connect_readonly(warehouse)
-    except (FileNotFoundError, duckdb.Error) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
-    try:
-        result = diff_runs(con, run_a, run_b, series)
+        result = diff_warehouse(warehouse, run_a, run_b, series)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
-    finally:
-        con.close()
-    if as_json:
-        for row in result.to_dicts():
-            json.dump(row, sys.stdout, default=str, ensure_ascii=False)
-            sys.stdout.write("\n")
-        return
-    from transforms.diffs import diff_text
-
-    sys.stdout.write(diff_text(result, run_a, run_b))
+        raise typer.Exit(1) from None
+    print_diff(result, run_a, run_b, as_json=as_json)
 
 
 @app.command()

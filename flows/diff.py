@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 import fnmatch
+import json
+import sys
+from pathlib import Path
 
 import duckdb
 import polars as pl
 
 from flows.aggregate import frame_of
-from transforms.diffs import PAIR_COLUMNS, diff_pairs
+from flows.warehouse.store import connect_readonly
+from transforms.trends.diffs import PAIR_COLUMNS, diff_pairs, diff_text
 from transforms.units import human_delta, human_ratio, human_value
+
+
+def diff_warehouse(warehouse: Path, run_a: str, run_b: str, pattern: str | None = None) -> pl.DataFrame:
+    """``diff_runs`` on the published warehouse; every failure is a ValueError with one line for people."""
+    try:
+        con = connect_readonly(warehouse)
+    except (FileNotFoundError, duckdb.Error) as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        return diff_runs(con, run_a, run_b, pattern)
+    except duckdb.Error as exc:
+        raise ValueError(str(exc)) from None
+    finally:
+        con.close()
 
 
 def diff_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, pattern: str | None = None) -> pl.DataFrame:
@@ -67,3 +85,13 @@ def _presence(a: pl.DataFrame, b: pl.DataFrame, run_a: str, run_b: str) -> pl.Da
                                                           pl.lit("vanished").alias("change"),
                                                           pl.lit(f"series vanished (not in {run_b})").alias("description"))
     return pl.concat([appeared, vanished])
+
+
+def print_diff(result: pl.DataFrame, run_a: str, run_b: str, *, as_json: bool) -> None:
+    """The diff as text, or one JSON object per change."""
+    if not as_json:
+        sys.stdout.write(diff_text(result, run_a, run_b))
+        return
+    for row in result.to_dicts():
+        json.dump(row, sys.stdout, default=str, ensure_ascii=False)
+        sys.stdout.write("\n")

@@ -1,7 +1,7 @@
 """The nightly flow: discover → parse (in parallel, to staging) → load and aggregate
 (one writer) → regression summary.
 
-Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse``:
+Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse.store``:
 
 - discover lists the bucket, keeps settled objects, and leaves out paths the
   warehouse already holds with the same size and the current parser version;
@@ -10,7 +10,7 @@ Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse``:
   per dump would cost more than the parsing); a retried chunk skips what is staged;
 - load is the single writer: one transaction per batch of dumps, then the trends,
   events and diffs recomputed (``flows.aggregate``), published atomically together
-  (``flows.warehouse.Warehouse``); a night with nothing new writes nothing;
+  (``flows.warehouse.store.Warehouse``); a night with nothing new writes nothing;
 - report writes the Markdown summary of the latest run's regressions to a file,
   stdout and a Prefect artifact; with ``site_dir``, the report site is rebuilt.
 
@@ -33,12 +33,12 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
 
-from flows import warehouse as wh
+from flows.warehouse import store as wh
 from flows.aggregate import aggregate, load_settings, needs_aggregate
 from flows.report import write_regression_report
 from flows.bucket import BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows.staging import StagedResult, stage_object
-from transforms.formats import parser_version
+from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject, Role, settled
 from transforms.records import DumpKind
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import polars as pl
 
 from flows.aggregate import frame_of
-from flows.warehouse import connect_readonly
-from transforms.night_report import latest_run, regression_markdown
+from flows.warehouse.store import connect_readonly
+from transforms.trends.night_report import latest_run, regression_markdown
 
 
 def default_report_path(warehouse: Path) -> Path:

@@ -21,8 +21,8 @@ import jinja2
 import polars as pl
 
 from flows.aggregate import frame_of
-from flows.warehouse import connect_readonly
-from transforms import site_pages as pages
+from flows.warehouse.store import connect_readonly
+from transforms.site import pages
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "site_templates"

@@ -37,7 +37,7 @@ import fsspec
 import pyarrow.parquet as pq
 
 from flows.bucket import BucketReadError, open_object
-from transforms.formats import parser_version
+from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject
 from transforms.parse import iter_dump
 from transforms.records import DumpKind, TableBatch

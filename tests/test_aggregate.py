@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from flows import warehouse as wh
+from flows.warehouse import store as wh
 from flows.aggregate import aggregate, frame_of
 from flows.cli import app
 

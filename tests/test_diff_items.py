@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import SEEDS
-from transforms.diff_items import (
+from transforms.trends.diff_items import (
     DIFF_SCHEMA,
     ITEM_DOCS,
     ITEM_SCHEMA,
@@ -25,7 +25,7 @@ from transforms.diff_items import (
     dump_items,
     format_bytes,
 )
-from transforms.formats import all_tables
+from transforms.parsers.formats import all_tables
 from transforms.parse import parse_dump
 
 BUCKET = Path(__file__).resolve().parents[1] / "data" / "sample_bucket"

@@ -1,4 +1,4 @@
-"""Tests for transforms.inductor_code on real output_code.py files made with torch 2.13.0
+"""Tests for transforms.parsers.inductor_code on real output_code.py files made with torch 2.13.0
 (C++ and Triton backends, tests/fixtures/inductor_output_code/ORIGIN.md)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import collect
-from transforms import inductor_code as P
-from transforms import inductor_ir
+from transforms.parsers import inductor_code as P
+from transforms.parsers import inductor_ir
 from transforms.records import DumpKind, DumpSummary, ParseError
 
 FIX = Path(__file__).parent / "fixtures"

@@ -1,4 +1,4 @@
-"""Tests for transforms.inductor_ir on the seed (CUDA, torch nightly) and real CPU dumps
+"""Tests for transforms.parsers.inductor_ir on the seed (CUDA, torch nightly) and real CPU dumps
 made with torch 2.13.0 (tests/fixtures/inductor_ir/ORIGIN.md)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import collect
-from transforms import inductor_ir as P
+from transforms.parsers import inductor_ir as P
 from transforms.records import DumpKind, DumpSummary, ParseError, TableBatch
 
 FIX = Path(__file__).parent / "fixtures"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flows import warehouse as wh
+from flows.warehouse import store as wh
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
 

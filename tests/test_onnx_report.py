@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import collect
-from transforms import onnx_report as onnx
+from transforms.parsers import onnx_report as onnx
 from transforms.records import DumpKind, DumpSummary, ParseError
 
 FIX = Path(__file__).parent / "fixtures"

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import SEEDS
-from transforms.formats import all_table_docs, all_tables, classify
+from transforms.parsers.formats import all_table_docs, all_tables, classify
 from transforms.naming import program_from_path
 from transforms.parse import iter_dump, parse_dump
 from transforms.records import DumpKind, DumpSummary, Status, TableBatch
@@ -70,7 +70,7 @@ def test_identity_columns_are_prepended():
 
 
 def test_a_crashing_parser_fails_that_file_only(monkeypatch):
-    import transforms.xla_hlo as hlo
+    import transforms.parsers.xla_hlo as hlo
 
     def broken(lines):
         yield from ()
@@ -84,7 +84,7 @@ def test_a_crashing_parser_fails_that_file_only(monkeypatch):
 
 
 def test_parse_error_names_file_and_line(monkeypatch):
-    import transforms.xla_hlo as hlo
+    import transforms.parsers.xla_hlo as hlo
     from transforms.records import ParseError
 
     def refusing(lines):

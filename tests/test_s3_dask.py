@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows import warehouse as wh
+from flows.warehouse import store as wh
 from flows.bucket import connect, list_objects, parse_storage_options
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"

@@ -7,9 +7,9 @@ from datetime import datetime
 import polars as pl
 import pytest
 
-from transforms.rollups import run_rollups, series_events
-from transforms.series import assign_series, compile_overrides, normalize_program
-from transforms.trends import run_order
+from transforms.trends.rollups import run_rollups, series_events
+from transforms.trends.series import assign_series, compile_overrides, normalize_program
+from transforms.trends.metric_trends import run_order
 
 
 @pytest.mark.parametrize("raw, normalized", [

@@ -77,7 +77,7 @@ def test_each_kind_of_page_renders_in_chromium(site, browser):
 def test_an_empty_warehouse_still_builds_a_site_that_says_so(tmp_path):
     from flows.aggregate import aggregate
     from flows.site import build_site
-    from flows.warehouse import Warehouse
+    from flows.warehouse.store import Warehouse
 
     with Warehouse(tmp_path / "w.duckdb") as con:
         aggregate(con)

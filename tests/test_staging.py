@@ -82,7 +82,7 @@ def test_same_content_under_two_paths_is_parsed_once(bucket, tmp_path, monkeypat
 
 
 def test_a_new_parser_version_restages(bucket, tmp_path, monkeypatch):
-    import transforms.xla_hlo as hlo
+    import transforms.parsers.xla_hlo as hlo
 
     obj = _put(bucket, "r/j/a.txt", SEED.read_bytes())
     old = stage_object(bucket[1], obj, tmp_path)
@@ -117,7 +117,7 @@ def test_a_corrupt_gz_stages_a_partial_summary(bucket, tmp_path):
 
 
 def test_a_failed_dump_stages_a_summary_without_tables(bucket, tmp_path, monkeypatch):
-    import transforms.xla_hlo as hlo
+    import transforms.parsers.xla_hlo as hlo
 
     real = hlo.parse
 

@@ -7,8 +7,8 @@ from datetime import datetime
 import polars as pl
 import pytest
 
-from transforms.rules import DOWN, UP, Rule, Settings, parse_settings
-from transforms.trends import metric_trends, regressions
+from transforms.trends.rules import DOWN, UP, Rule, Settings, parse_settings
+from transforms.trends.metric_trends import metric_trends, regressions
 
 S = "jax-jit/jit_step/xla_buffer_assignment/buffer_assignment"
 

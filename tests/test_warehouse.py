@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows.warehouse import (
+from flows.warehouse.store import (
     MAX_STORAGE_VERSION_1_5,
     StagedDump,
     Warehouse,
@@ -27,8 +27,8 @@ from flows.warehouse import (
     table_counts,
     upsert_runs,
 )
-from transforms import warehouse_schema as ws
-from transforms.formats import all_tables
+from flows.warehouse import schema as ws
+from transforms.parsers.formats import all_tables
 from transforms.parse import parse_dump
 
 ROOT = Path(__file__).resolve().parent.parent

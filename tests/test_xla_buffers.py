@@ -1,4 +1,4 @@
-"""transforms.xla_buffers (+ xla_live_ranges): the GPU seed and real XLA:CPU dumps.
+"""transforms.parsers.xla_buffers (+ xla_live_ranges): the GPU seed and real XLA:CPU dumps.
 
 Figures are exact. The CPU fixtures are checked against the figures jax itself gave
 for the same compilation (``compiled.memory_analysis()``, recorded in each
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES, SEEDS
 from tests.helpers import collect
-from transforms import xla_buffers as xb
+from transforms.parsers import xla_buffers as xb
 from transforms.records import DumpKind, DumpSummary, ParseError
 
 SEED = SEEDS / "002_5960cad812240b69.txt"

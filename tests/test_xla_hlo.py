@@ -1,4 +1,4 @@
-"""transforms.xla_hlo (+ xla_shapes): the two GPU seeds and real XLA:CPU dumps made with jax.
+"""transforms.parsers.xla_hlo (+ xla_shapes): the two GPU seeds and real XLA:CPU dumps made with jax.
 
 Figures are exact. Seed figures were worked out by hand from the dumps (see the report);
 the CPU fixtures are held to what XLA's own API said about the same compilation
@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES, SEEDS
 from tests.helpers import collect
-from transforms import xla_hlo as hlo
+from transforms.parsers import xla_hlo as hlo
 from transforms.records import DumpKind, DumpSummary, ParseError
-from transforms.xla_shapes import ShapeInfo, shape_info
+from transforms.parsers.xla_shapes import ShapeInfo, shape_info
 
 SEED_NEW = SEEDS / "001_a0c5460ce1af2dbe.txt"  # torch_xla GPU, is_scheduled, newer syntax
 SEED_OLD = SEEDS / "004_83a80cec1e7cc5e6.txt"  # JAX pmap GPU, older syntax

@@ -1,4 +1,4 @@
-"""transforms.xla_memory_report on real XLA:CPU reports (jaxlib 0.10), checked against
+"""transforms.parsers.xla_memory_report on real XLA:CPU reports (jaxlib 0.10), checked against
 the buffer assignment of the same compilation (tests/fixtures/xla_buffer_assignment)."""
 
 from pathlib import Path
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES, SEEDS
 from tests.helpers import collect
-from transforms import xla_buffers as xb
-from transforms import xla_memory_report as xr
+from transforms.parsers import xla_buffers as xb
+from transforms.parsers import xla_memory_report as xr
 from transforms.records import DumpKind, DumpSummary, ParseError
 
 REPORTS = FIXTURES / "xla_memory_usage_report"

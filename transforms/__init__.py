@@ -1,0 +1,14 @@
+"""The pure half of Dumpscope: bytes and tables in, tables out; no Prefect, no DuckDB, no files.
+
+Packages, in pipeline order (each may import only those above it, plus the modules here):
+
+- ``transforms.parsers``: one module per dump format and the sniffer that picks one.
+- ``transforms.trends``: series identity, rules, trends, structural diffs and the night's
+  summary; reads warehouse tables (as polars frames), never a parser.
+- ``transforms.site``: page contexts and Altair charts, from the trends' tables.
+
+Shared by all of them, at this level: ``records`` (the parser contract and the vocabulary
+shared downstream, such as the collective opcodes), ``reading`` (bytes to lines),
+``naming`` (program names from paths), ``parse`` (the one entry point: a dump's bytes to
+its summary and frames), ``layout`` (what a bucket path and run.json say) and ``units``.
+"""

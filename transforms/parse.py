@@ -20,7 +20,7 @@ from typing import BinaryIO, Iterator
 
 import polars as pl
 
-from transforms.formats import classify, module_for, parser_version
+from transforms.parsers.formats import classify, module_for, parser_version
 from transforms.naming import program_from_path
 from transforms.reading import LineReader, strip_gz
 from transforms.records import DumpKind, DumpSummary, ParseError, Status, TableBatch

@@ -25,6 +25,12 @@ import pyarrow as pa
 
 BATCH_ROWS = 65_536
 
+# Vocabulary shared downstream (trends key diff items on it): XLA opcodes that are
+# collectives, kept here so that trends never import a parser to learn them.
+COLLECTIVES = frozenset({
+    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "all-reduce-start",
+    "all-gather-start", "collective-permute-start", "ragged-all-to-all", "collective-broadcast"})
+
 
 class DumpKind(enum.StrEnum):
     XLA_HLO = "xla_hlo"

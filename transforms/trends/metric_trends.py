@@ -1,7 +1,7 @@
 """Trends across runs: deltas, baselines and verdicts per series and metric (polars).
 
-Input: the metrics of every dump with its series (``transforms.series``), the runs,
-the accept log and the settings (``transforms.rules``). Output: the frames of the
+Input: the metrics of every dump with its series (``transforms.trends.series``), the runs,
+the accept log and the settings (``transforms.trends.rules``). Output: the frames of the
 ``metric_trends`` and ``regressions`` tables. Pure and lazy; ``flows.aggregate``
 feeds it from DuckDB through Arrow and writes the results back.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from transforms.rules import ZERO_WHEN_ABSENT, Settings, rules_frame
+from transforms.trends.rules import ZERO_WHEN_ABSENT, Settings, rules_frame
 
 VERDICTS = ("new", "accepted", "regressed", "improved", "changed", "unchanged")
 VERDICT = pl.Enum(VERDICTS)

@@ -1,6 +1,6 @@
 """Structural diffs of each series between consecutive runs (and between any two runs).
 
-``transforms.diff_items`` reduces a dump to items keyed on stable identities and
+``transforms.trends.diff_items`` reduces a dump to items keyed on stable identities and
 compares two item sets; this module pairs the runs:
 
 - ``dump_items`` is a cache table: items are computed once per (path, content,
@@ -17,9 +17,9 @@ from typing import Callable
 
 import polars as pl
 
-from transforms.diff_items import DIFF_DOCS as ITEM_DIFF_DOCS
-from transforms.diff_items import DIFF_SCHEMA as ITEM_DIFF_SCHEMA
-from transforms.diff_items import ITEM_DOCS, ITEM_SCHEMA, describe_change, diff_dump_items, dump_items
+from transforms.trends.diff_items import DIFF_DOCS as ITEM_DIFF_DOCS
+from transforms.trends.diff_items import DIFF_SCHEMA as ITEM_DIFF_SCHEMA
+from transforms.trends.diff_items import ITEM_DOCS, ITEM_SCHEMA, describe_change, diff_dump_items, dump_items
 
 STORED_ITEM_SCHEMA = pl.Schema({"path": pl.String, "dump_id": pl.String, "parser_version": pl.Int16}
                                | {c: t for c, t in ITEM_SCHEMA.items() if c != "path"})

@@ -8,7 +8,7 @@ Input: the lines of one of these files, as XLA writes them with ``--xla_dump_to`
   ``Used values:`` and the ``HloLiveRange`` listing; XLA:CPU in jaxlib 0.10 stops after
   the allocations and writes the rest to the two side files below.
 - ``*-buffer-assignment-values.txt``: ``Total bytes used:`` and ``Used values:``.
-- ``*-live-range.txt``: ``HloLiveRange (max N):`` (read by ``transforms.xla_live_ranges``).
+- ``*-live-range.txt``: ``HloLiveRange (max N):`` (read by ``transforms.parsers.xla_live_ranges``).
 
 Output (``parse``): ``TableBatch`` items of the tables in ``TABLES`` and, last, one
 ``DumpSummary`` (program left None: these files do not name the module). Metrics,
@@ -44,7 +44,7 @@ from typing import Iterable
 
 import polars as pl
 
-from transforms import xla_live_ranges as live
+from transforms.parsers import xla_live_ranges as live
 from transforms.records import (
     BATCH_ROWS,
     DumpKind,

@@ -1,4 +1,4 @@
-"""XLA HLO text vocabulary for ``transforms.xla_hlo``: result shapes, opcode classes,
+"""XLA HLO text vocabulary for ``transforms.parsers.xla_hlo``: result shapes, opcode classes,
 instruction and metadata syntax, and the declared tables the parser yields.
 
 Pure helpers; nothing here raises on bad text (it returns None or nulls instead).
@@ -101,7 +101,7 @@ def shape_info(text: str) -> ShapeInfo:
     return ShapeInfo(canonical, None, "tuple", elements, nbytes, buffer)
 
 
-# -- the tables transforms.xla_hlo yields ------------------------------------------------------
+# -- the tables transforms.parsers.xla_hlo yields ------------------------------------------------------
 
 _S, _I32, _I64, _B = pl.String, pl.Int32, pl.Int64, pl.Boolean
 TABLES: dict[str, pl.Schema] = {
@@ -174,9 +174,6 @@ TABLE_DOCS: dict[str, dict[str, str]] = {
 STRUCTURAL = frozenset({
     "parameter", "constant", "get-tuple-element", "tuple", "bitcast", "call", "while", "conditional",
     "after-all", "add-dependency", "opt-barrier", "domain", "partition-id", "replica-id"})
-COLLECTIVES = frozenset({
-    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "all-reduce-start",
-    "all-gather-start", "collective-permute-start", "ragged-all-to-all", "collective-broadcast"})
 # Opcodes that never name a computation and carry nothing beyond the common columns; every
 # other opcode (fusion, custom-call, callers, collectives, opcodes of a newer XLA) is looked at closely.
 SIMPLE = frozenset("""

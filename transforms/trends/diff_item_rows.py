@@ -1,4 +1,4 @@
-"""Row builders for ``transforms.diff_items``: one function per dump family.
+"""Row builders for ``transforms.trends.diff_items``: one function per dump family.
 
 Each builder takes the dumps frame and the records mapping and returns lazy frames of
 *instance* rows in ``ROW_SCHEMA`` (one row per fusion, allocation, node...): none when
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from transforms.xla_shapes import COLLECTIVES
+from transforms.records import COLLECTIVES
 
 ROW_SCHEMA = pl.Schema({
     "path": pl.String, "category": pl.String, "key": pl.String, "label": pl.String, "count": pl.Int64,

@@ -12,7 +12,7 @@ the GPU seed) or alone in ``*-live-range.txt`` (XLA:CPU in jaxlib 0.10)::
         w1.1{}: 32768 bytes (cumulative: 32768 bytes)     <- older XLA: "w1.1: 32768 bytes"
       Stack trace breakdown for peak usage: 68 104 bytes  <- newer XLA only, then a tree
 
-``LiveRangeReader`` is fed the lines of that section by ``transforms.xla_buffers``
+``LiveRangeReader`` is fed the lines of that section by ``transforms.parsers.xla_buffers``
 (the one public parser); it yields table batches and, at the end, says whether the
 listing was cut. Guarantees: one row per listing line, from that line alone (so a cut
 file gives a prefix of the rows); never raises. A cut is detected when the sequence

@@ -30,7 +30,7 @@ from typing import Iterable
 
 import polars as pl
 
-from transforms import onnx_report_sections as sec
+from transforms.parsers import onnx_report_sections as sec
 from transforms.records import DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error
 
 PARSER_VERSION = 1

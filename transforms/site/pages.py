@@ -2,7 +2,7 @@
 
 ``SiteData`` holds the warehouse frames the site needs (read by ``flows.site``);
 each ``*_page`` function returns the context of one template: tables as lists of
-dicts with display strings, charts as Vega-Lite specs (``transforms.charts``).
+dicts with display strings, charts as Vega-Lite specs (``transforms.site.charts``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from transforms import charts
+from transforms.site import charts
 from transforms.units import human_bytes, human_delta, human_ratio, human_value
 
 STEP_SYMBOL = {1.0: "✅", 0.0: "❌", None: "⚪"}

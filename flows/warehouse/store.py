@@ -28,8 +28,8 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from transforms import warehouse_schema as ws
-from transforms.formats import all_table_docs, all_tables
+from flows.warehouse import schema as ws
+from transforms.parsers.formats import all_table_docs, all_tables
 
 STORAGE_COMPATIBILITY = "v1.5.0"
 MAX_STORAGE_VERSION_1_5 = 68  # the DuckDB 1.5 shell reads storage versions 64..68
@@ -64,7 +64,7 @@ class StagedDump:
     @classmethod
     def from_parsed(cls, parsed, *, path: str, run_id: str, job: str, size_bytes: int, dump_id: str) -> "StagedDump":
         """From a ``transforms.parse.ParsedDump`` (frames parsed with this ``dump_id``)."""
-        from transforms.formats import parser_version
+        from transforms.parsers.formats import parser_version
 
         s = parsed.summary
         return cls(

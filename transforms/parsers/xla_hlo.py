@@ -30,9 +30,10 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from transforms import xla_shapes as hlo_text
+from transforms.parsers import xla_shapes as hlo_text
 from transforms.records import (
     BATCH_ROWS,
+    COLLECTIVES,
     DumpKind,
     DumpSummary,
     ParseError,
@@ -328,9 +329,9 @@ class _Parser:
         comp.n += end - start
         comp.structural += sum(map(hlo_text.STRUCTURAL.__contains__, ops))
         self.module.fusions += ops.count("fusion")
-        if not hlo_text.COLLECTIVES.isdisjoint(ops):
+        if not COLLECTIVES.isdisjoint(ops):
             counts = self.counts["kernel.collective"]
-            for op in hlo_text.COLLECTIVES.intersection(ops):
+            for op in COLLECTIVES.intersection(ops):
                 counts[op] = counts.get(op, 0) + ops.count(op)
         comp.last = infos[self.sids[-1]]
         if comp.is_entry:

@@ -1,6 +1,6 @@
 """Line scanners for the hard sections of a PyTorch ONNX export report.
 
-Used only by ``transforms.onnx_report``. Each scanner is fed one line at a time
+Used only by ``transforms.parsers.onnx_report``. Each scanner is fed one line at a time
 (newline already stripped) and hands back finished rows as tuples in the column
 order of that module's schemas; a row is handed back only once every field in it
 is final, so a cut report never yields a row that differs from the whole report's.

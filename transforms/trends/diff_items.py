@@ -41,7 +41,7 @@ from typing import Any
 
 import polars as pl
 
-from transforms import diff_item_rows as rows
+from transforms.trends import diff_item_rows as rows
 from transforms.units import human_bytes
 
 ITEM_SCHEMA = pl.Schema({

@@ -1,8 +1,8 @@
 """The warehouse schema as text: DDL, comments, views and forward migrations.
 
 Pure: builds SQL strings from the parsers' declared schemas
-(``transforms.formats.all_tables()`` / ``all_table_docs()``) and from the core
-tables declared here; it never connects to a database (``flows.warehouse`` runs it).
+(``transforms.parsers.formats.all_tables()`` / ``all_table_docs()``) and from the core
+tables declared here; it never connects to a database (``flows.warehouse.store`` runs it).
 
 Two kinds of tables, two ways to evolve:
 
@@ -162,7 +162,8 @@ MIGRATIONS: list[Migration] = [
 
 def derived_tables() -> dict[str, tuple[pl.Schema, dict[str, str]]]:
     """name -> (schema, docs with '' for the table) of every table aggregation writes."""
-    from transforms import diffs, rollups, series, trends
+    from transforms.trends import diffs, rollups, series
+    from transforms.trends import metric_trends as trends
 
     return {
         "dump_series": (series.SERIES_SCHEMA, series.SERIES_DOCS),

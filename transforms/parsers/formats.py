@@ -20,12 +20,12 @@ _BINARY_PROBE = 8192
 
 # Order matters: side files of XLA and Inductor are claimed before generic HLO text.
 _MODULES: dict[DumpKind, str] = {
-    DumpKind.XLA_BUFFER_ASSIGNMENT: "transforms.xla_buffers",
-    DumpKind.XLA_MEMORY_USAGE_REPORT: "transforms.xla_memory_report",
-    DumpKind.INDUCTOR_IR: "transforms.inductor_ir",
-    DumpKind.INDUCTOR_OUTPUT_CODE: "transforms.inductor_code",
-    DumpKind.ONNX_REPORT: "transforms.onnx_report",
-    DumpKind.XLA_HLO: "transforms.xla_hlo",
+    DumpKind.XLA_BUFFER_ASSIGNMENT: "transforms.parsers.xla_buffers",
+    DumpKind.XLA_MEMORY_USAGE_REPORT: "transforms.parsers.xla_memory_report",
+    DumpKind.INDUCTOR_IR: "transforms.parsers.inductor_ir",
+    DumpKind.INDUCTOR_OUTPUT_CODE: "transforms.parsers.inductor_code",
+    DumpKind.ONNX_REPORT: "transforms.parsers.onnx_report",
+    DumpKind.XLA_HLO: "transforms.parsers.xla_hlo",
 }
 
 

@@ -44,7 +44,7 @@ from typing import Iterable
 import polars as pl
 
 from transforms.records import DumpKind, DumpSummary, ParserOutput, RowBuffer, TableBatch, line_error
-from transforms.xla_live_ranges import Lines, drive
+from transforms.parsers.xla_live_ranges import Lines, drive
 
 PARSER_VERSION = 1
 

@@ -1,0 +1,54 @@
+"""``dumpscope sql``: a read-only query on the warehouse, printed as a table, CSV or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import duckdb
+
+from flows.parse_files import json_value
+from flows.warehouse.store import connect_readonly
+
+FORMATS = ("table", "csv", "json")
+
+
+class QueryError(Exception):
+    """The warehouse could not be opened or the query was refused; the message is one line for people."""
+
+
+def run_query(warehouse: Path, query: str) -> tuple[list[str], list[tuple]]:
+    """Column names and rows of ``query``; raises QueryError."""
+    try:
+        con = connect_readonly(warehouse)
+    except (FileNotFoundError, duckdb.Error) as exc:
+        raise QueryError(str(exc)) from None
+    try:
+        cur = con.execute(query)
+        names = [d[0] for d in cur.description] if cur.description else []
+        return names, (cur.fetchall() if names else [])
+    except duckdb.Error as exc:
+        raise QueryError(str(exc)) from None
+    finally:
+        con.close()
+
+
+def print_rows(names: list[str], rows: list[tuple], fmt: str) -> None:
+    if fmt == "json":
+        json.dump([{n: json_value(v) for n, v in zip(names, r)} for r in rows], sys.stdout, default=str, ensure_ascii=False)
+        sys.stdout.write("\n")
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(names)
+        w.writerows(rows)
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        out = Table(*names)
+        for r in rows:
+            out.add_row(*("" if v is None else str(v) for v in r))
+        Console().print(out)
