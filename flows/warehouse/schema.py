@@ -28,7 +28,7 @@ from typing import Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def quote_ident(name: str) -> str:
@@ -54,6 +54,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "commit": ("VARCHAR", "Source commit the run built, from run.json (NULL when unknown)."),
             "tags": ("VARCHAR[]", "Free labels from run.json (for example the hardware or a branch)."),
             "extra": ("JSON", "Every other field of run.json, as given."),
+            "meta_errors": ("VARCHAR[]", "What was wrong with run.json (not JSON, a field of the wrong type, an impossible date...), each naming the file; the valid fields were kept and these were not. Empty when run.json was fine or absent."),
         },
     ),
     "dumps": (
@@ -71,6 +72,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "status": ("VARCHAR", "ok: fully read; partial: records loaded but the dump was damaged or not fully understood; failed: nothing usable."),
             "error": ("VARCHAR", "Errors of the parse, each naming the file and line, joined by newlines; NULL when none."),
             "ingested_at": ("TIMESTAMP", "When this row was last written (UTC)."),
+            "source_version": ("VARCHAR", "What the store said of the object's version when it was read: the ETag or version id on S3, else the modification time in nanoseconds. A different value makes the next night read the bytes again (and reload them when their hash changed)."),
         },
     ),
     "metrics": (
@@ -157,6 +159,10 @@ MIGRATIONS: list[Migration] = [
     Migration(1, "core tables runs, dumps, metrics, schema_info",
               tuple(_create_core(t) for t in ("runs", "dumps", "metrics", "schema_info"))),
     Migration(2, "accept log", (_create_core("accepts"),)),
+    Migration(3, "run.json errors; the object version a dump was read at", (
+        "ALTER TABLE runs ADD COLUMN IF NOT EXISTS meta_errors VARCHAR[]",
+        "ALTER TABLE dumps ADD COLUMN IF NOT EXISTS source_version VARCHAR",
+    )),
 ]
 
 

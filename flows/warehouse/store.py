@@ -57,6 +57,7 @@ class StagedDump:
     status: str | None = None
     error: str | None = None
     parser_version: int | None = None
+    source_version: str | None = None
     metrics: dict[str, float] | None = None
     # table -> parquet files and/or polars frames (with dump_id, parser_version first)
     tables: dict[str, list[Path | pl.DataFrame]] | None = None
@@ -241,7 +242,7 @@ def needs_parse(con: duckdb.DuckDBPyConnection, dump_id: str, kind: str, parser_
 
 
 def upsert_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[dict]) -> None:
-    """Insert or replace runs rows (dicts with run_id, started_at, commit, tags, extra)."""
+    """Insert or replace runs rows (dicts with run_id, started_at, commit, tags, extra, meta_errors)."""
     import json
 
     rows = list(runs)
@@ -253,10 +254,12 @@ def upsert_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[dict]) -> None:
         "commit": pa.array([r.get("commit") for r in rows], pa.string()),
         "tags": pa.array([list(r.get("tags") or []) for r in rows], pa.list_(pa.string())),
         "extra": pa.array([json.dumps(r.get("extra") or {}, default=str) for r in rows], pa.string()),
+        "meta_errors": pa.array([list(r.get("meta_errors") or []) for r in rows], pa.list_(pa.string())),
     })
     con.register("_runs_in", arrow)
     try:
-        con.execute("INSERT OR REPLACE INTO runs SELECT run_id, started_at, \"commit\", tags, extra::JSON FROM _runs_in")
+        con.execute("""INSERT OR REPLACE INTO runs (run_id, started_at, "commit", tags, extra, meta_errors)
+                       SELECT run_id, started_at, "commit", tags, extra::JSON, meta_errors FROM _runs_in""")
     finally:
         con.unregister("_runs_in")
 
@@ -332,7 +335,8 @@ def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> No
     rows = parsed + copies
     if not rows:
         return
-    cols = ["path", "run_id", "job", "kind", "stage", "program", "size_bytes", "dump_id", "parser_version", "status", "error"]
+    cols = ["path", "run_id", "job", "kind", "stage", "program", "size_bytes", "dump_id", "parser_version", "status", "error",
+            "source_version"]
     types = {"size_bytes": pa.int64(), "parser_version": pa.int16()}
     arrow = pa.table({c: pa.array([getattr(d, c) for d in rows], types.get(c, pa.string())) for c in cols})
     con.register("_dumps_in", arrow)
@@ -340,11 +344,13 @@ def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> No
         # A copy takes the fields it does not know from the content's existing row.
         con.execute(
             """
-            INSERT OR REPLACE INTO dumps
+            INSERT OR REPLACE INTO dumps (path, run_id, job, kind, stage, program, size_bytes, dump_id, parser_version,
+                                          status, error, ingested_at, source_version)
             SELECT i.path, i.run_id, i.job,
                    coalesce(i.kind, e.kind), coalesce(i.stage, e.stage), coalesce(i.program, e.program),
                    i.size_bytes, i.dump_id, coalesce(i.parser_version, e.parser_version),
-                   coalesce(i.status, e.status), CASE WHEN i.status IS NULL THEN e.error ELSE i.error END, ?
+                   coalesce(i.status, e.status), CASE WHEN i.status IS NULL THEN e.error ELSE i.error END, ?,
+                   i.source_version
             FROM _dumps_in i
             LEFT JOIN (SELECT * FROM dumps WHERE path NOT IN (SELECT path FROM _dumps_in)
                        QUALIFY row_number() OVER (PARTITION BY dump_id ORDER BY parser_version DESC, path) = 1) e
