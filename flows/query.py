@@ -21,17 +21,24 @@ class QueryError(Exception):
 def run_query(warehouse: Path, query: str) -> tuple[list[str], list[tuple]]:
     """Column names and rows of ``query``; raises QueryError."""
     try:
-        con = connect_readonly(warehouse)
+        con = connect_readonly(warehouse, locked=True)
     except (FileNotFoundError, duckdb.Error) as exc:
-        raise QueryError(str(exc)) from None
+        raise QueryError(_one_line(exc)) from None
     try:
         cur = con.execute(query)
         names = [d[0] for d in cur.description] if cur.description else []
         return names, (cur.fetchall() if names else [])
+    except (duckdb.PermissionException, duckdb.InvalidInputException) as exc:
+        raise QueryError(f"refused: {_one_line(exc)} (dumpscope sql only reads the warehouse; "
+                         "see README, 'Operating it safely')") from None
     except duckdb.Error as exc:
-        raise QueryError(str(exc)) from None
+        raise QueryError(_one_line(exc)) from None
     finally:
         con.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def print_rows(names: list[str], rows: list[tuple], fmt: str) -> None:

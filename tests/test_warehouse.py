@@ -248,3 +248,43 @@ def test_reparse_with_a_new_parser_version_updates_every_path_of_the_content(tmp
         counts = table_counts(con)
         assert records(counts) == expected_counts([first])
         assert counts["metrics"] == 2 * len(first.metrics)
+
+
+# Each of these worked on the "read-only" sql command before it was locked down.
+REFUSED_SQL = {
+    "copy over the warehouse": "COPY dumps TO '{db}'",
+    "attach another file read-write": "ATTACH '{other}' (READ_WRITE)",
+    "export the database": "EXPORT DATABASE '{tmp}/export'",
+    "read a system file": "SELECT * FROM read_text('/etc/shadow')",
+    "read the environment (AWS secrets)": "SELECT * FROM read_text('/proc/self/environ')",
+    "list directories": "SELECT * FROM glob('/root/**')",
+    "change a setting": "SET threads = 1",
+    "turn external access back on": "SET enable_external_access = true",
+    "load an extension": "LOAD httpfs",
+    "write a table": "INSERT INTO runs (run_id) VALUES ('x')",
+}
+
+
+@pytest.mark.parametrize("what", sorted(REFUSED_SQL))
+def test_sql_refuses_what_a_reader_must_not_do(tmp_path, batch, what):
+    from flows.query import QueryError, run_query
+
+    db = tmp_path / "w.duckdb"
+    load(db, batch)
+    before = db.read_bytes()
+    query = REFUSED_SQL[what].format(db=db, other=tmp_path / "other.duckdb", tmp=tmp_path)
+    with pytest.raises(QueryError) as refused:
+        run_query(db, query)
+    assert "\n" not in str(refused.value)
+    assert db.read_bytes() == before
+    assert not (tmp_path / "other.duckdb").exists() and not (tmp_path / "export").exists()
+    assert run_query(db, "SELECT count(*) FROM dumps")[1] == [(len(batch),)]
+
+
+def test_sql_refusal_is_one_line_not_a_traceback(tmp_path, batch):
+    db = tmp_path / "w.duckdb"
+    load(db, batch)
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "sql", "SELECT * FROM read_text('/proc/self/environ')",
+                          "--warehouse", str(db)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: refused:") and "Traceback" not in out.stderr

@@ -78,11 +78,20 @@ class StagedDump:
 
 # ---------------------------------------------------------------- connections
 
-def connect_readonly(path: Path | str) -> duckdb.DuckDBPyConnection:
+# For SQL typed by people (``dumpscope sql``): DuckDB's own guards, not a statement filter.
+# With external access off no statement reaches a file, an extension, another database or
+# the network (COPY TO, ATTACH, EXPORT, read_text('/proc/self/environ'), glob...); the
+# locked configuration keeps SET/RESET/PRAGMA from turning that back on.
+LOCKED_DOWN = {"enable_external_access": False, "autoinstall_known_extensions": False,
+               "autoload_known_extensions": False, "lock_configuration": True}
+
+
+def connect_readonly(path: Path | str, *, locked: bool = False) -> duckdb.DuckDBPyConnection:
+    """A reader of the published file; ``locked``: also reach nothing but it (``LOCKED_DOWN``)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no warehouse at {path} (run `dumpscope run` first)")
-    return duckdb.connect(str(path), read_only=True)
+    return duckdb.connect(str(path), read_only=True, config=LOCKED_DOWN if locked else {})
 
 
 def storage_version_number(path: Path | str) -> int:
