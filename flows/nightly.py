@@ -151,11 +151,16 @@ def _process_pool(workers: int) -> ProcessPoolExecutor:
 
 @task
 def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, settings_path: Path | None = None) -> int:
-    """Load the staged dumps and recompute the derived tables: one publish."""
+    """Load the staged dumps and recompute the derived tables: one publish.
+
+    What to load is decided again once the lock is held, against the warehouse about to
+    change: a run that overlapped this one may have loaded the same objects meanwhile, and
+    discovery only looked at the last published file.
+    """
     settings = load_settings(settings_path)  # a bad settings file fails before any write
-    staged = [o for o in outcomes if o.staged is not None]
     rows = 0
     with wh.Warehouse(warehouse, wait=wait) as con:
+        staged = still_new(con, [o for o in outcomes if o.staged is not None])
         wh.upsert_runs(con, [_run_row(info) for info in runs.values()])
         seen: set[str] = set()
         for start in range(0, len(staged), LOAD_BATCH):
@@ -168,6 +173,22 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
             rows += sum(wh.load_dumps(con, batch).values())
         aggregate(con, settings)
     return rows
+
+
+def still_new(con, staged: list[Outcome]) -> list[Outcome]:
+    """The outcomes whose path does not already hold the same content, parsed by the same
+    parser version, in the warehouse ``con`` writes (the writer's decision, under its lock)."""
+    if not staged:
+        return []
+    import pyarrow as pa
+
+    con.register("_candidates", pa.table({"path": pa.array([o.obj.path for o in staged], pa.string())}))
+    try:
+        held = {p: (d, v) for p, d, v in con.execute(
+            "SELECT path, dump_id, parser_version FROM dumps JOIN _candidates USING (path)").fetchall()}
+    finally:
+        con.unregister("_candidates")
+    return [o for o in staged if held.get(o.obj.path) != (o.staged.sha256, o.staged.summary["parser_version"])]
 
 
 @task

@@ -1,0 +1,104 @@
+"""Runs that overlap end exactly as if they had run one after another (issue 11, item 1).
+
+The writer decides what is new after it holds the lock: two runs that both discovered
+the same night must not turn each other's loads into "copies" of nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows.warehouse import store as wh
+
+ROOT = Path(__file__).parents[1]
+SAMPLE = ROOT / "data" / "sample_bucket"
+NIGHTS = ("2026-11-17", "2026-11-18", "2026-11-19")
+LAST = "2026-11-20"
+VOLATILE = {"ingested_at"}  # when a row was written: differs between any two runs
+VOLATILE_FACTS = ("aggregated_through",)  # schema_info: a time, likewise
+
+
+def snapshot(warehouse: Path) -> dict[str, list[str]]:
+    """Every table, row for row (sorted), without the write-time columns."""
+    with wh.connect_readonly(warehouse) as con:
+        tables = [t for (t,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name").fetchall()]
+        out = {}
+        for table in tables:
+            cols = [c for (c,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' AND table_name = ? ORDER BY column_index",
+                [table]).fetchall() if c not in VOLATILE]
+            select = ", ".join(f'"{c}"' for c in cols)
+            rows = con.execute(f'SELECT {select} FROM "{table}"').fetchall()
+            if table == "schema_info":
+                rows = [r for r in rows if r[0] not in VOLATILE_FACTS]
+            out[table] = sorted(repr(r) for r in rows)
+    return out
+
+
+def _bucket(where: Path, nights: tuple[str, ...]) -> Path:
+    bucket = where / "bucket"
+    for night in nights:
+        shutil.copytree(SAMPLE / night, bucket / night, dirs_exist_ok=True)
+    return bucket
+
+
+def _run(bucket: Path, warehouse: Path):
+    from flows.nightly import nightly
+
+    return nightly(bucket=str(bucket), warehouse=warehouse, workers=1)
+
+
+@pytest.fixture(scope="module")
+def one_after_another(prefect, tmp_path_factory) -> dict[str, list[str]]:
+    """Three nights, then the fourth, each by one run: what every overlap must end as."""
+    where = tmp_path_factory.mktemp("reference")
+    bucket, warehouse = _bucket(where, NIGHTS), where / "wh.duckdb"
+    _run(bucket, warehouse)
+    shutil.copytree(SAMPLE / LAST, bucket / LAST)
+    _run(bucket, warehouse)
+    return snapshot(warehouse)
+
+
+def _three_nights_loaded(tmp_path: Path) -> tuple[Path, Path]:
+    bucket, warehouse = _bucket(tmp_path, NIGHTS), tmp_path / "wh.duckdb"
+    _run(bucket, warehouse)
+    shutil.copytree(SAMPLE / LAST, bucket / LAST)
+    return bucket, warehouse
+
+
+def test_two_runs_that_discovered_the_same_night_load_it_once(prefect, tmp_path, one_after_another):
+    from flows import nightly as n
+
+    bucket, warehouse = _three_nights_loaded(tmp_path)
+    staging = warehouse.with_suffix(".staging")
+    # Both runs list the bucket against the same published warehouse, then parse...
+    found = [n.discover.fn(str(bucket), warehouse, 0.0, None, None, None, None) for _ in range(2)]
+    assert [len(f[0]) for f in found] == [44, 44]
+    outcomes = [n.stage_chunk(str(bucket), None, new, staging) for new, *_ in found]
+    # ...then take the lock one after the other.
+    for (new, _, _, runs), staged in zip(found, outcomes):
+        n.load.fn(warehouse, staged, runs, True)
+    assert snapshot(warehouse) == one_after_another
+
+
+@pytest.mark.parametrize("runs", [2, 3])
+def test_concurrent_dumpscope_runs_end_as_one_run(prefect, tmp_path, one_after_another, runs):
+    from prefect.settings import PREFECT_API_URL
+
+    bucket, warehouse = _three_nights_loaded(tmp_path)
+    # The session's Prefect server (started by the harness): each process skips its own start-up.
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    cmd = [sys.executable, "-m", "flows.cli", "run", "--wait", "--workers", "1",
+           "--bucket", str(bucket), "--warehouse", str(warehouse), "--report", str(tmp_path / "report.md")]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(runs)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * runs, outputs
+    assert snapshot(warehouse) == one_after_another
