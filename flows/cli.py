@@ -7,6 +7,7 @@ neither Prefect nor DuckDB and answer in a fraction of a second.
 from __future__ import annotations
 
 import os
+import signal
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -32,6 +33,14 @@ def _prefect_defaults() -> None:
     # machine can take longer than Prefect's default 20 s ephemeral start-up limit.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    # systemd and Kubernetes stop a service with SIGTERM. Python's default action dies on the
+    # spot and skips the atexit hook that stops Prefect's temporary API server, which then
+    # keeps listening: exit in order instead, as on Ctrl-C.
+    signal.signal(signal.SIGTERM, _exit_in_order)
+
+
+def _exit_in_order(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 @app.command()
@@ -85,7 +94,11 @@ def run(
         "--storage-option", metavar="KEY=VALUE",
         help="fsspec storage option for the bucket (repeatable); dotted keys nest, e.g. "
         "client_kwargs.endpoint_url=http://127.0.0.1:9000. Without them s3:// uses the usual AWS_* "
-        "environment variables (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...).")] = None,
+        "environment variables (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...). Values are never "
+        "recorded by Prefect (only the names).")] = None,
+    storage_secret: Annotated[Optional[str], typer.Option(
+        help="Name of a Prefect Secret block holding the storage options as a JSON object "
+        "(credentials kept in Prefect, not on the command line).")] = None,
     dask_address: Annotated[Optional[str], typer.Option(
         help="Run the parse tasks on this existing Dask cluster (tcp://HOST:PORT); its workers must "
         "reach the bucket, the staging dir next to the warehouse, and the Prefect API.")] = None,
@@ -96,20 +109,23 @@ def run(
 ) -> None:
     """Run the nightly flow once (Prefect ephemeral mode: no server needed)."""
     _prefect_defaults()
+    from flows import storage_secrets
     from flows.bucket import parse_storage_options
 
     try:
-        storage_options = parse_storage_options(storage_option or []) or None
+        storage_options = parse_storage_options(storage_option or [])
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    storage_secrets.export(storage_options)  # values by the environment, never as flow parameters
     from flows.nightly import run_nightly
     from flows.warehouse.store import WarehouseBusy
 
     _check_settings(settings)
     try:
         summary = run_nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, layout_regex=layout_regex,
-                              marker=marker, workers=workers, wait_for_lock=wait, storage_options=storage_options,
+                              marker=marker, workers=workers, wait_for_lock=wait, storage_secret=storage_secret,
+                              storage_option_names=storage_secrets.option_names(storage_options) or None,
                               dask_address=dask_address, settings_path=settings, report_path=report, site_dir=site_dir,
                               state_path=warehouse.with_suffix(".settle.json") if settle else None)
     except WarehouseBusy as exc:

@@ -37,6 +37,7 @@ from flows.warehouse import store as wh
 from flows.aggregate import aggregate, load_settings, needs_aggregate
 from flows.report import write_regression_report
 from flows.bucket import BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
+from flows import storage_secrets
 from flows.staging import StagedResult, stage_object
 from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject, Role, settled
@@ -228,7 +229,8 @@ def nightly(
     staging_dir: Path | None = None,
     settle_seconds: float = 0.0,
     state_path: Path | None = None,
-    storage_options: dict | None = None,
+    storage_secret: str | None = None,
+    storage_option_names: list[str] | None = None,
     layout_regex: str | None = None,
     marker: str | None = None,
     wait_for_lock: bool = False,
@@ -239,8 +241,13 @@ def nightly(
     site_dir: Path | None = None,
 ) -> NightSummary:
     """One night. ``dask_address`` is set by ``run_nightly``, which gives the flow a
-    ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers."""
+    ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers.
+
+    Storage options never arrive as parameters (``flows.storage_secrets``): they come from
+    the environment or the Secret block ``storage_secret``; ``storage_option_names`` only
+    records which were given."""
     summary, t0 = NightSummary(), time.perf_counter()
+    storage_options = storage_secrets.resolve(storage_secret)
     on_dask = _on_dask()
     if dask_address and not on_dask:
         raise ValueError("dask_address needs the Dask task runner: call run_nightly(..., dask_address=...)")

@@ -1,0 +1,56 @@
+"""Bucket credentials stay out of Prefect: no storage option value is ever a flow parameter.
+
+A flow run's parameters can be read back by anyone who reaches the Prefect API (the
+temporary one listens on 127.0.0.1 while a run goes on), so the values travel another
+way: ``--storage-option KEY=VALUE`` is put in this process's environment
+(``DUMPSCOPE_STORAGE_OPTIONS``, JSON, inherited by the parse worker processes), or they
+come from a Prefect ``Secret`` block named by ``--storage-secret`` (a JSON object of
+fsspec options), or from the store's own variables (``AWS_*``). The flow records only the
+option names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+ENV_VAR = "DUMPSCOPE_STORAGE_OPTIONS"
+
+
+def export(options: dict[str, Any]) -> None:
+    """Hand ``options`` to the flow (and the worker processes it starts) through the environment."""
+    if options:
+        os.environ[ENV_VAR] = json.dumps(options)
+
+
+def option_names(options: dict[str, Any] | None, prefix: str = "") -> list[str]:
+    """The dotted keys of ``options``, never their values: what a run may record."""
+    names: list[str] = []
+    for key, value in (options or {}).items():
+        if isinstance(value, dict):
+            names += option_names(value, f"{prefix}{key}.")
+        else:
+            names.append(prefix + key)
+    return sorted(names)
+
+
+def resolve(secret_block: str | None = None) -> dict[str, Any] | None:
+    """The storage options: the Secret block's, overridden key by key by the environment's."""
+    options: dict[str, Any] = {}
+    if secret_block:
+        from prefect.blocks.system import Secret
+
+        stored = Secret.load(secret_block).get()
+        options = json.loads(stored) if isinstance(stored, str) else dict(stored)
+    raw = os.environ.get(ENV_VAR)
+    if raw:
+        options = _merge(options, json.loads(raw))
+    return options or None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out

@@ -1,0 +1,86 @@
+"""Long-running commands as a service manager runs them (issue 11, items 12 and 13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+SAMPLE = ROOT / "data" / "sample_bucket"
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        out |= {int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()}
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_sigterm_stops_watch_and_its_temporary_prefect_server(tmp_path):
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "w.duckdb"
+    shutil.copytree(SAMPLE / "2026-11-20" / "jax-pmap", bucket / "2026-11-20" / "jax-pmap")
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    env.pop("PREFECT_API_URL", None)  # ephemeral mode: watch starts its own temporary API server
+    log = (tmp_path / "watch.log").open("w")
+    watch = subprocess.Popen([sys.executable, "-m", "flows.cli", "watch", "--bucket", str(bucket), "--warehouse",
+                              str(warehouse), "--interval", "1", "--settle", "0"],
+                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    children: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not warehouse.exists() and watch.poll() is None:
+            time.sleep(0.3)
+        assert warehouse.exists(), (tmp_path / "watch.log").read_text()
+        children = _children(watch.pid)
+        assert children  # the temporary API server (and the parse workers)
+        watch.send_signal(signal.SIGTERM)
+        assert watch.wait(timeout=60) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(c) for c in children):
+            time.sleep(0.2)
+        assert not [c for c in children if _alive(c)], "left running after SIGTERM"
+    finally:
+        for pid in [watch.pid, *children]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+
+
+def test_storage_option_values_never_reach_the_prefect_api(prefect, tmp_path):
+    """`--storage-option secret_token=...` is passed to fsspec, and Prefect records only its name."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    secret = "s3cr3t-value-4f1d9a"
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "w.duckdb"
+    shutil.copytree(SAMPLE / "2026-11-20" / "jax-pmap", bucket / "2026-11-20" / "jax-pmap")
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "run", "--bucket", str(bucket), "--warehouse", str(warehouse),
+                          "--storage-option", f"secret_token={secret}", "--storage-option", "auto_mkdir=false"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    async def everything_recorded() -> str:
+        async with get_client() as client:
+            flows = await client.read_flow_runs()
+            tasks = await client.read_task_runs()
+        return json.dumps([f.model_dump(mode="json") for f in flows] + [t.model_dump(mode="json") for t in tasks])
+
+    recorded = asyncio.run(everything_recorded())
+    assert "secret_token" in recorded  # the name is recorded...
+    assert secret not in recorded  # ...never the value
