@@ -146,8 +146,20 @@ def _process_pool(workers: int) -> ProcessPoolExecutor:
     global _POOL
     with _POOL_LOCK:  # parse_chunk tasks run in threads: create the pool once, not once per thread
         if _POOL is None:  # spawn, not fork: the flow process runs Prefect's threads
-            _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+            _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_exit_with_parent, initargs=(os.getpid(),))
         return _POOL
+
+
+def _exit_with_parent(parent: int) -> None:
+    """In each parse worker: exit when the flow process is gone (killed, OOM). A spawned
+    worker holds both ends of its task queue, so it would never see the parent go."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 @task

@@ -102,3 +102,50 @@ def test_concurrent_dumpscope_runs_end_as_one_run(prefect, tmp_path, one_after_a
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0] * runs, outputs
     assert snapshot(warehouse) == one_after_another
+
+
+def _no_process_left_from(token: str) -> None:
+    """No process started by the killed run (its environment carries ``token``) outlives it
+    for long: parse workers exit with their parent, the temporary server is not theirs."""
+    import time
+
+    def orphans() -> list[str]:
+        out = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    env = Path(f"/proc/{entry}/environ").read_bytes()
+                except OSError:
+                    continue
+                if f"DUMPSCOPE_TEST_RUN={token}".encode() in env.split(b"\0"):
+                    out.append(entry)
+        return out
+
+    deadline = time.monotonic() + 15
+    while orphans() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not orphans(), f"processes of the killed run {token} still running"
+
+
+STAGES = ("discover", "parse", "load", "aggregate", "publish", "report")
+
+
+def test_a_run_killed_at_any_stage_is_made_whole_by_the_next(prefect, tmp_path, one_after_another):
+    """SIGKILL at each stage of a night; the next run ends with the warehouse of an uninterrupted one."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    for stage in STAGES:
+        where = tmp_path / stage
+        bucket, warehouse = _three_nights_loaded(where)
+        args = ["run", "--workers", "1", "--bucket", str(bucket), "--warehouse", str(warehouse),
+                "--report", str(where / "report.md")]
+        with (where / "killed.log").open("w") as log:  # a file, not a pipe: orphans would hold a pipe open
+            killed = subprocess.Popen([sys.executable, "-m", "tests.crash_at", stage, *args], cwd=ROOT,
+                                      env={**env, "DUMPSCOPE_TEST_RUN": stage}, stdout=log, stderr=subprocess.STDOUT)
+            assert killed.wait(timeout=300) == -9, (stage, (where / "killed.log").read_text()[-2000:])
+        _no_process_left_from(stage)
+        again = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, (stage, again.stdout[-2000:], again.stderr[-2000:])
+        assert snapshot(warehouse) == one_after_another, stage
