@@ -1,0 +1,383 @@
+"""Incidents: one change of one program, opened in the run where its figures stepped.
+
+Compiler figures are deterministic, so a change is a step, not drift. Each (series,
+metric) is walked in run order with a *step baseline*:
+
+- the baseline is the value before the step, held until the step is closed;
+- a value that differs from the baseline by more than the metric's floor (below) opens
+  a step: ``regression`` when it is worse (the rule's direction), ``improvement`` when
+  better; metrics without a direction never open one;
+- an open step closes ``fixed`` in the run where the value is back within the floor of
+  its baseline, or ``accepted`` in the run someone accepted it at (then that run's
+  value is the new baseline); a further move while open updates it, it opens nothing;
+- below the floor nothing happens and the baseline stays: a slow creep opens a step in
+  the run where it passes the floor, against the value it crept from.
+
+Floors by family (``Floors``, set in the settings file's ``[floors]``): bytes at least
+``bytes`` (1 KiB) and the rule's relative threshold of the baseline; counts at least 1
+(and the rule's ``rel`` of the baseline: kernel launches +2 %); noisy floats (ONNX
+accuracy) their rule's ``noise`` band, and a regression only past its ``limit``.
+
+Only figures of dumps that parsed ``ok`` are walked: a ``partial`` or ``failed`` dump
+opens a ``failure`` step about the dump instead (closed ``fixed`` when the dump parses
+again), and so does a series that vanished from a job that still ran, or an ONNX step
+that stopped passing (``onnx.step.*`` down, ``onnx.errors`` up).
+
+Steps of one program (job + program, across dump kinds and stages) opened in the same
+run are one incident; its kind is ``failure`` if any step is one, else ``regression``
+if any step is worse, else ``improvement``. It is open while any step is; it closes in
+the run its last step closes, ``accepted`` if any step was accepted, else ``fixed``.
+Incidents are ranked by ``impact``: bytes against the program's memory, then counts
+with collectives and kernel launches first (``_WEIGHTS``), failures above all; never by
+percentage alone.
+
+Pure: frames in, frames out. ``flows.aggregate`` feeds it and writes ``incidents`` and
+``incident_steps``; the cause (structural diff) is attached there from ``diffs``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import polars as pl
+
+from transforms.trends.rules import ZERO_WHEN_ABSENT, Settings
+from transforms.units import human_delta, human_value, is_bytes_metric
+
+KINDS = ("failure", "regression", "improvement")
+CLOSED_HOW = ("fixed", "accepted")
+
+STEP_SCHEMA = pl.Schema({
+    "incident_id": pl.String, "job": pl.String, "program": pl.String, "series": pl.String,
+    "dump_kind": pl.String, "stage": pl.String, "metric": pl.String, "step": pl.String,
+    "opened_run": pl.String, "last_good_run": pl.String, "closed_run": pl.String, "closed_how": pl.String,
+    "baseline": pl.Float64, "value": pl.Float64, "latest_value": pl.Float64, "change": pl.Float64,
+    "impact": pl.Float64, "detail": pl.String,
+})
+STEP_DOCS = {
+    "": "The per-metric steps behind each incident (drill-down): one row per series and metric that stepped away from its baseline, or per dump that failed, in the run the incident opened.",
+    "incident_id": "The incident the step belongs to (incidents.incident_id).",
+    "job": "Job.",
+    "program": "Program name normalized across runs.",
+    "series": "Series id <job>/<program>/<kind>[/<stage>].",
+    "dump_kind": "Dump format the figure comes from.",
+    "stage": "Compiler stage (NULL when the format has none).",
+    "metric": "Metric that stepped (docs/metrics.md); for a failure about a dump: dump.status or dump.vanished.",
+    "step": "regression (worse past the floor), improvement (better past the floor) or failure.",
+    "opened_run": "Run where the value first stepped away from the baseline.",
+    "last_good_run": "The series' run before that (the baseline's last run).",
+    "closed_run": "Run where the step was fixed (back at the baseline) or accepted; NULL while open.",
+    "closed_how": "fixed or accepted; NULL while open.",
+    "baseline": "Value before the step, held while it is open.",
+    "value": "Value in the opening run.",
+    "latest_value": "Value in the last run that had one, up to the closing run.",
+    "change": "value - baseline.",
+    "impact": "How much the step matters (see incidents.impact).",
+    "detail": "For a failure: the dump's path and error; else NULL.",
+}
+
+INCIDENT_SCHEMA = pl.Schema({
+    "incident_id": pl.String, "job": pl.String, "program": pl.String, "kind": pl.String,
+    "opened_run": pl.String, "opened_at": pl.Datetime("us"), "last_good_run": pl.String,
+    "last_good_commit": pl.String, "first_bad_commit": pl.String, "closed_run": pl.String, "closed_how": pl.String,
+    "headline": pl.String, "cause": pl.String, "metrics": pl.List(pl.String), "series": pl.List(pl.String),
+    "impact": pl.Float64, "accepted_by": pl.String, "accepted_note": pl.String,
+})
+INCIDENT_DOCS = {
+    "": "One row per incident: one change of one program, opened in the run where its figures stepped away from their baseline, with its cause and lifecycle. New in run R: opened_run = R; open at R: opened_run <= R and (closed_run IS NULL or closed_run > R) in run order; fixed at R: closed_run = R and closed_how = 'fixed'.",
+    "incident_id": "Stable id (I- and 8 hex digits of the job, program and opening run): what `dumpscope accept` takes.",
+    "job": "Job.",
+    "program": "Program name normalized across runs.",
+    "kind": "failure (a dump that stopped parsing or vanished, an ONNX step that stopped passing), regression (a figure got worse past its floor) or improvement (better past its floor, nothing worse).",
+    "opened_run": "Run where the figures stepped.",
+    "opened_at": "Start time of that run.",
+    "last_good_run": "The program's run before that: the baseline's last run (the diff is last_good_run → opened_run).",
+    "last_good_commit": "Commit of last_good_run (run.json), the start of the commit range.",
+    "first_bad_commit": "Commit of opened_run, the end of the commit range.",
+    "closed_run": "Run where the incident closed (every step fixed or accepted); NULL while open.",
+    "closed_how": "fixed (the figures came back to the baseline) or accepted (someone declared the change intended); NULL while open.",
+    "headline": "One line a person reads: program and the steps that matter most, with values.",
+    "cause": "The top structural changes between last_good_run and opened_run (fusions, collectives, allocations with source lines, Inductor groups, ONNX steps), most significant first, one per line.",
+    "metrics": "Metrics that stepped (every dump kind and stage of the program).",
+    "series": "Series whose figures stepped.",
+    "impact": "Ranking: failures above all, then bytes against the program's memory and counts weighted by family (collectives, kernel launches first); never a percentage alone.",
+    "accepted_by": "Who accepted it (NULL unless accepted).",
+    "accepted_note": "Why it was accepted (the note given to dumpscope accept).",
+}
+
+# Impact weights by metric family: what a step of that family is worth per unit of its
+# relative size (bytes: against the program's memory; counts: against the baseline, at
+# least 1). Failures rank above any figure.
+_FAILURE_IMPACT = 100.0
+_WEIGHTS = (
+    (re.compile(r"^kernel\.collective"), 8.0),
+    (re.compile(r"^kernel\.(launches|fallback)"), 4.0),
+    (re.compile(r"^kernel\."), 2.0),
+    (re.compile(r"^fusion\."), 1.0),
+)
+_FAILURE_METRICS = re.compile(r"^onnx\.(step\.|errors$)")
+_ZERO_WHEN_ABSENT = re.compile(ZERO_WHEN_ABSENT)
+
+
+@dataclass(frozen=True, slots=True)
+class Floors:
+    """The smallest steps that open an incident, per family (settings ``[floors]``)."""
+
+    bytes: float = 1024.0
+    count: float = 1.0
+
+
+@dataclass(slots=True)
+class _Step:
+    series: str
+    metric: str
+    step: str
+    opened_seq: int
+    last_good_seq: int | None
+    baseline: float | None
+    value: float | None
+    latest: float | None
+    closed_seq: int | None = None
+    closed_how: str | None = None
+    detail: str | None = None
+    accept: int | None = None  # index in the accepts list
+
+
+def incident_id(job: str, program: str, opened_run: str) -> str:
+    return "I-" + hashlib.sha1(f"{job}\x00{program}\x00{opened_run}".encode()).hexdigest()[:8]
+
+
+def _floor(metric: str, base: float, rule, floors: Floors) -> float:
+    """The smallest |value - baseline| that is a step."""
+    parts = [rule.noise]
+    if rule.rel is not None:
+        parts.append(rule.rel * abs(base))
+    if rule.abs:
+        parts.append(rule.abs)
+    if is_bytes_metric(metric):
+        parts.append(floors.bytes)
+    elif not metric.startswith("onnx.max_"):
+        parts.append(floors.count)  # counts: whole numbers, so at least 1
+    return max(parts)
+
+
+def _is_step(metric: str, value: float, base: float, rule, floors: Floors) -> bool:
+    diff = value - base
+    if abs(diff) <= rule.noise or abs(diff) < _floor(metric, base, rule, floors):
+        return False
+    if rule.limit is not None and diff * rule.direction > 0:  # a noisy figure regresses only past its limit
+        return value * rule.direction > rule.limit * rule.direction
+    return True
+
+
+def _accepted_at(accepts: list[dict], series: str, job: str, program: str, opened_run: str | None,
+                 run_id: str) -> int | None:
+    """Index of the accept that closes a step of ``series`` at ``run_id``, if any."""
+    for i, a in enumerate(accepts):
+        if a["run_id"] != run_id:
+            continue
+        if a.get("incident_id") and opened_run is not None and a["incident_id"] == incident_id(job, program, opened_run):
+            return i
+        if a.get("series_pattern") and fnmatch.fnmatchcase(series, a["series_pattern"]):
+            return i
+    return None
+
+
+def walk_metric(rows: Iterable[tuple[int, float]], *, series: str, job: str, program: str, metric: str, rule,
+                floors: Floors, run_ids: list[str], accepts: list[dict]) -> list[_Step]:
+    """The steps of one (series, metric) from its (run_seq, value) rows in run order."""
+    out: list[_Step] = []
+    base: float | None = None
+    base_seq: int | None = None
+    open_: _Step | None = None
+    for seq, value in rows:
+        run_id = run_ids[seq]
+        if base is None:
+            base, base_seq = value, seq
+            continue
+        if open_ is not None:
+            opened_run = run_ids[open_.opened_seq]
+            back = not _is_step(metric, value, open_.baseline, rule, floors)
+            acc = _accepted_at(accepts, series, job, program, opened_run, run_id)
+            if back or acc is not None:
+                open_.closed_seq, open_.closed_how = seq, "fixed" if back else "accepted"
+                open_.accept = None if back else acc
+                open_.latest = value
+                open_, base, base_seq = None, value, seq
+            else:
+                open_.latest = value
+            continue
+        if _accepted_at(accepts, series, job, program, None, run_id) is not None:
+            base, base_seq = value, seq  # accepted without a step: the baseline restarts here
+            continue
+        if rule.direction and _is_step(metric, value, base, rule, floors):
+            worse = (value - base) * rule.direction > 0
+            kind = "failure" if worse and _FAILURE_METRICS.match(metric) else "regression" if worse else "improvement"
+            open_ = _Step(series, metric, kind, seq, base_seq, base, value, value)
+            out.append(open_)
+        else:
+            base_seq = seq  # the baseline's value stays; its last run moves on
+    return out
+
+
+def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict]) -> list[tuple[str, str, _Step]]:
+    """Failure steps about dumps: partial/failed after ok, and vanished series.
+
+    ``health``: series, job, program, run_seq, status (worst of the series' dumps in the
+    run, 'absent' where the series' job ran without it), detail."""
+    out = []
+    for (series, job, program), group in health.sort("run_seq").group_by(["series", "job", "program"], maintain_order=True):
+        last_ok: int | None = None
+        open_: _Step | None = None
+        for seq, status, detail in group.select("run_seq", "status", "detail").iter_rows():
+            if status == "ok":
+                if open_ is not None:
+                    open_.closed_seq, open_.closed_how = seq, "fixed"
+                    open_ = None
+                last_ok = seq
+                continue
+            if open_ is not None:
+                acc = _accepted_at(accepts, series, job, program, run_ids[open_.opened_seq], run_ids[seq])
+                if acc is not None:
+                    open_.closed_seq, open_.closed_how, open_.accept = seq, "accepted", acc
+                    open_, last_ok = None, None  # accepted: not ok, not reported again until it is ok once
+                continue
+            if last_ok is not None:
+                metric = "dump.vanished" if status == "absent" else "dump.status"
+                open_ = _Step(series, metric, "failure", seq, last_ok, None, None, None, detail=detail)
+                out.append((job, program, open_))
+    return out
+
+
+def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFrame, accepts: list[dict],
+            settings: Settings, floors: Floors = Floors()) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(incidents, incident_steps) without causes (``with_causes`` adds them).
+
+    ``observations``: series, job, program, kind, stage, metric, run_id, value — figures
+    of dumps that parsed ok only. ``health``: series, job, program, run_id, status
+    (ok, partial, failed, absent), detail. ``order``: run_id, run_seq, started_at, commit.
+    ``accepts``: dicts with run_id and incident_id or series_pattern (plus accepted_by, note).
+    """
+    run_ids = order.sort("run_seq").get_column("run_id").to_list()
+    seq_of = order.select("run_id", "run_seq")
+    obs = _with_zero_counts(observations.join(seq_of, on="run_id"), health.join(seq_of, on="run_id"))
+    info = obs.select("series", "job", "program", "kind", "stage").unique("series")
+    meta = {r["series"]: r for r in info.iter_rows(named=True)}
+    # Only (series, metric) pairs whose value ever changes can step: the rest is skipped
+    # without a Python loop (most compiler figures never move).
+    obs = obs.sort("series", "metric", "run_seq")
+    moving = (obs.group_by("series", "metric").agg((pl.col("value").n_unique() > 1).alias("moves"))
+              .filter("moves").select("series", "metric"))
+    obs = obs.join(moving, on=["series", "metric"], how="semi").sort("series", "metric", "run_seq")
+    steps: list[tuple[str, str, _Step]] = []
+    for (series, metric), group in obs.group_by(["series", "metric"], maintain_order=True):
+        m = meta[series]
+        rule = settings.rule_for(series, metric)
+        rows = zip(group.get_column("run_seq").to_list(), group.get_column("value").to_list())
+        for s in walk_metric(rows, series=series, job=m["job"], program=m["program"], metric=metric, rule=rule,
+                             floors=floors, run_ids=run_ids, accepts=accepts):
+            steps.append((m["job"], m["program"], s))
+    steps += _health_steps(health.join(seq_of, on="run_id"), run_ids, accepts)
+    return _frames(steps, meta, order, accepts, _program_bytes(obs_all=observations))
+
+
+def _with_zero_counts(obs: pl.DataFrame, health: pl.DataFrame) -> pl.DataFrame:
+    """Counts the parsers omit when zero (``rules.ZERO_WHEN_ABSENT``) are 0 in the runs
+    where their series parsed ok without them: a first fallback kernel steps 0 → 1."""
+    counts = obs.filter(pl.col("metric").str.contains(ZERO_WHEN_ABSENT)).select("series", "metric").unique()
+    if counts.is_empty():
+        return obs
+    ok_runs = health.filter(pl.col("status") == "ok").select("series", "run_seq", "run_id").unique()
+    missing = ok_runs.join(counts, on="series").join(obs, on=["series", "metric", "run_seq"], how="anti")
+    filled = missing.join(obs.select("series", "job", "program", "kind", "stage").unique("series"), on="series")
+    return pl.concat([obs, filled.with_columns(pl.lit(0.0).alias("value")).select(obs.columns)])
+
+
+def _program_bytes(obs_all: pl.DataFrame) -> dict[tuple[str, str], float]:
+    """Each program's memory (the largest byte figure it reports in any run): what byte
+    steps are measured against."""
+    mem = (obs_all.filter(pl.col("metric").str.starts_with("memory.") & pl.col("metric").str.ends_with("_bytes"))
+           .group_by("job", "program").agg(pl.col("value").max()))
+    return {(j, p): float(v or 0) for j, p, v in mem.iter_rows()}
+
+
+def impact(metric: str, step: str, change: float | None, baseline: float | None, program_bytes: float) -> float:
+    if step == "failure":
+        return _FAILURE_IMPACT
+    change = abs(change or 0.0)
+    if is_bytes_metric(metric):
+        return 3.0 * change / max(program_bytes, 1.0)
+    size = change / max(abs(baseline or 0.0), 1.0)
+    for pattern, weight in _WEIGHTS:
+        if pattern.match(metric):
+            return weight * size
+    return 0.5 * size
+
+
+def _frames(steps: list[tuple[str, str, _Step]], meta: dict, order: pl.DataFrame, accepts: list[dict],
+            program_bytes: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
+    runs = order.sort("run_seq")
+    run_ids = runs.get_column("run_id").to_list()
+    started = runs.get_column("started_at").to_list()
+    commits = runs.get_column("commit").to_list()
+
+    def rid(seq: int | None) -> str | None:
+        return None if seq is None else run_ids[seq]
+
+    step_rows, groups = [], {}
+    for job, program, s in steps:
+        iid = incident_id(job, program, run_ids[s.opened_seq])
+        m = meta.get(s.series) or {}
+        change = None if s.value is None or s.baseline is None else s.value - s.baseline
+        score = impact(s.metric, s.step, change, s.baseline, program_bytes.get((job, program), 0.0))
+        step_rows.append({
+            "incident_id": iid, "job": job, "program": program, "series": s.series, "dump_kind": m.get("kind"),
+            "stage": m.get("stage"), "metric": s.metric, "step": s.step, "opened_run": rid(s.opened_seq),
+            "last_good_run": rid(s.last_good_seq), "closed_run": rid(s.closed_seq), "closed_how": s.closed_how,
+            "baseline": s.baseline, "value": s.value, "latest_value": s.latest, "change": change, "impact": score,
+            "detail": s.detail, "_seq": s.opened_seq, "_closed": s.closed_seq, "_accept": s.accept})
+        groups.setdefault(iid, []).append(step_rows[-1])
+    incidents = []
+    for iid, rows in groups.items():
+        rows.sort(key=lambda r: (-r["impact"], r["metric"], r["series"]))
+        kinds = {r["step"] for r in rows}
+        kind = "failure" if "failure" in kinds else "regression" if "regression" in kinds else "improvement"
+        open_steps = [r for r in rows if r["_closed"] is None]
+        closed = None if open_steps else max(r["_closed"] for r in rows)
+        accepted = [r for r in rows if r["closed_how"] == "accepted"]
+        how = None if closed is None else "accepted" if accepted else "fixed"
+        acc = accepts[accepted[0]["_accept"]] if accepted and accepted[0]["_accept"] is not None else {}
+        seq = rows[0]["_seq"]
+        good = min((r["last_good_run"] for r in rows if r["last_good_run"]), default=None,
+                   key=lambda r: run_ids.index(r))
+        incidents.append({
+            "incident_id": iid, "job": rows[0]["job"], "program": rows[0]["program"], "kind": kind,
+            "opened_run": run_ids[seq], "opened_at": started[seq], "last_good_run": good,
+            "last_good_commit": commits[run_ids.index(good)] if good else None, "first_bad_commit": commits[seq],
+            "closed_run": rid(closed), "closed_how": how, "headline": headline(rows[0]["job"], rows[0]["program"], rows),
+            "cause": None, "metrics": sorted({r["metric"] for r in rows}), "series": sorted({r["series"] for r in rows}),
+            "impact": sum(r["impact"] for r in rows), "accepted_by": acc.get("accepted_by"),
+            "accepted_note": acc.get("note")})
+    step_frame = pl.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in step_rows],
+                              schema=STEP_SCHEMA)
+    incident_frame = pl.DataFrame(incidents, schema=INCIDENT_SCHEMA)
+    return (incident_frame.sort("opened_at", "impact", "incident_id", descending=[False, True, False]),
+            step_frame.sort("opened_run", "incident_id", "impact", "metric", descending=[False, False, True, False]))
+
+
+def headline(job: str, program: str, rows: list[dict[str, Any]], most: int = 2) -> str:
+    """``jax-pmap / jit__fun: memory.temp_bytes 104.7 KiB → 299.3 KiB (+194.6 KiB); +3 more``."""
+    parts = []
+    for r in rows[:most]:
+        if r["step"] == "failure" and r["metric"].startswith("dump."):
+            what = "vanished" if r["metric"] == "dump.vanished" else "stopped parsing"
+            parts.append(f"{r['dump_kind']} dump {what}")
+        else:
+            parts.append(f"{r['metric']} {human_value(r['metric'], r['baseline'])} → {human_value(r['metric'], r['value'])}"
+                         f" ({human_delta(r['metric'], r['change'])})")
+    more = len({(r["metric"]) for r in rows}) - len({r["metric"] for r in rows[:most]})
+    return f"{job} / {program}: " + "; ".join(parts) + (f"; +{more} more" if more > 0 else "")
