@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.warehouse import store as wh
-from flows.bucket import connect, list_objects, parse_storage_options
+from flows.bucket import BucketNotFound, connect, list_objects, parse_storage_options
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
 NIGHT = "2026-11-20"
@@ -125,6 +125,27 @@ def test_s3_endpoint_and_credentials_from_the_aws_environment(s3, local_bucket, 
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)  # the generic one works too
     fs.invalidate_cache()
     assert [o.path for o in list_objects("s3://dumps/nightly/")] == [o.path for o in listing]
+
+
+def test_s3_versions_missing_buckets_and_empty_prefixes(s3):
+    import boto3
+
+    endpoint, _, _ = s3
+    options = {"key": "testing", "secret": "testing",
+               "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.create_bucket(Bucket="versions")
+    client.put_object(Bucket="versions", Key="n/r/j/a.txt", Body=b"aaaa")
+    before = list_objects("s3://versions/n", storage_options=options)[0]
+    assert before.version == client.head_object(Bucket="versions", Key="n/r/j/a.txt")["ETag"]
+    client.put_object(Bucket="versions", Key="n/r/j/a.txt", Body=b"bbbb")  # same size, same second
+    after = list_objects("s3://versions/n", storage_options=options)[0]
+    assert after.size == before.size and after.version != before.version
+
+    assert list_objects("s3://versions/empty-prefix", storage_options=options) == []  # an empty bucket
+    with pytest.raises(BucketNotFound, match="^no bucket at s3://no-such-bucket/nightly$"):
+        list_objects("s3://no-such-bucket/nightly", storage_options=options)
 
 
 def test_dask_cluster_runs_the_parse_tasks(prefect, local_bucket, reference, tmp_path):
