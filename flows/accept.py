@@ -1,8 +1,18 @@
-"""``dumpscope accept``: record that a series' change was intended, then re-aggregate."""
+"""``dumpscope accept``: record that a change was intended, then re-aggregate.
+
+Two ways to name it: an incident id (``I-1a2b3c4d``, from ``dumpscope incidents`` or the
+site), which closes that incident as accepted in the latest run; or a series id or shell
+pattern (``jax-pmap/*``), whose baselines restart at the given run (default: the latest),
+closing every incident of the matching series open there. Both are checked, logged to
+``accepts`` and re-aggregated by the one writer that holds the lock.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import getpass
+import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import duckdb
@@ -10,21 +20,74 @@ import duckdb
 from flows.aggregate import aggregate
 from transforms.trends.rules import Settings
 
-
-class UnknownSeries(ValueError):
-    """The series has no dumps in that run; the message names the closest series."""
+INCIDENT_ID = re.compile(r"I-[0-9a-f]{8}")
 
 
-def accept_series(con: duckdb.DuckDBPyConnection, settings: Settings, series: str, run_id: str,
-                  metric: str | None, note: str | None) -> int:
-    """Log the accept and re-aggregate, inside the caller's writer; returns the regressions left there."""
-    # One writer for the check, the insert and the re-aggregation.
-    seen = con.execute("SELECT count(*) FROM dump_series WHERE series = ? AND run_id = ?", [series, run_id]).fetchall()[0][0]
-    if not seen:
-        close = [r[0] for r in con.execute(
-            "SELECT DISTINCT series FROM dump_series ORDER BY jaro_winkler_similarity(series, ?) DESC LIMIT 3", [series]).fetchall()]
-        raise UnknownSeries(f"series {series!r} has no dumps in run {run_id!r}; closest series: {', '.join(close)}")
-    con.execute("INSERT INTO accepts VALUES (?, ?, ?, ?, ?, ?)", [
-        series, run_id, metric, note, getpass.getuser(), datetime.now(timezone.utc).replace(tzinfo=None)])
+class AcceptRefused(ValueError):
+    """The accept names nothing it can apply to; the message says what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    what: str
+    run_id: str
+    closed: list[str]  # incident ids closed by this accept
+    regressions_left: int  # metric regressions still flagged there (of the accepted series, for a pattern)
+
+
+def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_id: str | None = None,
+           metric: str | None = None, note: str | None = None) -> Accepted:
+    """Log the accept and re-aggregate, inside the caller's writer."""
+    runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC").fetchall()]
+    if not runs:
+        raise AcceptRefused("the warehouse has no runs yet")
+    if run_id is not None and run_id not in runs:
+        raise AcceptRefused(f"no run {run_id!r} in the warehouse; latest runs: {', '.join(runs[:5])}")
+    if INCIDENT_ID.fullmatch(target):
+        run_id, before = _check_incident(con, target, run_id or runs[0]), set()
+        row = [None, run_id, metric, note, getpass.getuser(), _now(), target]
+    else:
+        run_id = run_id or runs[0]
+        _check_series(con, target, run_id)
+        before = _open_ids(con, run_id)
+        row = [target, run_id, metric, note, getpass.getuser(), _now(), None]
+    con.execute("INSERT INTO accepts (series, run_id, metric, note, accepted_by, accepted_at, incident_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", row)
     aggregate(con, settings)
-    return con.execute("SELECT count(*) FROM regressions WHERE series = ? AND run_id = ?", [series, run_id]).fetchall()[0][0]
+    closed = [target] if INCIDENT_ID.fullmatch(target) else sorted(before - _open_ids(con, run_id))
+    flagged = [s for (s,) in con.execute("SELECT series FROM regressions WHERE run_id = ?", [run_id]).fetchall()]
+    left = len(flagged) if INCIDENT_ID.fullmatch(target) else sum(fnmatch.fnmatchcase(s, target) for s in flagged)
+    return Accepted(target, run_id, closed, left)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _open_ids(con, run_id: str) -> set[str]:
+    """Incidents open at ``run_id`` (opened there or before, not closed by then)."""
+    return {i for (i,) in con.execute(
+        """SELECT i.incident_id FROM incidents i
+           JOIN runs o ON o.run_id = i.opened_run JOIN runs r ON r.run_id = ?
+           LEFT JOIN runs c ON c.run_id = i.closed_run
+           WHERE (o.started_at, o.run_id) <= (r.started_at, r.run_id)
+             AND (c.run_id IS NULL OR (c.started_at, c.run_id) > (r.started_at, r.run_id))""", [run_id]).fetchall()}
+
+
+def _check_incident(con, incident: str, run_id: str) -> str:
+    row = con.execute("SELECT closed_run, closed_how FROM incidents WHERE incident_id = ?", [incident]).fetchall()
+    if not row:
+        raise AcceptRefused(f"no incident {incident!r}; list them with `dumpscope incidents --status all`")
+    if row[0][0] is not None:
+        raise AcceptRefused(f"incident {incident} is already closed ({row[0][1]} in run {row[0][0]})")
+    return run_id
+
+
+def _check_series(con, pattern: str, run_id: str) -> None:
+    names = [s for (s,) in con.execute("SELECT DISTINCT series FROM dump_series WHERE run_id = ?", [run_id]).fetchall()]
+    if any(fnmatch.fnmatchcase(s, pattern) for s in names):
+        return
+    close = [r[0] for r in con.execute(
+        "SELECT DISTINCT series FROM dump_series ORDER BY jaro_winkler_similarity(series, ?) DESC, series LIMIT 3",
+        [pattern]).fetchall()]
+    raise AcceptRefused(f"no series matching {pattern!r} has dumps in run {run_id!r}; closest series: {', '.join(close)}")

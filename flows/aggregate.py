@@ -20,6 +20,7 @@ import polars as pl
 
 from flows.warehouse import schema as ws
 from transforms.trends import diffs as diff_mod
+from transforms.trends import incidents as incident_mod
 from transforms.trends import metric_trends as trends
 from transforms.trends import rollups
 from transforms.trends.rules import Settings, parse_settings
@@ -110,7 +111,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) 
 
     dumps = frame_of(con, "SELECT path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at FROM dumps")
     runs = frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
-    accepts = frame_of(con, "SELECT series, run_id, metric, accepted_at FROM accepts")
+    accepts = frame_of(con, "SELECT series, run_id, metric, accepted_at, accepted_by, note, incident_id FROM accepts")
     order = trends.run_order(runs)
     stamp = aggregate_stamp(settings, accepts)
     from_seq = _first_dirty_run(con, stamp, dumps, order)
@@ -122,7 +123,13 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) 
     observations = _observations(con, series)
     lap("read")
 
-    trend = trends.metric_trends(observations, runs, accepts.drop("accepted_at"), settings, from_seq=from_seq)
+    by_series = accepts.filter(pl.col("series").is_not_null()).select("series", "run_id", "metric")
+    trend = trends.metric_trends(observations, runs, by_series, settings, from_seq=from_seq)
+    health = program_health(series, dumps, order)
+    ok = health.filter(pl.col("status") == "ok").select("series", "run_id")
+    incidents, steps = incident_mod.compute(
+        observations.with_columns(pl.col(pl.Categorical).cast(pl.String)).join(ok, on=["series", "run_id"], how="semi"),
+        health, order, accepts.to_dicts(), settings)
     del observations  # the largest frame: gone before the rest is computed
     events = rollups.series_events(dumps, series, order)
     dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
@@ -158,6 +165,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) 
             con.execute(f"DELETE FROM {ws.quote_ident(name)} WHERE run_id IN (SELECT run_id FROM _dirty)")
             result.rows[name] = insert_frame(con, name, frame)
         con.unregister("_dirty")
+        result.rows["incidents"], result.rows["incident_steps"] = _write_incidents(con, incidents, steps)
         watermark = dumps.get_column("ingested_at").max()
         con.execute("INSERT OR REPLACE INTO schema_info VALUES ('aggregated_with', ?), ('aggregated_through', ?)",
                     [stamp, watermark.isoformat(sep=" ")])
@@ -167,6 +175,68 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) 
         raise
     lap("write")
     return result
+
+
+def program_health(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame:
+    """Each series' state per run for the incidents: the worst status of its dumps (ok,
+    partial, failed), or ``absent`` in a later run of its job that did not write it."""
+    known = series.join(dumps.select("path", "status", "error"), on="path").filter(pl.col("kind") != "unknown")
+    rank = pl.col("status").replace_strict({"ok": 0, "partial": 1, "failed": 2}, default=2, return_dtype=pl.Int64)
+    present = (known.with_columns(rank.alias("_rank")).sort("_rank", descending=True)
+               .group_by("series", "run_id").first()
+               .select("series", "job", pl.col("series_program").alias("program"), "run_id", "status",
+                       pl.when(pl.col("status") != "ok").then(pl.concat_str("path", pl.lit(": "), pl.col("error").fill_null("")))
+                       .alias("detail")))
+    seq = order.select("run_id", "run_seq")
+    job_runs = dumps.select("job", "run_id").unique().join(seq, on="run_id")
+    first = (present.join(seq, on="run_id").group_by("series", "job", "program")
+             .agg(pl.col("run_seq").min().alias("_first")))
+    later = first.join(job_runs, on="job").filter(pl.col("run_seq") > pl.col("_first")).select("series", "job", "program", "run_id")
+    absent = later.join(present, on=["series", "run_id"], how="anti").with_columns(
+        pl.lit("absent").alias("status"), pl.lit(None, pl.String).alias("detail"))
+    return pl.concat([present, absent.select(present.columns)]).sort("series", "run_id")
+
+
+def _write_incidents(con: duckdb.DuckDBPyConnection, incidents: pl.DataFrame, steps: pl.DataFrame) -> tuple[int, int]:
+    """Incidents are few and their lifecycle can change in any earlier run (an accept, a
+    fix): both tables are rewritten whole. Each incident gets its cause from ``diffs``."""
+    incidents = incidents.with_columns(_causes(con, incidents, steps))
+    for name, frame in (("incidents", incidents), ("incident_steps", steps)):
+        con.execute(f"DELETE FROM {ws.quote_ident(name)}")
+        insert_frame(con, name, frame)
+    return incidents.height, steps.height
+
+
+# Which structural changes explain a program's step best: new or vanished collectives
+# and custom calls first, then kernels and fusions, then memory items.
+_CAUSE_ORDER = {"collective": 0, "custom_call": 1, "fallback_kernel": 1, "fallback_call": 1, "onnx_step": 1,
+                "fusion": 2, "fused_group": 2, "kernel_category": 3, "allocation": 4, "peak_value": 4}
+CAUSE_LINES = 5
+
+
+def _causes(con: duckdb.DuckDBPyConnection, incidents: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
+    """The top structural diff lines between each incident's last good and first bad run."""
+    if incidents.is_empty():
+        return pl.Series("cause", [], pl.String)
+    wanted = steps.select("incident_id", "series", pl.col("opened_run").alias("run_id")).unique()
+    con.register("_wanted", wanted.to_arrow())
+    try:
+        diffs = frame_of(con, """SELECT w.incident_id, d.category, d.description, d.bytes_before, d.bytes_after
+                                 FROM diffs d JOIN _wanted w USING (run_id, series)""")
+    finally:
+        con.unregister("_wanted")
+    order = pl.col("category").replace_strict(_CAUSE_ORDER, default=5, return_dtype=pl.Int64)
+    size = (pl.col("bytes_after").fill_null(0) - pl.col("bytes_before").fill_null(0)).abs()
+    lines = (diffs.unique(["incident_id", "description"]).sort(order, size, "description", descending=[False, True, False])
+             .group_by("incident_id", maintain_order=True).agg(pl.col("description").head(CAUSE_LINES),
+                                                                  pl.len().alias("_n")))
+    failures = (steps.filter(pl.col("detail").is_not_null()).group_by("incident_id", maintain_order=True)
+                .agg(pl.col("detail").head(CAUSE_LINES).alias("_failed")))
+    text = (incidents.select("incident_id").join(lines, on="incident_id", how="left").join(failures, on="incident_id", how="left")
+            .with_columns(pl.concat_list(pl.col("_failed").fill_null([]), pl.col("description").fill_null([]))
+                          .list.join("\n").alias("cause")))
+    more = pl.when(pl.col("_n") > CAUSE_LINES).then(pl.format("\n… and {} more", pl.col("_n") - CAUSE_LINES)).otherwise(pl.lit(""))
+    return text.select(pl.when(pl.col("cause") != "").then(pl.col("cause") + more).alias("cause")).get_column("cause")
 
 
 def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> int:

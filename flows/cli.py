@@ -187,24 +187,30 @@ def aggregate_cmd(
 
 @app.command()
 def accept(
-    series: Annotated[str, typer.Argument(help="Series id (metric_trends.series), e.g. jax-jit/jit_train_step/xla_hlo/after_optimizations.")],
-    run_id: Annotated[str, typer.Argument(help="Run whose values become the new baseline.")],
+    target: Annotated[str, typer.Argument(help="An incident id (I-1a2b3c4d, see `dumpscope incidents`), or a series id "
+                                          "or shell pattern of series ids (jax-pmap/*).")],
+    run_id: Annotated[Optional[str], typer.Argument(help="Run whose values become the new baseline (default: the latest).")] = None,
     note: Annotated[Optional[str], typer.Option(help="Why the change is intended.")] = None,
-    metric: Annotated[Optional[str], typer.Option(help="Accept only this metric (default: every metric of the series).")] = None,
+    metric: Annotated[Optional[str], typer.Option(help="Accept only this metric (default: every metric).")] = None,
     warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
     settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another writer.")] = True,
 ) -> None:
-    """Record that a series' change at RUN was intended: its baseline restarts there."""
-    from flows.accept import UnknownSeries, accept_series
+    """Record that a change was intended: the incident closes as accepted, the baseline restarts."""
+    from flows.accept import AcceptRefused
+    from flows.accept import accept as accept_change
 
     conf = _check_settings(settings)
     with _writer(warehouse, wait) as con:
         try:
-            left = accept_series(con, conf, series, run_id, metric, note)
-        except UnknownSeries as exc:
-            raise typer.BadParameter(str(exc)) from None
-    typer.echo(f"accepted {series} at {run_id}" + (f" ({metric})" if metric else "") + f"; regressions left there: {left}")
+            done = accept_change(con, conf, target, run_id, metric, note)
+        except AcceptRefused as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+    closed = ", ".join(done.closed) or "none"
+    typer.echo(f"accepted {target} at {done.run_id}" + (f" ({metric})" if metric else "")
+               + f"; incidents closed: {closed}; regressions left there: {done.regressions_left}. "
+               "The site shows it from its next build (`dumpscope site`, or the next nightly).")
 
 
 @app.command()

@@ -28,7 +28,7 @@ from typing import Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def quote_ident(name: str) -> str:
@@ -92,12 +92,13 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "accepts": (
         "The accept log: changes people declared intended (dumpscope accept). The series' baseline restarts at the accepted run, so the change stops being flagged.",
         {
-            "series": ("VARCHAR", "Series id (metric_trends.series)."),
-            "run_id": ("VARCHAR", "Run whose values become the new baseline."),
+            "series": ("VARCHAR", "Series id (metric_trends.series), or a shell pattern of series ids (jax-pmap/*); NULL when an incident was accepted by its id."),
+            "run_id": ("VARCHAR", "Run whose values become the new baseline (the latest run when the accept was given)."),
             "metric": ("VARCHAR", "The one metric accepted; NULL: every metric of the series."),
             "note": ("VARCHAR", "Why the change is intended (free text)."),
             "accepted_by": ("VARCHAR", "Who accepted it (the login name of the user running the command)."),
             "accepted_at": ("TIMESTAMP", "When it was accepted (UTC)."),
+            "incident_id": ("VARCHAR", "The incident accepted (incidents.incident_id); NULL when the accept names series."),
         },
     ),
     "schema_info": (
@@ -163,12 +164,13 @@ MIGRATIONS: list[Migration] = [
         "ALTER TABLE runs ADD COLUMN IF NOT EXISTS meta_errors VARCHAR[]",
         "ALTER TABLE dumps ADD COLUMN IF NOT EXISTS source_version VARCHAR",
     )),
+    Migration(4, "accepts by incident", ("ALTER TABLE accepts ADD COLUMN IF NOT EXISTS incident_id VARCHAR",)),
 ]
 
 
 def derived_tables() -> dict[str, tuple[pl.Schema, dict[str, str]]]:
     """name -> (schema, docs with '' for the table) of every table aggregation writes."""
-    from transforms.trends import diffs, rollups, series
+    from transforms.trends import diffs, incidents, rollups, series
     from transforms.trends import metric_trends as trends
 
     return {
@@ -180,6 +182,8 @@ def derived_tables() -> dict[str, tuple[pl.Schema, dict[str, str]]]:
         "job_totals": (rollups.TOTAL_SCHEMA, rollups.TOTAL_DOCS),
         "dump_items": (diffs.STORED_ITEM_SCHEMA, diffs.STORED_ITEM_DOCS),
         "diffs": (diffs.DIFF_SCHEMA, diffs.DIFF_DOCS),
+        "incidents": (incidents.INCIDENT_SCHEMA, incidents.INCIDENT_DOCS),
+        "incident_steps": (incidents.STEP_SCHEMA, incidents.STEP_DOCS),
     }
 
 

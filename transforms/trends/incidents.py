@@ -175,10 +175,10 @@ def _is_step(metric: str, value: float, base: float, rule, floors: Floors) -> bo
 
 
 def _accepted_at(accepts: list[dict], series: str, job: str, program: str, opened_run: str | None,
-                 run_id: str) -> int | None:
-    """Index of the accept that closes a step of ``series`` at ``run_id``, if any."""
+                 run_id: str, metric: str | None = None) -> int | None:
+    """Index of the accept that closes a step of ``series`` (``metric``) at ``run_id``, if any."""
     for i, a in enumerate(accepts):
-        if a["run_id"] != run_id:
+        if a["run_id"] != run_id or (a.get("metric") and metric and a["metric"] != metric):
             continue
         if a.get("incident_id") and opened_run is not None and a["incident_id"] == incident_id(job, program, opened_run):
             return i
@@ -202,7 +202,7 @@ def walk_metric(rows: Iterable[tuple[int, float]], *, series: str, job: str, pro
         if open_ is not None:
             opened_run = run_ids[open_.opened_seq]
             back = not _is_step(metric, value, open_.baseline, rule, floors)
-            acc = _accepted_at(accepts, series, job, program, opened_run, run_id)
+            acc = _accepted_at(accepts, series, job, program, opened_run, run_id, metric)
             if back or acc is not None:
                 open_.closed_seq, open_.closed_how = seq, "fixed" if back else "accepted"
                 open_.accept = None if back else acc
@@ -211,7 +211,7 @@ def walk_metric(rows: Iterable[tuple[int, float]], *, series: str, job: str, pro
             else:
                 open_.latest = value
             continue
-        if _accepted_at(accepts, series, job, program, None, run_id) is not None:
+        if _accepted_at(accepts, series, job, program, None, run_id, metric) is not None:
             base, base_seq = value, seq  # accepted without a step: the baseline restarts here
             continue
         if rule.direction and _is_step(metric, value, base, rule, floors):
@@ -344,6 +344,9 @@ def _frames(steps: list[tuple[str, str, _Step]], meta: dict, order: pl.DataFrame
     incidents = []
     for iid, rows in groups.items():
         rows.sort(key=lambda r: (-r["impact"], r["metric"], r["series"]))
+        # One figure often stands in several files of one compile (HLO before/after, the
+        # buffer assignment and the memory report): count and show each metric once.
+        top = [r for i, r in enumerate(rows) if r["metric"] not in {q["metric"] for q in rows[:i]}]
         kinds = {r["step"] for r in rows}
         kind = "failure" if "failure" in kinds else "regression" if "regression" in kinds else "improvement"
         open_steps = [r for r in rows if r["_closed"] is None]
@@ -358,9 +361,9 @@ def _frames(steps: list[tuple[str, str, _Step]], meta: dict, order: pl.DataFrame
             "incident_id": iid, "job": rows[0]["job"], "program": rows[0]["program"], "kind": kind,
             "opened_run": run_ids[seq], "opened_at": started[seq], "last_good_run": good,
             "last_good_commit": commits[run_ids.index(good)] if good else None, "first_bad_commit": commits[seq],
-            "closed_run": rid(closed), "closed_how": how, "headline": headline(rows[0]["job"], rows[0]["program"], rows),
+            "closed_run": rid(closed), "closed_how": how, "headline": headline(rows[0]["job"], rows[0]["program"], top),
             "cause": None, "metrics": sorted({r["metric"] for r in rows}), "series": sorted({r["series"] for r in rows}),
-            "impact": sum(r["impact"] for r in rows), "accepted_by": acc.get("accepted_by"),
+            "impact": sum(r["impact"] for r in top), "accepted_by": acc.get("accepted_by"),
             "accepted_note": acc.get("note")})
     step_frame = pl.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in step_rows],
                               schema=STEP_SCHEMA)
@@ -370,7 +373,8 @@ def _frames(steps: list[tuple[str, str, _Step]], meta: dict, order: pl.DataFrame
 
 
 def headline(job: str, program: str, rows: list[dict[str, Any]], most: int = 2) -> str:
-    """``jax-pmap / jit__fun: memory.temp_bytes 104.7 KiB → 299.3 KiB (+194.6 KiB); +3 more``."""
+    """``jax-pmap / jit__fun: memory.temp_bytes 104.7 KiB → 299.3 KiB (+194.6 KiB); +3 more``
+    (``rows``: one per metric, most impact first)."""
     parts = []
     for r in rows[:most]:
         if r["step"] == "failure" and r["metric"].startswith("dump."):
@@ -379,5 +383,5 @@ def headline(job: str, program: str, rows: list[dict[str, Any]], most: int = 2) 
         else:
             parts.append(f"{r['metric']} {human_value(r['metric'], r['baseline'])} → {human_value(r['metric'], r['value'])}"
                          f" ({human_delta(r['metric'], r['change'])})")
-    more = len({(r["metric"]) for r in rows}) - len({r["metric"] for r in rows[:most]})
+    more = len(rows) - len(rows[:most])
     return f"{job} / {program}: " + "; ".join(parts) + (f"; +{more} more" if more > 0 else "")
