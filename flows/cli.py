@@ -118,6 +118,7 @@ def run(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     storage_secrets.export(storage_options)  # values by the environment, never as flow parameters
+    from flows.bucket import BucketNotFound
     from flows.nightly import run_nightly
     from flows.warehouse.store import WarehouseBusy
 
@@ -131,6 +132,9 @@ def run(
     except WarehouseBusy as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from None
+    except BucketNotFound as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if fail_on_regression and summary.regressions:
         typer.echo(f"{summary.regressions} regression(s) in the latest run", err=True)
         raise typer.Exit(4)

@@ -36,7 +36,7 @@ from prefect.futures import as_completed
 from flows.warehouse import store as wh
 from flows.aggregate import aggregate, load_settings, needs_aggregate
 from flows.report import write_regression_report
-from flows.bucket import BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
+from flows.bucket import BucketNotFound, BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows import storage_secrets
 from flows.staging import StagedResult, stage_object
 from transforms.parsers.formats import parser_version
@@ -67,19 +67,33 @@ class NightSummary:
     rows_loaded: int = 0
     regressions: int = 0
     failures: list[str] = field(default_factory=list)
+    run_errors: list[str] = field(default_factory=list)  # what was wrong with run.json files
     seconds: dict[str, float] = field(default_factory=dict)
 
     def markdown(self) -> str:
         lines = ["| | |", "| --- | ---: |"] + [
-            f"| {k} | {v} |" for k, v in asdict(self).items() if k not in ("failures", "seconds")
+            f"| {k} | {v} |" for k, v in asdict(self).items() if k not in ("failures", "seconds", "run_errors")
         ]
         lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
         if self.failures:
             lines += ["", "Failures:", ""] + [f"- {f}" for f in self.failures]
+        if self.run_errors:
+            lines += ["", "run.json errors (the valid fields were kept):", ""] + [f"- {e}" for e in self.run_errors]
         return "\n".join(lines)
 
 
-@task(retries=3, retry_delay_seconds=[1, 5, 20])
+def _retry_unless_missing(task, task_run, state) -> bool:
+    """A bucket that does not exist will not appear in 20 s: fail at once."""
+    try:
+        state.result()
+    except BucketNotFound:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+@task(retries=3, retry_delay_seconds=[1, 5, 20], retry_condition_fn=_retry_unless_missing)
 def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Path | None,
              storage_options: dict | None, layout_regex: str | None, marker: str | None):
     listing = list_objects(bucket, layout_regex=layout_regex, storage_options=storage_options, marker=marker)
@@ -92,28 +106,32 @@ def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Pa
     if state_path:
         save_settle_state(state_path, state)
     known, known_runs = _loaded(warehouse)
-    new = [o for o in ready if o.role is Role.DUMP and not _up_to_date(known.get(o.path), o.size)]
+    new = [o for o in ready if o.role is Role.DUMP and not _up_to_date(known.get(o.path), o)]
     dumps_seen = sum(o.role is Role.DUMP for o in listing)
     new_runs = {r: info for r, info in runs.items() if r not in known_runs}
     return new, len(deferred), dumps_seen, new_runs
 
 
-def _loaded(warehouse: Path) -> tuple[dict[str, tuple[int, str | None, int | None]], set[str]]:
-    """What the published warehouse holds: dumps by path (size, kind, parser version), run ids."""
+def _loaded(warehouse: Path) -> tuple[dict[str, tuple], set[str]]:
+    """What the published warehouse holds: dumps by path (size, kind, parser version, the
+    object version read), run ids."""
     if not Path(warehouse).exists():
         return {}, set()
     with wh.connect_readonly(warehouse) as con:
-        rows = con.execute("SELECT path, size_bytes, kind, parser_version FROM dumps").fetchall()
+        rows = con.execute("SELECT path, size_bytes, kind, parser_version, source_version FROM dumps").fetchall()
         runs = {r for (r,) in con.execute("SELECT run_id FROM runs").fetchall()}
-    return {p: (size, kind, version) for p, size, kind, version in rows}, runs
+    return {p: rest for p, *rest in rows}, runs
 
 
-def _up_to_date(loaded: tuple[int, str | None, int | None] | None, size: int) -> bool:
+def _up_to_date(loaded: tuple | None, obj: BucketObject) -> bool:
+    """Loaded from this very write of the object (same size and store version) by the
+    current parser. A rewrite in place, even of the same size, changes the version: its
+    bytes are read and hashed again (and reloaded only when the hash changed)."""
     if loaded is None:
         return False
-    size_then, kind, version = loaded
+    size_then, kind, version, source_version = loaded
     current = parser_version(DumpKind(kind)) if kind else None
-    return size_then == size and version == current
+    return size_then == obj.size and version == current and (not obj.version or source_version == obj.version)
 
 
 @task(retries=2, retry_delay_seconds=[2, 10])
@@ -201,7 +219,14 @@ def still_new(con, staged: list[Outcome]) -> list[Outcome]:
             "SELECT path, dump_id, parser_version FROM dumps JOIN _candidates USING (path)").fetchall()}
     finally:
         con.unregister("_candidates")
-    return [o for o in staged if held.get(o.obj.path) != (o.staged.sha256, o.staged.summary["parser_version"])]
+    fresh = [o for o in staged if held.get(o.obj.path) != (o.staged.sha256, o.staged.summary["parser_version"])]
+    # Same bytes under a new store version (touched, or rewritten identically): note the
+    # version, so that the next night does not read them again; nothing else changes.
+    taken = {id(o) for o in fresh}
+    touched = [(o.obj.version, o.obj.path) for o in staged if id(o) not in taken and o.obj.version]
+    if touched:
+        con.executemany("UPDATE dumps SET source_version = ? WHERE path = ?", touched)
+    return fresh
 
 
 @task
@@ -221,12 +246,13 @@ def report(warehouse: Path, report_path: Path | None) -> tuple[str, int]:
 
 def _run_row(info) -> dict:
     return {"run_id": info.run_id, "started_at": info.started_at, "commit": info.commit,
-            "tags": list(info.tags or []), "extra": info.extra or {}}
+            "tags": list(info.tags or []), "extra": info.extra or {}, "meta_errors": list(info.meta_errors)}
 
 
 def _staged_dump(o: Outcome, *, with_records: bool) -> wh.StagedDump:
     s, obj = o.staged.summary, o.obj
     fields = {"path": obj.path, "run_id": obj.run_id, "job": obj.job or "", "size_bytes": obj.size,
+              "source_version": obj.version or None,
               "dump_id": o.staged.sha256, "kind": s["kind"], "stage": s["stage"], "program": s["program"],
               "status": s["status"], "error": "\n".join(s["errors"]) or None, "parser_version": s["parser_version"]}
     if not with_records:  # content already loaded (another path): its records and metrics are reused
@@ -268,6 +294,7 @@ def nightly(
     new, summary.deferred, summary.seen, runs = discover(
         bucket, warehouse, settle_seconds, state_path, storage_options, layout_regex, marker)
     summary.new, summary.skipped = len(new), summary.seen - len(new) - summary.deferred
+    summary.run_errors = [e for info in runs.values() for e in info.meta_errors]
     summary.seconds["discover"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
