@@ -2,16 +2,22 @@
 
 ``build_site(warehouse, out)`` reads the derived tables, renders every page into a
 scratch mkdocs project (``<out>.src/``: pages, the metric docs, the assets: the
-vega/vega-lite/vega-embed bundle from vl-convert, the chart loader, the stylesheet),
-and runs ``mkdocs build --strict`` into ``out``, replaced atomically. Charts are
+vega/vega-lite/vega-embed bundle from vl-convert, the chart loader, the stylesheet; the
+theme override), and runs ``mkdocs build --strict`` into ``out``, replaced atomically. Charts are
 Vega-Lite specs with aggregated data in each page; nothing is fetched from the
 internet (no CDN, no Google Fonts).
+
+Every value from the warehouse is data: the Jinja environment escapes each ``{{ value }}``
+for Markdown (``transforms.escape``, through ``finalize``) unless a helper of that module
+already made it ``Markup``, and templates are only ever loaded from ``site_templates/``,
+never built from data. Each page carries a Content-Security-Policy (the theme override in
+``site_templates/overrides/``): scripts only from the site itself, no inline script or
+event handler; the charts' specs sit in ``<script type="application/json">`` blocks that
+``assets/charts.js`` reads.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -22,12 +28,15 @@ import polars as pl
 
 from flows.aggregate import frame_of
 from flows.warehouse.store import connect_readonly
+from transforms import escape
 from transforms.site import pages
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "site_templates"
 DOCS = ROOT / "docs"
 VEGA_BUNDLE = "assets/vega-bundle.js"
+# The chart loader, the stylesheet, and the theme's inline scripts as files (the CSP forbids inline scripts).
+ASSETS = ("charts.js", "dumpscope.css", "material-base.js", "material-palette.js", "material-content.js")
 
 
 @dataclass
@@ -41,10 +50,10 @@ class SiteResult:
 def read_site_data(warehouse: Path) -> pages.SiteData:
     con = connect_readonly(warehouse)
     try:
-        q = lambda sql: frame_of(con, sql)  # noqa: E731
+        q = lambda sql, params=None: frame_of(con, sql, params)  # noqa: E731
         runs = q('SELECT run_id, started_at, "commit" FROM runs ORDER BY started_at, run_id').with_row_index("run_seq")
         latest = runs.get_column("run_id")[-1] if runs.height else ""
-        latest_dumps = f"SELECT path FROM dumps WHERE run_id = '{latest.replace(chr(39), chr(39) * 2)}'"
+        latest_dumps = "SELECT path FROM dumps WHERE run_id = ?"  # parameters: [latest]
         with_series = "JOIN dump_series s USING (path)"
         return pages.SiteData(
             runs=runs,
@@ -56,14 +65,14 @@ def read_site_data(warehouse: Path) -> pages.SiteData:
             diffs=q("SELECT * FROM diffs"),
             accepts=q("SELECT * FROM accepts ORDER BY accepted_at"),
             items=q(f"SELECT i.*, s.series, s.job, s.series_program AS program FROM dump_items i {with_series} "
-                    f"WHERE i.path IN ({latest_dumps}) AND i.category <> 'none'"),
+                    f"WHERE i.path IN ({latest_dumps}) AND i.category <> 'none'", [latest]),
             allocations=q(f"""SELECT s.series, s.job, s.series_program AS program, a.kind, a.size_bytes
                 FROM buffer_allocations a JOIN dumps d USING (dump_id) {with_series}
-                WHERE d.path IN ({latest_dumps}) AND d.stage = 'buffer_assignment'"""),
+                WHERE d.path IN ({latest_dumps}) AND d.stage = 'buffer_assignment'""", [latest]),
             onnx_errors=q(f"""SELECT DISTINCT s.series_program AS program, e.section, e.exception_type, e.message
-                FROM onnx_errors e JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})"""),
+                FROM onnx_errors e JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})""", [latest]),
             onnx_ops=q(f"""SELECT s.series_program AS program, o.source, o.op, o.count FROM onnx_op_counts o
-                JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})"""),
+                JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})""", [latest]),
             tables=q("""SELECT table_name AS name, 'table' AS type, comment FROM duckdb_tables() WHERE schema_name = 'main'
                         UNION ALL SELECT view_name, 'view', comment FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal
                         ORDER BY name"""),
@@ -75,26 +84,39 @@ def read_site_data(warehouse: Path) -> pages.SiteData:
         con.close()
 
 
+# Jinja filters that would hand back text escaped for HTML only (Markup that ``finalize``
+# trusts) or unescaped: the site has no use for them, so a template cannot reach for them.
+_UNSAFE_FILTERS = ("safe", "tojson", "urlize", "xmlattr")
+
+
+def _join(items, separator: str = "") -> escape.Markup:
+    return escape.finalize(separator).join(escape.finalize(item) for item in items)
+
+
 def _environment() -> jinja2.Environment:
+    """The site's Jinja environment: every ``{{ value }}`` is escaped for Markdown unless it
+    is ``Markup`` made by ``transforms.escape`` (or a macro's output)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             autoescape=True, finalize=escape.finalize,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     counter = {"n": 0}
 
-    def chart(spec: dict | None, caption: str = "") -> str:
-        """A chart container with its spec inline (charts.js draws it)."""
+    def chart(spec: dict | None, caption: str = "") -> escape.Markup:
+        """A chart container and its spec as a JSON data block (charts.js draws it); raw HTML,
+        so it must start a line."""
         if not spec:
-            return ""
+            return escape.Markup("")
         counter["n"] += 1
-        text = json.dumps(spec, separators=(",", ":"), default=str).replace("</", "<\\/")
-        return (f'<div class="ds-chart vega-embed" id="chart-{counter["n"]}" role="img" aria-label="{html.escape(caption)}"></div>\n'
-                f'<script type="application/json" class="ds-spec" data-for="chart-{counter["n"]}">{text}</script>\n')
+        return escape.Markup(
+            '<div class="ds-chart vega-embed" id="chart-{n}" role="img" aria-label="{label}"></div>\n'
+            '<script type="application/json" class="ds-spec" data-for="chart-{n}">{spec}</script>\n'
+        ).format(n=counter["n"], label=escape.html_attr(caption), spec=escape.json_script(spec))
 
-    def cell(text: object) -> str:
-        """A Markdown table cell: pipes and newlines escaped."""
-        return "" if text is None else str(text).replace("|", "\\|").replace("\n", " ")
-
-    env.globals.update(chart=chart, slug=pages.slug, series_link=pages.series_link)
-    env.filters.update(cell=cell)
+    for name in _UNSAFE_FILTERS:
+        env.filters.pop(name, None)
+    env.filters.update(e=escape.md_text, escape=escape.md_text, forceescape=escape.md_text, join=_join)
+    env.globals.update(chart=chart, code=escape.code, pre=escape.pre, sql=escape.sql_literal, shell=escape.shell_word,
+                       series_link=pages.series_link, run_link=pages.run_link)
     env.globals["_chart_counter"] = counter
     return env
 
@@ -138,6 +160,8 @@ def _render_pages(env: jinja2.Environment, d: pages.SiteData, docs: Path) -> lis
 
     def page(template: str, path: str, **context) -> None:
         target = docs / path
+        if target in written:  # two names with one slug: sha256 prefixes that collide
+            raise ValueError(f"two pages would be written to {path}")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(env.get_template(template).render(**context), encoding="utf-8")
         written.append(target)
@@ -148,7 +172,7 @@ def _render_pages(env: jinja2.Environment, d: pages.SiteData, docs: Path) -> lis
     page("kernels.md.j2", "kernels.md", **pages.kernels_page(d))
     page("onnx.md.j2", "onnx.md", **pages.onnx_page(d))
     page("diff.md.j2", "diff.md", **pages.diff_page(d))
-    page("accepts.md.j2", "accepts.md", accepts=d.accepts.to_dicts())
+    page("accepts.md.j2", "accepts.md", **pages.accepts_page(d))
     page("query.md.j2", "query.md", warehouse=d.warehouse_path, tables=d.tables.to_dicts(),
          columns={name: rows.to_dicts() for (name,), rows in d.columns.group_by("name", maintain_order=True)},
          latest=d.latest)
@@ -156,12 +180,12 @@ def _render_pages(env: jinja2.Environment, d: pages.SiteData, docs: Path) -> lis
     page("runs.md.j2", "runs/index.md", runs=runs.join(d.rollups.group_by("run_id").agg(
         pl.col("dumps", "failed", "partial", "regressions", "changed_series").sum()), on="run_id", how="left").to_dicts())
     for run_id, context in pages.run_pages(d):
-        page("run.md.j2", f"runs/{pages.slug(run_id)}.md", **context)
+        page("run.md.j2", pages.run_file(run_id), **context)
     index = []
     for (series,), rows in d.trends.group_by("series", maintain_order=True):
         ctx = pages.series_page(d, series, rows)
-        page("series.md.j2", pages.series_link(series), **ctx)
-        index.append({"series": series, "link": f"{pages.slug(series)}.md", "job": ctx["job"], "program": ctx["program"],
+        page("series.md.j2", pages.series_file(series), **ctx)
+        index.append({"series": series, "link": pages.series_link(series, "series"), "job": ctx["job"], "program": ctx["program"],
                       "kind": ctx["kind"], "stage": ctx["stage"] or "", "runs": ctx["runs"],
                       "regressed": sum(r["verdict"] == "regressed" for r in ctx["table"])})
     page("series_index.md.j2", "series/index.md", series=sorted(index, key=lambda r: (-r["regressed"], r["series"])))
@@ -178,8 +202,9 @@ def _write_assets(docs: Path) -> None:
     # The bundle matching Altair's Vega-Lite (v6.4.1 -> "v6.4"); it sets window.vegaEmbed.
     bundle = vl_convert.javascript_bundle(vl_version=alt.SCHEMA_VERSION.rsplit(".", 1)[0])
     (docs / VEGA_BUNDLE).write_text(bundle, encoding="utf-8")
-    for name in ("charts.js", "dumpscope.css"):
+    for name in ASSETS:
         shutil.copyfile(TEMPLATES / "assets" / name, docs / "assets" / name)
+    shutil.copytree(TEMPLATES / "overrides", docs.parent / "overrides")
 
 
 def _mkdocs_build(config: Path, site_dir: Path) -> None:

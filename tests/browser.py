@@ -5,7 +5,9 @@ Chromium is Debian's package (`make browser` installs it), driven by Playwright 
 
 - `serve_directory(root)`: a quiet threaded http.server on 127.0.0.1 (ephemeral port); yields the base URL.
 - `open_page(url)`: loads a page, waits until every `.vega-embed` chart has drawn (or an error
-  shows, or a timeout), and returns a `PageReport`: errors, title, marks per chart, links.
+  shows, or a timeout), and returns a `PageReport`: errors, title, marks per chart, links,
+  dialogs the page opened (alert/confirm/prompt: dismissed and recorded), Content-Security-Policy
+  violations, and what an optional `probe` (a JavaScript function) returned.
 - `check_links(base_url, pages)`: same-origin links that answer HTTP >= 400.
 
 Only requests to this machine count as errors: Chromium and some pages (web fonts) reach for
@@ -68,6 +70,13 @@ _CHART_STATE_JS = """
 """
 _TWO_FRAMES_JS = "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 _LINKS_JS = "() => Array.from(document.querySelectorAll('a[href]')).map((a) => a.href)"
+# Runs before any script of every page: records Content-Security-Policy violations.
+_CSP_INIT_JS = """
+window.__dsCspViolations = [];
+document.addEventListener('securitypolicyviolation', (e) => window.__dsCspViolations.push(
+  `${e.violatedDirective} blocked ${e.blockedURI || 'inline'} at ${e.sourceFile || ''}:${e.lineNumber}`));
+"""
+_CSP_JS = "() => window.__dsCspViolations || []"
 
 
 def find_chromium() -> str | None:
@@ -94,6 +103,9 @@ class PageReport:
     canvas_nonblank: int = 0  # canvas-rendered charts with any non-transparent pixel
     undrawn_charts: int = 0  # containers with no svg/canvas when waiting stopped
     links: list[str] = field(default_factory=list)  # absolute hrefs of <a>, as the browser resolved them
+    dialogs: list[str] = field(default_factory=list)  # "<type>: <message>" of each alert/confirm/prompt
+    csp_violations: list[str] = field(default_factory=list)  # "<directive> blocked <what> at <where>"
+    probe: object = None  # what the `probe` function returned
     seconds: float = 0.0
 
 
@@ -121,7 +133,12 @@ class Browser:
         # One tab for all pages: the HTTP and compiled-code caches, and no new tab each time, make a
         # page after the first ~3x faster (the 900 KB vega bundle is compiled once).
         # `isolated=True` gets a fresh context (no cache, no storage) instead.
-        self._page = self._browser.new_context(viewport=VIEWPORT).new_page()
+        self._page = self._new_context().new_page()
+
+    def _new_context(self):
+        context = self._browser.new_context(viewport=VIEWPORT)
+        context.add_init_script(_CSP_INIT_JS)
+        return context
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -136,8 +153,12 @@ class Browser:
         timeout: float = 10.0,
         chart_selector: str = ".vega-embed",
         isolated: bool = False,
+        probe: str | None = None,
     ) -> PageReport:
         """Load `url`; wait for every chart to draw (or an error, or `timeout` s); report.
+
+        `probe`, a JavaScript function, runs in the page once the charts drew; its result
+        (JSON-serializable) is `report.probe`.
 
         A chart container is an element matching `chart_selector`. vegaEmbed adds the class
         `vega-embed` only when it starts drawing, so a page whose charts may fail should give
@@ -172,8 +193,13 @@ class Browser:
                 answered_badly.add(resp.url)
                 errors.append(f"HTTP {resp.status}: {resp.request.method} {resp.url}")
 
+        def on_dialog(dialog) -> None:
+            report.dialogs.append(f"{dialog.type}: {dialog.message}")
+            with contextlib.suppress(Exception):
+                dialog.dismiss()
+
         if isolated:
-            context = self._browser.new_context(viewport=VIEWPORT)
+            context = self._new_context()
             page = context.new_page()
         else:
             if self._page.is_closed():  # the tab crashed or a test closed it
@@ -186,6 +212,7 @@ class Browser:
             "requestfinished": on_done,
             "requestfailed": on_failed,
             "response": on_response,
+            "dialog": on_dialog,
         }
         for event, listener in listeners.items():
             page.on(event, listener)
@@ -203,6 +230,9 @@ class Browser:
             report.canvas_nonblank = sum(1 for s in states if s["canvas"] and s["nonblank"])
             report.undrawn_charts = sum(1 for s in states if not s["drawn"])
             report.links = page.evaluate(_LINKS_JS)
+            report.csp_violations = page.evaluate(_CSP_JS)
+            if probe is not None:
+                report.probe = page.evaluate(probe)
             if screenshot is not None:
                 Path(screenshot).parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(screenshot), full_page=True)

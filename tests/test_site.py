@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
 import pytest
 
 from tests.browser import check_links, open_page, serve_directory
+from transforms.site.pages import series_file
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
-SERIES = "series/jax-pmap-jit__fun-xla_buffer_assignment-buffer_assignment.html"
+SERIES = series_file("jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment").replace(".md", ".html")
+CSP = ('<meta http-equiv="Content-Security-Policy" content="default-src \'self\'; script-src \'self\'; '
+       "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; connect-src 'self'; "
+       "worker-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'\">")
 PAGES = {  # one page of each kind -> charts it must draw
     "index.html": 1, "memory.html": 5, "fusion.html": 3, "kernels.html": 6, "onnx.html": 2, "diff.html": 0,
     "runs/index.html": 0, "runs/2026-11-19.html": 0, "series/index.html": 0, SERIES: 1, "accepts.html": 0,
@@ -44,11 +49,22 @@ def test_nothing_is_fetched_from_the_internet(site):
     assert (site.out / "assets" / "vega-bundle.js").stat().st_size > 500_000
 
 
+def test_every_page_has_the_csp_and_no_inline_script_or_handler(site):
+    for page in site.out.rglob("*.html"):
+        text = page.read_text()
+        head = text[: text.index("<script")]
+        assert CSP in head, page  # before the first script
+        for tag in re.findall(r"<script\b[^>]*>", text):
+            assert "src=" in tag or 'type="application/json"' in tag, (page, tag)
+        assert not re.search(r"<[^>]+\son[a-z]+\s*=", text), page
+        assert "javascript:" not in text, page
+
+
 def test_pages_say_something_without_javascript(site):
-    overview = (site.out / "index.html").read_text()
+    overview = html.unescape((site.out / "index.html").read_text())
     assert "40 regressions in 5 programs" in overview
     assert "jax-pmap / jit__fun" in overview and "449.6 KiB" in overview  # headline: pmap total bytes
-    memory = (site.out / "memory.html").read_text()
+    memory = html.unescape((site.out / "memory.html").read_text())
     assert "The numbers" in memory and "299.3 KiB" in memory  # pmap temp bytes, in the table under the chart
     assert "jax_jobs.py:" in memory  # a source line of a value live at the peak
     onnx = (site.out / "onnx.html").read_text()
@@ -67,6 +83,7 @@ def test_each_kind_of_page_renders_in_chromium(site, browser):
             shot = ARTIFACTS / shots[page] if page in shots else None
             report = open_page(f"{base}/{page}", screenshot=shot, browser=browser)
             assert report.console_errors == [], (page, report.console_errors)
+            assert report.csp_violations == [] and report.dialogs == [], (page, report.csp_violations, report.dialogs)
             assert len(report.chart_marks) == charts, page
             assert all(n > 0 for n in report.chart_marks), (page, report.chart_marks)
             assert report.undrawn_charts == 0, page

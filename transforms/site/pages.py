@@ -3,15 +3,18 @@
 ``SiteData`` holds the warehouse frames the site needs (read by ``flows.site``);
 each ``*_page`` function returns the context of one template: tables as lists of
 dicts with display strings, charts as Vega-Lite specs (``transforms.site.charts``).
+Values stay plain data (the templates escape them, ``transforms.escape``); links,
+anchors and the few cells holding HTML are ``Markup`` built with that module.
 """
 
 from __future__ import annotations
 
-import re
+import fnmatch
 from dataclasses import dataclass
 
 import polars as pl
 
+from transforms.escape import Markup, md_text, slug, url_path
 from transforms.site import charts
 from transforms.units import human_bytes, human_delta, human_ratio, human_value
 
@@ -52,12 +55,31 @@ class SiteData:
         return self.runs.get_column("run_id")[-2] if self.runs.height > 1 else None
 
 
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-").lower() or "x"
+def series_file(series: str) -> str:
+    """Where a series' page is written, below the docs directory."""
+    return f"series/{slug(series)}.md"
 
 
-def series_link(series: str, prefix: str = "") -> str:
-    return f"{prefix}series/{slug(series)}.md"
+def run_file(run_id: str) -> str:
+    return f"runs/{slug(run_id)}.md"
+
+
+def _link(directory: str, name: str, here: str) -> Markup:
+    """A relative link to ``directory/name`` from a page in directory ``here`` ("" = top)."""
+    return url_path(name) if here == directory else url_path(*([".."] if here else []), directory, name)
+
+
+def series_link(series: str, here: str = "") -> Markup:
+    return _link("series", f"{slug(series)}.md", here)
+
+
+def run_link(run_id: str, here: str = "") -> Markup:
+    return _link("runs", f"{slug(run_id)}.md", here)
+
+
+def program_anchor(job: str, program: str) -> str:
+    """The id of a program's section on the diff page."""
+    return slug(job, program)
 
 
 def _line(frame: pl.DataFrame) -> pl.DataFrame:
@@ -68,10 +90,11 @@ def _table(frame: pl.DataFrame) -> list[dict]:
     return frame.to_dicts()
 
 
-def _value_cell(metric: str, value, delta, previous) -> str:
+def _value_cell(metric: str, value, delta, previous) -> Markup:
     change = human_delta(metric, delta) if delta else ""
     ratio = f" ({human_ratio(delta / previous)})" if delta and previous else ""
-    return human_value(metric, value) + (f"<br><small>{change}{ratio}</small>" if change else "")
+    small = Markup("<br><small>{}</small>").format(md_text(change + ratio)) if change else ""
+    return md_text(human_value(metric, value)) + small
 
 
 # ------------------------------------------------------------------ overview
@@ -85,7 +108,8 @@ def overview_page(d: SiteData) -> dict:
         worst = rows.sort("change_ratio", descending=True, nulls_last=True).row(0, named=True)
         why = d.diffs.filter((pl.col("run_id") == run) & (pl.col("job") == job) & (pl.col("program") == program))
         programs.append({
-            "job": job, "program": program, "anchor": slug(f"{job}-{program}"), "count": rows.height,
+            "job": job, "program": program, "count": rows.height,
+            "diff": url_path("diff.md", fragment=program_anchor(job, program)),
             "worst_metric": worst["metric"], "worst_change": human_ratio(worst["change_ratio"]),
             "worst_value": f"{human_value(worst['metric'], worst['baseline'])} → {human_value(worst['metric'], worst['value'])}",
             "why": why.get_column("description").unique(maintain_order=True).head(2).to_list(),
@@ -254,7 +278,7 @@ def run_pages(d: SiteData):
         yield run["run_id"], {
             "run": run,
             "rollups": _table(part["rollups"].drop("run_id", "started_at")),
-            "regressions": [_regression_row(r, "../") for r in reg.head(MAX_RUN_ROWS).iter_rows(named=True)],
+            "regressions": [_regression_row(r, "runs") for r in reg.head(MAX_RUN_ROWS).iter_rows(named=True)],
             "regression_count": reg.height,
             "events": _table(part["events"].filter(pl.col("event") != "first_run").select("job", "series", "event", "detail")),
             "diffs": _table(part["diffs"].select("job", "program", "kind", "stage", "description").head(MAX_RUN_ROWS)),
@@ -262,11 +286,25 @@ def run_pages(d: SiteData):
         }
 
 
-def _regression_row(r: dict, prefix: str) -> dict:
-    return {"series": r["series"], "link": series_link(r["series"], prefix), "metric": r["metric"],
+def _regression_row(r: dict, here: str) -> dict:
+    return {"series": r["series"], "link": series_link(r["series"], here), "metric": r["metric"],
             "baseline": human_value(r["metric"], r["baseline"]), "value": human_value(r["metric"], r["value"]),
             "change": f"{human_delta(r['metric'], r['change'])} ({human_ratio(r['change_ratio'])})",
             "rule": r["rule"], "since": r["regressed_since"]}
+
+
+def accepts_page(d: SiteData) -> dict:
+    """The accept log. An accept names a series, a shell pattern of series (``jax-pmap/*``)
+    or an incident (series NULL); only a series and a run that have pages are links."""
+    pages = set(d.trends.get_column("series").unique().to_list())
+    runs = set(d.runs.get_column("run_id").to_list())
+    rows = []
+    for a in d.accepts.iter_rows(named=True):
+        series, incident = a.get("series"), a.get("incident_id")
+        rows.append({**a, "what": series if series is not None else f"incident {incident or '?'}",
+                     "series_link": series_link(series) if series in pages else None,
+                     "run_link": run_link(a["run_id"]) if a["run_id"] in runs else None})
+    return {"accepts": rows}
 
 
 def series_page(d: SiteData, series: str, rows: pl.DataFrame) -> dict:
@@ -279,7 +317,8 @@ def series_page(d: SiteData, series: str, rows: pl.DataFrame) -> dict:
     return {"series": series, "job": first["job"], "program": first["program"], "kind": first["kind"],
             "stage": first["stage"], "table": table, "metrics_chart": charts.small_multiples(rows, title=series),
             "runs": rows.get_column("run_id").n_unique(),
-            "accepts": _table(d.accepts.filter(pl.col("series") == series))}
+            "accepts": [a for a in d.accepts.iter_rows(named=True)  # the series' own accepts and its patterns'
+                        if a.get("series") is not None and fnmatch.fnmatchcase(series, a["series"])]}
 
 
 def diff_page(d: SiteData) -> dict:
@@ -291,7 +330,7 @@ def diff_page(d: SiteData) -> dict:
     for job, program in keys.sort("job", "program").iter_rows():
         r = reg.filter((pl.col("job") == job) & (pl.col("program") == program))
         x = diffs.filter((pl.col("job") == job) & (pl.col("program") == program))
-        groups.append({"job": job, "program": program, "anchor": slug(f"{job}-{program}"),
+        groups.append({"job": job, "program": program, "anchor": program_anchor(job, program),
                        "regressions": [_regression_row(row, "") for row in r.iter_rows(named=True)],
                        "changes": [{"series": s, "lines": rows.get_column("description").to_list()}
                                    for (s,), rows in x.group_by("series", maintain_order=True)]})
