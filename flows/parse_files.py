@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from transforms.parse import parse_dump
+from transforms.parse import DEFAULT_LIMITS, ParseLimits, parse_dump
 from transforms.parsers.formats import all_tables
 
 
@@ -26,8 +26,10 @@ def json_value(value: object) -> object:
     return value
 
 
-def print_parsed(files: list[Path], *, as_json: bool, table: str | None, limit: int, summary: bool) -> int:
-    """Parse and print each file; returns how many failed. Raises ValueError for an unknown table."""
+def print_parsed(files: list[Path], *, as_json: bool, table: str | None, limit: int, summary: bool,
+                 limits: ParseLimits = DEFAULT_LIMITS) -> int:
+    """Parse and print each file; returns how many failed. Raises ValueError for an unknown table.
+    ``limits`` bound each parse (a file past one is failed, the others are still read)."""
     if table is not None and table not in all_tables():
         raise ValueError(f"unknown table {table!r}; known: {', '.join(sorted(all_tables()))}")
     overview = _overview_table(files) if summary and not as_json else None
@@ -35,7 +37,7 @@ def print_parsed(files: list[Path], *, as_json: bool, table: str | None, limit: 
     failed = 0
     for file in files:
         with file.open("rb") as raw:
-            parsed = parse_dump(raw, str(file))
+            parsed = parse_dump(raw, str(file), limits=limits)
         failed += parsed.status == "failed"
         frame = parsed.tables.get(table) if table else None
         if frame is not None and limit:

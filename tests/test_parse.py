@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import SEEDS
 from transforms.parsers.formats import all_table_docs, all_tables, classify
 from transforms.naming import program_from_path
-from transforms.parse import iter_dump, parse_dump
+from transforms.parse import iter_dump, kind_of, parse_dump
 from transforms.records import DumpKind, DumpSummary, Status, TableBatch
 
 SEED_KINDS = {
@@ -125,3 +125,28 @@ def test_summary_status_rules():
     assert DumpSummary(DumpKind.XLA_HLO, truncated=True).status is Status.PARTIAL
     assert DumpSummary(DumpKind.XLA_HLO, errors=["line 1: x"]).status is Status.PARTIAL
     assert DumpSummary(DumpKind.XLA_HLO, failed=True).status is Status.FAILED
+
+
+def test_status_and_errors_agree_even_when_a_parser_forgets(monkeypatch):
+    import transforms.parsers.xla_hlo as hlo
+
+    def forgetful(lines):
+        for _ in lines:
+            pass
+        yield DumpSummary(DumpKind.XLA_HLO, truncated=True)
+
+    monkeypatch.setattr(hlo, "parse", forgetful)
+    parsed = _parse(b"HloModule m\n\nENTRY e {\n", "night/job/m.txt")
+    assert parsed.status is Status.PARTIAL
+    assert parsed.summary.errors == [
+        "night/job/m.txt: line 3: the dump ends before its structure is complete (cut short?)"]
+
+
+def test_the_kind_comes_from_the_text_then_the_name():
+    assert kind_of("r/j/notes.txt", "HloModule m\n") is DumpKind.XLA_HLO
+    assert kind_of("r/j/module_0001.jit_f.before_optimizations.txt.gz", "") is DumpKind.XLA_HLO
+    assert kind_of("r/j/module_0001.jit_f.cpu_after_optimizations-buffer-assignment.txt", "\x00\x01") \
+        is DumpKind.XLA_BUFFER_ASSIGNMENT
+    assert kind_of("r/j/x-memory-usage-report.txt", "BufferAssignment:\n") is DumpKind.XLA_BUFFER_ASSIGNMENT
+    assert kind_of("r/j/onnx_export_2026-11-18_02-01-35-123456_success.md", "") is DumpKind.ONNX_REPORT
+    assert kind_of("r/j/compiler_figures.json", "") is DumpKind.UNKNOWN

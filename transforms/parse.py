@@ -4,11 +4,23 @@
 ``parser_version`` prepended, then one ``DumpSummary`` whose kind, stage, program
 and status are final. ``parse_dump`` collects the same into frames (CLI, tests).
 
-Nothing raises for bad input. Unknown files are recorded as ``unknown`` with status
-ok. A ``ParseError`` or an unexpected parser exception makes the dump ``failed``
+Nothing raises for bad input. A file no format claims, by its text or by its name,
+is recorded as ``unknown`` with status ok. A file under a dump's name (e.g.
+``*.after_optimizations.txt``, ``ir_post_fusion.txt``) that is empty, binary or not
+that format is ``failed`` with the kind its name says. A ``ParseError``, a passed
+``ParseLimits`` limit or an unexpected parser exception makes the dump ``failed``
 (batches already yielded must then be discarded by the caller: ``parse_dump`` does);
-a stream cut short makes it ``partial``. Every error names the file, and the line
+a stream cut short makes it ``partial``. Status and errors agree: every ``partial``
+and ``failed`` dump carries at least one error, each naming the file, and the line
 where there is one.
+
+Limits (``ParseLimits``) bound what one dump may cost, whatever its bytes: the
+reader never holds a line longer than ``max_line_bytes`` nor reads more than
+``max_dump_bytes`` of text, and stops after ``max_seconds``. The time limit is
+cooperative (checked before each ~1 MiB chunk of text is read), which is enough
+because the parsers only run per-line regexes and string methods on lines no longer
+than the line cap, and keep per-dump state small: no step between two chunks can run
+long. A hostile dump costs at most the cap, a chunk and the time limit.
 """
 
 from __future__ import annotations
@@ -20,12 +32,42 @@ from typing import BinaryIO, Iterator
 
 import polars as pl
 
-from transforms.parsers.formats import classify, module_for, parser_version
+from transforms.parsers.formats import classify, describe, is_binary, kind_from_name, module_for, parser_version
 from transforms.naming import program_from_path
-from transforms.reading import LineReader, strip_gz
+from transforms.reading import LineReader, ReadLimitError, strip_gz
 from transforms.records import DumpKind, DumpSummary, ParseError, Status, TableBatch
 
 IDENTITY_COLUMNS = pl.Schema({"dump_id": pl.String, "parser_version": pl.Int16})
+
+
+@dataclass(frozen=True, slots=True)
+class ParseLimits:
+    """What one parse may cost; a dump past a limit is ``failed``, the night goes on.
+
+    - ``max_line_bytes``: the longest line read (bytes, newline excluded). A parse holds
+      at most this plus ~1 MiB of buffers; a line just under it costs a few copies of it
+      (bytes, text, the parser's pieces). The longest line of every real dump we have is
+      90 KB (an ONNX report's exported program); HLO lines of the seeds and samples stay
+      under 5 KB, as XLA prints constants of more than 10 elements as ``{...}``. Only
+      ``--xla_dump_large_constants`` prints them whole: 64 MiB is ~700 times the longest
+      real line and still reads a constant of several million elements.
+    - ``max_dump_bytes``: text bytes per dump, after decompression. Real HLO dumps of
+      large models reach ~1 GB; 4 GiB leaves room while stopping a gzip bomb.
+    - ``max_seconds``: wall time per parse, checked between chunks of text. The parsers
+      read 15-100 MB/s on one core, so a 1 GB dump takes well under the 600 s default.
+    """
+
+    max_line_bytes: int = 64 << 20
+    max_dump_bytes: int = 4 << 30
+    max_seconds: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_line_bytes", "max_dump_bytes", "max_seconds"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be a number >= 0, not {getattr(self, name)!r}")
+
+
+DEFAULT_LIMITS = ParseLimits()
 
 
 @dataclass(slots=True)
@@ -38,13 +80,19 @@ class ParsedDump:
         return self.summary.status
 
 
-def iter_dump(raw: BinaryIO, name: str, *, dump_id: str = "") -> Iterator[TableBatch | DumpSummary]:
+def iter_dump(raw: BinaryIO, name: str, *, dump_id: str = "",
+              limits: ParseLimits = DEFAULT_LIMITS) -> Iterator[TableBatch | DumpSummary]:
     """Parse the dump in ``raw``; ``name`` is its path (relative to the bucket is best)."""
-    reader = LineReader(raw)
+    reader = LineReader(raw, max_line_bytes=limits.max_line_bytes, max_bytes=limits.max_dump_bytes,
+                        max_seconds=limits.max_seconds)
     base = strip_gz(PurePosixPath(name).name)
-    kind = classify(base, reader.head)
+    kind = kind_of(name, reader.head)
     if kind is DumpKind.UNKNOWN:
         yield DumpSummary(kind, program=program_from_path(name), errors=_located(name, reader.error))
+        return
+    if (why := _unreadable(reader, kind)) is not None:
+        yield DumpSummary(kind, stage=module_for(kind).stage_from_name(base), program=program_from_path(name),
+                          failed=True, errors=[f"{name}: {why}"])
         return
 
     fmt = module_for(kind)
@@ -56,6 +104,8 @@ def iter_dump(raw: BinaryIO, name: str, *, dump_id: str = "") -> Iterator[TableB
                 yield TableBatch(item.table, item.frame.select(*identity, pl.all()))
             else:
                 summary = item
+    except ReadLimitError as exc:
+        summary = DumpSummary(kind, failed=True, errors=[f"{name}: {exc}"], limit=exc.limit)
     except ParseError as exc:
         summary = DumpSummary(kind, failed=True, errors=[str(exc.at(name))])
     except Exception as exc:  # a parser bug must not stop the night: report it as this file's failure
@@ -70,17 +120,21 @@ def iter_dump(raw: BinaryIO, name: str, *, dump_id: str = "") -> Iterator[TableB
     if reader.error:  # the parser saw a clean end, but the bytes were cut short
         summary.errors.append(f"{name}: {reader.error}")
         summary.truncated = True
+    if summary.status is not Status.OK and not summary.errors:
+        # Every parser says why; this is the net under a parser that forgot to.
+        summary.errors.append(f"{name}: line {reader.lines_read}: the dump ends before its structure is complete "
+                              "(cut short?)")
     summary.kind = kind
     summary.stage = fmt.stage_from_name(base) or summary.stage
     summary.program = summary.program or program_from_path(name)
     yield summary
 
 
-def parse_dump(raw: BinaryIO, name: str, *, dump_id: str = "") -> ParsedDump:
+def parse_dump(raw: BinaryIO, name: str, *, dump_id: str = "", limits: ParseLimits = DEFAULT_LIMITS) -> ParsedDump:
     """``iter_dump`` collected: one frame per table (empty tables absent)."""
     batches: dict[str, list[pl.DataFrame]] = {}
     summary = None
-    for item in iter_dump(raw, name, dump_id=dump_id):
+    for item in iter_dump(raw, name, dump_id=dump_id, limits=limits):
         if isinstance(item, TableBatch):
             batches.setdefault(item.table, []).append(item.frame)
         else:
@@ -91,8 +145,27 @@ def parse_dump(raw: BinaryIO, name: str, *, dump_id: str = "") -> ParsedDump:
     return ParsedDump(summary, {t: pl.concat(fs) for t, fs in batches.items()})
 
 
+def kind_of(name: str, head: str) -> DumpKind:
+    """The kind ``iter_dump`` gives the dump at path ``name`` whose decoded text starts with
+    ``head`` (``LineReader.head``): by its text, else by its file name, else unknown."""
+    base = strip_gz(PurePosixPath(name).name)
+    kind = classify(base, head)
+    return kind if kind is not DumpKind.UNKNOWN else kind_from_name(base) or DumpKind.UNKNOWN
+
+
+def _unreadable(reader: LineReader, kind: DumpKind) -> str | None:
+    """Why a file under a dump's name holds nothing to parse (None: parse it)."""
+    if reader.error and not reader.head:
+        return reader.error
+    if not reader.head:
+        return f"the file is empty (0 bytes{' after decompression' if reader.compressed else ''}), not {describe(kind)}"
+    if is_binary(reader.head):
+        return f"line 1: the file is binary, not {describe(kind)} (NUL bytes at its start)"
+    return None
+
+
 def _located(name: str, error: str | None) -> list[str]:
     return [f"{name}: {error}"] if error else []
 
 
-__all__ = ["ParsedDump", "iter_dump", "parse_dump", "parser_version"]
+__all__ = ["DEFAULT_LIMITS", "ParseLimits", "ParsedDump", "iter_dump", "kind_of", "parse_dump", "parser_version"]

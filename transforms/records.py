@@ -90,6 +90,9 @@ class DumpSummary:
     # Set by the driver (transforms.parse) on a ParseError or an unreadable file;
     # a parser that got to its summary has read something.
     failed: bool = False
+    # Set by the driver when a limit stopped the parse: the ParseLimits field that did
+    # ("max_line_bytes", "max_dump_bytes", "max_seconds"), so a larger limit can retry it.
+    limit: str | None = None
 
     @property
     def status(self) -> Status:
