@@ -6,14 +6,21 @@ properties live next to each parser's tests.
 
 import gzip
 import io
+import re
+import time
+import tracemalloc
+import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import SEEDS
-from transforms.parse import parse_dump
+from tests.conftest import FIXTURES, SEEDS
+from transforms.parse import ParseLimits, kind_of, parse_dump
 from transforms.records import DumpKind, Status
+
+SAMPLES = Path(__file__).parents[1] / "data" / "sample_bucket"
 
 SEED_BYTES = {p.name: p.read_bytes() for p in sorted(SEEDS.glob("*.txt"))}
 HEADS = {  # the first line of each format, to make damaged files of that kind
@@ -65,3 +72,164 @@ def test_any_byte_cut_of_a_gzipped_seed_gets_a_verdict(seed, fraction):
     assert parsed.status in (Status.OK, Status.PARTIAL, Status.FAILED)
     if parsed.status is Status.FAILED:
         assert parsed.summary.errors and parsed.tables == {}
+
+
+# --- Limits (issue 11, item 9): what one parse costs is bounded by a setting, not by the input ---
+
+
+def _gzip_of_one_line(n_mib: int, prefix: bytes = b"") -> bytes:
+    """gzip of ``prefix`` and ``n_mib`` MiB of 'a' with no newline, compressed 1 MiB at a time."""
+    z = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b"a" * (1 << 20)
+    return b"".join([z.compress(prefix), *(z.compress(block) for _ in range(n_mib)), z.flush()])
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    return _gzip_of_one_line(200)  # ~200 KB holding a 200 MiB line
+
+
+def _parse_measured(data: bytes, name: str, limits: ParseLimits):
+    tracemalloc.start()
+    try:
+        t0 = time.perf_counter()
+        parsed = parse_dump(io.BytesIO(data), name, limits=limits)
+        return parsed, time.perf_counter() - t0, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_gzip_bomb_is_failed_by_the_line_cap_and_stays_cheap(bomb):
+    name = "night/job/module_0001.bomb.after_optimizations.txt.gz"
+    parsed, seconds, peak = _parse_measured(bomb, name, ParseLimits(max_line_bytes=1 << 20))
+    assert parsed.status is Status.FAILED and parsed.summary.kind is DumpKind.XLA_HLO and parsed.tables == {}
+    assert parsed.summary.errors == [
+        f"{name}: line 1 is longer than max_line_bytes (1.0 MiB, 1,048,576 bytes); raise --max-line-bytes to read it"]
+    assert parsed.summary.limit == "max_line_bytes"
+    assert peak < 16 << 20 and seconds < 2  # the 200 MiB line is never held
+
+
+def test_a_long_line_deep_in_a_real_dump_is_failed_with_its_line_number():
+    head = b"HloModule m\n\nENTRY e {\n  p = f32[] parameter(0), metadata={op_name=\""
+    parsed, _, peak = _parse_measured(_gzip_of_one_line(8, head), "night/job/m.txt.gz", ParseLimits(max_line_bytes=1 << 20))
+    assert parsed.status is Status.FAILED and parsed.tables == {}
+    assert parsed.summary.errors[0].startswith("night/job/m.txt.gz: line 4 is longer than max_line_bytes (1.0 MiB")
+    assert peak < 16 << 20
+
+
+def test_a_dump_over_max_dump_bytes_is_failed():
+    data = SEED_BYTES["004_83a80cec1e7cc5e6.txt"]
+    packed = gzip.compress(data, compresslevel=1)
+    parsed = parse_dump(io.BytesIO(packed), "night/job/m.txt.gz", limits=ParseLimits(max_dump_bytes=1 << 20))
+    assert parsed.status is Status.FAILED and parsed.tables == {} and parsed.summary.limit == "max_dump_bytes"
+    (error,) = parsed.summary.errors
+    assert error.startswith("night/job/m.txt.gz: line ") and error.endswith(
+        "more than max_dump_bytes (1.0 MiB, 1,048,576 bytes) of text after decompression; raise --max-dump-bytes to read it")
+    at_the_cap = parse_dump(io.BytesIO(packed), "night/job/m.txt.gz", limits=ParseLimits(max_dump_bytes=len(data)))
+    assert at_the_cap.status is Status.OK
+
+
+def test_a_parse_past_its_time_limit_is_failed():
+    data = SEED_BYTES["004_83a80cec1e7cc5e6.txt"]
+    parsed = parse_dump(io.BytesIO(data), "night/job/m.txt", limits=ParseLimits(max_seconds=0))
+    assert parsed.status is Status.FAILED and parsed.tables == {} and parsed.summary.limit == "max_seconds"
+    assert parsed.summary.errors == [
+        "night/job/m.txt: line 1: the parse took longer than max_seconds (0 s); raise --max-seconds to finish it"]
+    assert parse_dump(io.BytesIO(data), "night/job/m.txt", limits=ParseLimits(max_seconds=60)).status is Status.OK
+
+
+def test_limits_are_checked():
+    assert ParseLimits() == ParseLimits(max_line_bytes=64 << 20, max_dump_bytes=4 << 30, max_seconds=600)
+    with pytest.raises(ValueError, match="max_line_bytes"):
+        ParseLimits(max_line_bytes=-1)
+    with pytest.raises(ValueError, match="max_seconds"):
+        ParseLimits(max_seconds=float("nan"))
+
+
+# --- Empty and binary files under dump names (issue 11, item 10) ---
+
+NAMED = {  # names the compilers give their dumps -> the kind the name promises
+    "module_0000.jit_f.before_optimizations.txt": DumpKind.XLA_HLO,
+    "module_0000.jit_f.cpu_after_optimizations.txt": DumpKind.XLA_HLO,
+    "module_0000.jit_tiny.0001.HLO_passes_after_layout_assignment.after_fusion.before_fusion-wrapper.txt":
+        DumpKind.XLA_HLO,
+    "module_0000.jit_f.cpu_after_optimizations-buffer-assignment.txt": DumpKind.XLA_BUFFER_ASSIGNMENT,
+    "module_0000.jit_f.cpu_after_optimizations-buffer-assignment-values.txt": DumpKind.XLA_BUFFER_ASSIGNMENT,
+    "module_0000.jit_f.cpu_after_optimizations-live-range.txt": DumpKind.XLA_BUFFER_ASSIGNMENT,
+    "module_0000.jit_f.cpu_after_optimizations-memory-usage-report.txt": DumpKind.XLA_MEMORY_USAGE_REPORT,
+    "torchinductor/model__0_forward_1.0/ir_pre_fusion.txt": DumpKind.INDUCTOR_IR,
+    "torchinductor/model__0_forward_1.0/ir_post_fusion.txt": DumpKind.INDUCTOR_IR,
+    "torchinductor/model__0_forward_1.0/output_code.py": DumpKind.INDUCTOR_OUTPUT_CODE,
+    "torch-onnx/onnx_export_2026-11-18_02-01-35-123456_success.md": DumpKind.ONNX_REPORT,
+}
+JUNK = bytes(range(256)) * 64
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+@pytest.mark.parametrize("name", sorted(NAMED))
+def test_empty_and_binary_files_under_dump_names_are_failed(name, gz):
+    path = f"night/job/{name}" + (".gz" if gz else "")
+    for data, what in ((b"", "is empty"), (JUNK, "is binary, not "), (b"\n\n", ""), (b"hello\n", "")):
+        parsed = _parse(gzip.compress(data) if gz else data, path)
+        s = parsed.summary
+        assert (s.kind, parsed.status, parsed.tables) == (NAMED[name], Status.FAILED, {}), (data[:10], s)
+        assert len(s.errors) == 1 and s.errors[0].startswith(f"{path}: ") and what in s.errors[0], s.errors
+
+
+@pytest.mark.parametrize("name", ["compiler_figures.json", "module_0000.jit_f.debug_options", "fx_graph_runnable.py",
+                                  "debug.log", "module_0000.jit_f/module.mlir", "notes.md", "dump.txt"])
+def test_empty_and_binary_files_under_other_names_stay_unknown(name):
+    for data in (b"", JUNK, gzip.compress(b"")):
+        parsed = _parse(data, f"night/job/{name}")
+        assert (parsed.summary.kind, parsed.status, parsed.summary.errors) == (DumpKind.UNKNOWN, Status.OK, [])
+
+
+# --- Status and errors agree: every cut of every real dump says why (issue 11, item 10) ---
+
+
+def _real_dumps() -> dict[str, bytes]:
+    """Every real dump of the fixtures and the sample bucket, decompressed, by its path."""
+    out = {}
+    for root in (FIXTURES, SAMPLES):
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+            name = str(path.relative_to(root.parent)).removesuffix(".gz")
+            if kind_of(name, data[:65536].decode(errors="replace")) is not DumpKind.UNKNOWN:
+                out[name] = data
+    return out
+
+
+REAL = _real_dumps()
+LINE = re.compile(r"^[^:]+: (line \d+|the file is)")
+
+
+def test_every_format_has_real_dumps_here():
+    kinds = {kind_of(n, d[:65536].decode(errors="replace")) for n, d in REAL.items()}
+    assert kinds == set(DumpKind) - {DumpKind.UNKNOWN}
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(sorted(REAL)), fraction=st.floats(0, 1), at_line_end=st.booleans())
+def test_every_truncation_of_a_real_dump_that_is_not_ok_says_why(name, fraction, at_line_end):
+    data = REAL[name]
+    cut = int(len(data) * fraction)
+    if at_line_end:
+        cut = data.rfind(b"\n", 0, cut) + 1
+    parsed = _parse(data[:cut], name)
+    if parsed.status is not Status.OK:
+        assert parsed.summary.errors, (name, cut)
+        assert all(e.startswith(f"{name}: ") for e in parsed.summary.errors), parsed.summary.errors
+        assert any(LINE.match(e) for e in parsed.summary.errors), parsed.summary.errors
+
+
+@pytest.mark.parametrize("name", sorted(n for n in REAL if n.startswith("fixtures/")))
+def test_a_real_dump_without_its_final_blank_line_or_newline_is_ok(name):
+    data = REAL[name].rstrip(b"\n")
+    for ending in (b"\n", b""):
+        parsed = _parse(data + ending, name)
+        last = data.rsplit(b"\n", 1)[-1]
+        if not ending and b".node.kernel = " in last:  # an extern kernel's name cut short reads the same
+            assert parsed.status is Status.PARTIAL and "last line cut mid-way" in parsed.summary.errors[0]
+            continue
+        assert parsed.status is Status.OK, (ending, parsed.summary.errors)

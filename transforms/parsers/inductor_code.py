@@ -11,9 +11,12 @@ aten fallbacks, and a benchmark harness ending in ``if __name__ == "__main__":``
 Guarantees: streaming (state: the kernel being read), ``TableBatch`` frames of
 ``inductor_kernels`` and ``inductor_extern_calls`` with the declared schemas, then one
 ``DumpSummary``. Calls are counted per call site outside kernel sources and comments.
-``truncated`` is set when the input ends inside a kernel source, mid-line, or before
-``async_compile.wait(globals())`` or the ``__main__`` guard (so a module written with
-``config.benchmark_harness=False`` also reads as truncated). Raises ``ParseError`` only
+``truncated`` is set, with an error saying why, when the input ends inside a kernel
+source, mid-way through a top-level line, or before ``async_compile.wait(globals())``
+or the ``__main__`` guard (so a module written with ``config.benchmark_harness=False``
+also reads as truncated). A last line without its newline is read when it is indented
+or kernel source (its calls are those of the whole line's start), so a complete file
+that only lacks its final newline is ok. Raises ``ParseError`` only
 for empty input or when no Inductor marker appears in the first lines.
 """
 
@@ -26,7 +29,7 @@ import polars as pl
 
 from transforms.records import DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error
 
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: every cut is an error; a last line without newline is read when safe
 
 TABLES: dict[str, pl.Schema] = {
     "inductor_kernels": pl.Schema({
@@ -118,9 +121,9 @@ def parse(lines: Iterable[str]) -> ParserOutput:
         if raw[-1:] == "\n":
             any_newline = True
             line = raw[:-2] if raw[-2:-1] == "\r" else raw[:-1]
-        elif any_newline:
-            cut = True  # a line cut mid-way is not trusted
-            break
+        elif any_newline and kernel is None and raw[:1] not in (" ", "\t"):
+            cut = True  # a line cut mid-way is not trusted (kernel source and indented lines are:
+            break  # a cut there gives no row, or the same calls as the start of the whole line)
         else:
             line = raw.rstrip("\r")
         if kernel is not None:
@@ -184,6 +187,15 @@ def parse(lines: Iterable[str]) -> ParserOutput:
     if not marker:
         raise ParseError("not an Inductor output_code.py: no Inductor import or AsyncCompile", 1)
     truncated = cut or kernel is not None or not saw_wait or not saw_main
+    if cut:
+        errors.append(line_error(lineno, "last line cut mid-way (no newline); dropped"))
+    elif kernel is not None:
+        errors.append(line_error(lineno, f"input ended inside the source of kernel {kernel['name']} "
+                                         f"(defined at line {kernel['lineno']})"))
+    elif not saw_wait:
+        errors.append(line_error(lineno, "input ended before async_compile.wait(globals())"))
+    elif not saw_main:
+        errors.append(line_error(lineno, "input ended before the 'if __name__ == \"__main__\":' guard"))
     for rb in (kernels, calls):
         if (b := rb.flush()) is not None:
             yield b

@@ -25,7 +25,7 @@ import polars as pl
 
 from transforms.records import DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error
 
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: every cut is an error; a missing final blank line is not a cut
 
 TABLES: dict[str, pl.Schema] = {
     "inductor_nodes": pl.Schema({
@@ -167,6 +167,25 @@ class _Block:
         self.by_name[node["name"]] = node
 
 
+def _block_complete(block: _Block) -> bool:
+    """Whether the last block, not followed by a blank line, reached its last line: torch prints
+    each node class's fields in one order, ending with the outputs block (no-op nodes), the
+    kernel line (extern nodes) or the loop body's last ``return`` (computed nodes, and each
+    member of a fused one). A cut just there cannot be told from a complete shorter file."""
+    top = block.nodes[0]
+    if not top["outputs_done"]:
+        return False
+    if top["cls"] == "NopKernelSchedulerNode":
+        return True  # its outputs block is its last field
+    if top["cls"] == "ExternKernelSchedulerNode":
+        return top["kernel_seen"]
+    members = block.nodes[1:]
+    if _is_group(top["cls"], top["sub"], top["members"]):
+        announced = len(top["sub"].split(",")) if top["sub"] else 0
+        return bool(members) and len(top["members"]) >= announced and all(n["body"] for n in members)
+    return top["body"]
+
+
 def parse(lines: Iterable[str]) -> ParserOutput:
     nodes_out = RowBuffer("inductor_nodes", TABLES["inductor_nodes"])
     bufs_out = RowBuffer("inductor_buffers", TABLES["inductor_buffers"])
@@ -184,6 +203,7 @@ def parse(lines: Iterable[str]) -> ParserOutput:
     collecting: str | None = None  # buffer attribute continued over lines (users / mutations)
     any_newline = False
     last_blank = True
+    cut = False  # the last line lost its newline (and, unless a loop-body line, was dropped)
     any_group = False
     lineno = 0
 
@@ -248,16 +268,18 @@ def parse(lines: Iterable[str]) -> ParserOutput:
 
     for raw in lines:
         lineno += 1
+        c0 = raw[:1]
         if raw[-1:] == "\n":
             any_newline = True
-        elif any_newline:
+        elif any_newline and not ((c0 == " " or c0 == "\t") and not in_outputs):
             # Only the last line of newline-terminated input can lack one: it was cut
-            # mid-way, and a partial line is not trusted.
-            last_blank = False
+            # mid-way, and a partial line is not trusted (a loop-body line is not read).
+            last_blank, cut = False, True
             break
-        c0 = raw[:1]
         if (c0 == " " or c0 == "\t") and not in_outputs:
             last_blank = False
+            if cur is not None and cur["outputs_done"]:  # its loop body, which ends the node's block
+                cur["body"] = raw.lstrip().startswith("return")
             continue  # dependency continuations, loop bodies: most of the file
         line = raw.rstrip("\r\n")
         if not line or line.isspace():
@@ -268,6 +290,7 @@ def parse(lines: Iterable[str]) -> ParserOutput:
             if line == "]":
                 in_outputs = False
                 collecting = None
+                cur["outputs_done"] = True
                 if (b := finish_buf()) is not None:
                     yield b
                 continue
@@ -332,12 +355,14 @@ def parse(lines: Iterable[str]) -> ParserOutput:
             elif attr == "node.kernel":
                 k = line[m.end():].strip()
                 target["kernel"] = None if k in ("", "None") else k
+                target["kernel_seen"] = True
             elif attr == "group.device":
                 target["device"] = line[m.end():].strip() or None
             continue
         if (m := _HEADER.match(line)):
             node = {"name": m[1], "cls": m[2], "sub": m[3], "parent": None, "index": None,
-                    "members": [], "kernel": None, "device": None, "lineno": lineno}
+                    "members": [], "kernel": None, "device": None, "lineno": lineno,
+                    "outputs_done": False, "body": False, "kernel_seen": False}
             if pending_member is not None and block is not None:
                 node["parent"], node["index"] = pending_member
                 if (p := block.by_name.get(pending_member[0])) is not None:
@@ -371,7 +396,18 @@ def parse(lines: Iterable[str]) -> ParserOutput:
             raise ParseError("empty input: no scheduler node", max(lineno, 1))
         raise ParseError("not an Inductor scheduler IR dump: no node header found", 1)
     # A buffer still open here lost its users line: dropped rather than guessed.
-    truncated = not last_blank or in_outputs or pending_member is not None
+    truncated = True
+    if cut:
+        error("last line cut mid-way (no newline); dropped")
+    elif in_outputs:
+        error(f"input ended inside the outputs block of {cur['name']}")
+    elif pending_member is not None:
+        error(f"input ended after '{pending_member[0]}.snodes[{pending_member[1]}] =', before that member")
+    elif last_blank or _block_complete(block):  # a missing final blank line is no cut
+        truncated = False
+    else:
+        top = block.nodes[0]
+        error(f"input ended inside the block of {top['name']} (line {top['lineno']}) before its last field")
     for b in flush_block():
         yield b
     for rb in (nodes_out, bufs_out):

@@ -16,7 +16,8 @@ Guarantees: a row is yielded only when all its fields are final (ONNX op counts 
 the main graph closes; a verification entry when its histograms end), and a report
 field or metric is set only when its section is complete, so a cut report yields a
 subset of the whole report's rows with equal values. A last line without its newline
-(a byte cut) is not read and sets ``truncated``; so does an unclosed code block, or a
+(a byte cut) is not read and sets ``truncated``, unless no cut can leave it looking whole
+(a closing fence, a closed decomposition op list, the end of a verification entry); so does an unclosed code block, or a
 section the step statuses promise but the file lacks (the model when translation
 passed, the decomposition comparison unless decomposition failed, one verification
 entry per graph output when ONNX Runtime ran). Memory is flat in the file size.
@@ -33,7 +34,7 @@ import polars as pl
 from transforms.parsers import onnx_report_sections as sec
 from transforms.records import DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error
 
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: every cut is an error; a whole last line without newline is read
 
 _TITLES = {"# PyTorch ONNX Conversion Report": "report", "# PyTorch ONNX Conversion Error Report": "error_report"}
 _SECTIONS = {  # heading -> section; its line number goes to the ``lineno_<section>`` column
@@ -57,6 +58,7 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")  # "<function sym_ite at 0x7f..>" 
 _QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
 _DECOMP = ("Ops exist only in the ExportedProgram before decomposition: ",
            "Ops exist only in the ExportedProgram after decomposition: ")  # fmt: skip
+_FILE_NAME = re.compile(r"^onnx_export_[\d_-]+_\w+\.md$")  # onnx_export_<timestamp>_<outcome>.md
 _MAX_ERRORS = 50
 
 REPORTS = pl.Schema(
@@ -162,7 +164,7 @@ def sniff(name: str, head: str) -> bool:
 
 
 def stage_from_name(name: str) -> str | None:
-    return None
+    return "export" if _FILE_NAME.match(name) else None
 
 
 def parse(lines: Iterable[str]) -> ParserOutput:
@@ -204,8 +206,9 @@ class _Parser:
         for lineno, raw in enumerate(lines, start=1):
             if raw.endswith("\n"):
                 newlines, line = True, raw[:-1].rstrip("\r")
-            elif newlines:  # only a cut last line lacks the newline the others have
-                self.truncated = True
+            elif newlines and not self._whole_last(raw.rstrip("\r")):  # only a cut last line lacks
+                self.truncated = True  # the newline the others have, unless it ends the file whole
+                self.error(lineno, "last line cut mid-way (no newline); dropped")
                 break
             else:
                 newlines, line = False, raw.rstrip("\r")
@@ -232,6 +235,18 @@ class _Parser:
         for buf in self.buf.values():
             if (batch := buf.flush()) is not None:
                 yield batch
+
+    def _whole_last(self, line: str) -> bool:
+        """A last line without newline that no cut can fake: the closing fence of an open code
+        block, a decomposition line whose op list closes, or the line that ends a verification
+        entry's second histogram (a lone space may be the start of any line)."""
+        if self.fence is not None:
+            return line.rstrip() == "```"
+        if self.section == "decomposition" and line.startswith(_DECOMP):
+            return line.endswith("]`")  # the op list closes the line
+        entry = self.verif.entry if self.section == "verification" else None
+        # An entry's last line closes its second histogram: "...]))`" after "rel_diff_hist=".
+        return entry is not None and line.endswith("))`") and any("rel_diff_hist=" in p for p in (*entry[4], line))
 
     def _title(self, lineno: int, line: str) -> None:
         line = line.lstrip("\ufeff").rstrip()

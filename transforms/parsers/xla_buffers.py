@@ -55,7 +55,7 @@ from transforms.records import (
     line_error,
 )
 
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: every cut is an error; a whole last line without newline is read
 
 _ALLOC = re.compile(r"^allocation (\d{1,9}): size (\d{1,18})(.*):$")
 _ITEM = re.compile(r"(?:[^,|]|\|[^|]*\|)+")  # one ", "-separated item; |shapes| may hold commas
@@ -240,6 +240,17 @@ def _allocation_row(lineno: int, m: re.Match) -> tuple[tuple, list[str]]:
     return row, unknown
 
 
+def _whole_shape(text: str) -> bool:
+    """Brackets balanced and closed the way a printed shape ends: a layout ``}``, a tuple
+    ``)``, or a scalar's ``[]`` (an array's ``]`` alone is a shape cut before its layout)."""
+    depth = 0
+    for c in text:
+        depth += (c in "([{") - (c in ")]}")
+        if depth < 0:
+            return False
+    return depth == 0 and text.endswith(("}", ")", "[]"))
+
+
 def _value_cols(m: re.Match) -> tuple:  # the columns a value reference <id name{index} (phi) @color> gives
     index = m[3] or ""
     return (int(m[1]), m[2] + index, m[2], index or "{}", bool(m[4]), int(m[5]) if m[5] else None)
@@ -330,10 +341,26 @@ class _Dump:
         self.sums["temp"] += size if row[2] == "temp" else 0
         return self.allocs.add(row)
 
+    def cut(self, lineno: int, msg: str) -> None:
+        """The file ended before its structure did: ``truncated``, and why."""
+        self.summary.truncated = True
+        self.error(lineno, msg)
+
+    def last_line_complete(self, line: str) -> bool:
+        """Whether a last line without newline is whole (``xla_live_ranges.Lines``): a value
+        line whose shape closes, the line that closes a used value, or the live-range listing's."""
+        if self.section == "live":
+            return self.live.last_line_complete(line)
+        if self.section == "alloc" and (m := _VALUE.match(line)) is not None:
+            return _whole_shape(m[8])
+        if self.section == "used" and line.startswith(" from instruction: "):
+            return self.block is not None  # the row is complete; the rest of the line is not read
+        return False  # anything else may be a longer line cut short (a lone space is one too)
+
     def _end_allocation(self, lineno: int, at_eof: bool) -> None:
         if self.alloc_idx is not None and self.alloc_values == 0 and self.section == "alloc":
             if at_eof:
-                self.summary.truncated = True
+                self.cut(lineno, f"input ended before allocation {self.alloc_idx} listed its values")
             else:
                 self.error(lineno, f"allocation {self.alloc_idx} lists no values")
 
@@ -391,16 +418,20 @@ class _Dump:
         s = self.summary
         self._end_allocation(lineno, at_eof=True)
         if self.block is not None:
-            self.block, s.truncated = None, True
+            self.cut(lineno, f"input ended inside used value {self.block[0][0]} (line {self.block[1]}), "
+                             "before its 'from instruction' line")
+            self.block = None
         if self.total is not None and self.n_alloc:
             if self.total != self.alloc_bytes:
                 self.error(lineno, f"allocations add up to {self.alloc_bytes} bytes, 'Total bytes used' says {self.total}")
-            if self.section in ("total", "used") and self.n_used < self.n_values:
-                s.truncated = True  # the combined file lists every allocated value again
+            if self.section in ("total", "used") and self.n_used < self.n_values:  # every value is listed again
+                self.cut(lineno, f"input ended after {self.n_used} of the {self.n_values} used values")
         if self.total is not None and self.section == "total":
-            s.truncated = True  # "Used values:" always follows the total
-        if (self.section == "alloc" and not self.n_alloc) or (self.section == "used" and not self.n_used):
-            s.truncated = True  # a program always has an output allocation, hence values
+            self.cut(lineno, "input ended before 'Used values:' (it always follows the total)")
+        if self.section == "alloc" and not self.n_alloc:  # a program always has an output allocation
+            self.cut(lineno, "input ended before the first allocation")
+        if self.section == "used" and not self.n_used:
+            self.cut(lineno, "input ended before the first used value")
         m = s.metrics
         if self.n_alloc:
             s.stage = "buffer_assignment"
@@ -417,8 +448,9 @@ class _Dump:
         if self.live is not None:
             s.stage = s.stage or "live_ranges"
             m.update(self.live.metrics())
-            cut, msgs = self.live.problems()
-            s.truncated = s.truncated or cut
+            cuts, msgs = self.live.problems()
+            for msg in cuts:
+                self.cut(lineno, f"input ended early: {msg}")
             for msg in msgs:
                 self.error(lineno, msg)
             batches += self.live.flush()

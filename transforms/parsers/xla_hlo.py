@@ -42,7 +42,7 @@ from transforms.records import (
     line_error,
 )
 
-PARSER_VERSION = 2  # 2: metadata strings unescaped
+PARSER_VERSION = 3  # 2: metadata strings unescaped; 3: a cut between computations is an error
 TABLES, TABLE_DOCS = hlo_text.TABLES, hlo_text.TABLE_DOCS
 __all__ = ["PARSER_VERSION", "TABLES", "TABLE_DOCS", "parse", "sniff", "stage_from_name"]
 
@@ -425,7 +425,8 @@ class _Parser:
         mod = self.module
         if mod is None:
             raise ParseError("no HloModule header", lineno or None)
-        if self.comp is not None:
+        inside = self.comp is not None
+        if inside:
             self.error(lineno, f"{'input' if eof else 'module'} ended inside computation {self.comp.name}")
             self.truncated |= eof
             self.account()
@@ -436,6 +437,8 @@ class _Parser:
             self.truncated |= eof
             if not eof:
                 self.error(lineno, f"module {mod.name} has no complete ENTRY computation")
+            elif not inside:  # a cut between computations: ENTRY, printed last, is missing
+                self.error(lineno, f"input ended before module {mod.name} had its ENTRY computation")
         by_name = {c.name: c for c in mod.comps}
         roles = {entry.name: "entry"} if entry else {}
         for comp in mod.comps:

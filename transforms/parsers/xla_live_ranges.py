@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import polars as pl
 
@@ -117,6 +117,7 @@ class LiveRangeReader:
         self.peak_time: int | None = None
         self.peak_bytes = 0
         self.n_peak = 0
+        self.cumulative = False  # peak lines print "(cumulative: N bytes)" (newer XLA)
         self.breakdown_bytes: int | None = None
 
     def feed(self, lineno: int, line: str) -> TableBatch | None | bool:
@@ -155,10 +156,21 @@ class LiveRangeReader:
         # Older listings print no shape index; only trust the lookup when the sizes agree.
         shape = known[0] if known is not None and known[1] == size else None
         cumulative = int(m[4]) if m[4] else None
+        self.cumulative |= cumulative is not None
         return self.peaks.add((self.peak_time, m[1] + (m[2] or ""), m[1], m[2], size, cumulative, shape, lineno))
 
     def flush(self) -> list[TableBatch]:
         return [b for b in (self.seq.flush(), self.ranges.flush(), self.peaks.flush()) if b is not None]
+
+    def last_line_complete(self, line: str) -> bool:
+        """Whether a last line without newline is whole: only lines no cut can leave looking
+        whole qualify (a peak line ends with "bytes)", or "bytes" in the older format; the
+        stack-trace tree is not read)."""
+        if self.part == "tree" or _BREAKDOWN.match(line):
+            return True
+        m = _PEAK.match(line) if self.part == "peak" else None
+        # Newer XLA prints a shape index and a running total on every peak line, older XLA neither.
+        return m is not None and (m[4] is not None or (m[2] is None and not self.cumulative))
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {"memory.live_ranges": len(self.starts)}
@@ -170,43 +182,50 @@ class LiveRangeReader:
             out["memory.peak_live_bytes"] = self.peak_bytes
         return out
 
-    def problems(self) -> tuple[bool, list[str]]:
-        """(cut, messages): whether the listing ended early, and inconsistencies worth an error."""
-        cut, msgs = False, []
+    def problems(self) -> tuple[list[str], list[str]]:
+        """(cuts, others): why the listing ended early (empty when it did not), and
+        inconsistencies worth an error."""
+        cuts, msgs = [], []
         if self.max_time is not None and self.n_seq < self.max_time:
-            cut = True
+            cuts.append(f"the instruction sequence ends after {self.n_seq} of {self.max_time} entries")
         if self.peak_time is None:
-            return True, msgs
+            return cuts + ["the live-range listing ends before its 'Live ranges at T (peak)' section"], msgs
         t = self.peak_time
         covering = sum(1 for s, e in zip(self.starts, self.ends) if s <= t <= e)
         if self.n_peak < covering:
-            cut = True
+            cuts.append(f"the peak lists {self.n_peak} of the {covering} values live at time {t}")
         elif self.n_peak > covering:
             msgs.append(f"peak lists {self.n_peak} values but {covering} live ranges cover time {t}")
         if self.breakdown_bytes is not None and self.breakdown_bytes != self.peak_bytes:
             msgs.append(f"peak values add up to {self.peak_bytes} bytes, breakdown says {self.breakdown_bytes}")
-        return cut, msgs
+        return cuts, msgs
 
 
 def drive(state, reader: "Lines") -> Iterator[TableBatch | DumpSummary]:
     """The loop both XLA side-file parsers share: feed ``state.line`` each line the
-    reader gives, then its ``finish`` batches and its summary (truncated if cut)."""
+    reader gives, then its ``finish`` batches and its summary (truncated if cut).
+    ``state.last_line_complete(line)`` says whether a last line without newline is whole."""
+    reader.whole = state.last_line_complete
     for lineno, line in reader:
         if (batch := state.line(lineno, line)) is not None:
             yield batch
-    state.summary.truncated = reader.cut
+    if reader.cut:
+        state.summary.truncated = True
+        state.error(reader.lineno, "last line cut mid-way (no newline); not read")
     yield from state.finish(reader.lineno)
     yield state.summary
 
 
 class Lines:
     """The lines of a dump as (lineno, text without newline), read one line late so that a
-    last line cut mid-line (no newline, while earlier lines had one) is held back: it sets
-    ``cut`` instead of being read. Raises ParseError for empty input, or when the first
-    non-blank line does not match ``start``."""
+    last line cut mid-line (no newline, while earlier lines had one) is held back: unless
+    ``whole(line)`` says that line is complete, it sets ``cut`` instead of being read.
+    Raises ParseError for empty input, or when the first non-blank line does not match
+    ``start``."""
 
     def __init__(self, lines: Iterable[str], start: re.Pattern, what: str):
         self.lines, self.start, self.what = lines, start, what
+        self.whole: Callable[[str], bool] = lambda line: False
         self.cut = False
         self.lineno = 0
 
@@ -229,7 +248,7 @@ class Lines:
         if not started:
             raise ParseError("empty input", max(lineno, 1))
         if prev is not None:
-            if newline and not prev.endswith("\n"):
+            if newline and not prev.endswith("\n") and not self.whole(prev.rstrip("\r")):
                 self.cut = True
             else:
                 yield lineno, prev.rstrip("\r\n")

@@ -46,7 +46,7 @@ import polars as pl
 from transforms.records import DumpKind, DumpSummary, ParserOutput, RowBuffer, TableBatch, line_error
 from transforms.parsers.xla_live_ranges import Lines, drive
 
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: every cut is an error; a whole last line without newline is read
 
 _SPACE = re.compile(r"^Memory Space: (.*) \(color=(\d{1,9})\)$")
 _TOTAL = re.compile(r"^Total bytes(?: used)?: (\d{1,18})\b")
@@ -138,6 +138,12 @@ def _shapes(text: str) -> list[str]:
     return [s.strip() for s in _SPLIT.findall(text) if s.strip()]
 
 
+def _multiplier(shape: str) -> int:
+    """How many values one shapes_list item stands for: ``2×f32[32]`` is 2."""
+    count, times, _ = shape.partition("×")
+    return int(count) if times and count.isdigit() else 1
+
+
 def _bytes(number: str, unit: str) -> int:
     return round(float(number) * _UNIT[unit])
 
@@ -168,9 +174,20 @@ class _Report:
         if self.block_open and (self.rows == 0 or (self.percent < 100 and not self.rest)):
             if at_eof:
                 self.summary.truncated = True
+                self.error(lineno, f"input ended inside allocation block {self.rank}: "
+                                   + (f"its slots reach {self.percent}%" if self.rows else "no slot rows"))
             else:
                 self.error(lineno, f"allocation block {self.rank} stops short of 100%")
         self.block_open = False
+
+    def last_line_complete(self, line: str) -> bool:
+        """Whether a last line without newline is whole (``xla_live_ranges.Lines``): a slot row
+        whose shapes account for its used_by_n_values, or XLA's "The rest ..." line."""
+        if (m := _SLOT.match(line)) is not None:  # a cut leaves a bracket open, or too few values
+            text = m[8]
+            closed = text.count("[") == text.count("]") and text.count("(") == text.count(")") and text[-1:] in ("]", ")")
+            return closed and sum(_multiplier(s) for s in _shapes(text)) == int(m[7])
+        return bool(_REST.match(line)) and line.rstrip().endswith("not shown.")
 
     def _new_allocation(self, index: int | None) -> None:
         self.rank += 1
@@ -218,6 +235,7 @@ class _Report:
         self._close_block(lineno, at_eof=True)
         if self.totals and self.n_allocs == 0:
             self.summary.truncated = True
+            self.error(lineno, "input ended before the first allocation block")
         self.summary.metrics.update(
             {
                 "memory.report_total_bytes": sum(self.totals),
