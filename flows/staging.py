@@ -1,17 +1,29 @@
 """Parse one bucket object into staging Parquet keyed by its content hash.
 
-``stage_object(fs, obj, staging_dir)`` reads the object from the bucket exactly once,
-into a local spool (memory up to ``SPOOL_MEMORY`` bytes, a temp file beyond),
-computing its sha256 on the way. Then:
+``stage_object(fs, obj, staging_dir, limits=ParseLimits())`` reads the object from the
+bucket exactly once, into a local spool (memory up to ``SPOOL_MEMORY`` bytes, a temp
+file beyond), computing its sha256 on the way. Then:
 
-- ``staging_dir/<sha256>/v<parser_version>/`` exists (a retry, or the same content
-  under another path): nothing is parsed, the staged summary is returned;
+- ``staging_dir/<sha256>/<kind>-v<parser_version>/`` exists, for the kind this path's
+  dump gets (``transforms.parse.kind_of``: an empty file is unknown under one name and a
+  failed HLO dump under another), and was not failed by a limit that ``limits`` raises
+  (a retry, or the same content under another path): nothing is parsed, the staged
+  summary is returned;
 - else the spool is parsed with ``transforms.parse.iter_dump`` (``dump_id`` = sha256),
   each table's batches are written as they come with one ``ParquetWriter`` per table
   (``<table>.parquet``), plus ``summary.json`` (kind, stage, program, status, errors,
-  metrics, parser_version, sha256, size, rows per table), into a temp dir that is
-  renamed into place last. A crash leaves at most an entry in ``.tmp/`` (``sweep_tmp``
-  removes old ones), never a final dir without its summary. A failed dump stages its summary and no tables.
+  metrics, parser_version, sha256, size, rows per table, the limit that failed it),
+  into a temp dir that is renamed into place last. A crash leaves at most an entry in
+  ``.tmp/``, never a final dir without its summary. A failed dump stages its summary and
+  no tables.
+
+Housekeeping, for the one writer (it holds the warehouse lock, and no parse of another
+run may be writing to the same staging dir: staging itself takes no lock):
+``clean_staging_leftovers`` removes what killed stagings left in ``.tmp/``;
+``prune_staging(staging_dir, keep)`` removes every content dir whose sha256 is not kept
+(the published warehouse is the record: once a night is loaded its staging can go;
+after a failed load, keep it and the retry parses nothing). ``sweep_tmp`` removes only
+old leftovers, for callers that cannot rule out a parse in progress.
 
 Spooling (instead of hashing while parsing) keeps bucket I/O separate from parsing:
 bucket errors surface as ``BucketReadError`` before parsing starts (the gzip reader
@@ -23,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -39,7 +52,8 @@ import pyarrow.parquet as pq
 from flows.bucket import BucketReadError, open_object
 from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject
-from transforms.parse import iter_dump
+from transforms.parse import DEFAULT_LIMITS, ParseLimits, iter_dump, kind_of
+from transforms.reading import HEAD_BYTES, LineReader
 from transforms.records import DumpKind, TableBatch
 
 SPOOL_MEMORY = 16 << 20
@@ -50,7 +64,7 @@ SUMMARY = "summary.json"
 @dataclass(frozen=True, slots=True)
 class StagedResult:
     sha256: str
-    dir: Path  # staging_dir/<sha256>/v<parser_version>
+    dir: Path  # staging_dir/<sha256>/<kind>-v<parser_version>
     summary: dict[str, Any]
     parsed: bool  # False when an existing staging dir was reused
 
@@ -63,44 +77,122 @@ class StagedResult:
         return {t: self.dir / f"{t}.parquet" for t in self.summary["rows"]}
 
 
-def stage_object(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: str | os.PathLike) -> StagedResult:
+def stage_object(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: str | os.PathLike, *,
+                 limits: ParseLimits = DEFAULT_LIMITS) -> StagedResult:
     """Stage ``obj`` (see the module docstring). Raises ``BucketReadError`` on I/O errors only."""
     staging = Path(staging_dir)
     with tempfile.SpooledTemporaryFile(SPOOL_MEMORY, dir=_tmp_root(staging)) as spool:
         sha, size = _spool(fs, obj, spool)
-        if (done := find_staged(staging, sha)) is not None:
+        spool.seek(0)
+        # The kind depends on the path too. From a copy of the first bytes: a reader of the
+        # spool itself would close it. gzip never grows data: they hold the whole head.
+        kind = kind_of(obj.path, LineReader(io.BytesIO(spool.read(HEAD_BYTES + 1024))).head)
+        if (done := find_staged(staging, sha, kind, limits)) is not None:
             return done
         spool.seek(0)
-        return _parse_into(spool, obj, staging, sha, size)  # type: ignore[arg-type]
+        return _parse_into(spool, obj, staging, sha, size, limits)  # type: ignore[arg-type]
 
 
-def find_staged(staging_dir: str | os.PathLike, sha256: str) -> StagedResult | None:
-    """The staged result of this content by the current parser of its kind, if any."""
-    for summary_path in sorted(Path(staging_dir, sha256).glob(f"v*/{SUMMARY}")):
+def find_staged(staging_dir: str | os.PathLike, sha256: str, kind: DumpKind | None = None,
+                limits: ParseLimits | None = None) -> StagedResult | None:
+    """The staged result of this content by the current parser of its kind (of ``kind``
+    when given), if any; with ``limits``, not one that a limit they raise had failed."""
+    for summary_path in sorted(Path(staging_dir, sha256).glob(f"*-v*/{SUMMARY}")):
         try:
             summary = json.loads(summary_path.read_text())
             current = parser_version(DumpKind(summary["kind"]))
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if summary.get("parser_version") == current:
-            return StagedResult(sha256, summary_path.parent, summary, parsed=False)
+        if summary.get("parser_version") != current or (kind is not None and summary["kind"] != kind):
+            continue
+        if limits is not None and _limit_raised(summary.get("limit"), limits):
+            continue
+        return StagedResult(sha256, summary_path.parent, summary, parsed=False)
     return None
+
+
+def clean_staging_leftovers(staging_dir: str | os.PathLike) -> int:
+    """Remove what killed stagings left behind: every entry of ``.tmp/`` (temp dirs of
+    unfinished results, spool files) and content dirs left empty. Returns how many.
+
+    Only while no parse writes to ``staging_dir`` (at the start of a night, under the
+    warehouse lock, with no other run parsing): an entry in progress would be lost."""
+    staging = Path(staging_dir)
+    removed = _remove_tmp(staging, lambda entry: True)
+    for content in _content_dirs(staging):
+        with contextlib.suppress(OSError):  # not empty: a result is there
+            content.rmdir()
+            removed += 1
+    return removed
+
+
+def prune_staging(staging_dir: str | os.PathLike, keep: set[str]) -> int:
+    """Remove every content dir ``<sha256>/`` whose sha256 is not in ``keep``, and in the
+    kept ones the results no current parser would reuse (older parser versions). Returns
+    how many content dirs were removed. Same caveat as ``clean_staging_leftovers``: no
+    parse may be writing to ``staging_dir``."""
+    removed = 0
+    for content in _content_dirs(Path(staging_dir)):
+        if content.name not in keep:
+            shutil.rmtree(content, ignore_errors=True)
+            removed += 1
+            continue
+        for result in content.iterdir():
+            if _stale(result):
+                _remove(result)
+    return removed
 
 
 def sweep_tmp(staging_dir: str | os.PathLike, older_than_seconds: float = 3600.0) -> int:
     """Remove what killed stagings left in ``.tmp/`` (older than the limit); returns how many.
 
     Only entries older than any stage still running are removed: pick the limit above
-    the longest parse. Final dirs are never touched.
+    the longest parse (``ParseLimits.max_seconds``). Final dirs are never touched.
     """
-    tmp = Path(staging_dir) / ".tmp"
     cutoff = time.time() - older_than_seconds
+    return _remove_tmp(Path(staging_dir), lambda entry: entry.lstat().st_mtime < cutoff)
+
+
+def _remove_tmp(staging: Path, chosen) -> int:
+    tmp = staging / ".tmp"
     removed = 0
     for entry in tmp.iterdir() if tmp.is_dir() else ():
-        if entry.lstat().st_mtime < cutoff:
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink(missing_ok=True)
+        if chosen(entry):
+            _remove(entry)
             removed += 1
     return removed
+
+
+def _remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        entry.unlink(missing_ok=True)
+
+
+def _content_dirs(staging: Path) -> list[Path]:
+    """The ``<sha256>/`` dirs (``.tmp`` and anything else left alone)."""
+    if not staging.is_dir():
+        return []
+    return [d for d in staging.iterdir() if len(d.name) == 64 and d.is_dir() and not d.is_symlink()
+            and all(c in "0123456789abcdef" for c in d.name)]
+
+
+def _stale(result: Path) -> bool:
+    """A result dir no current parser reuses: its parser version is not current (or it has no
+    readable summary, which a rename-into-place never leaves)."""
+    try:
+        summary = json.loads((result / SUMMARY).read_text())
+        return summary["parser_version"] != parser_version(DumpKind(summary["kind"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+
+
+def _limit_raised(limit: dict | None, limits: ParseLimits) -> bool:
+    """Whether ``limits`` raise the limit that failed a staged parse (then parse again)."""
+    if not isinstance(limit, dict) or limit.get("name") not in ("max_line_bytes", "max_dump_bytes", "max_seconds"):
+        return False
+    return getattr(limits, limit["name"]) > limit.get("value", float("inf"))
 
 
 def _tmp_root(staging: Path) -> Path:
@@ -124,14 +216,14 @@ def _spool(fs: fsspec.AbstractFileSystem, obj: BucketObject, spool) -> tuple[str
     return digest.hexdigest(), size
 
 
-def _parse_into(raw, obj: BucketObject, staging: Path, sha: str, size: int) -> StagedResult:
+def _parse_into(raw, obj: BucketObject, staging: Path, sha: str, size: int, limits: ParseLimits) -> StagedResult:
     tmp = _tmp_root(staging) / f"{sha}-{uuid.uuid4().hex}"
     tmp.mkdir()
     writers: dict[str, pq.ParquetWriter] = {}
     rows: dict[str, int] = {}
     try:
         summary = None
-        for item in iter_dump(raw, obj.path, dump_id=sha):
+        for item in iter_dump(raw, obj.path, dump_id=sha, limits=limits):
             if isinstance(item, TableBatch):
                 table = item.frame.to_arrow()
                 if item.table not in writers:
@@ -161,17 +253,23 @@ def _parse_into(raw, obj: BucketObject, staging: Path, sha: str, size: int) -> S
             "parser_version": version,
             "rows": rows,
             "first_path": obj.path,  # provenance only: the same content may sit under other paths
+            # The limit that failed it, so that a run with a larger one parses it again.
+            "limit": {"name": summary.limit, "value": getattr(limits, summary.limit)} if summary.limit else None,
         }
         (tmp / SUMMARY).write_text(json.dumps(record, indent=1))
-        final = staging / sha / f"v{version}"
+        final = staging / sha / f"{summary.kind}-v{version}"
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.rename(tmp, final)
         except OSError:
             # Another worker staged the same content first: keep theirs.
-            if (done := find_staged(staging, sha)) is not None:
+            if (done := find_staged(staging, sha, summary.kind, limits)) is not None:
                 return done
-            raise
+            # What is there failed by a limit these limits raise: replace it.
+            old = _tmp_root(staging) / f"{sha}-{uuid.uuid4().hex}-replaced"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
         return StagedResult(sha, final, record, parsed=True)
     finally:
         for w in writers.values():

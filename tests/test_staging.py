@@ -17,7 +17,7 @@ import pytest
 from flows import staging
 from flows.bucket import BucketReadError, list_objects
 from flows.staging import stage_object
-from transforms.parse import parse_dump, parser_version
+from transforms.parse import ParseLimits, parse_dump, parser_version
 from transforms.records import DumpKind, ParseError
 
 SEEDS = Path(__file__).parent / "fixtures" / "seeds"
@@ -52,7 +52,7 @@ def test_staged_tables_match_parse_dump(bucket, tmp_path, path, data):
     sha = hashlib.sha256(data).hexdigest()
     expected = parse_dump(io.BytesIO(data), path, dump_id=sha)
     assert res.parsed and res.sha256 == sha
-    assert res.dir == tmp_path / sha / f"v{parser_version(expected.summary.kind)}"
+    assert res.dir == tmp_path / sha / f"{expected.summary.kind}-v{parser_version(expected.summary.kind)}"
     assert expected.tables and set(res.tables) == set(expected.tables)
     for table, frame in expected.tables.items():
         got = pl.read_parquet(res.tables[table])
@@ -88,7 +88,7 @@ def test_a_new_parser_version_restages(bucket, tmp_path, monkeypatch):
     old = stage_object(bucket[1], obj, tmp_path)
     monkeypatch.setattr(hlo, "PARSER_VERSION", hlo.PARSER_VERSION + 1)
     new = stage_object(bucket[1], obj, tmp_path)
-    assert new.parsed and new.dir.name == f"v{hlo.PARSER_VERSION}" and old.dir.exists()
+    assert new.parsed and new.dir.name == f"xla_hlo-v{hlo.PARSER_VERSION}" and old.dir.exists()
 
 
 def test_a_crash_mid_staging_leaves_no_final_dir(bucket, tmp_path, monkeypatch):
@@ -133,7 +133,7 @@ def test_a_failed_dump_stages_a_summary_without_tables(bucket, tmp_path, monkeyp
 
 def test_unknown_files_stage_a_summary(bucket, tmp_path):
     res = stage_object(bucket[1], _put(bucket, "r/j/compiler_figures.json", b'{"a": 1}'), tmp_path)
-    assert (res.summary["kind"], res.summary["status"], res.summary["rows"], res.dir.name) == ("unknown", "ok", {}, "v0")
+    assert (res.summary["kind"], res.summary["status"], res.summary["rows"], res.dir.name) == ("unknown", "ok", {}, "unknown-v0")
 
 
 def test_io_errors_raise_bucket_read_error(bucket, tmp_path):
@@ -159,3 +159,76 @@ def test_sweep_tmp_removes_only_old_leftovers(tmp_path):
     assert staging.sweep_tmp(tmp_path, older_than_seconds=60) == 1
     assert [p.name for p in (tmp_path / ".tmp").iterdir()] == ["fresh-dir"]
     assert staging.sweep_tmp(tmp_path / "absent") == 0
+
+
+# --- Limits reach the parse; a larger limit parses again (issue 11, item 9) ---
+
+LONG_LINE_HLO = (b"HloModule m\n\nENTRY e {\n  ROOT p = f32[] parameter(0), metadata={op_name=\""
+                 + b"x" * (2 << 20) + b"\"}\n}\n")
+
+
+def test_limits_reach_the_parse_and_a_larger_one_parses_again(bucket, tmp_path):
+    obj = _put(bucket, "r/j/module_0001.big.after_optimizations.txt", LONG_LINE_HLO)
+    small = ParseLimits(max_line_bytes=1 << 20)
+    failed = stage_object(bucket[1], obj, tmp_path, limits=small)
+    assert failed.summary["status"] == "failed" and failed.summary["rows"] == {}
+    assert failed.summary["errors"] == [f"{obj.path}: line 4 is longer than max_line_bytes (1.0 MiB, 1,048,576 bytes); "
+                                        "raise --max-line-bytes to read it"]
+    assert failed.summary["limit"] == {"name": "max_line_bytes", "value": 1 << 20}
+    assert not stage_object(bucket[1], obj, tmp_path, limits=small).parsed  # the same limit: the same verdict
+    read = stage_object(bucket[1], obj, tmp_path, limits=ParseLimits(max_line_bytes=4 << 20))
+    assert read.parsed and read.summary["status"] == "ok" and read.summary["limit"] is None
+    assert read.dir == failed.dir and json.loads((read.dir / "summary.json").read_text()) == read.summary
+    assert stage_object(bucket[1], obj, tmp_path, limits=small).summary == read.summary  # a good result stays
+    assert list((tmp_path / ".tmp").iterdir()) == []
+
+
+# --- The kind depends on the name: one content, two verdicts (issue 11, item 10) ---
+
+
+def test_empty_content_gets_the_kind_each_name_promises(bucket, tmp_path):
+    notes = stage_object(bucket[1], _put(bucket, "r/j/notes.txt", b""), tmp_path)
+    hlo = stage_object(bucket[1], _put(bucket, "r/j/module_0001.jit_f.cpu_after_optimizations.txt", b""), tmp_path)
+    code = stage_object(bucket[1], _put(bucket, "r/j/g/output_code.py", b""), tmp_path)
+    again = stage_object(bucket[1], _put(bucket, "r/k/module_0002.jit_g.before_optimizations.txt", b""), tmp_path)
+    assert (notes.summary["kind"], notes.summary["status"]) == ("unknown", "ok")
+    assert (hlo.summary["kind"], hlo.summary["status"]) == ("xla_hlo", "failed") and hlo.parsed
+    assert (code.summary["kind"], code.summary["status"]) == ("inductor_output_code", "failed") and code.parsed
+    assert "is empty" in hlo.summary["errors"][0] and "is empty" in code.summary["errors"][0]
+    assert not again.parsed and again.dir == hlo.dir
+    assert len({notes.dir, hlo.dir, code.dir}) == 3 and notes.sha256 == hlo.sha256 == code.sha256
+
+
+# --- Housekeeping (issue 11, item 3) ---
+
+
+def test_clean_staging_leftovers_removes_what_killed_stagings_left(bucket, tmp_path):
+    kept = stage_object(bucket[1], _put(bucket, "r/j/a.txt", SEED.read_bytes()), tmp_path)
+    tmp = tmp_path / ".tmp"
+    killed = tmp / f"{'ab' * 32}-{uuid.uuid4().hex}"  # a writer killed mid-way
+    killed.mkdir()
+    (killed / "hlo_instructions.parquet").write_bytes(b"PAR1 half written")
+    (tmp / f"{'ab' * 32}-{uuid.uuid4().hex}").mkdir()  # one killed before it wrote anything
+    (tmp / "tmpk1ll3d").write_bytes(b"spool of a killed worker")
+    (tmp_path / ("cd" * 32)).mkdir()  # a content dir whose result never got renamed in
+    assert staging.clean_staging_leftovers(tmp_path) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".tmp", kept.sha256])
+    assert list(tmp.iterdir()) == []
+    assert staging.find_staged(tmp_path, kept.sha256) == staging.StagedResult(kept.sha256, kept.dir, kept.summary, False)
+    assert staging.clean_staging_leftovers(tmp_path) == 0
+    assert staging.clean_staging_leftovers(tmp_path / "absent") == 0
+
+
+def test_prune_staging_keeps_only_what_it_is_told(bucket, tmp_path):
+    staged = [stage_object(bucket[1], _put(bucket, f"r/j/{i}.txt", SEED.read_bytes() + b"\n" * i), tmp_path)
+              for i in range(3)]
+    stale = staged[0].dir.parent / "xla_hlo-v1"  # a result of an older parser version
+    stale.mkdir()
+    (stale / "summary.json").write_text(json.dumps({"kind": "xla_hlo", "parser_version": 1}))
+    (tmp_path / ".tmp" / "in-flight").mkdir()
+    assert staging.prune_staging(tmp_path, {staged[0].sha256}) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".tmp", staged[0].sha256])
+    assert [p.name for p in staged[0].dir.parent.iterdir()] == [staged[0].dir.name]  # the stale result went
+    assert (tmp_path / ".tmp" / "in-flight").is_dir()  # prune leaves temp entries to clean_staging_leftovers
+    assert stage_object(bucket[1], _put(bucket, "r/j/0.txt", SEED.read_bytes()), tmp_path).parsed is False
+    assert staging.prune_staging(tmp_path, set()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [".tmp"]
