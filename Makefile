@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_parse.py
 	$(BIN)/python benchmarks/bench_hlo.py
 	$(BIN)/python benchmarks/bench_aggregate.py
+	$(BIN)/python benchmarks/bench_bomb.py
 
 # Regenerate the sample bucket with the real compilers (optional extra: jax, torch 2.13.0 CPU, onnx...).
 # torch is installed first and pinned: any other torch version pulls GBs of CUDA packages.
