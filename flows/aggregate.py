@@ -129,7 +129,8 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) 
     ok = health.filter(pl.col("status") == "ok").select("series", "run_id")
     incidents, steps = incident_mod.compute(
         observations.with_columns(pl.col(pl.Categorical).cast(pl.String)).join(ok, on=["series", "run_id"], how="semi"),
-        health, order, accepts.to_dicts(), settings)
+        health, order, accepts.to_dicts(), settings,
+        incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count))
     del observations  # the largest frame: gone before the rest is computed
     events = rollups.series_events(dumps, series, order)
     dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")

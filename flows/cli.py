@@ -104,7 +104,14 @@ def run(
         "reach the bucket, the staging dir next to the warehouse, and the Prefect API.")] = None,
     settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
     report: Annotated[Optional[Path], typer.Option(help="Where the regression summary (Markdown) goes (default: <warehouse>.report.md).")] = None,
-    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit with status 4 when the latest run has regressions (for CI).")] = False,
+    fail_on: Annotated[Optional[str], typer.Option(
+        "--fail-on", help="Exit with status 4 when this run opened incidents (new: regressions or failures opened "
+        "by the runs this invocation loaded; a re-run with nothing new passes) or when any is open at the latest "
+        "run (open).")] = None,
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Same as --fail-on new.")] = False,
+    notify: Annotated[Optional[list[str]], typer.Option(
+        "--notify", metavar="URL", help="Send the summary of NEW incidents to this Apprise URL (repeatable: Slack, "
+        "Teams, email, GitHub, json:// webhooks...), once per run; never again on a re-run.")] = None,
     site_dir: Annotated[Optional[Path], typer.Option("--site", help="Also build the report site into this directory.")] = None,
 ) -> None:
     """Run the nightly flow once (Prefect ephemeral mode: no server needed)."""
@@ -118,6 +125,10 @@ def run(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     storage_secrets.export(storage_options)  # values by the environment, never as flow parameters
+    storage_secrets.export_notify_targets(notify or [])
+    if fail_on not in (None, "new", "open"):
+        raise typer.BadParameter("use new or open", param_hint="--fail-on")
+    fail_on = fail_on or ("new" if fail_on_regression else None)
     from flows.bucket import BucketNotFound
     from flows.nightly import run_nightly
     from flows.warehouse.store import WarehouseBusy
@@ -135,8 +146,9 @@ def run(
     except BucketNotFound as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    if fail_on_regression and summary.regressions:
-        typer.echo(f"{summary.regressions} regression(s) in the latest run", err=True)
+    failing = summary.new_incidents if fail_on == "new" else summary.incidents.get("new", 0) + summary.incidents.get("open", 0)
+    if fail_on and failing:
+        typer.echo(f"{failing} {'new' if fail_on == 'new' else 'open'} incident(s) (regressions or failures)", err=True)
         raise typer.Exit(4)
 
 
@@ -215,6 +227,29 @@ def accept(
     typer.echo(f"accepted {target} at {done.run_id}" + (f" ({metric})" if metric else "")
                + f"; incidents closed: {closed}; regressions left there: {done.regressions_left}. "
                "The site shows it from its next build (`dumpscope site`, or the next nightly).")
+
+
+@app.command()
+def incidents(
+    run_id: Annotated[Optional[str], typer.Option("--run", help="The run (default: the latest).")] = None,
+    status: Annotated[str, typer.Option(help="new (opened in the run), open (new or still open there), fixed "
+                                        "(fixed in the run), accepted, improvements, or all (every incident ever).")] = "open",
+    fmt: Annotated[str, typer.Option("--format", help="table or json (a list of objects).")] = "table",
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+) -> None:
+    """The incidents of a run: what got worse, in which program, since when, and why."""
+    from flows.incidents import IncidentsError, STATUSES, list_incidents, print_incidents
+
+    if status not in STATUSES:
+        raise typer.BadParameter(f"use one of {', '.join(STATUSES)}", param_hint="--status")
+    if fmt not in ("table", "json"):
+        raise typer.BadParameter("use table or json", param_hint="--format")
+    try:
+        run, rows = list_incidents(warehouse, run_id, status)
+    except IncidentsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    print_incidents(run, status, rows, fmt)
 
 
 @app.command()

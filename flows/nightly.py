@@ -11,7 +11,7 @@ Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse.store``
 - load is the single writer: one transaction per batch of dumps, then the trends,
   events and diffs recomputed (``flows.aggregate``), published atomically together
   (``flows.warehouse.store.Warehouse``); a night with nothing new writes nothing;
-- report writes the Markdown summary of the latest run's regressions to a file,
+- report writes the Markdown summary of the latest run's incidents to a file,
   stdout and a Prefect artifact; with ``site_dir``, the report site is rebuilt.
 
 Objects the bucket could not deliver are reported and retried next night; dumps the
@@ -29,15 +29,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import polars as pl
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
 
 from flows.warehouse import store as wh
 from flows.aggregate import aggregate, load_settings, needs_aggregate
-from flows.report import write_regression_report
+from flows.report import write_night_report
 from flows.bucket import BucketNotFound, BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
-from flows import storage_secrets
+from flows import storage_secrets, verdict
 from flows.staging import StagedResult, stage_object
 from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject, Role, settled
@@ -65,15 +66,17 @@ class NightSummary:
     failed: int = 0
     unreadable: int = 0
     rows_loaded: int = 0
-    regressions: int = 0
+    new_incidents: int = 0  # regressions and failures opened in the runs this night loaded
+    notified: int = 0  # notification targets told about them
+    incidents: dict[str, int] = field(default_factory=dict)  # the latest run's counts (incidents_at)
     failures: list[str] = field(default_factory=list)
     run_errors: list[str] = field(default_factory=list)  # what was wrong with run.json files
     seconds: dict[str, float] = field(default_factory=dict)
 
     def markdown(self) -> str:
         lines = ["| | |", "| --- | ---: |"] + [
-            f"| {k} | {v} |" for k, v in asdict(self).items() if k not in ("failures", "seconds", "run_errors")
-        ]
+            f"| {k} | {v} |" for k, v in asdict(self).items() if k not in ("failures", "seconds", "run_errors", "incidents")
+        ] + [f"| incidents {k} | {v} |" for k, v in self.incidents.items()]
         lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
         if self.failures:
             lines += ["", "Failures:", ""] + [f"- {f}" for f in self.failures]
@@ -180,16 +183,26 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
+@dataclass
+class LoadResult:
+    rows: int = 0
+    loaded_runs: list[str] = field(default_factory=list)  # runs this load added or changed dumps in
+    new_incidents: int = 0  # regressions and failures opened in those runs
+    notified: int = 0  # targets told about them (not before)
+
+
 @task
-def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, settings_path: Path | None = None) -> int:
-    """Load the staged dumps and recompute the derived tables: one publish.
+def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, settings_path: Path | None = None,
+         notify_count: int = 0) -> LoadResult:
+    """Load the staged dumps, recompute the derived tables and announce new incidents: one publish.
 
     What to load is decided again once the lock is held, against the warehouse about to
     change: a run that overlapped this one may have loaded the same objects meanwhile, and
-    discovery only looked at the last published file.
+    discovery only looked at the last published file. ``notify_count``: how many
+    notification targets the environment holds (``storage_secrets.notify_targets``).
     """
     settings = load_settings(settings_path)  # a bad settings file fails before any write
-    rows = 0
+    result = LoadResult()
     with wh.Warehouse(warehouse, wait=wait) as con:
         staged = still_new(con, [o for o in outcomes if o.staged is not None])
         wh.upsert_runs(con, [_run_row(info) for info in runs.values()])
@@ -201,9 +214,29 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
                     con, o.staged.sha256, o.staged.summary["kind"], o.staged.summary["parser_version"])
                 seen.add(o.staged.sha256)
                 batch.append(_staged_dump(o, with_records=first))
-            rows += sum(wh.load_dumps(con, batch).values())
+            result.rows += sum(wh.load_dumps(con, batch).values())
         aggregate(con, settings)
-    return rows
+        result.loaded_runs = sorted({o.obj.run_id for o in staged})
+        result.new_incidents = verdict.opened_in(con, result.loaded_runs)
+        if notify_count and result.new_incidents:
+            result.notified = _announce(con, result.loaded_runs, settings)
+    return result
+
+
+def _announce(con, loaded_runs: list[str], settings) -> int:
+    """The summary of each loaded run with new incidents, to every target, once."""
+    from flows.notify import notify_new
+    from transforms.trends.night_report import night_markdown
+
+    sent = 0
+    for run_id in loaded_runs:
+        at = verdict.incidents_at(con, run_id)
+        new = at.filter(pl.col("status") == "new").height
+        text = night_markdown(run_id, verdict.run_commit(con, run_id), at, sections=("new",),
+                              commit_url=settings.commit_url, compare_url=settings.compare_url)
+        sent += len(notify_new(con, storage_secrets.notify_targets(), run_id,
+                               f"Dumpscope: {new} new incident(s) in run {run_id}", text, new))
+    return sent
 
 
 def still_new(con, staged: list[Outcome]) -> list[Outcome]:
@@ -239,9 +272,9 @@ def render_site(warehouse: Path, site_dir: Path) -> str:
 
 
 @task
-def report(warehouse: Path, report_path: Path | None) -> tuple[str, int]:
-    """The latest run's regression summary: (Markdown, number of regressions)."""
-    return write_regression_report(warehouse, report_path)
+def report(warehouse: Path, report_path: Path | None, settings_path: Path | None = None) -> tuple[str, dict[str, int]]:
+    """The latest run's summary: (Markdown, its incident counts)."""
+    return write_night_report(warehouse, report_path, load_settings(settings_path))
 
 
 def _run_row(info) -> dict:
@@ -318,10 +351,12 @@ def nightly(
     t2 = time.perf_counter()
     # Nothing new: no writer, no lock, no copy of the warehouse (the no-op night stays cheap).
     stale = not (outcomes or runs) and needs_aggregate(warehouse, load_settings(settings_path))
-    summary.rows_loaded = load(warehouse, outcomes, runs, wait_for_lock, settings_path) if outcomes or runs or stale else 0
+    loaded = (load(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()))
+              if outcomes or runs or stale else LoadResult())
+    summary.rows_loaded, summary.new_incidents, summary.notified = loaded.rows, loaded.new_incidents, loaded.notified
     summary.seconds["load"] = time.perf_counter() - t2
     t3 = time.perf_counter()
-    text, summary.regressions = report(warehouse, report_path) if Path(warehouse).exists() else ("", 0)
+    text, summary.incidents = report(warehouse, report_path, settings_path) if Path(warehouse).exists() else ("", {})
     summary.seconds["report"] = time.perf_counter() - t3
     if site_dir is not None and Path(warehouse).exists():
         t4 = time.perf_counter()
@@ -330,7 +365,7 @@ def nightly(
     summary.seconds["total"] = time.perf_counter() - t0
     create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")
     if text:
-        create_markdown_artifact(text, key="nightly-regressions", description="Dumpscope: regressions of the latest run")
+        create_markdown_artifact(text, key="nightly-incidents", description="Dumpscope: the latest run's incidents")
     print(summary.markdown())
     print()
     print(text)

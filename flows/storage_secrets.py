@@ -1,4 +1,5 @@
-"""Bucket credentials stay out of Prefect: no storage option value is ever a flow parameter.
+"""Secrets stay out of Prefect: no storage option value and no notification URL is ever a
+flow parameter.
 
 A flow run's parameters can be read back by anyone who reaches the Prefect API (the
 temporary one listens on 127.0.0.1 while a run goes on), so the values travel another
@@ -6,7 +7,8 @@ way: ``--storage-option KEY=VALUE`` is put in this process's environment
 (``DUMPSCOPE_STORAGE_OPTIONS``, JSON, inherited by the parse worker processes), or they
 come from a Prefect ``Secret`` block named by ``--storage-secret`` (a JSON object of
 fsspec options), or from the store's own variables (``AWS_*``). The flow records only the
-option names.
+option names. Notification targets (Apprise URLs, which often carry a token) travel the
+same way (``DUMPSCOPE_NOTIFY``, a JSON list); the flow records only how many there are.
 """
 
 from __future__ import annotations
@@ -16,6 +18,17 @@ import os
 from typing import Any
 
 ENV_VAR = "DUMPSCOPE_STORAGE_OPTIONS"
+NOTIFY_VAR = "DUMPSCOPE_NOTIFY"
+
+
+def export_notify_targets(urls: list[str]) -> None:
+    if urls:
+        os.environ[NOTIFY_VAR] = json.dumps(list(urls))
+
+
+def notify_targets() -> list[str]:
+    raw = os.environ.get(NOTIFY_VAR)
+    return [str(u) for u in json.loads(raw)] if raw else []
 
 
 def export(options: dict[str, Any]) -> None:

@@ -51,7 +51,7 @@ def arm(stage: str) -> None:
     elif stage == "publish":
         store._fsync_dir = _die
     elif stage == "report":
-        nightly.write_regression_report = _die
+        nightly.write_night_report = _die
     else:
         raise SystemExit(f"unknown stage {stage!r}")
 

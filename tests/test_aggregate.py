@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -100,18 +101,67 @@ def test_diff_command(sample_warehouse):
     assert missing.exit_code == 1 and "no run '2099-01-01'" in missing.output
 
 
-def test_summary_markdown_and_fail_on_regression(sample_warehouse, prefect, tmp_path):
+def test_summary_markdown_and_exit_status(sample_warehouse, prefect, tmp_path):
     report = (sample_warehouse.parent / "report.md").read_text()
-    assert report.startswith("# Dumpscope: run 2026-11-20 (commit `1a8e6b4`)")
-    assert "**40 regressions** in 5 programs" in report
-    assert "### jax-pmap / jit__fun" in report and "What changed since 2026-11-19:" in report
+    assert report.startswith("# Dumpscope: run 2026-11-20 (commit <code>1a8e6b4</code>)")
+    # The last sample night widens models whose steps are already open: nothing new opens.
+    assert "Last night: **0 new**, 9 still open, 1 fixed, 0 improvements." in report
+    assert report.index("## Fixed") < report.index("## Still open")
     target = copy(sample_warehouse, tmp_path)
     bucket = Path(__file__).parents[1] / "data" / "sample_bucket"
-    res = CliRunner().invoke(app, ["run", "--bucket", str(bucket), "--warehouse", str(target), "--workers", "1",
-                                   "--report", str(tmp_path / "r.md"), "--fail-on-regression", "--site", str(tmp_path / "site")])
-    assert res.exit_code == 4, res.output
+    args = ["run", "--bucket", str(bucket), "--warehouse", str(target), "--workers", "1", "--report", str(tmp_path / "r.md")]
+    # A re-run with nothing new opens nothing: --fail-on new passes...
+    res = CliRunner().invoke(app, [*args, "--fail-on", "new", "--site", str(tmp_path / "site")])
+    assert res.exit_code == 0, res.output
     assert (tmp_path / "r.md").read_text() == report
     assert (tmp_path / "site" / "index.html").exists()  # --site builds the report site
+    # ...while --fail-on open fails on the nine still open.
+    res = CliRunner().invoke(app, [*args, "--fail-on", "open"])
+    assert res.exit_code == 4 and "9 open incident(s)" in res.output
+
+
+def test_incidents_of_the_sample_nights(sample_warehouse):
+    res = CliRunner().invoke(app, ["incidents", "--run", "2026-11-19", "--status", "all", "--format", "json",
+                                   "--warehouse", str(sample_warehouse)])
+    assert res.exit_code == 0, res.output
+    got = {(r["opened_run"], r["job"], r["program"]): (r["kind"], r["closed_run"], r["closed_how"]) for r in json.loads(res.output)}
+    assert got == {
+        ("2026-11-18", "jax-jit", "jit_train_step"): ("regression", None, None),
+        ("2026-11-18", "jax-jit", "jit_eval_metrics"): ("regression", None, None),
+        ("2026-11-18", "jax-pmap", "jit__fun"): ("regression", None, None),
+        ("2026-11-18", "torch-inductor", "model__backward"): ("regression", None, None),
+        ("2026-11-18", "torch-inductor", "model__forward"): ("regression", None, None),
+        ("2026-11-19", "torch-onnx", "torch-onnx"): ("failure", "2026-11-20", "fixed"),  # the export failed, then passed
+        ("2026-11-19", "torch-inductor", "model__forward"): ("regression", None, None),  # the median fallback kernel
+        ("2026-11-19", "jax-pmap", "jit__fun"): ("regression", None, None),  # two more all-reduces
+        ("2026-11-19", "jax-jit", "jit_train_step"): ("regression", None, None),
+        ("2026-11-19", "jax-jit", "jit_eval_metrics"): ("regression", None, None),
+        ("2026-11-19", "torch-inductor", "model__backward"): ("improvement", None, None),
+    }
+    new = CliRunner().invoke(app, ["incidents", "--run", "2026-11-19", "--status", "new", "--format", "json",
+                                   "--warehouse", str(sample_warehouse)])
+    rows = json.loads(new.output)
+    assert len(rows) == 5 and all(r["status"] == "new" for r in rows)
+    pmap = next(r for r in rows if r["job"] == "jax-pmap")
+    assert (pmap["last_good_run"], pmap["last_good_commit"], pmap["first_bad_commit"]) == ("2026-11-18", "9b03c5e", "c71f0d2")
+    assert "kernel.collectives" in pmap["metrics"] and "all-reduce" in pmap["cause"].splitlines()[0]
+    assert rows[0]["kind"] == "failure"  # ranked by impact: the failed export first
+    table = CliRunner().invoke(app, ["incidents", "--warehouse", str(sample_warehouse)])
+    assert table.exit_code == 0 and "9 incident(s), open, run 2026-11-20" in table.output
+
+
+def test_accept_an_incident_by_id(sample_warehouse, tmp_path):
+    target = copy(sample_warehouse, tmp_path)
+    pmap = query(target, "SELECT incident_id FROM incidents WHERE job = 'jax-pmap' AND opened_run = '2026-11-19'").item()
+    res = CliRunner().invoke(app, ["accept", pmap, "--note", "two more psums, intended", "--warehouse", str(target)])
+    assert res.exit_code == 0, res.output
+    assert f"incidents closed: {pmap}" in res.output
+    assert query(target, f"SELECT closed_run, closed_how, accepted_note FROM incidents WHERE incident_id = '{pmap}'").rows() == [
+        ("2026-11-20", "accepted", "two more psums, intended")]
+    again = CliRunner().invoke(app, ["accept", pmap, "--warehouse", str(target)])
+    assert again.exit_code == 2 and "already closed (accepted in run 2026-11-20)" in again.output
+    wrong = CliRunner().invoke(app, ["accept", "jax-pmap/*", "2099-01-01", "--warehouse", str(target)])
+    assert wrong.exit_code == 2 and "no run '2099-01-01'" in wrong.output
 
 
 def test_a_bad_settings_file_stops_before_any_work(tmp_path, sample_warehouse):

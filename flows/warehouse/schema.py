@@ -28,7 +28,7 @@ from typing import Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def quote_ident(name: str) -> str:
@@ -101,6 +101,16 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "incident_id": ("VARCHAR", "The incident accepted (incidents.incident_id); NULL when the accept names series."),
         },
     ),
+    "notifications": (
+        "What was sent to whom (dumpscope run --notify): one row per run and target, so a run's new incidents are announced once.",
+        {
+            "run_id": ("VARCHAR", "Run whose new incidents were announced."),
+            "target": ("VARCHAR", "Digest (sha256, 16 hex digits) of the Apprise URL: the URL itself often holds a token."),
+            "new_incidents": ("INTEGER", "How many new incidents the message listed."),
+            "delivered": ("BOOLEAN", "Whether Apprise reported the message delivered (a failed delivery is not retried)."),
+            "sent_at": ("TIMESTAMP", "When it was sent (UTC)."),
+        },
+    ),
     "schema_info": (
         "Facts about the warehouse itself: schema_version holds the number of the last migration applied, aggregated_with what the derived tables were computed with (aggregation version and settings).",
         {
@@ -130,6 +140,30 @@ FROM metrics m LEFT JOIN runs r USING (run_id)
     ),
 }
 
+
+# Table macros: parameterised views. incidents_at(run) is the one definition of "new",
+# "still open", "fixed" in a run, used by the summary, the CLI, the notifications and the site.
+MACROS: dict[str, tuple[str, str, str]] = {
+    "incidents_at": (
+        "run",
+        "The incidents as they stand at a run: incidents_at('2026-11-20'). status: new (opened in that run), improvement (an improvement opened there), open (opened earlier, not closed by then), improved (an earlier improvement still in effect), fixed or accepted (closed in that run). age_runs: runs since it opened. Every count of new, open and fixed incidents shown anywhere comes from here.",
+        """
+SELECT CASE WHEN i.opened_run = run THEN CASE WHEN i.kind = 'improvement' THEN 'improvement' ELSE 'new' END
+            WHEN i.closed_run = run THEN i.closed_how
+            WHEN i.kind = 'improvement' THEN 'improved'
+            ELSE 'open' END AS status,
+       (SELECT count(*) FROM runs x WHERE (x.started_at, x.run_id) > (o.started_at, o.run_id)
+                                      AND (x.started_at, x.run_id) <= (r.started_at, r.run_id)) AS age_runs,
+       i.*
+FROM incidents i
+JOIN runs o ON o.run_id = i.opened_run
+JOIN runs r ON r.run_id = run
+LEFT JOIN runs c ON c.run_id = i.closed_run
+WHERE (o.started_at, o.run_id) <= (r.started_at, r.run_id)
+  AND (c.run_id IS NULL OR (c.started_at, c.run_id) >= (r.started_at, r.run_id))
+""",
+    ),
+}
 
 # Columns of each view (documented with the doc of the same column in metrics/runs).
 VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -165,6 +199,7 @@ MIGRATIONS: list[Migration] = [
         "ALTER TABLE dumps ADD COLUMN IF NOT EXISTS source_version VARCHAR",
     )),
     Migration(4, "accepts by incident", ("ALTER TABLE accepts ADD COLUMN IF NOT EXISTS incident_id VARCHAR",)),
+    Migration(5, "notifications sent", (_create_core("notifications"),)),
 ]
 
 
@@ -261,6 +296,7 @@ def comments_sql(tables: Mapping[str, pl.Schema], docs: Mapping[str, Mapping[str
     for table, (schema, tdocs) in derived_tables().items():
         out.append(f"COMMENT ON TABLE {quote_ident(table)} IS {quote_literal(tdocs[''])}")
         out += [f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(c)} IS {quote_literal(tdocs[c])}" for c in schema.names()]
+    out += [f"COMMENT ON MACRO TABLE {quote_ident(m)} IS {quote_literal(doc)}" for m, (_, doc, _) in MACROS.items()]
     known = CORE_TABLES["runs"][1] | CORE_TABLES["metrics"][1]
     for view, (doc, _) in VIEWS.items():
         out.append(f"COMMENT ON VIEW {quote_ident(view)} IS {quote_literal(doc)}")
@@ -269,7 +305,9 @@ def comments_sql(tables: Mapping[str, pl.Schema], docs: Mapping[str, Mapping[str
 
 
 def views_sql() -> list[str]:
-    return [f"CREATE OR REPLACE VIEW {quote_ident(v)} AS {body.strip()}" for v, (_, body) in VIEWS.items()]
+    """Views and table macros (after the derived tables they read exist)."""
+    return ([f"CREATE OR REPLACE VIEW {quote_ident(v)} AS {body.strip()}" for v, (_, body) in VIEWS.items()]
+            + [f"CREATE OR REPLACE MACRO {quote_ident(m)}({arg}) AS TABLE {body.strip()}" for m, (arg, _, body) in MACROS.items()])
 
 
 def set_version_sql(version: int) -> str:

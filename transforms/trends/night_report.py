@@ -1,89 +1,91 @@
-"""The night's regression summary in Markdown, ready to paste into an issue or a chat.
+"""The night's summary in Markdown, ready for a chat, an issue or a pull-request comment.
 
-Regressions come first, grouped by job and program, each group with the structural
-diff that explains it (what appeared, vanished or grew since the previous run);
-then the events that are not regressions (new and vanished series, missing jobs,
-failed dumps). Pure: takes the derived frames of ``flows.aggregate``.
+One story, in the order a person reads it: the counts ("2 new, 1 still open, 1 fixed,
+0 improvements"), then each new incident with its headline, commit range and cause,
+then what was fixed, what is still open (with its age), and the improvements. Input is
+the ``incidents_at(run)`` rows (``flows.verdict``), so every count here is the count
+the CLI, the notifications and the site show. Names come from dumps and paths: each
+reaches the text through ``transforms.escape``.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from transforms.units import human_delta, human_ratio, human_value
+from transforms.escape import code, md_text, shell_word
 
-MAX_DIFF_LINES = 12
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 or word.endswith('s') else 's'}"
+SECTIONS = (("new", "New"), ("fixed", "Fixed"), ("accepted", "Accepted"), ("open", "Still open"),
+            ("improvement", "Improvements"))
 
 
-def latest_run(rollups: pl.DataFrame) -> str | None:
-    if rollups.is_empty():
-        return None
-    return rollups.sort("started_at", "run_id").get_column("run_id")[-1]
+def counts(at: pl.DataFrame) -> dict[str, int]:
+    """new, open (opened earlier, still open), fixed, accepted, improvements: at one run."""
+    by = dict(at.group_by("status").len().iter_rows()) if at.height else {}
+    return {"new": by.get("new", 0), "open": by.get("open", 0), "fixed": by.get("fixed", 0),
+            "accepted": by.get("accepted", 0), "improvements": by.get("improvement", 0)}
 
 
-def regression_markdown(run_id: str | None, regressions: pl.DataFrame, diffs: pl.DataFrame, events: pl.DataFrame,
-                        rollups: pl.DataFrame, runs: pl.DataFrame) -> str:
-    """Markdown for one run (the latest when ``run_id`` is None)."""
-    run_id = run_id or latest_run(rollups)
+def counts_line(c: dict[str, int]) -> str:
+    return (f"**{c['new']} new**, {c['open']} still open, {c['fixed']} fixed, "
+            f"{c['improvements']} improvement{'s' if c['improvements'] != 1 else ''}"
+            + (f", {c['accepted']} accepted" if c["accepted"] else ""))
+
+
+def commit_link(commit: str | None, template: str | None) -> str:
+    if not commit:
+        return "?"
+    return f"[{code(commit)}]({template.format(commit=commit)})" if template else code(commit)
+
+
+def commit_range(row: dict, template: str | None = None, compare: str | None = None) -> str:
+    """``a1b2c3 → d4e5f6`` (a compare link when a template is set)."""
+    text = f"{commit_link(row['last_good_commit'], template)} → {commit_link(row['first_bad_commit'], template)}"
+    if compare and row["last_good_commit"] and row["first_bad_commit"]:
+        text += f" ([compare]({compare.format(base=row['last_good_commit'], head=row['first_bad_commit'])}))"
+    return text
+
+
+def night_markdown(run_id: str | None, commit: str | None, at: pl.DataFrame, *,
+                   commit_url: str | None = None, compare_url: str | None = None,
+                   sections: tuple[str, ...] = tuple(s for s, _ in SECTIONS)) -> str:
+    """The summary of ``run_id`` from its ``incidents_at`` rows (``sections``: which
+    lists to write; the counts line always covers them all)."""
     if run_id is None:
-        return "# Dumpscope\n\nNo runs in the warehouse yet.\n"
-    run = runs.filter(pl.col("run_id") == run_id)
-    commit = run.get_column("commit")[0] if run.height else None
-    reg = regressions.filter(pl.col("run_id") == run_id)
-    ev = events.filter(pl.col("run_id") == run_id)
-    roll = rollups.filter(pl.col("run_id") == run_id)
-    dif = diffs.filter(pl.col("run_id") == run_id)
-
-    lines = [f"# Dumpscope: run {run_id}" + (f" (commit `{commit}`)" if commit else ""), ""]
-    groups = reg.group_by("job", "program", maintain_order=True).agg(pl.len())
-    changed = int(roll.get_column("changed_series").sum()) if roll.height else 0
-    counts = {e: ev.filter(pl.col("event") == e).height for e in ("new_series", "vanished", "job_missing", "failed_dump", "partial_dump")}
-    lines.append(
-        f"**{_plural(reg.height, 'regression')}** in {_plural(groups.height, 'program')}"
-        f" · {_plural(changed, 'series')} changed · {counts['new_series']} new · {counts['vanished']} vanished"
-        f" · {_plural(counts['job_missing'], 'job')} missing · {counts['failed_dump']} failed / {counts['partial_dump']} partial dumps"
-    )
-    lines.append("")
-    if reg.height:
-        lines += ["## Regressions", ""]
-        for job, program, _ in groups.iter_rows():
-            lines += _program_section(job, program, reg, dif)
-    else:
-        lines += ["No regressions.", ""]
-    other = ev.filter(pl.col("event") != "first_run")
-    if other.height:
-        lines += ["## Not regressions", ""]
-        for row in other.iter_rows(named=True):
-            what = row["series"] or row["job"]
-            lines.append(f"- {row['event'].replace('_', ' ')}: `{what}`" + (f": {row['detail']}" if row["detail"] else ""))
+        return "# Dumpscope\n\nNo runs yet.\n"
+    c = counts(at)
+    lines = [f"# Dumpscope: run {md_text(run_id)} (commit {commit_link(commit, commit_url)})", "",
+             "Last night: " + counts_line(c) + ".", ""]
+    rows = at.sort("impact", "incident_id", descending=[True, False]).to_dicts()
+    for status, title in SECTIONS:
+        chosen = [r for r in rows if r["status"] == status and status in sections]
+        if not chosen:
+            continue
+        lines += [f"## {title}", ""]
+        for r in chosen:
+            lines += _new(r, commit_url, compare_url) if status == "new" else [_short(r, status)]
         lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+    if not rows:
+        lines += ["Nothing changed: no incident is open.", ""]
+    return "\n".join(lines)
 
 
-def _program_section(job: str, program: str, reg: pl.DataFrame, dif: pl.DataFrame) -> list[str]:
-    rows = reg.filter((pl.col("job") == job) & (pl.col("program") == program))
-    out = [f"### {job} / {program}", "", "| metric | series | baseline | now | change | rule | since |", "|---|---|---|---|---|---|---|"]
-    for r in rows.iter_rows(named=True):
-        where = r["series"].split("/", 2)[2]
-        out.append(
-            f"| `{r['metric']}` | {where} | {human_value(r['metric'], r['baseline'])} | {human_value(r['metric'], r['value'])}"
-            f" | {human_delta(r['metric'], r['change'])} ({human_ratio(r['change_ratio'])}) | {r['rule']} | {r['regressed_since']} |"
-        )
-    out.append("")
-    why = dif.filter((pl.col("job") == job) & (pl.col("program") == program))
-    if why.height:
-        prev = why.get_column("previous_run_id")[0]
-        out.append(f"What changed since {prev}:")
-        out.append("")
-        # The same change seen by two files of one compile (pre/post fusion IR) reads once.
-        described = why.get_column("description").unique(maintain_order=True)
-        out += [f"- {d}" for d in described.head(MAX_DIFF_LINES)]
-        if described.len() > MAX_DIFF_LINES:
-            run = why.get_column("run_id")[0]
-            out.append(f"- … and {described.len() - MAX_DIFF_LINES} more: `dumpscope diff {prev} {run} --series '{job}/{program}/*'`")
-        out.append("")
-    return out
+def _new(r: dict, commit_url: str | None, compare_url: str | None) -> list[str]:
+    out = [f"### {md_text(r['job'])} / {md_text(r['program'])} · {r['kind']} · {code(r['incident_id'])}", "",
+           md_text(r["headline"]), "",
+           f"Commits {commit_range(r, commit_url, compare_url)}, runs {md_text(r['last_good_run'] or '?')} → {md_text(r['opened_run'])}."]
+    if r["cause"]:
+        out += ["", "Cause:", ""] + [f"- {md_text(line)}" for line in r["cause"].splitlines()]
+    if r["last_good_run"]:
+        pattern = f"{r['job']}/{r['program']}/*"
+        out += ["", code("dumpscope diff " + " ".join(shell_word(x) for x in (r["last_good_run"], r["opened_run"]))
+                         + f" --series {shell_word(pattern)}")]
+    return out + [""]
+
+
+def _short(r: dict, status: str) -> str:
+    when = {"open": f"open since {md_text(r['opened_run'])} ({r['age_runs']} run{'' if r['age_runs'] == 1 else 's'})",
+            "fixed": f"opened {md_text(r['opened_run'])}, fixed in this run",
+            "accepted": f"opened {md_text(r['opened_run'])}, accepted by {md_text(r['accepted_by'] or '?')}"
+                        + (f": {md_text(r['accepted_note'])}" if r["accepted_note"] else ""),
+            "improvement": "opened in this run"}[status]
+    return f"- {code(r['incident_id'])} {md_text(r['headline'])} — {when}"

@@ -17,6 +17,13 @@ Settings file (TOML, ``dumpscope.toml``)::
     [series]                          # program (whole-name regex) -> series name
     "SyncTensorsGraph\\\\.\\\\d+" = "train_step"
 
+    commit_url = "https://github.com/org/repo/commit/{commit}"            # optional: commits become links
+    compare_url = "https://github.com/org/repo/compare/{base}...{head}"   # optional: commit ranges too
+
+    [floors]                          # incidents: the smallest step that opens one
+    bytes = 1024                      # memory figures: at least this many bytes (and the rule's rel)
+    count = 1                         # counts
+
     [[rule]]
     metric = "memory.*"               # required: a pattern on metric names
     series = "jax-pmap/*"             # optional: a pattern on series ids
@@ -94,6 +101,10 @@ class Settings:
     baseline_runs: int = 7
     series_patterns: dict[str, str] = field(default_factory=dict)
     rules: tuple[Rule, ...] = ()  # user rules, tried before DEFAULT_RULES
+    commit_url: str | None = None  # "{commit}" is replaced by the commit
+    compare_url: str | None = None  # "{base}" and "{head}" by the commit range's ends
+    floor_bytes: float = 1024.0  # incidents: smallest step of a memory figure
+    floor_count: float = 1.0  # ... of a count
 
     def rule_for(self, series: str, metric: str) -> Rule:
         for rule in self.rules:
@@ -124,9 +135,24 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{source}: {e}") from None
-    unknown = set(data) - {"baseline_runs", "series", "rule"}
+    unknown = set(data) - {"baseline_runs", "series", "rule", "commit_url", "compare_url", "floors"}
     if unknown:
         raise ValueError(f"{source}: unknown setting(s) {', '.join(sorted(unknown))}")
+    urls = {}
+    for key, fields in (("commit_url", ("commit",)), ("compare_url", ("base", "head"))):
+        if key in data:
+            value = data[key]
+            try:
+                ok = isinstance(value, str) and value.format(**{f: "x" for f in fields}) is not None
+            except (KeyError, IndexError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(f"{source}: {key} must be a string using only {', '.join('{' + f + '}' for f in fields)}")
+            urls[key] = value
+    floors = data.get("floors", {})
+    if not isinstance(floors, dict) or set(floors) - {"bytes", "count"} or not all(
+            isinstance(v, (int, float)) and v >= 0 for v in floors.values()):
+        raise ValueError(f"{source}: [floors] takes bytes and count, numbers >= 0")
     n = data.get("baseline_runs", 7)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"{source}: baseline_runs must be a positive integer, not {n!r}")
@@ -134,7 +160,8 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
     if not isinstance(series, dict) or not all(isinstance(v, str) for v in series.values()):
         raise ValueError(f"{source}: [series] maps program regexes to names (strings)")
     return Settings(baseline_runs=n, series_patterns=dict(series),
-                    rules=tuple(_rule(entry, source, i) for i, entry in enumerate(data.get("rule", []), 1)))
+                    rules=tuple(_rule(entry, source, i) for i, entry in enumerate(data.get("rule", []), 1)),
+                    **urls, floor_bytes=float(floors.get("bytes", 1024)), floor_count=float(floors.get("count", 1)))
 
 
 def _rule(entry: Any, source: str, i: int) -> Rule:

@@ -1,0 +1,66 @@
+"""``dumpscope incidents``: the incidents of a run (``flows.verdict``), as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from flows import verdict
+from flows.warehouse.store import connect_readonly
+
+STATUSES = ("new", "open", "fixed", "accepted", "improvements", "all")
+COLUMNS = ("incident_id", "status", "kind", "job", "program", "opened_run", "last_good_run", "last_good_commit",
+           "first_bad_commit", "closed_run", "closed_how", "age_runs", "impact", "metrics", "headline", "cause")
+
+
+class IncidentsError(Exception):
+    """No warehouse, no such run: one line for people."""
+
+
+def list_incidents(warehouse: Path, run_id: str | None, status: str) -> tuple[str | None, list[dict]]:
+    try:
+        con = connect_readonly(warehouse)
+    except (FileNotFoundError, duckdb.Error) as exc:
+        raise IncidentsError(str(exc)) from None
+    try:
+        if status == "all":
+            frame = verdict.all_incidents(con).with_columns(pl.lit(None, pl.String).alias("status"),
+                                                            pl.lit(None, pl.Int64).alias("age_runs"))
+            return None, frame.select(COLUMNS).to_dicts()
+        if run_id is None:
+            latest = verdict.latest_run(con)
+            if latest is None:
+                return None, []
+            run_id = latest[0]
+        try:
+            verdict.run_commit(con, run_id)
+        except ValueError as exc:
+            raise IncidentsError(str(exc)) from None
+        frame = verdict.incidents_at(con, run_id)
+        return run_id, frame.filter(pl.col("status").is_in(verdict.STATUSES[status])).select(COLUMNS).to_dicts()
+    finally:
+        con.close()
+
+
+def print_incidents(run_id: str | None, status: str, rows: list[dict], fmt: str) -> None:
+    if fmt == "json":
+        json.dump(rows, sys.stdout, default=str, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    where = f"run {run_id}" if run_id else "every run"
+    out = Table("id", "status", "kind", "program", "opened", "commits", "headline",
+                title=f"{len(rows)} incident(s), {status}, {where}", title_justify="left")
+    for r in rows:
+        # Text(), not markup: names from dumps print verbatim ("f32[8,128]", "[series]").
+        out.add_row(*(Text(str(v)) for v in (
+            r["incident_id"], r["status"] or (r["closed_how"] or "open"), r["kind"], f"{r['job']} / {r['program']}",
+            r["opened_run"], f"{r['last_good_commit'] or '?'} → {r['first_bad_commit'] or '?'}", r["headline"])))
+    Console(width=200).print(out)
