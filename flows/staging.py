@@ -143,6 +143,23 @@ def prune_staging(staging_dir: str | os.PathLike, keep: set[str]) -> int:
     return removed
 
 
+def staged_contents(staging_dir: str | os.PathLike) -> set[str]:
+    """The sha256 of every content dir in staging."""
+    return {d.name for d in _content_dirs(Path(staging_dir))}
+
+
+def drop_staged(staging_dir: str | os.PathLike, shas: set[str]) -> int:
+    """Remove the content dirs of ``shas`` (contents the warehouse holds now). Safe while
+    other runs stage: a run that staged the same content no longer needs its records (the
+    content is in the warehouse), and other contents are not touched. Returns how many."""
+    removed = 0
+    for content in _content_dirs(Path(staging_dir)):
+        if content.name in shas:
+            shutil.rmtree(content, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 def sweep_tmp(staging_dir: str | os.PathLike, older_than_seconds: float = 3600.0) -> int:
     """Remove what killed stagings left in ``.tmp/`` (older than the limit); returns how many.
 
@@ -179,13 +196,15 @@ def _content_dirs(staging: Path) -> list[Path]:
 
 
 def _stale(result: Path) -> bool:
-    """A result dir no current parser reuses: its parser version is not current (or it has no
-    readable summary, which a rename-into-place never leaves)."""
+    """A result dir no current parser reuses: its parser version is not current, it is named
+    in the old ``v<N>`` layout, or it has no readable summary (a rename-into-place never
+    leaves one without)."""
     try:
         summary = json.loads((result / SUMMARY).read_text())
-        return summary["parser_version"] != parser_version(DumpKind(summary["kind"]))
+        current = parser_version(DumpKind(summary["kind"]))
     except (OSError, ValueError, KeyError, TypeError):
         return True
+    return summary.get("parser_version") != current or result.name != f"{summary['kind']}-v{current}"  # or v<N>: old layout
 
 
 def _limit_raised(limit: dict | None, limits: ParseLimits) -> bool:

@@ -225,6 +225,9 @@ def test_prune_staging_keeps_only_what_it_is_told(bucket, tmp_path):
     stale = staged[0].dir.parent / "xla_hlo-v1"  # a result of an older parser version
     stale.mkdir()
     (stale / "summary.json").write_text(json.dumps({"kind": "xla_hlo", "parser_version": 1}))
+    legacy = staged[0].dir.parent / "v0"  # the layout before results were keyed by kind
+    legacy.mkdir()
+    (legacy / "summary.json").write_text(json.dumps({"kind": "unknown", "parser_version": 0}))
     (tmp_path / ".tmp" / "in-flight").mkdir()
     assert staging.prune_staging(tmp_path, {staged[0].sha256}) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".tmp", staged[0].sha256])
