@@ -235,3 +235,48 @@ def test_prune_staging_keeps_only_what_it_is_told(bucket, tmp_path):
     assert (tmp_path / ".tmp" / "in-flight").is_dir()  # prune leaves temp entries to clean_staging_leftovers
     assert stage_object(bucket[1], _put(bucket, "r/j/0.txt", SEED.read_bytes()), tmp_path).parsed is False
     assert staging.prune_staging(tmp_path, set()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [".tmp"]
+
+
+_KILLED_WRITER = r"""
+import sys, time
+import fsspec
+from flows import staging
+from flows.bucket import list_objects
+
+real = staging.iter_dump
+
+def stalls(*args, **kwargs):  # writes the first batch, then hangs: the parent kills it there
+    for item in real(*args, **kwargs):
+        yield item
+        time.sleep(3600)
+
+staging.iter_dump = stalls
+bucket, out = sys.argv[1], sys.argv[2]
+obj = next(o for o in list_objects(bucket) if o.path.endswith(".txt"))
+staging.stage_object(fsspec.filesystem("file"), obj, out)
+"""
+
+
+def test_a_killed_staging_leaves_leftovers_that_clean_staging_leftovers_removes(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "bucket" / "r" / "j").mkdir(parents=True)
+    (tmp_path / "bucket" / "r" / "j" / "a.txt").write_bytes(SEED.read_bytes())
+    out = tmp_path / "staging"
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(tmp_path / "bucket"), str(out)],
+                             cwd=Path(__file__).parents[1])
+    try:
+        deadline = time.monotonic() + 60
+        while not list((out / ".tmp").glob("*/hlo_instructions.parquet")) and time.monotonic() < deadline:
+            assert child.poll() is None, "the writer ended before it was killed"
+            time.sleep(0.05)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert list((out / ".tmp").glob("*/hlo_instructions.parquet"))  # what the kill left
+    assert staging.clean_staging_leftovers(out) >= 1
+    assert list((out / ".tmp").iterdir()) == [] and sorted(p.name for p in out.iterdir()) == [".tmp"]
