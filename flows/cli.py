@@ -113,6 +113,10 @@ def run(
         "--notify", metavar="URL", help="Send the summary of NEW incidents to this Apprise URL (repeatable: Slack, "
         "Teams, email, GitHub, json:// webhooks...), once per run; never again on a re-run.")] = None,
     site_dir: Annotated[Optional[Path], typer.Option("--site", help="Also build the report site into this directory.")] = None,
+    max_line_bytes: Annotated[int, typer.Option(help="Longest line a dump may have (bytes); a dump past it is failed. "
+                                                "A parse holds about this much memory at most.")] = 64 << 20,  # = transforms.parse.ParseLimits()
+    max_dump_bytes: Annotated[int, typer.Option(help="Most text one dump may hold once decompressed (bytes).")] = 4 << 30,
+    parse_seconds: Annotated[float, typer.Option(help="Longest one parse may take (seconds).")] = 600.0,
 ) -> None:
     """Run the nightly flow once (Prefect ephemeral mode: no server needed)."""
     _prefect_defaults()
@@ -139,7 +143,8 @@ def run(
                               marker=marker, workers=workers, wait_for_lock=wait, storage_secret=storage_secret,
                               storage_option_names=storage_secrets.option_names(storage_options) or None,
                               dask_address=dask_address, settings_path=settings, report_path=report, site_dir=site_dir,
-                              state_path=warehouse.with_suffix(".settle.json") if settle else None)
+                              state_path=warehouse.with_suffix(".settle.json") if settle else None,
+                              max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, parse_seconds=parse_seconds)
     except WarehouseBusy as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from None

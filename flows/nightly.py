@@ -39,12 +39,15 @@ from flows.aggregate import aggregate, load_settings, needs_aggregate
 from flows.report import write_night_report
 from flows.bucket import BucketNotFound, BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows import storage_secrets, verdict
+from flows import staging
 from flows.staging import StagedResult, stage_object
+from transforms.parse import ParseLimits
 from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject, Role, settled
 from transforms.records import DumpKind
 
 DEFAULT_BUCKET = "data/sample_bucket"
+DEFAULT_LIMITS = ParseLimits()
 LOAD_BATCH = 200
 
 
@@ -139,21 +142,22 @@ def _up_to_date(loaded: tuple | None, obj: BucketObject) -> bool:
 
 @task(retries=2, retry_delay_seconds=[2, 10])
 def parse_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
-                workers: int, in_process: bool = False) -> list[Outcome]:
+                workers: int, in_process: bool = False, limits: ParseLimits = DEFAULT_LIMITS) -> list[Outcome]:
     # Parsing is CPU-bound Python: by default the chunk runs in a worker process (no
     # Prefect there), while the Prefect task itself stays a cheap thread. On Dask the
     # task already runs in a worker process of the cluster: it parses right there.
     if in_process:
-        return stage_chunk(bucket, storage_options, chunk, staging_dir)
-    return _process_pool(workers).submit(stage_chunk, bucket, storage_options, chunk, staging_dir).result()
+        return stage_chunk(bucket, storage_options, chunk, staging_dir, limits)
+    return _process_pool(workers).submit(stage_chunk, bucket, storage_options, chunk, staging_dir, limits).result()
 
 
-def stage_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path) -> list[Outcome]:
+def stage_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
+                limits: ParseLimits = DEFAULT_LIMITS) -> list[Outcome]:
     fs, _ = connect(bucket, storage_options)
     out = []
     for obj in chunk:
         try:
-            out.append(Outcome(obj, stage_object(fs, obj, staging_dir)))
+            out.append(Outcome(obj, stage_object(fs, obj, staging_dir, limits=limits)))
         except BucketReadError as exc:  # retried next night: nothing is stored for it
             out.append(Outcome(obj, error=str(exc)))
     return out
@@ -189,11 +193,12 @@ class LoadResult:
     loaded_runs: list[str] = field(default_factory=list)  # runs this load added or changed dumps in
     new_incidents: int = 0  # regressions and failures opened in those runs
     notified: int = 0  # targets told about them (not before)
+    staging_dropped: int = 0  # staged contents removed once loaded
 
 
 @task
 def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, settings_path: Path | None = None,
-         notify_count: int = 0) -> LoadResult:
+         notify_count: int = 0, staging_dir: Path | None = None) -> LoadResult:
     """Load the staged dumps, recompute the derived tables and announce new incidents: one publish.
 
     What to load is decided again once the lock is held, against the warehouse about to
@@ -220,7 +225,21 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         result.new_incidents = verdict.opened_in(con, result.loaded_runs)
         if notify_count and result.new_incidents:
             result.notified = _announce(con, result.loaded_runs, settings)
+        if staging_dir is not None:
+            result.staging_dropped = _drop_loaded_staging(con, staging_dir)
     return result
+
+
+def _drop_loaded_staging(con, staging_dir: Path) -> int:
+    """Staged contents the warehouse now holds (this night's and any earlier night's) are
+    not needed again: the published warehouse is the record. What is not loaded (a night
+    that failed before this point) stays, so its retry needs no re-parse."""
+    staged = staging.staged_contents(staging_dir)
+    if not staged:
+        return 0
+    held = {d for (d,) in con.execute("SELECT DISTINCT dump_id FROM dumps WHERE list_contains(?, dump_id)",
+                                      [sorted(staged)]).fetchall()}
+    return staging.drop_staged(staging_dir, held)
 
 
 def _announce(con, loaded_runs: list[str], settings) -> int:
@@ -310,6 +329,9 @@ def nightly(
     settings_path: Path | None = None,
     report_path: Path | None = None,
     site_dir: Path | None = None,
+    max_line_bytes: int = DEFAULT_LIMITS.max_line_bytes,
+    max_dump_bytes: int = DEFAULT_LIMITS.max_dump_bytes,
+    parse_seconds: float = DEFAULT_LIMITS.max_seconds,
 ) -> NightSummary:
     """One night. ``dask_address`` is set by ``run_nightly``, which gives the flow a
     ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers.
@@ -324,6 +346,9 @@ def nightly(
         raise ValueError("dask_address needs the Dask task runner: call run_nightly(..., dask_address=...)")
     # Absolute: Dask workers do not share the flow's working directory.
     staging_dir = Path(staging_dir or Path(warehouse).with_suffix(".staging")).resolve()
+    limits = ParseLimits(max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, max_seconds=parse_seconds)
+    # What killed runs left half-written: older than any parse still going on (another run's).
+    staging.sweep_tmp(staging_dir, older_than_seconds=2 * limits.max_seconds + 60)
     new, summary.deferred, summary.seen, runs = discover(
         bucket, warehouse, settle_seconds, state_path, storage_options, layout_regex, marker)
     summary.new, summary.skipped = len(new), summary.seen - len(new) - summary.deferred
@@ -333,7 +358,8 @@ def nightly(
     t1 = time.perf_counter()
     workers = workers or os.cpu_count() or 2
     chunks = _chunks(new, 4 * workers)
-    futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask) for c in chunks]
+    futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask, limits=limits)
+               for c in chunks]
     outcomes = [o for chunk in _with_progress(futures, total=len(new)) for o in chunk]
     summary.seconds["parse"] = time.perf_counter() - t1
     for o in outcomes:
@@ -351,8 +377,8 @@ def nightly(
     t2 = time.perf_counter()
     # Nothing new: no writer, no lock, no copy of the warehouse (the no-op night stays cheap).
     stale = not (outcomes or runs) and needs_aggregate(warehouse, load_settings(settings_path))
-    loaded = (load(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()))
-              if outcomes or runs or stale else LoadResult())
+    loaded = (load(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()),
+                   staging_dir) if outcomes or runs or stale else LoadResult())
     summary.rows_loaded, summary.new_incidents, summary.notified = loaded.rows, loaded.new_incidents, loaded.notified
     summary.seconds["load"] = time.perf_counter() - t2
     t3 = time.perf_counter()

@@ -111,3 +111,29 @@ def test_a_second_writer_is_told_the_warehouse_is_busy(prefect, tmp_path):
     with wh.Warehouse(warehouse):
         with pytest.raises(wh.WarehouseBusy, match="pid"):
             _run(bucket, warehouse)
+
+
+def test_staging_is_emptied_by_a_good_night_and_kept_by_a_failed_one(prefect, tmp_path, monkeypatch):
+    import os
+
+    from flows import staging
+
+    bucket, warehouse = _one_night(tmp_path)
+    staging_dir = warehouse.with_suffix(".staging")
+    leftover = staging_dir / ".tmp" / "left-by-a-killed-run"
+    leftover.mkdir(parents=True)
+    os.utime(leftover, (0, 0))  # long ago: no parse of a live run is that old
+
+    def crash(con, batch):
+        raise RuntimeError("the disk filled up during the load")
+
+    real_load = wh.load_dumps
+    monkeypatch.setattr(wh, "load_dumps", crash)
+    with pytest.raises(BaseException):
+        _run(bucket, warehouse)
+    kept = staging.staged_contents(staging_dir)
+    assert len(kept) == 9 and not leftover.exists()  # parsed work kept for the retry; the leftover swept
+    monkeypatch.setattr(wh, "load_dumps", real_load)
+    _run(bucket, warehouse)
+    assert staging.staged_contents(staging_dir) == set()  # the published warehouse is the record
+    assert _counts(warehouse)["dumps"] == 9
