@@ -20,10 +20,11 @@ file beyond), computing its sha256 on the way. Then:
 Housekeeping, for the one writer (it holds the warehouse lock, and no parse of another
 run may be writing to the same staging dir: staging itself takes no lock):
 ``clean_staging_leftovers`` removes what killed stagings left in ``.tmp/``;
-``prune_staging(staging_dir, keep)`` removes every content dir whose sha256 is not kept
-(the published warehouse is the record: once a night is loaded its staging can go;
-after a failed load, keep it and the retry parses nothing). ``sweep_tmp`` removes only
-old leftovers, for callers that cannot rule out a parse in progress.
+``prune_staging(staging_dir, keep)`` removes every content dir whose sha256 is not kept,
+``drop_staged(staging_dir, shas)`` those whose sha256 is given (``staged_contents`` lists
+them): the published warehouse is the record, so once a night is loaded its staging can
+go; after a failed load, keep it and the retry parses nothing. ``sweep_tmp`` removes
+only old leftovers, for callers that cannot rule out a parse in progress.
 
 Spooling (instead of hashing while parsing) keeps bucket I/O separate from parsing:
 bucket errors surface as ``BucketReadError`` before parsing starts (the gzip reader
@@ -158,6 +159,17 @@ def drop_staged(staging_dir: str | os.PathLike, shas: set[str]) -> int:
             shutil.rmtree(content, ignore_errors=True)
             removed += 1
     return removed
+
+
+def staged_contents(staging_dir: str | os.PathLike) -> set[str]:
+    """The sha256 of every content dir in ``staging_dir``."""
+    return {d.name for d in _content_dirs(Path(staging_dir))}
+
+
+def drop_staged(staging_dir: str | os.PathLike, shas: set[str]) -> int:
+    """Remove the content dirs of these sha256 (e.g. what the warehouse now holds): the
+    complement of ``prune_staging``. Returns how many were removed."""
+    return prune_staging(staging_dir, staged_contents(staging_dir) - set(shas))
 
 
 def sweep_tmp(staging_dir: str | os.PathLike, older_than_seconds: float = 3600.0) -> int:

@@ -134,7 +134,7 @@ def test_a_parse_past_its_time_limit_is_failed():
     parsed = parse_dump(io.BytesIO(data), "night/job/m.txt", limits=ParseLimits(max_seconds=0))
     assert parsed.status is Status.FAILED and parsed.tables == {} and parsed.summary.limit == "max_seconds"
     assert parsed.summary.errors == [
-        "night/job/m.txt: line 1: the parse took longer than max_seconds (0 s); raise --max-seconds to finish it"]
+        "night/job/m.txt: line 1: the parse took longer than max_seconds (0 s); raise --parse-seconds to finish it"]
     assert parse_dump(io.BytesIO(data), "night/job/m.txt", limits=ParseLimits(max_seconds=60)).status is Status.OK
 
 

@@ -237,6 +237,15 @@ def test_prune_staging_keeps_only_what_it_is_told(bucket, tmp_path):
     assert staging.prune_staging(tmp_path, set()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [".tmp"]
 
 
+def test_drop_staged_removes_the_contents_it_is_given(bucket, tmp_path):
+    staged = [stage_object(bucket[1], _put(bucket, f"r/j/{i}.txt", SEED.read_bytes() + b"\n" * i), tmp_path)
+              for i in range(3)]
+    assert staging.staged_contents(tmp_path) == {s.sha256 for s in staged}
+    assert staging.drop_staged(tmp_path, {staged[1].sha256, "0" * 64}) == 1
+    assert staging.staged_contents(tmp_path) == {staged[0].sha256, staged[2].sha256}
+    assert staging.staged_contents(tmp_path / "absent") == set()
+
+
 _KILLED_WRITER = r"""
 import sys, time
 import fsspec

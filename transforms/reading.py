@@ -183,7 +183,7 @@ class LineReader:
         if self._deadline is not None and time.monotonic() > self._deadline:
             raise ReadLimitError(
                 f"line {self.lines_read + 1}: the parse took longer than max_seconds ({self.max_seconds:g} s); "
-                "raise --max-seconds to finish it", self.lines_read + 1, "max_seconds")
+                "raise --parse-seconds to finish it", self.lines_read + 1, "max_seconds")
 
     def _too_long(self) -> None:
         n = self.lines_read + 1
