@@ -79,6 +79,10 @@ def read_site_data(warehouse: Path) -> pages.SiteData:
             columns=q("""SELECT table_name AS name, column_name AS column, data_type, comment FROM duckdb_columns()
                          WHERE schema_name = 'main' ORDER BY table_name, column_index"""),
             warehouse_path=str(Path(warehouse).resolve()),
+            incidents=q("SELECT * FROM incidents"),
+            incident_steps=q("SELECT * FROM incident_steps"),
+            # The one definition of new / open / fixed at a run (flows.verdict, the summary, the CLI).
+            incidents_at={r: q("SELECT * FROM incidents_at(?)", [r]) for r in runs.get_column("run_id")},
         )
     finally:
         con.close()
@@ -181,6 +185,9 @@ def _render_pages(env: jinja2.Environment, d: pages.SiteData, docs: Path) -> lis
         pl.col("dumps", "failed", "partial", "regressions", "changed_series").sum()), on="run_id", how="left").to_dicts())
     for run_id, context in pages.run_pages(d):
         page("run.md.j2", pages.run_file(run_id), **context)
+    for incident_id, context in pages.incident_pages(d):
+        page("incident.md.j2", pages.incident_file(incident_id), **context)
+    page("incidents.md.j2", "incidents/index.md", **pages.incidents_index(d))
     index = []
     for (series,), rows in d.trends.group_by("series", maintain_order=True):
         ctx = pages.series_page(d, series, rows)

@@ -161,17 +161,6 @@ def drop_staged(staging_dir: str | os.PathLike, shas: set[str]) -> int:
     return removed
 
 
-def staged_contents(staging_dir: str | os.PathLike) -> set[str]:
-    """The sha256 of every content dir in ``staging_dir``."""
-    return {d.name for d in _content_dirs(Path(staging_dir))}
-
-
-def drop_staged(staging_dir: str | os.PathLike, shas: set[str]) -> int:
-    """Remove the content dirs of these sha256 (e.g. what the warehouse now holds): the
-    complement of ``prune_staging``. Returns how many were removed."""
-    return prune_staging(staging_dir, staged_contents(staging_dir) - set(shas))
-
-
 def sweep_tmp(staging_dir: str | os.PathLike, older_than_seconds: float = 3600.0) -> int:
     """Remove what killed stagings left in ``.tmp/`` (older than the limit); returns how many.
 

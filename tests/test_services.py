@@ -61,8 +61,6 @@ def test_sigterm_stops_watch_and_its_temporary_prefect_server(tmp_path):
 
 def test_storage_option_values_never_reach_the_prefect_api(prefect, tmp_path):
     """`--storage-option secret_token=...` is passed to fsspec, and Prefect records only its name."""
-    import asyncio
-
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
@@ -75,12 +73,8 @@ def test_storage_option_values_never_reach_the_prefect_api(prefect, tmp_path):
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
 
-    async def everything_recorded() -> str:
-        async with get_client() as client:
-            flows = await client.read_flow_runs()
-            tasks = await client.read_task_runs()
-        return json.dumps([f.model_dump(mode="json") for f in flows] + [t.model_dump(mode="json") for t in tasks])
-
-    recorded = asyncio.run(everything_recorded())
+    with get_client(sync_client=True) as client:  # sync: other tests may leave an event loop running
+        runs = client.read_flow_runs() + client.read_task_runs()
+    recorded = json.dumps([r.model_dump(mode="json") for r in runs])
     assert "secret_token" in recorded  # the name is recorded...
     assert secret not in recorded  # ...never the value

@@ -33,7 +33,7 @@ def site(sample_warehouse, tmp_path_factory):
 
 
 def test_every_page_is_built(site):
-    assert (site.pages, site.charts) == (41, 42)
+    assert (site.pages, site.charts) == (53, 42)  # 41 + 11 incident pages and their index
     built = {p.relative_to(site.out).as_posix() for p in site.out.rglob("*.html")}
     assert set(PAGES) <= built
     assert len([p for p in built if p.startswith("series/")]) == 26  # 25 series and their index
@@ -62,7 +62,7 @@ def test_every_page_has_the_csp_and_no_inline_script_or_handler(site):
 
 def test_pages_say_something_without_javascript(site):
     overview = html.unescape((site.out / "index.html").read_text())
-    assert "40 regressions in 5 programs" in overview
+    assert "Still open (9)" in overview and "Fixed (1)" in overview
     assert "jax-pmap / jit__fun" in overview and "449.6 KiB" in overview  # headline: pmap total bytes
     memory = html.unescape((site.out / "memory.html").read_text())
     assert "The numbers" in memory and "299.3 KiB" in memory  # pmap temp bytes, in the table under the chart
@@ -99,5 +99,34 @@ def test_an_empty_warehouse_still_builds_a_site_that_says_so(tmp_path):
     with Warehouse(tmp_path / "w.duckdb") as con:
         aggregate(con)
     result = build_site(tmp_path / "w.duckdb", tmp_path / "site")
-    assert (result.pages, result.charts) == (12, 0)
+    assert (result.pages, result.charts) == (13, 0)  # the incidents index too
     assert "The warehouse has no runs yet" in (tmp_path / "site" / "index.html").read_text()
+
+
+def _text(page: Path) -> str:
+    import html as html_module
+
+    return " ".join(html_module.unescape(re.sub(r"<[^>]+>", "", page.read_text())).split())
+
+
+def test_one_count_is_the_same_number_everywhere(site, sample_warehouse):
+    """The night's counts come from incidents_at: the summary, the overview, the run page,
+    the incident pages and the CLI say the same."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    report = (sample_warehouse.parent / "report.md").read_text()
+    counts = re.search(r"Last night: (.*)\.\n", report).group(1).replace("**", "")
+    assert counts == "0 new, 9 still open, 1 fixed, 0 improvements"
+    assert f"Last night: {counts}." in _text(site.out / "index.html")
+    assert f"This run: {counts}." in _text(site.out / "runs" / "2026-11-20.html")
+    assert "Still open (9)" in _text(site.out / "index.html") and "Fixed (1)" in _text(site.out / "index.html")
+    cli = CliRunner().invoke(app, ["incidents", "--status", "open", "--format", "json", "--warehouse", str(sample_warehouse)])
+    assert len(json.loads(cli.output)) == 9
+    listed = _text(site.out / "incidents" / "index.html")
+    assert len(list((site.out / "incidents").glob("i-*.html"))) == 11 == listed.count(" open ") + listed.count(" fixed (")
+    # The night before: five new, one improvement.
+    assert "This run: 5 new, 5 still open, 0 fixed, 1 improvement." in _text(site.out / "runs" / "2026-11-19.html")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from transforms.escape import Markup, md_text, slug, url_path
+from transforms.trends.night_report import counts, counts_line
 from transforms.site import charts
 from transforms.units import human_bytes, human_delta, human_ratio, human_value
 
@@ -45,6 +46,9 @@ class SiteData:
     tables: pl.DataFrame  # warehouse catalog: name, type, comment
     columns: pl.DataFrame  # name, column, data_type, comment
     warehouse_path: str
+    incidents: pl.DataFrame | None = None  # every incident
+    incident_steps: pl.DataFrame | None = None
+    incidents_at: dict[str, pl.DataFrame] | None = None  # run_id -> incidents_at(run): status there
 
     @property
     def latest(self) -> str | None:
@@ -138,7 +142,8 @@ def overview_page(d: SiteData) -> dict:
                                     pl.lit(None, pl.Float64).alias("delta"), pl.lit(None, pl.Float64).alias("previous_value"),
                                     pl.lit("all jobs").alias("line")).join(d.runs.select("run_id", pl.col("commit").alias("c")), on="run_id")
         chart = charts.trend_chart(rows.with_columns(pl.col("c").alias("commit")), title="Regressions per run", height=140)
-    return {"run": run, "info": info, "regressions": reg.height, "programs": programs, "headline": headline,
+    verdict = _verdict(d, run, here="")
+    return {"run": run, "info": info, "regressions": reg.height, "programs": programs, "headline": headline, **verdict,
             "headline_metrics": metrics_shown, "headline_labels": HEADLINE, "health": health, "problems": problems, "previous": d.previous,
             "history_chart": chart, "accepts": d.accepts.height}
 
@@ -267,6 +272,62 @@ def onnx_page(d: SiteData, last_runs: int = 14) -> dict:
 
 # ------------------------------------------------------------------ runs, series, diff
 
+def incident_file(incident_id: str) -> str:
+    return f"incidents/{slug(incident_id)}.md"
+
+
+def incident_link(incident_id: str, here: str = "") -> Markup:
+    return _link("incidents", f"{slug(incident_id)}.md", here)
+
+
+def _verdict(d: SiteData, run: str | None, here: str) -> dict:
+    """What a run's page and the overview say of its incidents; the counts come from
+    ``incidents_at`` through ``night_report.counts``, as in the summary and the CLI."""
+    at = (d.incidents_at or {}).get(run) if run else None
+    if at is None or at.is_empty():
+        return {"counts": Markup(counts_line(counts(pl.DataFrame(schema={"status": pl.String})))), "incident_groups": {}}
+    rows = at.sort("impact", "incident_id", descending=[True, False]).to_dicts()
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["status"], []).append({
+            **r, "link": incident_link(r["incident_id"], here),
+            "diff": url_path(*([".."] if here else []), "diff.md", fragment=program_anchor(r["job"], r["program"])),
+            "cause_lines": (r["cause"] or "").splitlines()[:3],
+            "range": f"{r['last_good_commit'] or '?'} → {r['first_bad_commit'] or '?'}",
+        })
+    # Markup: the line holds only numbers and fixed words (its ** is Markdown to keep).
+    return {"counts": Markup(counts_line(counts(at))), "incident_groups": groups}
+
+
+def incident_pages(d: SiteData):
+    """(incident_id, context) of every incident page."""
+    if d.incidents is None:
+        return
+    steps = d.incident_steps.partition_by("incident_id", as_dict=True) if d.incident_steps is not None else {}
+    for r in d.incidents.iter_rows(named=True):
+        rows = steps.get((r["incident_id"],))
+        table = [] if rows is None else [{
+            "series": s["series"], "link": series_link(s["series"], "incidents"), "metric": s["metric"],
+            "step": s["step"], "baseline": human_value(s["metric"], s["baseline"]),
+            "value": human_value(s["metric"], s["value"]), "latest": human_value(s["metric"], s["latest_value"]),
+            "change": human_delta(s["metric"], s["change"]) if s["change"] is not None else "",
+            "closed": s["closed_run"] or "", "detail": s["detail"] or ""} for s in rows.iter_rows(named=True)]
+        yield r["incident_id"], {
+            "i": r, "steps": table, "cause_lines": (r["cause"] or "").splitlines(),
+            "opened_link": run_link(r["opened_run"], "incidents"),
+            "good_link": run_link(r["last_good_run"], "incidents") if r["last_good_run"] else None,
+            "closed_link": run_link(r["closed_run"], "incidents") if r["closed_run"] else None,
+            "diff": url_path("..", "diff.md", fragment=program_anchor(r["job"], r["program"])),
+        }
+
+
+def incidents_index(d: SiteData) -> dict:
+    rows = [] if d.incidents is None else [
+        {**r, "link": incident_link(r["incident_id"], "incidents"), "status": r["closed_how"] or "open"}
+        for r in d.incidents.sort("opened_at", "impact", descending=[True, True]).iter_rows(named=True)]
+    return {"incidents": rows}
+
+
 def run_pages(d: SiteData):
     """(run_id, context) of every run page, newest first."""
     parts = {name: getattr(d, name).partition_by("run_id", as_dict=True)
@@ -283,6 +344,7 @@ def run_pages(d: SiteData):
             "events": _table(part["events"].filter(pl.col("event") != "first_run").select("job", "series", "event", "detail")),
             "diffs": _table(part["diffs"].select("job", "program", "kind", "stage", "description").head(MAX_RUN_ROWS)),
             "diff_count": part["diffs"].height,
+            **_verdict(d, run["run_id"], here="runs"),
         }
 
 
