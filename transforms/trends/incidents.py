@@ -187,15 +187,19 @@ def _accepted_at(accepts: list[dict], series: str, job: str, program: str, opene
     return None
 
 
-def walk_metric(rows: Iterable[tuple[int, float]], *, series: str, job: str, program: str, metric: str, rule,
-                floors: Floors, run_ids: list[str], accepts: list[dict]) -> list[_Step]:
-    """The steps of one (series, metric) from its (run_seq, value) rows in run order."""
+def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, job: str, program: str, metric: str,
+                rule, floors: Floors, run_ids: list[str], accepts: list[dict]) -> list[_Step]:
+    """The steps of one (series, metric) from its (run_seq, value, previous run_seq) rows in
+    run order. Rows equal to the one before may be left out (they change nothing), except
+    at runs with an accept; the previous run_seq keeps the last good run exact."""
     out: list[_Step] = []
     base: float | None = None
     base_seq: int | None = None
     open_: _Step | None = None
-    for seq, value in rows:
+    for seq, value, prev_seq in rows:
         run_id = run_ids[seq]
+        if prev_seq is not None:
+            base_seq = prev_seq if open_ is None else base_seq
         if base is None:
             base, base_seq = value, seq
             continue
@@ -220,7 +224,7 @@ def walk_metric(rows: Iterable[tuple[int, float]], *, series: str, job: str, pro
             open_ = _Step(series, metric, kind, seq, base_seq, base, value, value)
             out.append(open_)
         else:
-            base_seq = seq  # the baseline's value stays; its last run moves on
+            base_seq = seq  # the baseline's value stays; its last good run moves on
     return out
 
 
@@ -273,11 +277,19 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     moving = (obs.group_by("series", "metric").agg((pl.col("value").n_unique() > 1).alias("moves"))
               .filter("moves").select("series", "metric"))
     obs = obs.join(moving, on=["series", "metric"], how="semi").sort("series", "metric", "run_seq")
+    # A value equal to the one before changes no state (figures are deterministic): only the
+    # change points, the first value and runs with an accept reach the Python loop.
+    accept_seqs = seq_of.filter(pl.col("run_id").is_in([a["run_id"] for a in accepts])).get_column("run_seq")
+    obs = obs.with_columns(pl.col("run_seq").shift(1).over("series", "metric").alias("prev_seq"),
+                           pl.col("value").shift(1).over("series", "metric").alias("_prev"))
+    obs = obs.filter(pl.col("_prev").is_null() | (pl.col("value") != pl.col("_prev"))
+                     | pl.col("run_seq").is_in(accept_seqs.implode()))
     steps: list[tuple[str, str, _Step]] = []
     for (series, metric), group in obs.group_by(["series", "metric"], maintain_order=True):
         m = meta[series]
         rule = settings.rule_for(series, metric)
-        rows = zip(group.get_column("run_seq").to_list(), group.get_column("value").to_list())
+        rows = zip(group.get_column("run_seq").to_list(), group.get_column("value").to_list(),
+                   group.get_column("prev_seq").to_list())
         for s in walk_metric(rows, series=series, job=m["job"], program=m["program"], metric=metric, rule=rule,
                              floors=floors, run_ids=run_ids, accepts=accepts):
             steps.append((m["job"], m["program"], s))
