@@ -95,7 +95,8 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, programs: int = PRO
         wh.upsert_runs(con, runs)
         for table, frame in (("dumps", dump_rows), ("metrics", metrics), ("dump_items", items)):
             con.register("_in", frame.to_arrow())
-            con.execute(f"INSERT INTO {table} SELECT * FROM _in")
+            cols = ", ".join(f'"{c}"' for c in frame.columns)  # by name: tables gain columns
+            con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _in")
             con.unregister("_in")
     tmp.replace(path)
     print(f"built {path}: {RUNS} runs, {n_series} series, {metrics.height:,} metric rows, {items.height:,} items")

@@ -203,7 +203,7 @@ def test_every_name_gets_its_own_page_under_a_safe_file_name(hostile_site, hosti
     assert len(pages) == len(series) + 2  # no two names share a page
     assert pages <= built
     for page in built:
-        assert re.fullmatch(r"(?:(?:runs|series|search)/)?[a-z0-9][a-z0-9.-]*\.html|404\.html", page), page
+        assert re.fullmatch(r"(?:(?:runs|series|search|incidents)/)?[a-z0-9][a-z0-9.-]*\.html|404\.html", page), page
         assert len(Path(page).name) <= 90
 
 
