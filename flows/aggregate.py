@@ -126,9 +126,9 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) 
     by_series = accepts.filter(pl.col("series").is_not_null()).select("series", "run_id", "metric")
     trend = trends.metric_trends(observations, runs, by_series, settings, from_seq=from_seq)
     health = program_health(series, dumps, order)
-    ok = health.filter(pl.col("status") == "ok").select("series", "run_id")
+    ok = health.filter(pl.col("status") == "ok").select(pl.col("series", "run_id").cast(pl.Categorical))
     incidents, steps = incident_mod.compute(
-        observations.with_columns(pl.col(pl.Categorical).cast(pl.String)).join(ok, on=["series", "run_id"], how="semi"),
+        observations.join(ok, on=["series", "run_id"], how="semi"),  # categoricals: no string per row
         health, order, accepts.to_dicts(), settings,
         incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count))
     del observations  # the largest frame: gone before the rest is computed

@@ -151,27 +151,25 @@ def incident_id(job: str, program: str, opened_run: str) -> str:
     return "I-" + hashlib.sha1(f"{job}\x00{program}\x00{opened_run}".encode()).hexdigest()[:8]
 
 
-def _floor(metric: str, base: float, rule, floors: Floors) -> float:
-    """The smallest |value - baseline| that is a step."""
-    parts = [rule.noise]
-    if rule.rel is not None:
-        parts.append(rule.rel * abs(base))
-    if rule.abs:
-        parts.append(rule.abs)
-    if is_bytes_metric(metric):
-        parts.append(floors.bytes)
-    elif not metric.startswith("onnx.max_"):
-        parts.append(floors.count)  # counts: whole numbers, so at least 1
-    return max(parts)
+def step_test(metric: str, rule, floors: Floors):
+    """``is_step(value, baseline)`` for one metric: whether ``value`` is a step away from
+    ``baseline`` (past the noise, the family floor and the rule's threshold; a noisy
+    figure regresses only past its limit). Built once per metric: it runs on every change."""
+    noise, direction, limit = rule.noise, rule.direction, rule.limit
+    rel = rule.rel or 0.0
+    fixed = max(noise, rule.abs or 0.0,
+                floors.bytes if is_bytes_metric(metric) else 0.0 if metric.startswith("onnx.max_") else floors.count)
 
+    def is_step(value: float, base: float) -> bool:
+        diff = value - base
+        size = diff if diff >= 0 else -diff
+        if size <= noise or size < fixed or size < rel * (base if base >= 0 else -base):
+            return False
+        if limit is not None and diff * direction > 0:
+            return value * direction > limit * direction
+        return True
 
-def _is_step(metric: str, value: float, base: float, rule, floors: Floors) -> bool:
-    diff = value - base
-    if abs(diff) <= rule.noise or abs(diff) < _floor(metric, base, rule, floors):
-        return False
-    if rule.limit is not None and diff * rule.direction > 0:  # a noisy figure regresses only past its limit
-        return value * rule.direction > rule.limit * rule.direction
-    return True
+    return is_step
 
 
 def _accepted_at(accepts: list[dict], series: str, job: str, program: str, opened_run: str | None,
@@ -196,6 +194,7 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
     base: float | None = None
     base_seq: int | None = None
     open_: _Step | None = None
+    is_step = step_test(metric, rule, floors)
     for seq, value, prev_seq in rows:
         run_id = run_ids[seq]
         if prev_seq is not None:
@@ -205,7 +204,7 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
             continue
         if open_ is not None:
             opened_run = run_ids[open_.opened_seq]
-            back = not _is_step(metric, value, open_.baseline, rule, floors)
+            back = not is_step(value, open_.baseline)
             acc = _accepted_at(accepts, series, job, program, opened_run, run_id, metric)
             if back or acc is not None:
                 open_.closed_seq, open_.closed_how = seq, "fixed" if back else "accepted"
@@ -218,7 +217,7 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
         if _accepted_at(accepts, series, job, program, None, run_id, metric) is not None:
             base, base_seq = value, seq  # accepted without a step: the baseline restarts here
             continue
-        if rule.direction and _is_step(metric, value, base, rule, floors):
+        if rule.direction and is_step(value, base):
             worse = (value - base) * rule.direction > 0
             kind = "failure" if worse and _FAILURE_METRICS.match(metric) else "regression" if worse else "improvement"
             open_ = _Step(series, metric, kind, seq, base_seq, base, value, value)
@@ -268,51 +267,71 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     """
     run_ids = order.sort("run_seq").get_column("run_id").to_list()
     seq_of = order.select("run_id", "run_seq")
-    obs = _with_zero_counts(observations.join(seq_of, on="run_id"), health.join(seq_of, on="run_id"))
-    info = obs.select("series", "job", "program", "kind", "stage").unique("series")
-    meta = {r["series"]: r for r in info.iter_rows(named=True)}
-    # Only (series, metric) pairs whose value ever changes can step: the rest is skipped
-    # without a Python loop (most compiler figures never move).
-    obs = obs.sort("series", "metric", "run_seq")
-    moving = (obs.group_by("series", "metric").agg((pl.col("value").n_unique() > 1).alias("moves"))
-              .filter("moves").select("series", "metric"))
-    obs = obs.join(moving, on=["series", "metric"], how="semi").sort("series", "metric", "run_seq")
-    # A value equal to the one before changes no state (figures are deterministic): only the
-    # change points, the first value and runs with an accept reach the Python loop.
-    accept_seqs = seq_of.filter(pl.col("run_id").is_in([a["run_id"] for a in accepts])).get_column("run_seq")
-    obs = obs.with_columns(pl.col("run_seq").shift(1).over("series", "metric").alias("prev_seq"),
-                           pl.col("value").shift(1).over("series", "metric").alias("_prev"))
-    obs = obs.filter(pl.col("_prev").is_null() | (pl.col("value") != pl.col("_prev"))
-                     | pl.col("run_seq").is_in(accept_seqs.implode()))
+    seq = {r: i for i, r in enumerate(run_ids)}
+    obs = observations.with_columns(pl.col("run_id").cast(pl.String).replace_strict(seq, return_dtype=pl.Int64)
+                                    .alias("run_seq"))
+    obs = _with_zero_counts(obs, health.join(seq_of, on="run_id"))
+    # One sort (on the categoricals' codes: contiguous groups are all it needs); "the row
+    # before" is a shift masked where the (series, metric) group changes.
+    by_group = [pl.col("series").to_physical(), pl.col("metric").to_physical(), "run_seq"]
+    obs = obs.with_columns(pl.col("series", "metric").cast(pl.Categorical)).sort(by_group)
+    same = (pl.col("series") == pl.col("series").shift(1)) & (pl.col("metric") == pl.col("metric").shift(1))
+    accept_seqs = [seq[a["run_id"]] for a in accepts if a["run_id"] in seq]
+    obs = obs.with_columns(same.fill_null(False).alias("_same")).with_columns(
+        pl.when("_same").then(pl.col("run_seq").shift(1)).alias("prev_seq"),
+        (pl.col("_same") & (pl.col("value") != pl.col("value").shift(1))).alias("_moved"))
+    # Only pairs whose value ever changes can step, and a value equal to the one before
+    # changes no state (figures are deterministic): the first value, the change points and
+    # runs with an accept reach the Python loop; most compiler figures never move.
+    moving = obs.filter("_moved").select("series", "metric").unique()
+    obs = (obs.join(moving, on=["series", "metric"], how="semi")
+           .filter(~pl.col("_same") | pl.col("_moved") | pl.col("run_seq").is_in(accept_seqs))
+           .sort(by_group)
+           .with_columns(pl.col("series", "metric", "job", "program", "kind", "stage").cast(pl.String)))
+    meta = {r["series"]: r for r in obs.select("series", "job", "program", "kind", "stage").unique("series").iter_rows(named=True)}
     steps: list[tuple[str, str, _Step]] = []
-    for (series, metric), group in obs.group_by(["series", "metric"], maintain_order=True):
+    cols = [obs.get_column(c).to_list() for c in ("series", "metric", "run_seq", "value", "prev_seq")]
+    start = 0
+    for end in range(1, len(cols[0]) + 1):
+        if end < len(cols[0]) and cols[0][end] == cols[0][start] and cols[1][end] == cols[1][start]:
+            continue
+        series, metric = cols[0][start], cols[1][start]
         m = meta[series]
-        rule = settings.rule_for(series, metric)
-        rows = zip(group.get_column("run_seq").to_list(), group.get_column("value").to_list(),
-                   group.get_column("prev_seq").to_list())
-        for s in walk_metric(rows, series=series, job=m["job"], program=m["program"], metric=metric, rule=rule,
-                             floors=floors, run_ids=run_ids, accepts=accepts):
+        rows = zip(cols[2][start:end], cols[3][start:end], cols[4][start:end])
+        for s in walk_metric(rows, series=series, job=m["job"], program=m["program"], metric=metric,
+                             rule=settings.rule_for(series, metric), floors=floors, run_ids=run_ids, accepts=accepts):
             steps.append((m["job"], m["program"], s))
+        start = end
     steps += _health_steps(health.join(seq_of, on="run_id"), run_ids, accepts)
     return _frames(steps, meta, order, accepts, _program_bytes(obs_all=observations))
 
 
 def _with_zero_counts(obs: pl.DataFrame, health: pl.DataFrame) -> pl.DataFrame:
     """Counts the parsers omit when zero (``rules.ZERO_WHEN_ABSENT``) are 0 in the runs
-    where their series parsed ok without them: a first fallback kernel steps 0 → 1."""
-    counts = obs.filter(pl.col("metric").str.contains(ZERO_WHEN_ABSENT)).select("series", "metric").unique()
-    if counts.is_empty():
+    where their series parsed ok without them: a first fallback kernel steps 0 → 1.
+    ``obs`` may hold categoricals; only the (rare) pairs with fewer rows than their
+    series has ok runs are looked at."""
+    text = pl.col("series", "metric").cast(pl.String)
+    ok = health.filter(pl.col("status") == "ok").select(pl.col("series").cast(pl.String), "run_seq").unique()
+    per = obs.group_by("series", "metric").len("n").with_columns(text)
+    short = (per.filter(pl.col("metric").str.contains(ZERO_WHEN_ABSENT))
+             .join(ok.group_by("series").len("n_ok"), on="series").filter(pl.col("n") < pl.col("n_ok"))
+             .select("series", "metric"))
+    if short.is_empty():
         return obs
-    ok_runs = health.filter(pl.col("status") == "ok").select("series", "run_seq", "run_id").unique()
-    missing = ok_runs.join(counts, on="series").join(obs, on=["series", "metric", "run_seq"], how="anti")
-    filled = missing.join(obs.select("series", "job", "program", "kind", "stage").unique("series"), on="series")
-    return pl.concat([obs, filled.with_columns(pl.lit(0.0).alias("value")).select(obs.columns)])
+    some = obs.with_columns(text).join(short, on=["series", "metric"], how="semi")
+    missing = ok.join(short, on="series").join(some, on=["series", "metric", "run_seq"], how="anti")
+    info = some.select("series", "job", "program", "kind", "stage").unique("series")
+    filled = missing.join(info, on="series").with_columns(pl.lit(None).alias("run_id"), pl.lit(0.0).alias("value"))
+    return pl.concat([obs, filled.select(obs.columns).cast(dict(obs.schema))])
 
 
 def _program_bytes(obs_all: pl.DataFrame) -> dict[tuple[str, str], float]:
     """Each program's memory (the largest byte figure it reports in any run): what byte
     steps are measured against."""
-    mem = (obs_all.filter(pl.col("metric").str.starts_with("memory.") & pl.col("metric").str.ends_with("_bytes"))
+    mem = (obs_all.group_by("job", "program", "metric").agg(pl.col("value").max())  # few rows, then strings
+           .with_columns(pl.col("job", "program", "metric").cast(pl.String))
+           .filter(pl.col("metric").str.starts_with("memory.") & pl.col("metric").str.ends_with("_bytes"))
            .group_by("job", "program").agg(pl.col("value").max()))
     return {(j, p): float(v or 0) for j, p, v in mem.iter_rows()}
 
