@@ -183,15 +183,16 @@ def gz_names(node):
     return node
 
 
-def run_job(night: dict, job: str, scratch: Path, out: Path) -> float:
+def run_job(night: dict, job: str, scratch: Path, out: Path, *, cfg: dict | None = None,
+            script: Path = Path(__file__).resolve(), keep=kept, made_by: str = "data/generate_samples.py") -> float:
     dump_dir = scratch / night["run_id"] / job
     figures = scratch / night["run_id"] / f"{job}.figures.json"
     for stale in (dump_dir, dump_dir.parent / f"{job}.inductor-cache"):
         shutil.rmtree(stale, ignore_errors=True)
     dump_dir.mkdir(parents=True)
-    cfg = job_config(night, job)
+    cfg = cfg or job_config(night, job)
     t0 = time.perf_counter()
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", job, "--config", json.dumps(cfg),
+    cmd = [sys.executable, str(script), "--worker", job, "--config", json.dumps(cfg),
            "--dump-dir", str(dump_dir), "--figures", str(figures)]
     log = scratch / night["run_id"] / f"{job}.log"
     with open(log, "w") as f:
@@ -199,13 +200,12 @@ def run_job(night: dict, job: str, scratch: Path, out: Path) -> float:
     if proc.returncode != 0:
         sys.exit(f"{night['run_id']}/{job}: worker failed (exit {proc.returncode}), see {log}")
     elapsed = time.perf_counter() - t0
-
     job_out = out / night["run_id"] / job
     shutil.rmtree(job_out, ignore_errors=True)
     dropped = 0
     for src in sorted(p for p in dump_dir.rglob("*") if p.is_file()):
         rel = src.relative_to(dump_dir)
-        if kept(rel):
+        if keep(rel):
             gzip_to(src, job_out / f"{rel}.gz")
         else:
             dropped += src.stat().st_size
@@ -214,7 +214,7 @@ def run_job(night: dict, job: str, scratch: Path, out: Path) -> float:
         "run_id": night["run_id"],
         "config": cfg,
         "versions": versions(),
-        "made_by": "data/generate_samples.py",
+        "made_by": made_by,
         "notes": NOTES[job],
     } | gz_names(json.loads(figures.read_text()))
     for ref in _file_refs(doc):

@@ -1,0 +1,569 @@
+"""Make the incident test buckets: real compiler dumps, night after night, with designed changes.
+
+    .venv-samples/bin/python data/generate_incident_buckets.py --out tests/incident_buckets
+
+Needs the ``samples`` extra, like ``generate_samples.py``, whose machinery it reuses: each
+job of each night runs in a worker process started with the job's dump flags
+(``--xla_dump_to``, ``--xla_force_host_platform_device_count=8``, ``TORCH_COMPILE_DEBUG=1``,
+``torch.onnx.export(..., dynamo=True, report=True)``), the models are the samples' (JAX MLP,
+torch MLP) plus the few variants below, and the dumps are gzipped without time stamps.
+
+One bucket per scenario in ``SCENARIOS``, ``<out>/<scenario>/<run_id>/<job>/...`` in the
+sample bucket's layout, with ``run.json`` per night (fixed ``started_at``, a fake commit
+per night, tags) and ``compiler_figures.json`` per job. Only the dumps Dumpscope reads
+are kept (HLO text, buffer assignment and its side files, memory usage report, Inductor
+IR and ``output_code.py``, ONNX reports); the rest (MLIR, ``debug_options``, FX graphs,
+empty logs, everything ``generate_samples.kept`` drops) is left out to keep the fixtures
+small. A night may damage some of its dumps on purpose (``damage``): cut deterministically
+here, after the compilers wrote them whole.
+
+``<out>/MANIFEST.json`` says, per scenario, the nights, each designed change (run, job,
+program, kind, what the compilers' figures did) and the incidents it should give, with
+their state at each run; plus the versions and this command. ``--scenarios`` remakes a
+subset (the manifest keeps the other entries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path, PurePosixPath
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from generate_samples import gzip_to, run_job, versions, write_run  # noqa: E402
+
+SEED = 20261201
+FIRST_NIGHT = datetime.fromisoformat("2026-12-01T02:00:00+00:00")
+COMMAND = ".venv-samples/bin/python data/generate_incident_buckets.py --out tests/incident_buckets"
+
+# The only files kept: what Dumpscope parses (everything else in a dump folder parses as unknown).
+AFTER = "cpu_after_optimizations.txt"
+BUFFERS = "cpu_after_optimizations-buffer-assignment.txt"
+_KEEP = re.compile(
+    r"^(module_\d+\..+\.txt|ir_pre_fusion\.txt|ir_post_fusion\.txt|output_code\.py|onnx_export_.+\.md)$"
+)
+
+MLP = {"width": 64, "layers": 2, "batch": 16, "center": None}  # generate_samples' first night
+BIGGER_MLP = {"width": 96, "layers": 3, "batch": 16, "center": None}
+CONVNET = {"channels": 8, "convs": 2}
+BIGGER_CONVNET = {"channels": 12, "convs": 3}
+
+
+# The ONNX export's verification runs the model in ONNX Runtime and PyTorch on the example
+# input: drawn per night (seed) and scaled, the same model's outputs differ by 1-4 float32
+# ulps (max_abs_diff 2.4e-7 ... 9.5e-7) from night to night. Nothing else in the report moves.
+INPUT_SCALES = (1.0, 3.0, 2.0, 3.0, 1.0, 2.5)
+
+
+def _night_jobs_stable(i: int) -> dict:
+    return {"jax-jit": {"task": "jit"} | MLP,
+            "torch-onnx": {"task": "onnx_noise", "input_seed": SEED + 100 + i, "input_scale": INPUT_SCALES[i]} | MLP}
+
+
+SCENARIOS: dict[str, dict] = {
+    "stable": {
+        "summary": "The same jit train step every night and an ONNX export whose verification max_abs_diff "
+                   "moves by float noise only (each night verifies on its own example input): nothing really "
+                   "changes.",
+        "nights": 6,
+        "jobs": _night_jobs_stable,
+        "changes": [],
+        "notes": ["torch-onnx exports the same model (same weights) every night; the exporter verifies it on "
+                  "the night's own example input (seed SEED+100+night, scaled by INPUT_SCALES): max_abs_diff and "
+                  "max_rel_diff differ from night to night by a few float32 ulps (< 1e-6; see each night's "
+                  "figures); nothing else differs, and the JAX dumps are the same bytes every night"],
+    },
+    "collective_kept": {
+        "summary": "A pmap train step over 8 host devices; from night 3 on, a second psum (of a per-device "
+                   "activation statistic under the updated parameters) is added and kept.",
+        "nights": 6,
+        "jobs": lambda i: {"jax-pmap": {"task": "pmap", "extra_psum": i >= 2} | MLP},
+        "changes": [{
+            "id": "extra-all-reduce", "night": 3, "job": "jax-pmap", "program": "jit__fun", "kind": "regression",
+            "what": "a second all-reduce: psum of sum(tanh(x @ w0' + b0')^2) over the devices, computed from the "
+                    "parameters the first (combined) all-reduce updated, so XLA cannot combine the two",
+            "evidence": [("all_reduce", "kernel.collective.all-reduce (= kernel.collectives)", AFTER),
+                         ("output_size_in_bytes", "memory.live_out_bytes (the new scalar output)", BUFFERS)],
+            "closed": None,
+        }],
+    },
+    "blowup_revert": {
+        "summary": "A jit train step; night 3 adds a pairwise term tanh(h_i * h_j) on the first hidden layer, "
+                   "whose B x W x W values the backward pass keeps (temp memory x28); night 4 reverts to "
+                   "exactly night 2's program.",
+        "nights": 5,
+        "jobs": lambda i: {"jax-jit": {"task": "jit", "pairwise": i == 2} | MLP},
+        "changes": [{
+            "id": "pairwise-blowup", "night": 3, "job": "jax-jit", "program": "jit_train_step", "kind": "regression",
+            "what": "temp memory blows up: a materialised batch x width x width intermediate (tanh of an outer "
+                    "product) kept for the backward pass",
+            "evidence": [("temp_size_in_bytes", "memory.temp_bytes", BUFFERS),
+                         ("fusions", "fusion.count", AFTER)],
+            "closed": {"night": 4, "as": "fixed"},
+        }],
+    },
+    "model_change": {
+        "summary": "The samples' MLP in JAX (jit train step) and in torch (Inductor forward and backward "
+                   "graphs); night 3 makes it wider and one layer deeper (64x2 -> 96x3) in both, and keeps it.",
+        "nights": 5,
+        "jobs": lambda i: {
+            "jax-jit": {"task": "jit"} | (BIGGER_MLP if i >= 2 else MLP),
+            "torch-inductor": {"task": "inductor"} | (BIGGER_MLP if i >= 2 else MLP),
+        },
+        "changes": [
+            {"id": "bigger-model", "night": 3, "job": "jax-jit", "program": "jit_train_step", "kind": "regression",
+             "what": "model 64x2 -> 96x3: more parameters, instructions, fusions, bytes in every XLA dump of the "
+                     "program (HLO before/after, buffer assignment and side files, memory report)",
+             "evidence": [("argument_size_in_bytes", "memory.parameter_bytes", BUFFERS),
+                          ("temp_size_in_bytes", "memory.temp_bytes", BUFFERS),
+                          ("hlo_instructions", "hlo.instructions", AFTER)],
+             "closed": None},
+            {"id": "bigger-model", "night": 3, "job": "torch-inductor", "program": "model__0_forward_1.0",
+             "kind": "regression", "what": "model 64x2 -> 96x3: more scheduler nodes, kernels and buffer bytes "
+                                           "in the forward graph's IR and output code",
+             "evidence": [("post_fusion_nodes", "inductor.nodes", "ir_post_fusion.txt")], "closed": None},
+            {"id": "bigger-model", "night": 3, "job": "torch-inductor", "program": "model__0_backward_3.1",
+             "kind": "regression", "what": "model 64x2 -> 96x3: the same in the backward graph",
+             "evidence": [("post_fusion_nodes", "inductor.nodes", "ir_post_fusion.txt")], "closed": None},
+        ],
+        "notes": ["a deliberate model change: a person would accept it (dumpscope accept); the bucket holds no "
+                  "accept, so each incident stays open to the last night"],
+    },
+    "truncated": {
+        "summary": "A jit train step, the same program every night; night 3's after-optimizations HLO is cut "
+                   "mid-line (then gzipped whole) and its buffer assignment's .gz is cut (a gzip stream "
+                   "without its end); the other files of night 3 are night 2's bytes; night 4 is whole again.",
+        "nights": 5,
+        "jobs": lambda i: {"jax-jit": {"task": "jit"} | MLP | (
+            {"damage": {"hlo_after_optimizations": {"how": "text_cut", "at": 0.55},
+                        "buffer_assignment": {"how": "gzip_cut", "at": 0.6}}} if i == 2 else {})},
+        "changes": [{
+            "id": "damaged-dumps", "night": 3, "job": "jax-jit", "program": "jit_train_step", "kind": "failure",
+            "what": "two damaged dumps (partial parses), not a change of the program: no metric regression; "
+                    "the figures the cut files still give are incomplete and must not count",
+            "evidence": [("damaged", "status partial/failed of the cut files (others ok)", f"{AFTER}, {BUFFERS}"),
+                         ("temp_size_in_bytes", "memory.temp_bytes: the compiler's figure did not move", BUFFERS)],
+            "closed": {"night": 4, "as": "fixed"},
+        }],
+    },
+    "failing_export": {
+        "summary": "The samples' torch MLP exported to ONNX; from night 3 on it centres with a median "
+                   "(aten.median.dim), which the exporter cannot translate: the export fails at "
+                   "'Translate the graph into ONNX' every night after.",
+        "nights": 5,
+        "jobs": lambda i: {"torch-onnx": {"task": "onnx"} | MLP | {"center": "median" if i >= 2 else None}},
+        "changes": [{
+            "id": "export-fails", "night": 3, "job": "torch-onnx", "program": "torch-onnx", "kind": "failure",
+            "what": "ONNX export fails at the translate step (report ..._conversion.md); the later steps are skipped",
+            "evidence": [("report_outcome", "onnx.step.translate 1 -> 0; onnx.graph_nodes absent",
+                          "onnx_export_*.md")],
+            "closed": None,
+        }],
+    },
+    "two_onnx_models": {
+        "summary": "One torch-onnx job exports two models each night, each into its own artifacts folder "
+                   "(mlp/, convnet/: two programs); night 4 makes only the conv net bigger (8 -> 12 "
+                   "channels, 2 -> 3 convolutions); the MLP's report stays byte-identical.",
+        "nights": 5,
+        "jobs": lambda i: {"torch-onnx": {"task": "onnx_pair", "seed": SEED, "mlp": MLP,
+                                          "convnet": BIGGER_CONVNET if i >= 3 else CONVNET}},
+        "changes": [{
+            "id": "bigger-convnet", "night": 4, "job": "torch-onnx", "program": "convnet", "kind": "change",
+            "what": "conv net 8 channels x 2 convs -> 12 x 3: parameters, FX nodes, ONNX graph nodes and "
+                    "initializers grow; the export still succeeds. No ONNX figure that moves has a worse "
+                    "direction in docs/trends.md, so this is a change, neither regression nor failure",
+            "evidence": [("model_parameters", "onnx.parameters", "convnet/onnx_export_*.md"),
+                         ("onnx_graph_nodes", "onnx.graph_nodes", "convnet/onnx_export_*.md")],
+            "closed": None,
+        }],
+    },
+}
+
+
+# ---------------------------------------------------------------- workers (compilers' processes)
+
+def _jit(cfg: dict, dump_dir: Path) -> dict:
+    """The samples' MLP train step under jax.jit; ``pairwise`` adds the memory blow-up."""
+    import jax
+    import jax.numpy as jnp
+    from samples import jax_jobs
+
+    loss, train_step, _ = jax_jobs._model()
+    if cfg.get("pairwise"):
+        def pairwise_loss(params, x, y):
+            l, logits = loss(params, x, y)
+            h = jnp.tanh(x @ params[0]["w"] + params[0]["b"])  # the first hidden layer (XLA shares it)
+            return l + 1e-3 * jnp.mean(jnp.tanh(h[:, :, None] * h[:, None, :])), logits
+
+        def train_step(params, x, y):
+            (l, _), grads = jax.value_and_grad(pairwise_loss, has_aux=True)(params, x, y)
+            return jax.tree.map(lambda p, g: p - jax_jobs.LR * g, params, grads), l
+
+    params = jax_jobs._init(cfg["width"], cfg["layers"], cfg["seed"])
+    x, y = jax_jobs._batch(cfg["batch"], cfg["seed"])
+    compiled = jax.jit(train_step, donate_argnums=(0,)).lower(params, x, y).compile()
+    return {"programs": [jax_jobs._module_figures(compiled, dump_dir)], "devices": jax.device_count()}
+
+
+def _pmap(cfg: dict, dump_dir: Path) -> dict:
+    """generate_samples' pmap train step; ``extra_psum`` adds an all-reduce XLA cannot combine."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+    from samples import jax_jobs
+
+    loss, _, _ = jax_jobs._model()
+    devices = jax_jobs.DEVICES
+    assert jax.device_count() == devices, jax.devices()
+
+    def train_step(params, x, y):
+        (l, _), grads = jax.value_and_grad(loss, has_aux=True)(params, x, y)
+        grads = lax.psum(grads, "devices")
+        new = jax.tree.map(lambda p, g: p - jax_jobs.LR / devices * g, params, grads)
+        if not cfg["extra_psum"]:
+            return new, lax.pmean(l, "devices")
+        act = lax.psum(jnp.sum(jnp.square(jnp.tanh(x @ new[0]["w"] + new[0]["b"]))), "devices")
+        return new, lax.pmean(l, "devices"), act
+
+    params = jax_jobs._init(cfg["width"], cfg["layers"], cfg["seed"])
+    stacked = [{k: np.broadcast_to(v, (devices, *v.shape)).copy() for k, v in p.items()} for p in params]
+    x, y = jax_jobs._batch(max(cfg["batch"] // devices, 1), cfg["seed"], lead=(devices,))
+    compiled = jax.pmap(train_step, axis_name="devices", donate_argnums=(0,)).lower(stacked, x, y).compile()
+    return {"programs": [jax_jobs._module_figures(compiled, dump_dir)], "devices": jax.device_count()}
+
+
+def _convnet(cfg: dict):
+    import torch
+    from torch import nn
+
+    class ConvNet(nn.Module):
+        def __init__(self, channels: int, convs: int):
+            super().__init__()
+            layers, c = [], 1
+            for _ in range(convs):
+                layers += [nn.Conv2d(c, channels, 3, padding=1), nn.ReLU()]
+                c = channels
+            self.features = nn.Sequential(*layers)
+            self.head = nn.Linear(channels, 10)
+
+        def forward(self, x):
+            return torch.log_softmax(self.head(self.features(x).mean(dim=(2, 3))), dim=-1)
+
+    torch.manual_seed(cfg["seed"])
+    net = ConvNet(cfg["convnet"]["channels"], cfg["convnet"]["convs"])
+    x = torch.randn(4, 1, 12, 12, generator=torch.Generator().manual_seed(cfg["seed"] + 1))
+    return net, x
+
+
+def _onnx(cfg: dict, dump_dir: Path, model_path: Path, net=None, x=None) -> dict:
+    """``torch_jobs.run_onnx``, on the samples' MLP or on ``net`` with input ``x``, plus its verification."""
+    from samples import torch_jobs
+
+    # run_onnx builds its model and input with torch_jobs._net/_inputs: lend it ours.
+    saved = torch_jobs._net, torch_jobs._inputs
+    if net is not None:
+        torch_jobs._net, torch_jobs._inputs = (lambda _cfg: net), (lambda _cfg: (x, None))
+    try:
+        result = torch_jobs.run_onnx(cfg, dump_dir, model_path)
+    finally:
+        torch_jobs._net, torch_jobs._inputs = saved
+    return result | {"verification": _verification(dump_dir / result["files"]["report"])}
+
+
+def _onnx_noise(cfg: dict, dump_dir: Path, model_path: Path) -> dict:
+    """The samples' MLP (same weights every night) verified on the night's own input."""
+    import torch
+    from samples import torch_jobs
+
+    x = torch.randn(cfg["batch"], torch_jobs.D_IN, generator=torch.Generator().manual_seed(cfg["input_seed"]))
+    return _onnx(cfg, dump_dir, model_path, torch_jobs._net(cfg).eval(), x * cfg["input_scale"])
+
+
+def _onnx_pair(cfg: dict, dump_dir: Path, figures: Path) -> dict:
+    """Two exports in one job, each with its own artifacts folder (= its program name)."""
+    models = []
+    for name in ("mlp", "convnet"):
+        (dump_dir / name).mkdir()
+        model_path = figures.with_suffix(f".{name}.onnx")
+        if name == "mlp":
+            result = _onnx(cfg | cfg["mlp"], dump_dir / name, model_path)
+        else:
+            result = _onnx(cfg, dump_dir / name, model_path, *_convnet(cfg))
+        result["files"] = {role: f"{name}/{rel}" for role, rel in result["files"].items()}
+        models.append({"name": name} | result)
+    return {"models": models}
+
+
+_VERIFIED = re.compile(r"^`(?P<output>[^`]+)`: `max_abs_diff=(?P<abs>[^`]+)`, `max_rel_diff=(?P<rel>[^`]+)`")
+
+
+def _verification(report: Path) -> dict:
+    """The exporter's own verification figures, as its report prints them (per output)."""
+    out = {}
+    for line in report.read_text().splitlines():
+        if m := _VERIFIED.match(line):
+            out[m["output"]] = {"max_abs_diff": float(m["abs"]), "max_rel_diff": float(m["rel"])}
+    return out
+
+
+def worker(job: str, cfg: dict, dump_dir: Path, figures: Path) -> None:
+    task = cfg["task"]
+    if task == "jit":
+        result = _jit(cfg, dump_dir)
+    elif task == "pmap":
+        result = _pmap(cfg, dump_dir)
+    elif task == "inductor":
+        from samples import torch_jobs
+
+        result = torch_jobs.run_inductor(cfg, dump_dir)
+    elif task == "onnx":
+        result = _onnx(cfg, dump_dir, figures.with_suffix(".onnx"))
+    elif task == "onnx_noise":
+        result = _onnx_noise(cfg, dump_dir, figures.with_suffix(".onnx"))
+    else:
+        result = _onnx_pair(cfg, dump_dir, figures)
+    figures.write_text(json.dumps(result, indent=1, sort_keys=True))
+
+
+# ---------------------------------------------------------------- nights, damage, manifest
+
+def nights(name: str) -> list[dict]:
+    spec = SCENARIOS[name]
+    out = []
+    for i in range(spec["nights"]):
+        start = FIRST_NIGHT + timedelta(days=i)
+        run_id = start.date().isoformat()
+        out.append({
+            "run_id": run_id,
+            "started_at": start.isoformat(),
+            # A fake short sha, distinct per scenario and night, the same at every regeneration.
+            "commit": hashlib.sha1(f"{name}/{run_id}".encode()).hexdigest()[:7],
+            "tags": ["nightly", "cpu", f"incident-bucket:{name}", f"night-{i + 1}"],
+            "jobs": spec["jobs"](i),
+        })
+    return out
+
+
+def job_config(scenario: str, night_index: int, night: dict, job: str) -> dict:
+    """What the worker needs (``task`` says what it compiles), with the fixed stamp for names it writes."""
+    offset = {"jax-jit": 5, "jax-pmap": 20, "torch-inductor": 35, "torch-onnx": 95}[job]
+    stamp = datetime.fromisoformat(night["started_at"]) + timedelta(seconds=offset, microseconds=123456)
+    return {"scenario": scenario, "seed": SEED} | night["jobs"][job] | {
+        "stamp": stamp.replace(tzinfo=None).isoformat(),
+        "pid": 42000 + night_index * 7,
+    }
+
+
+def _mid_line(text: bytes, frac: float) -> int:
+    """A cut point in the middle of the line that holds ``frac`` of the text (never at a newline)."""
+    pos = int(len(text) * frac)
+    start = text.rfind(b"\n", 0, pos) + 1
+    end = text.find(b"\n", pos)
+    return (start + end) // 2
+
+
+def damage(job_out: Path, dump_dir: Path, files: dict[str, str], plan: dict) -> dict:
+    """Cut the planned dumps in ``job_out`` (``dump_dir`` holds the compiler's whole text); what was done."""
+    done = {}
+    for role, how in sorted(plan.items()):
+        rel = files[role]  # the gzipped name
+        src = dump_dir / rel.removesuffix(".gz")
+        text = src.read_bytes()
+        if how["how"] == "text_cut":  # the compiler's text cut mid-line, then gzipped whole
+            cut = _mid_line(text, how["at"])
+            tmp = dump_dir.parent / "damaged" / src.name
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(text[:cut])
+            gzip_to(tmp, job_out / rel)
+            done[role] = {"file": rel, "how": how["how"], "text_bytes": len(text), "kept_text_bytes": cut}
+        else:  # "gzip_cut": the whole text gzipped, then the compressed bytes cut
+            gz = (job_out / rel).read_bytes()
+            cut = int(len(gz) * how["at"])
+            (job_out / rel).write_bytes(gz[:cut])
+            done[role] = {"file": rel, "how": how["how"], "text_bytes": len(text), "gz_bytes": len(gz),
+                          "kept_gz_bytes": cut}
+    return done
+
+
+def _keep(rel: Path) -> bool:
+    return bool(_KEEP.match(rel.name)) and "tlparse" not in rel.parts
+
+
+def programs_of(job: str, doc: dict) -> dict[str, dict]:
+    """The programs of one job's figures, by the name Dumpscope's parser gives them, with key figures."""
+    out = {}
+    if job.startswith("jax-"):
+        for p in doc["programs"]:
+            mem, hlo = p["memory_analysis"], p["hlo"]
+            out[p["module"]] = {
+                "files": sorted(p["files"].values()),
+                "temp_size_in_bytes": mem["temp_size_in_bytes"],
+                "argument_size_in_bytes": mem["argument_size_in_bytes"],
+                "output_size_in_bytes": mem["output_size_in_bytes"],
+                "alias_size_in_bytes": mem["alias_size_in_bytes"],
+                "hlo_instructions": hlo["instructions"],
+                "fusions": hlo["fusions"],
+                "all_reduce": hlo["collectives"]["all-reduce"],
+            }
+    elif job == "torch-inductor":
+        for g in doc["graphs"]:
+            out[g["graph"]] = {
+                "files": sorted(g["files"].values()),
+                "phase": g["phase"],
+                "post_fusion_nodes": g["scheduler_post_fusion"]["nodes"],
+                "fused_groups": g["scheduler_post_fusion"]["fused_groups"],
+                "defined_kernels": len(g["defined_kernels"]),
+            }
+    else:
+        for m in doc.get("models") or [doc]:
+            report = m["files"]["report"]
+            program = str(PurePosixPath(report).parent) if "/" in report else job
+            out[program] = {
+                "files": [report],
+                "outcome": m["outcome"],
+                "report_outcome": m["report_outcome"],
+                "model_parameters": m["model_parameters"],
+                "onnx_graph_nodes": m.get("onnx", {}).get("graph_nodes"),
+                "max_abs_diff": max((v["max_abs_diff"] for v in m["verification"].values()), default=None),
+            }
+    return out
+
+
+def run_scenario(name: str, scratch: Path, out: Path) -> dict:
+    """Every night of one scenario into ``out/<name>``; its manifest entry."""
+    bucket = out / name
+    shutil.rmtree(bucket, ignore_errors=True)
+    entry_nights = []
+    for i, night in enumerate(nights(name)):
+        entry_jobs = {}
+        for job in night["jobs"]:
+            cfg = job_config(name, i, night, job)
+            run_job(night, job, scratch / name, bucket, cfg=cfg, script=Path(__file__).resolve(), keep=_keep,
+                    made_by="data/generate_incident_buckets.py")
+            job_out = bucket / night["run_id"] / job
+            figures = job_out / "compiler_figures.json"
+            doc = json.loads(figures.read_text())
+            if "damage" in cfg:
+                dump_dir = scratch / name / night["run_id"] / job
+                doc["damaged"] = damage(job_out, dump_dir, doc["programs"][0]["files"], cfg["damage"])
+                figures.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+            entry_jobs[job] = {"config": {k: v for k, v in cfg.items() if k not in ("stamp", "pid", "scenario")},
+                               "programs": programs_of(job, doc)}
+            if "damaged" in doc:
+                entry_jobs[job]["damaged"] = doc["damaged"]
+        write_run(night, bucket)
+        entry_nights.append({k: night[k] for k in ("run_id", "started_at", "commit", "tags")} | {"jobs": entry_jobs})
+    return _manifest_entry(name, entry_nights)
+
+
+def _manifest_entry(name: str, entry_nights: list[dict]) -> dict:
+    spec = SCENARIOS[name]
+    run_ids = [n["run_id"] for n in entry_nights]
+    changes, incidents = [], []
+    for ch in spec["changes"]:
+        opened = run_ids[ch["night"] - 1]
+        closed = ch["closed"]
+        lifecycle = {}
+        for k, run_id in enumerate(run_ids[ch["night"] - 1:], start=ch["night"]):
+            if k == ch["night"]:
+                lifecycle[run_id] = "opened"
+            elif closed and k == closed["night"]:
+                lifecycle[run_id] = closed["as"]
+                break
+            else:
+                lifecycle[run_id] = "open"
+        before, after = run_ids[ch["night"] - 2], opened
+        figures = {run_id: entry_nights[run_ids.index(run_id)]["jobs"][ch["job"]]["programs"][ch["program"]]
+                   for run_id in (before, after)}
+        evidence = [{"compiler_figure": fig, "parsed_as": metric, "dump": dump,
+                     "per_run": {n["run_id"]: _figure(n, ch, fig) for n in entry_nights}}
+                    for fig, metric, dump in ch["evidence"]]
+        changes.append({"id": ch["id"], "run": opened, "job": ch["job"], "program": ch["program"],
+                        "kind": ch["kind"], "what": ch["what"], "evidence": evidence,
+                        "compiler_figures_before_after": figures})
+        incidents.append({"change": ch["id"], "job": ch["job"], "program": ch["program"], "kind": ch["kind"],
+                          "opened": opened, "closed": (run_ids[closed["night"] - 1] if closed else None),
+                          "closed_as": closed["as"] if closed else None, "lifecycle": lifecycle,
+                          "state_at_last_run": lifecycle[run_ids[-1]] if run_ids[-1] in lifecycle else closed["as"]})
+    return {
+        "summary": spec["summary"],
+        "notes": spec.get("notes", []),
+        "nights": entry_nights,
+        "changes": changes,
+        "expected_incidents": incidents,
+    }
+
+
+def _figure(night: dict, change: dict, key: str):
+    """One key figure of the changed program in one night (``damaged``: the files cut that night)."""
+    job = night["jobs"][change["job"]]
+    if key == "damaged":
+        return sorted(d["file"] for d in job.get("damaged", {}).values())
+    return job["programs"][change["program"]][key]
+
+
+def write_manifest(out: Path, entries: dict[str, dict]) -> None:
+    path = out / "MANIFEST.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    scenarios = (old.get("scenarios") or {}) | entries
+    doc = {
+        "made_by": "data/generate_incident_buckets.py",
+        "command": COMMAND,
+        "versions": versions(),
+        "layout": "<scenario>/<run_id>/run.json and <scenario>/<run_id>/<job>/<dump>.gz (+ compiler_figures.json "
+                  "per job: the compilers' own figures); the sample bucket's layout (data/README.md)",
+        "conventions": {
+            "program": "the program name transforms.parse.parse_dump gives the dumps (XLA module, Inductor graph "
+                       "folder, ONNX report's folder); a job folder holding the report directly names it",
+            "kind": "regression (a figure got worse), improvement, failure (dumps damaged or a compile/export "
+                    "failed), change (figures stepped with no worse direction)",
+            "lifecycle": "state of the incident at each run from the one that opened it: opened, open (still "
+                         "unresolved), fixed (figures back to the baseline / dumps whole again), accepted",
+            "evidence": "per change: the compiler figure that shows it, the Dumpscope metric that reads the same "
+                        "figure in the named dump (tests/test_incident_buckets.py checks they agree), per run",
+            "compiler_figures_before_after": "key figures from compiler_figures.json at the night before the "
+                                             "change and at the change (XLA memory_analysis and HloModule, "
+                                             "Inductor scheduler nodes, the ONNX exporter's outcome, onnx.load, "
+                                             "and its report's verification)",
+        },
+        "scenarios": dict(sorted(scenarios.items())),
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=HERE.parent / "tests" / "incident_buckets")
+    ap.add_argument("--scratch", type=Path, default=Path("/tmp/dumpscope-incidents"))
+    ap.add_argument("--scenarios", nargs="*", choices=sorted(SCENARIOS), help="scenarios to make (default: all)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--config", help=argparse.SUPPRESS)
+    ap.add_argument("--dump-dir", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--figures", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args.worker, json.loads(args.config), args.dump_dir, args.figures)
+
+    t0 = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    entries = {}
+    for name in args.scenarios or SCENARIOS:
+        t1 = time.perf_counter()
+        print(f"== {name}", flush=True)
+        entries[name] = run_scenario(name, args.scratch, args.out)
+        print(f"{name}: {time.perf_counter() - t1:.0f} s", flush=True)
+    write_manifest(args.out, entries)
+    print(f"done in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
