@@ -185,14 +185,15 @@ def program_health(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFram
     rank = pl.col("status").replace_strict({"ok": 0, "partial": 1, "failed": 2}, default=2, return_dtype=pl.Int64)
     present = (known.with_columns(rank.alias("_rank")).sort("_rank", descending=True)
                .group_by("series", "run_id").first()
-               .select("series", "job", pl.col("series_program").alias("program"), "run_id", "status",
+               .select("series", "job", pl.col("series_program").alias("program"), "kind", "stage", "run_id", "status",
                        pl.when(pl.col("status") != "ok").then(pl.concat_str("path", pl.lit(": "), pl.col("error").fill_null("")))
                        .alias("detail")))
     seq = order.select("run_id", "run_seq")
     job_runs = dumps.select("job", "run_id").unique().join(seq, on="run_id")
-    first = (present.join(seq, on="run_id").group_by("series", "job", "program")
+    first = (present.join(seq, on="run_id").group_by("series", "job", "program", "kind", "stage")
              .agg(pl.col("run_seq").min().alias("_first")))
-    later = first.join(job_runs, on="job").filter(pl.col("run_seq") > pl.col("_first")).select("series", "job", "program", "run_id")
+    later = first.join(job_runs, on="job").filter(pl.col("run_seq") > pl.col("_first")).select(
+        "series", "job", "program", "kind", "stage", "run_id")
     absent = later.join(present, on=["series", "run_id"], how="anti").with_columns(
         pl.lit("absent").alias("status"), pl.lit(None, pl.String).alias("detail"))
     return pl.concat([present, absent.select(present.columns)]).sort("series", "run_id")

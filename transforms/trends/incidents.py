@@ -261,8 +261,8 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     """(incidents, incident_steps) without causes (``with_causes`` adds them).
 
     ``observations``: series, job, program, kind, stage, metric, run_id, value — figures
-    of dumps that parsed ok only. ``health``: series, job, program, run_id, status
-    (ok, partial, failed, absent), detail. ``order``: run_id, run_seq, started_at, commit.
+    of dumps that parsed ok only. ``health``: series, job, program, (kind, stage,) run_id,
+    status (ok, partial, failed, absent), detail. ``order``: run_id, run_seq, started_at, commit.
     ``accepts``: dicts with run_id and incident_id or series_pattern (plus accepted_by, note).
     """
     run_ids = order.sort("run_seq").get_column("run_id").to_list()
@@ -288,7 +288,11 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
            .filter(~pl.col("_same") | pl.col("_moved") | pl.col("run_seq").is_in(accept_seqs))
            .sort(by_group)
            .with_columns(pl.col("series", "metric", "job", "program", "kind", "stage").cast(pl.String)))
-    meta = {r["series"]: r for r in obs.select("series", "job", "program", "kind", "stage").unique("series").iter_rows(named=True)}
+    # Every series' names, from the health rows (series whose figures never move included).
+    meta = {r["series"]: r for r in health.select("series", "job", "program", "kind", "stage").unique("series")
+            .iter_rows(named=True)} if "kind" in health.columns else {}
+    meta |= {r["series"]: r for r in obs.select("series", "job", "program", "kind", "stage").unique("series")
+             .iter_rows(named=True)}
     steps: list[tuple[str, str, _Step]] = []
     cols = [obs.get_column(c).to_list() for c in ("series", "metric", "run_seq", "value", "prev_seq")]
     start = 0
