@@ -29,7 +29,7 @@ from transforms.trends.series import assign_series, compile_overrides
 DEFAULT_SETTINGS = Path("dumpscope.toml")
 # Bump when the aggregation's output changes for the same input: warehouses
 # aggregated by an older version are re-aggregated by the next night, new dumps or not.
-AGGREGATE_VERSION = 1
+AGGREGATE_VERSION = 2  # 2: incidents; figures of partial and failed dumps left out of trends
 
 
 def load_settings(path: Path | None) -> Settings:
@@ -120,7 +120,10 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) 
         lap("read")
         return result
     series = assign_series(dumps, _run_overrides(runs), compile_overrides(settings.series_patterns))
-    observations = _observations(con, series)
+    # Figures of partial or failed dumps are left out of trends: a cut file is not a
+    # compiler change (the incidents report it as a failure about the dump).
+    usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+    observations = _observations(con, usable)
     lap("read")
 
     by_series = accepts.filter(pl.col("series").is_not_null()).select("series", "run_id", "metric")
