@@ -293,6 +293,7 @@ def _verdict(d: SiteData, run: str | None, here: str) -> dict:
             **r, "link": incident_link(r["incident_id"], here),
             "diff": url_path(*([".."] if here else []), "diff.md", fragment=program_anchor(r["job"], r["program"])),
             "cause_lines": (r["cause"] or "").splitlines()[:3],
+            "series_link": series_link(r["series"][0], here) if r["series"] else None,
             "range": f"{r['last_good_commit'] or '?'} → {r['first_bad_commit'] or '?'}",
         })
     # Markup: the line holds only numbers and fixed words (its ** is Markdown to keep).
