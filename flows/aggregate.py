@@ -226,13 +226,15 @@ def _causes(con: duckdb.DuckDBPyConnection, incidents: pl.DataFrame, steps: pl.D
     wanted = steps.select("incident_id", "series", pl.col("opened_run").alias("run_id")).unique()
     con.register("_wanted", wanted.to_arrow())
     try:
-        diffs = frame_of(con, """SELECT w.incident_id, d.category, d.description, d.bytes_before, d.bytes_after
-                                 FROM diffs d JOIN _wanted w USING (run_id, series)""")
+        diffs = frame_of(con, """SELECT w.incident_id, d.category, d.description, d.bytes_before, d.bytes_after,
+                                        d.value_after FROM diffs d JOIN _wanted w USING (run_id, series)""")
     finally:
         con.unregister("_wanted")
     order = pl.col("category").replace_strict(_CAUSE_ORDER, default=5, return_dtype=pl.Int64)
     size = (pl.col("bytes_after").fill_null(0) - pl.col("bytes_before").fill_null(0)).abs()
-    lines = (diffs.unique(["incident_id", "description"]).sort(order, size, "description", descending=[False, True, False])
+    failed_first = pl.col("value_after").fill_null(0.5)  # an ONNX step now ❌ (0) before one now skipped (null)
+    lines = (diffs.unique(["incident_id", "description"])
+             .sort(order, failed_first, size, "description", descending=[False, False, True, False])
              .group_by("incident_id", maintain_order=True).agg(pl.col("description").head(CAUSE_LINES),
                                                                   pl.len().alias("_n")))
     failures = (steps.filter(pl.col("detail").is_not_null()).group_by("incident_id", maintain_order=True)

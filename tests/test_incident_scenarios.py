@@ -111,3 +111,8 @@ def test_two_onnx_models_in_one_job_stay_two_programs(warehouses):
     assert changes == [("convnet", "2026-12-04")]
     same = CliRunner().invoke(app, ["diff", "2026-12-05", "2026-12-05", "--json", "--warehouse", str(w)])
     assert same.exit_code == 0 and same.output == ""  # a run against itself: no difference
+
+
+def test_a_failing_export_names_the_step_that_failed_first(warehouses):
+    [(cause,)] = _rows(warehouses["failing_export"], "SELECT cause FROM incidents")
+    assert cause.splitlines()[0] == "ONNX step translate ✅→❌"
