@@ -50,12 +50,16 @@ def parse(
     table: Annotated[Optional[str], typer.Option("--table", help="Also print this records table.")] = None,
     limit: Annotated[int, typer.Option(help="Rows of --table to print (0: all).")] = 20,
     summary: Annotated[bool, typer.Option("--summary", help="One line per file: kind, stage, program, status.")] = False,
+    max_line_bytes: Annotated[int, typer.Option(help="Longest line a dump may have (bytes).")] = 64 << 20,
+    max_dump_bytes: Annotated[int, typer.Option(help="Most text one dump may hold once decompressed (bytes).")] = 4 << 30,
+    parse_seconds: Annotated[float, typer.Option(help="Longest one parse may take (seconds).")] = 600.0,
 ) -> None:
     """Parse dumps: kind, stage, program, status, errors and metrics of each."""
-    from flows.parse_files import print_parsed
+    from flows.parse_files import ParseLimits, print_parsed
 
+    limits = ParseLimits(max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, max_seconds=parse_seconds)
     try:
-        failed = print_parsed(files, as_json=as_json, table=table, limit=limit, summary=summary)
+        failed = print_parsed(files, as_json=as_json, table=table, limit=limit, summary=summary, limits=limits)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--table") from None
     if failed:
@@ -280,14 +284,16 @@ def diff(
 def site(
     warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
     out: Annotated[Path, typer.Option(help="Directory the static site is built into (replaced atomically).")] = Path("site"),
+    settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
 ) -> None:
     """Build the report site (mkdocs-material, Altair charts, works offline) from the warehouse."""
     from flows.site import build_site
 
+    conf = _check_settings(settings)
     if not warehouse.exists():
         typer.echo(f"error: no warehouse at {warehouse} (run `dumpscope run` first)", err=True)
         raise typer.Exit(1)
-    result = build_site(warehouse, out)
+    result = build_site(warehouse, out, conf)
     typer.echo(f"site: {result.out} ({result.pages} pages, {result.charts} charts; "
                + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()) + ")")
 

@@ -282,11 +282,11 @@ def still_new(con, staged: list[Outcome]) -> list[Outcome]:
 
 
 @task
-def render_site(warehouse: Path, site_dir: Path) -> str:
+def render_site(warehouse: Path, site_dir: Path, settings_path: Path | None = None) -> str:
     """The report site, rebuilt from the warehouse (replaced atomically)."""
     from flows.site import build_site
 
-    result = build_site(warehouse, site_dir)
+    result = build_site(warehouse, site_dir, load_settings(settings_path))
     return f"site {result.out}: {result.pages} pages, {result.charts} charts"
 
 
@@ -386,7 +386,7 @@ def nightly(
     summary.seconds["report"] = time.perf_counter() - t3
     if site_dir is not None and Path(warehouse).exists():
         t4 = time.perf_counter()
-        print(render_site(warehouse, Path(site_dir)))
+        print(render_site(warehouse, Path(site_dir), settings_path))
         summary.seconds["site"] = time.perf_counter() - t4
     summary.seconds["total"] = time.perf_counter() - t0
     create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")

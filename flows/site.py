@@ -47,7 +47,7 @@ class SiteResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def read_site_data(warehouse: Path) -> pages.SiteData:
+def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
     con = connect_readonly(warehouse)
     try:
         q = lambda sql, params=None: frame_of(con, sql, params)  # noqa: E731
@@ -83,6 +83,7 @@ def read_site_data(warehouse: Path) -> pages.SiteData:
             incident_steps=q("SELECT * FROM incident_steps"),
             # The one definition of new / open / fixed at a run (flows.verdict, the summary, the CLI).
             incidents_at={r: q("SELECT * FROM incidents_at(?)", [r]) for r in runs.get_column("run_id")},
+            commit_url=getattr(settings, "commit_url", None), compare_url=getattr(settings, "compare_url", None),
         )
     finally:
         con.close()
@@ -125,12 +126,13 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def build_site(warehouse: Path, out: Path) -> SiteResult:
-    """Render and build the whole site into ``out``."""
+def build_site(warehouse: Path, out: Path, settings=None) -> SiteResult:
+    """Render and build the whole site into ``out`` (``settings``: commit and compare URL
+    templates, ``transforms.trends.rules.Settings``)."""
     t0 = time.perf_counter()
     out = Path(out).resolve()
     result = SiteResult(out=out)
-    data = read_site_data(warehouse)
+    data = read_site_data(warehouse, settings)
     result.seconds["read"] = time.perf_counter() - t0
 
     src = out.with_name(out.name + ".src")

@@ -55,3 +55,13 @@ def test_parse_does_not_import_prefect():
     code = "import sys; from flows.cli import app; from transforms.parse import parse_dump; print('prefect' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "False"
+
+
+def test_parse_takes_the_limits(tmp_path):
+    dump = tmp_path / "module_0001.long.after_optimizations.txt"
+    dump.write_text("HloModule long\n\nENTRY main {\n  ROOT p = f32[8] parameter(0), metadata={op_name=\"" + "x" * 4096 + "\"}\n}\n")
+    assert run("parse", "--json", str(dump)).returncode == 0
+    capped = run("parse", "--json", "--max-line-bytes", "1024", str(dump))
+    got = json.loads(capped.stdout)
+    assert capped.returncode == 1 and got["status"] == "failed"
+    assert "line 4 is longer than max_line_bytes" in got["errors"][0] and "--max-line-bytes" in got["errors"][0]

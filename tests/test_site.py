@@ -130,3 +130,21 @@ def test_one_count_is_the_same_number_everywhere(site, sample_warehouse):
     assert len(list((site.out / "incidents").glob("i-*.html"))) == 11 == listed.count(" open ") + listed.count(" fixed (")
     # The night before: five new, one improvement.
     assert "This run: 5 new, 5 still open, 0 fixed, 1 improvement." in _text(site.out / "runs" / "2026-11-19.html")
+
+
+def test_commits_link_to_their_pages_when_the_settings_say_where(sample_warehouse, tmp_path):
+    from flows.report import night_report
+    from flows.site import build_site
+    from transforms.trends.rules import parse_settings
+
+    settings = parse_settings('commit_url = "https://git.example/c/{commit}"\n'
+                              'compare_url = "https://git.example/compare/{base}...{head}"\n')
+    result = build_site(sample_warehouse, tmp_path / "site", settings)
+    pmap = next(p for p in (result.out / "incidents").glob("i-f515e5b1-*.html"))
+    html = pmap.read_text()
+    assert 'href="https://git.example/c/9b03c5e"' in html and 'href="https://git.example/c/c71f0d2"' in html
+    assert 'href="https://git.example/compare/9b03c5e...c71f0d2"' in html
+    run_page = (result.out / "runs" / "2026-11-19.html").read_text()
+    assert 'href="https://git.example/compare/9b03c5e...c71f0d2"' in run_page  # the new incidents' ranges
+    text, _ = night_report(sample_warehouse, "2026-11-19", settings)
+    assert "([compare](https://git.example/compare/9b03c5e...c71f0d2))" in text

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from transforms.escape import Markup, md_text, slug, url_path
+from urllib.parse import quote
+
+from transforms.escape import Markup, code, md_text, slug, url_path
 from transforms.trends.night_report import counts, counts_line
 from transforms.site import charts
 from transforms.units import human_bytes, human_delta, human_ratio, human_value
@@ -49,6 +51,8 @@ class SiteData:
     incidents: pl.DataFrame | None = None  # every incident
     incident_steps: pl.DataFrame | None = None
     incidents_at: dict[str, pl.DataFrame] | None = None  # run_id -> incidents_at(run): status there
+    commit_url: str | None = None  # settings: "{commit}" -> a commit's page
+    compare_url: str | None = None  # settings: "{base}", "{head}" -> a compare page
 
     @property
     def latest(self) -> str | None:
@@ -272,6 +276,21 @@ def onnx_page(d: SiteData, last_runs: int = 14) -> dict:
 
 # ------------------------------------------------------------------ runs, series, diff
 
+def commit_range(d: SiteData, good: str | None, bad: str | None) -> Markup:
+    """``a1b2c3 → d4e5f6``, commits as links and a compare link when the settings give templates."""
+    def one(commit: str | None) -> Markup:
+        if not commit:
+            return md_text("?")
+        if not d.commit_url:
+            return code(commit)
+        return Markup("[{}]({})").format(code(commit), d.commit_url.format(commit=quote(commit, safe="")))
+
+    text = one(good) + Markup(" → ") + one(bad)
+    if d.compare_url and good and bad:
+        text += Markup(" ([compare]({}))").format(d.compare_url.format(base=quote(good, safe=""), head=quote(bad, safe="")))
+    return text
+
+
 def incident_file(incident_id: str) -> str:
     return f"incidents/{slug(incident_id)}.md"
 
@@ -294,7 +313,7 @@ def _verdict(d: SiteData, run: str | None, here: str) -> dict:
             "diff": url_path(*([".."] if here else []), "diff.md", fragment=program_anchor(r["job"], r["program"])),
             "cause_lines": (r["cause"] or "").splitlines()[:3],
             "series_link": series_link(r["series"][0], here) if r["series"] else None,
-            "range": f"{r['last_good_commit'] or '?'} → {r['first_bad_commit'] or '?'}",
+            "range": commit_range(d, r["last_good_commit"], r["first_bad_commit"]),
         })
     # Markup: the line holds only numbers and fixed words (its ** is Markdown to keep).
     return {"counts": Markup(counts_line(counts(at))), "incident_groups": groups}
@@ -315,6 +334,7 @@ def incident_pages(d: SiteData):
             "closed": s["closed_run"] or "", "detail": s["detail"] or ""} for s in rows.iter_rows(named=True)]
         yield r["incident_id"], {
             "i": r, "steps": table, "cause_lines": (r["cause"] or "").splitlines(),
+            "range": commit_range(d, r["last_good_commit"], r["first_bad_commit"]),
             "opened_link": run_link(r["opened_run"], "incidents"),
             "good_link": run_link(r["last_good_run"], "incidents") if r["last_good_run"] else None,
             "closed_link": run_link(r["closed_run"], "incidents") if r["closed_run"] else None,
