@@ -38,6 +38,7 @@ FORBIDDEN = {
     "transforms.trends": ("transforms.parsers", "transforms.site", "transforms.parse", "transforms.reading"),
     "transforms.site": ("transforms.parsers", "transforms.parse", "transforms.reading"),
     "transforms.records": ("transforms",),
+    "transforms.escape": ("transforms",),
 }
 
 
