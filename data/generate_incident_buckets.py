@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 from generate_samples import gzip_to, run_job, versions, write_run  # noqa: E402
 
 SEED = 20261201
-FIRST_NIGHT = datetime.fromisoformat("2026-12-01T02:00:00+00:00")
+FIRST_NIGHT = datetime.fromisoformat("2026-10-01T02:00:00+00:00")
 COMMAND = ".venv-samples/bin/python data/generate_incident_buckets.py --out tests/incident_buckets"
 
 # The only files kept: what Dumpscope parses (everything else in a dump folder parses as unknown).
