@@ -43,20 +43,20 @@ def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_
         raise AcceptRefused("the warehouse has no runs yet")
     if run_id is not None and run_id not in runs:
         raise AcceptRefused(f"no run {run_id!r} in the warehouse; latest runs: {', '.join(runs[:5])}")
-    if INCIDENT_ID.fullmatch(target):
-        run_id, before = _check_incident(con, target, run_id or runs[0]), set()
-        row = [None, run_id, metric, note, getpass.getuser(), _now(), target]
+    run_id = run_id or runs[0]
+    by_id = INCIDENT_ID.fullmatch(target) is not None
+    if by_id:
+        _check_incident(con, target)
     else:
-        run_id = run_id or runs[0]
         _check_series(con, target, run_id)
-        before = _open_ids(con, run_id)
-        row = [target, run_id, metric, note, getpass.getuser(), _now(), None]
+    before = _open_ids(con, run_id)
+    row = [None if by_id else target, run_id, metric, note, getpass.getuser(), _now(), target if by_id else None]
     con.execute("INSERT INTO accepts (series, run_id, metric, note, accepted_by, accepted_at, incident_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", row)
     aggregate(con, settings)
-    closed = [target] if INCIDENT_ID.fullmatch(target) else sorted(before - _open_ids(con, run_id))
+    closed = sorted(before - _open_ids(con, run_id))
     flagged = [s for (s,) in con.execute("SELECT series FROM regressions WHERE run_id = ?", [run_id]).fetchall()]
-    left = len(flagged) if INCIDENT_ID.fullmatch(target) else sum(fnmatch.fnmatchcase(s, target) for s in flagged)
+    left = len(flagged) if by_id else sum(fnmatch.fnmatchcase(s, target) for s in flagged)
     return Accepted(target, run_id, closed, left)
 
 
@@ -74,13 +74,12 @@ def _open_ids(con, run_id: str) -> set[str]:
              AND (c.run_id IS NULL OR (c.started_at, c.run_id) > (r.started_at, r.run_id))""", [run_id]).fetchall()}
 
 
-def _check_incident(con, incident: str, run_id: str) -> str:
+def _check_incident(con, incident: str) -> None:
     row = con.execute("SELECT closed_run, closed_how FROM incidents WHERE incident_id = ?", [incident]).fetchall()
     if not row:
         raise AcceptRefused(f"no incident {incident!r}; list them with `dumpscope incidents --status all`")
     if row[0][0] is not None:
         raise AcceptRefused(f"incident {incident} is already closed ({row[0][1]} in run {row[0][0]})")
-    return run_id
 
 
 def _check_series(con, pattern: str, run_id: str) -> None:

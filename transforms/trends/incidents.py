@@ -258,7 +258,7 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
 
 def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFrame, accepts: list[dict],
             settings: Settings, floors: Floors = Floors()) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(incidents, incident_steps) without causes (``with_causes`` adds them).
+    """(incidents, incident_steps) without causes (``flows.aggregate`` adds them from ``diffs``).
 
     ``observations``: series, job, program, kind, stage, metric, run_id, value — figures
     of dumps that parsed ok only. ``health``: series, job, program, (kind, stage,) run_id,
