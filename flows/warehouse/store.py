@@ -1,10 +1,11 @@
 """The DuckDB warehouse: one writer at a time, atomic publish, idempotent loads.
 
 - ``Warehouse(path)`` is the single writer: an exclusive ``flock`` on ``<path>.lock``
-  (``wait=False`` raises ``WarehouseBusy`` naming the holder's pid), work on a copy
-  ``<path>.next``, and on success CHECKPOINT + ``os.replace`` onto ``path``. On an
-  exception (or a kill) the published file is untouched; a stale ``.next`` is
-  discarded by the next writer.
+  (``wait=False`` raises ``WarehouseBusy`` naming the holder's pid). It works on a
+  standby copy that it brings level by replaying the last night's journal
+  (``flows.warehouse.journal``), and on success CHECKPOINTs it and swaps it in with
+  ``os.replace``: the bytes a publish writes follow the night, not the history. On an
+  exception (or a kill) the published file is untouched.
 - ``connect_readonly(path)`` for readers: they see the last published file and never
   block the writer (the swap replaces the directory entry; open readers keep theirs).
 - Files are written with storage compatibility v1.5.0, so the DuckDB 1.5 shell
@@ -28,6 +29,8 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from flows.resources import MemoryBudget
+from flows.warehouse import journal
 from flows.warehouse import schema as ws
 from transforms.parsers.formats import all_table_docs, all_tables
 
@@ -86,12 +89,14 @@ LOCKED_DOWN = {"enable_external_access": False, "autoinstall_known_extensions": 
                "autoload_known_extensions": False, "lock_configuration": True}
 
 
-def connect_readonly(path: Path | str, *, locked: bool = False) -> duckdb.DuckDBPyConnection:
-    """A reader of the published file; ``locked``: also reach nothing but it (``LOCKED_DOWN``)."""
+def connect_readonly(path: Path | str, *, locked: bool = False, budget: MemoryBudget | None = None) -> duckdb.DuckDBPyConnection:
+    """A reader of the published file; ``locked``: also reach nothing but it (``LOCKED_DOWN``);
+    ``budget``: DuckDB's share of the memory limit."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no warehouse at {path} (run `dumpscope run` first)")
-    return duckdb.connect(str(path), read_only=True, config=LOCKED_DOWN if locked else {})
+    config = (budget.duckdb_config() if budget else {}) | (LOCKED_DOWN if locked else {})
+    return duckdb.connect(str(path), read_only=True, config=config)
 
 
 def storage_version_number(path: Path | str) -> int:
@@ -104,47 +109,132 @@ def storage_version_number(path: Path | str) -> int:
 
 
 class Warehouse:
-    """``with Warehouse(path) as con:`` — the one writer; publishes on success."""
+    """``with Warehouse(path) as con:`` — the one writer; publishes on success.
 
-    def __init__(self, path: Path | str, *, wait: bool = True):
+    Files beside ``path`` (``warehouse.duckdb``):
+
+    - ``.standby``: the generation before the published one, which the writer works on;
+      ``.journal/``: the statements that made the published generation out of it.
+    - ``.lock``: the writer's flock; ``.standby.dirty``: a night is (or was, if it
+      crashed) being written into the standby: never trust it.
+
+    Entering: replay the journal onto the standby (it is then equal to the published
+    file), or — first night, a crash, a standby a reader still holds open, a journal that
+    does not match — copy the published file whole. Leaving: CHECKPOINT, seal tonight's
+    journal, and swap: the standby becomes the published file (``os.replace``: readers see
+    the old file or the new one, never half) and the old published file becomes the
+    standby, through a hard link. Bytes written per night: the night's changes twice
+    (tonight's, then tomorrow's replay) and its journal; never the whole file.
+    """
+
+    def __init__(self, path: Path | str, *, wait: bool = True, budget: MemoryBudget | None = None):
         self.path = Path(path)
-        self.next = self.path.with_name(self.path.name + ".next")
+        self.standby = self.path.with_name(self.path.name + ".standby")
+        self.dirty = self.path.with_name(self.path.name + ".standby.dirty")
+        self.journal_dir = self.path.with_name(self.path.name + ".journal")
+        self.next_journal = self.path.with_name(self.path.name + ".journal.next")
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.wait = wait
+        self.budget = budget or MemoryBudget()
         self._lock_file = None
         self.con: duckdb.DuckDBPyConnection | None = None
+        self.recorder: journal.Recorder | None = None
+        self.caught_up = ""  # how the standby was brought level: "replay", "copy" or "new"
 
-    def __enter__(self) -> duckdb.DuckDBPyConnection:
+    def __enter__(self) -> journal.Recorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock()
         try:
-            _remove(self.next, _wal(self.next))  # a crashed writer's leftovers: never replayed
-            if self.path.exists():
-                shutil.copyfile(self.path, self.next)
-            self.con = duckdb.connect(str(self.next), config={"storage_compatibility_version": STORAGE_COMPATIBILITY})
-            migrate(self.con)
+            legacy = self.path.with_name(self.path.name + ".next")  # the full-copy writer's leftovers
+            _remove(legacy, _wal(legacy))
+            self.con = self._catch_up()
+            self.dirty.touch()
+            shutil.rmtree(self.next_journal, ignore_errors=True)
+            self.recorder = journal.Recorder(self.con, self.next_journal)
+            migrate(self.recorder)
         except BaseException:
             self._discard()
             raise
-        return self.con
+        return self.recorder
+
+    def _connect(self, path: Path) -> duckdb.DuckDBPyConnection:
+        config = {"storage_compatibility_version": STORAGE_COMPATIBILITY} | self.budget.duckdb_config()
+        return duckdb.connect(str(path), config=config)
+
+    def _catch_up(self) -> duckdb.DuckDBPyConnection:
+        """The standby, open and equal to the published file."""
+        if not self.path.exists():
+            _remove(self.standby, _wal(self.standby), self.dirty)
+            shutil.rmtree(self.journal_dir, ignore_errors=True)
+            self.caught_up = "new"
+            return self._connect(self.standby)
+        body = journal.read(self.journal_dir)
+        if body is not None and not self.dirty.exists() and _matches(body, self.path, self.standby):
+            try:
+                con = self._connect(self.standby)
+            except duckdb.Error:  # a reader still holds this generation open
+                con = None
+            if con is not None:
+                try:
+                    journal.replay(con, self.journal_dir, body)
+                    if table_counts(con, every=True) == body["counts"]:
+                        self.caught_up = "replay"
+                        return con
+                except journal.JournalError:
+                    pass
+                con.close()
+        # Unlink first: a reader holding the old standby keeps its inode, the copy is new.
+        _remove(self.standby, _wal(self.standby), self.dirty)
+        shutil.copyfile(self.path, self.standby)
+        self.caught_up = "copy"
+        return self._connect(self.standby)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self._discard()
             return
         try:
-            assert self.con is not None
+            assert self.con is not None and self.recorder is not None
             self.con.execute("CHECKPOINT")
+            counts = table_counts(self.con, every=True)
             self.con.close()
             self.con = None
-            with open(self.next, "rb") as f:
+            with open(self.standby, "rb") as f:
                 os.fsync(f.fileno())
-            os.replace(self.next, self.path)
-            _fsync_dir(self.path.parent)
+            try:
+                journal.write(self.recorder, {"counts": counts})
+                sealed = True
+            except (journal.JournalError, OSError):
+                sealed = False  # tomorrow copies the file whole
+            self._swap(sealed, counts)
         except BaseException:
             self._discard()
             raise
         self._unlock()
+
+    def _swap(self, sealed: bool, counts: dict[str, int]) -> None:
+        old = self.path.with_name(self.path.name + ".old")
+        _remove(old)
+        if self.path.exists():
+            os.link(self.path, old)
+        os.replace(self.standby, self.path)  # the publish
+        _fsync_dir(self.path.parent)
+        if old.exists():
+            os.replace(old, self.standby)
+        else:  # the first publish: a new warehouse is small, its standby a plain copy
+            shutil.copyfile(self.path, self.standby)
+            _write_json(self.next_journal / "journal.json", {"format": journal.FORMAT, "steps": [], "counts": counts})
+        _remove(self.dirty)
+        shutil.rmtree(self.journal_dir, ignore_errors=True)
+        if sealed:
+            facts = journal.read(self.next_journal) or {}
+            facts["published"] = _identity(self.path)
+            facts["standby"] = _identity(self.standby)
+            _write_json(self.next_journal / "journal.json", facts)
+            os.replace(self.next_journal, self.journal_dir)
+        else:
+            shutil.rmtree(self.next_journal, ignore_errors=True)
+        _fsync_dir(self.path.parent)
 
     def _lock(self) -> None:
         f = open(self.lock_path, "a+")
@@ -169,13 +259,38 @@ class Warehouse:
             self._lock_file = None
 
     def _discard(self) -> None:
+        """A failed night: the published file is untouched; the standby holds part of the
+        night (marked dirty), so the next writer copies the published file instead."""
         try:
             if self.con is not None:
                 self.con.close()
                 self.con = None
-            _remove(self.next, _wal(self.next))
+            shutil.rmtree(self.next_journal, ignore_errors=True)
         finally:
             self._unlock()
+
+
+def _identity(path: Path) -> dict:
+    st = path.stat()
+    return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _matches(body: dict, published: Path, standby: Path) -> bool:
+    """The journal leads from this standby to this published file (same inodes, and the
+    standby untouched since): else something else wrote one of them."""
+    try:
+        return body.get("published") == _identity(published) and body.get("standby") == _identity(standby)
+    except OSError:
+        return False
+
+
+def _write_json(path: Path, body: dict) -> None:
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(body, f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _wal(p: Path) -> Path:
@@ -333,6 +448,8 @@ def _insert_records(con, table: str, schema: pl.Schema, sources: list[Path | pl.
             con.unregister("_frame")
         n += arrow.num_rows
     if files:
+        if isinstance(con, journal.Recorder):  # staging is emptied after the night: the replay needs copies
+            files = con.keep(files)
         n += con.execute(
             f"INSERT INTO {ws.quote_ident(table)} ({col_sql}) SELECT {col_sql} FROM read_parquet(?)", [files]
         ).fetchall()[0][0]
@@ -441,9 +558,14 @@ def _finite(v: float) -> float | None:
     return v if v == v and v not in (float("inf"), float("-inf")) else None
 
 
-def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Rows per table (core and records): for summaries and tests."""
-    names = list(ws.CORE_TABLES) + list(all_tables()) + list(ws.derived_tables())
+def table_counts(con: duckdb.DuckDBPyConnection, *, every: bool = False) -> dict[str, int]:
+    """Rows per table (core and records): for summaries and tests; ``every``: every table
+    the file holds (whatever version of the code made it), to check a replay."""
+    if every:
+        names = [r[0] for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name").fetchall()]
+    else:
+        names = list(ws.CORE_TABLES) + list(all_tables()) + list(ws.derived_tables())
     return {t: con.execute(f"SELECT count(*) FROM {ws.quote_ident(t)}").fetchall()[0][0] for t in names}
 
 

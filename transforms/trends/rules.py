@@ -13,16 +13,23 @@ series (a pattern on the series id) to apply only there.
 Settings file (TOML, ``dumpscope.toml``)::
 
     baseline_runs = 7                 # the baseline: median of the previous N runs
-
-    [series]                          # program (whole-name regex) -> series name
-    "SyncTensorsGraph\\\\.\\\\d+" = "train_step"
+    memory_limit = "2GB"              # most a night may hold (DuckDB and Python): flows.resources
 
     commit_url = "https://github.com/org/repo/commit/{commit}"            # optional: commits become links
     compare_url = "https://github.com/org/repo/compare/{base}...{head}"   # optional: commit ranges too
 
+    [series]                          # program (whole-name regex) -> series name
+    "SyncTensorsGraph\\\\.\\\\d+" = "train_step"
+
     [floors]                          # incidents: the smallest step that opens one
     bytes = 1024                      # memory figures: at least this many bytes (and the rule's rel)
     count = 1                         # counts
+
+    [site]                            # the report site (dumpscope site, run --site)
+    history_runs = 90                 # the last N runs: charts, run pages, incidents (0: every run)
+
+    [warehouse]
+    keep_records_runs = 1             # records rows kept for the contents of the last N runs (0: all)
 
     [[rule]]
     metric = "memory.*"               # required: a pattern on metric names
@@ -105,6 +112,12 @@ class Settings:
     compare_url: str | None = None  # "{base}" and "{head}" by the commit range's ends
     floor_bytes: float = 1024.0  # incidents: smallest step of a memory figure
     floor_count: float = 1.0  # ... of a count
+    # Not inputs of the figures (left out of repr, which stamps the aggregation):
+    memory_limit: str | int | None = field(default=None, repr=False, compare=False)  # "2GB": flows.resources
+    keep_records_runs: int = field(default=1, repr=False, compare=False)  # 0: keep every run's records
+    # [site] history_runs: how much the site shows (0: every run). Not an input of the
+    # figures: left out of repr, which stamps the aggregation.
+    site_history_runs: int = field(default=90, repr=False, compare=False)
 
     def rule_for(self, series: str, metric: str) -> Rule:
         for rule in self.rules:
@@ -135,7 +148,8 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{source}: {e}") from None
-    unknown = set(data) - {"baseline_runs", "series", "rule", "commit_url", "compare_url", "floors"}
+    unknown = set(data) - {"baseline_runs", "series", "rule", "commit_url", "compare_url", "floors", "memory_limit",
+                           "warehouse", "site"}
     if unknown:
         raise ValueError(f"{source}: unknown setting(s) {', '.join(sorted(unknown))}")
     urls = {}
@@ -153,6 +167,18 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
     if not isinstance(floors, dict) or set(floors) - {"bytes", "count"} or not all(
             isinstance(v, (int, float)) and v >= 0 for v in floors.values()):
         raise ValueError(f"{source}: [floors] takes bytes and count, numbers >= 0")
+    memory = data.get("memory_limit")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (str, int))):
+        raise ValueError(f"{source}: memory_limit must be a size such as \"2GB\"")
+    warehouse = data.get("warehouse", {})
+    keep = warehouse.get("keep_records_runs", 1) if isinstance(warehouse, dict) else None
+    if not isinstance(warehouse, dict) or set(warehouse) - {"keep_records_runs"} or not isinstance(keep, int) or keep < 0:
+        raise ValueError(f"{source}: [warehouse] takes keep_records_runs, an integer >= 0")
+    site = data.get("site", {})
+    history = site.get("history_runs", 90) if isinstance(site, dict) else None
+    if (not isinstance(site, dict) or set(site) - {"history_runs"} or not isinstance(history, int)
+            or isinstance(history, bool) or history < 0):
+        raise ValueError(f"{source}: [site] takes history_runs, an integer >= 0 (0: every run)")
     n = data.get("baseline_runs", 7)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"{source}: baseline_runs must be a positive integer, not {n!r}")
@@ -161,7 +187,9 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
         raise ValueError(f"{source}: [series] maps program regexes to names (strings)")
     return Settings(baseline_runs=n, series_patterns=dict(series),
                     rules=tuple(_rule(entry, source, i) for i, entry in enumerate(data.get("rule", []), 1)),
-                    **urls, floor_bytes=float(floors.get("bytes", 1024)), floor_count=float(floors.get("count", 1)))
+                    **urls, floor_bytes=float(floors.get("bytes", 1024)), floor_count=float(floors.get("count", 1)),
+                    memory_limit=memory, keep_records_runs=keep,
+                    site_history_runs=history)
 
 
 def _rule(entry: Any, source: str, i: int) -> Rule:

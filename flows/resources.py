@@ -1,0 +1,67 @@
+"""The memory budget of a night: one setting, shared between DuckDB and the Python side.
+
+``--memory-limit`` (or ``memory_limit`` in the settings file) is the most the whole
+process tree of a night may hold. The stages of a night do not overlap in time — the
+parse workers are gone before the writer opens the warehouse — so the budget is split
+per stage, not summed:
+
+- DuckDB (the writer and the site's reader) gets ``DUCKDB_SHARE`` of it as its
+  ``memory_limit`` and spills the rest of a large query to its temp directory;
+- the structural items of new content are computed in batches of at most
+  ``items_batch_rows`` records rows, ``items_workers`` at a time: a lower budget makes
+  more, smaller batches (slower, same items), never a larger frame.
+
+``None`` (no setting): DuckDB's own default (80 % of RAM) and batches sized for 2 GiB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import ByteSize, TypeAdapter
+
+DUCKDB_SHARE = 0.4
+MIN_DUCKDB_BYTES = 128 << 20
+DEFAULT_BUDGET = 2 << 30
+# Records rows of one items batch per GiB of budget: an HLO instruction row with its
+# item rows takes ~1.5 KiB in polars at the peak of the fusion digests (measured on
+# the llama and mixtral modules), and two batches run at once.
+ROWS_PER_GIB = 150_000
+
+
+def parse_memory(text: str | int | None) -> int | None:
+    """``"2GB"``, ``"1.5GiB"``, ``"512MB"`` or a number of bytes -> bytes (None stays None)."""
+    if text is None or text == "":
+        return None
+    try:
+        value = int(TypeAdapter(ByteSize).validate_python(text))
+    except ValueError:
+        raise ValueError(f"memory limit {text!r}: use a size such as 2GB, 1500MiB or a number of bytes") from None
+    if value < 256 << 20:
+        raise ValueError(f"memory limit {text!r} is below the 256 MiB a night needs at least")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBudget:
+    total: int | None = None  # bytes; None: not set
+
+    @property
+    def duckdb_bytes(self) -> int | None:
+        return None if self.total is None else max(MIN_DUCKDB_BYTES, int(self.total * DUCKDB_SHARE))
+
+    def duckdb_config(self) -> dict[str, str]:
+        """Connection settings for DuckDB (``duckdb.connect(config=...)``)."""
+        return {} if self.total is None else {"memory_limit": f"{self.duckdb_bytes // (1 << 20)}MiB"}
+
+    @property
+    def items_workers(self) -> int:
+        return 2
+
+    @property
+    def items_batch_rows(self) -> int:
+        python_share = (self.total or DEFAULT_BUDGET) * (1 - DUCKDB_SHARE)
+        return max(20_000, int(python_share / (1 << 30) * ROWS_PER_GIB / self.items_workers))
+
+
+__all__ = ["MemoryBudget", "parse_memory"]
