@@ -299,6 +299,21 @@ def incident_link(incident_id: str, here: str = "") -> Markup:
     return _link("incidents", f"{slug(incident_id)}.md", here)
 
 
+def _incident_diff(d: SiteData, incident: dict, here: str) -> Markup | None:
+    """The incident's section on the diff page, which shows the latest run only: a link
+    when the incident opened there and its program has a section (else None)."""
+    if incident["opened_run"] != d.latest or (incident["job"], incident["program"]) not in _diff_programs(d):
+        return None
+    return url_path(*([".."] if here else []), "diff.md", fragment=program_anchor(incident["job"], incident["program"]))
+
+
+def _diff_programs(d: SiteData) -> set[tuple[str, str]]:
+    """(job, program) of each section of the diff page: regressed or changed in the latest run."""
+    latest = pl.col("run_id") == d.latest
+    return set(pl.concat([d.regressions.filter(latest).select("job", "program"),
+                          d.diffs.filter(latest).select("job", "program")]).iter_rows())
+
+
 def _verdict(d: SiteData, run: str | None, here: str) -> dict:
     """What a run's page and the overview say of its incidents; the counts come from
     ``incidents_at`` through ``night_report.counts``, as in the summary and the CLI."""
@@ -310,7 +325,7 @@ def _verdict(d: SiteData, run: str | None, here: str) -> dict:
     for r in rows:
         groups.setdefault(r["status"], []).append({
             **r, "link": incident_link(r["incident_id"], here),
-            "diff": url_path(*([".."] if here else []), "diff.md", fragment=program_anchor(r["job"], r["program"])),
+            "diff": _incident_diff(d, r, here),
             "cause_lines": (r["cause"] or "").splitlines()[:3],
             "series_link": series_link(r["series"][0], here) if r["series"] else None,
             "range": commit_range(d, r["last_good_commit"], r["first_bad_commit"]),
@@ -338,7 +353,7 @@ def incident_pages(d: SiteData):
             "opened_link": run_link(r["opened_run"], "incidents"),
             "good_link": run_link(r["last_good_run"], "incidents") if r["last_good_run"] else None,
             "closed_link": run_link(r["closed_run"], "incidents") if r["closed_run"] else None,
-            "diff": url_path("..", "diff.md", fragment=program_anchor(r["job"], r["program"])),
+            "diff": _incident_diff(d, r, "incidents"),
         }
 
 
