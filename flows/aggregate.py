@@ -2,14 +2,16 @@
 
 Runs inside a ``Warehouse`` writer (the nightly flow's last step, ``dumpscope
 aggregate`` and ``dumpscope accept``), so what it writes is published atomically
-with the load. Every derived table is recomputed whole from the core tables except
-``dump_items``, which is a cache: items are computed only for dump paths whose
-content or parser version it has not seen.
+with the load. Derived rows are rewritten from the first run that changed; structural
+items are kept per content in ``content_items`` and computed only for contents they
+do not hold yet (``flows.items``: in batches, on the flow's task runner).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import time
 from datetime import datetime
 from dataclasses import dataclass, field
@@ -18,6 +20,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from flows import items
+from flows.resources import MemoryBudget
 from flows.warehouse import schema as ws
 from transforms.trends import diffs as diff_mod
 from transforms.trends import incidents as incident_mod
@@ -29,7 +33,7 @@ from transforms.trends.series import assign_series, compile_overrides
 DEFAULT_SETTINGS = Path("dumpscope.toml")
 # Bump when the aggregation's output changes for the same input: warehouses
 # aggregated by an older version are re-aggregated by the next night, new dumps or not.
-AGGREGATE_VERSION = 2  # 2: incidents; figures of partial and failed dumps left out of trends
+AGGREGATE_VERSION = 3  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content
 
 
 def load_settings(path: Path | None) -> Settings:
@@ -91,7 +95,8 @@ def _run_overrides(runs: pl.DataFrame) -> dict[str, dict[str, str]]:
     return out
 
 
-def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) -> AggregateResult:
+def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, *, budget: MemoryBudget | None = None,
+              run_items: items.ItemsRunner | None = None) -> AggregateResult:
     """Bring every derived table up to date in one transaction.
 
     Baselines look back, so trends are computed over every run; but the rows of a run
@@ -148,21 +153,27 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) 
     lap("trends")
 
     with_ids = series.join(dumps.select("path", "dump_id", "parser_version", "status"), on="path")
-    stored_keys = frame_of(con, "SELECT DISTINCT path, dump_id, parser_version FROM dump_items")
-    todo = diff_mod.paths_needing_items(with_ids.filter(pl.col("status") != "failed"), stored_keys)
-    new_items = diff_mod.compute_items(todo, with_ids, lambda table, ids: _records(con, table, ids))
-    result.items_computed = todo.height
-    lap("items")
+    keys = diff_mod.items_keys(with_ids)
+    rows["dump_series"] = series.join(keys, on="path", how="left")
     pairs = diff_mod.consecutive_pairs(with_ids, order, from_seq)
-    wanted = pl.concat([pairs.get_column("before_path"), pairs.get_column("after_path")]).unique()
-    items = pl.concat([_items_of(con, wanted.filter(~wanted.is_in(new_items.get_column("path").implode()))),
-                       new_items.filter(pl.col("path").is_in(wanted.implode()))])
-    rows["diffs"] = diff_mod.diff_pairs(pairs, items)
+    involved = pl.concat([with_ids.join(dirty, on="run_id", how="semi").select("path"),
+                          pairs.select(pl.col("before_path").alias("path"))]).unique()
+    wanted = keys.join(involved, on="path", how="semi").filter(pl.col("items_key").is_not_null())
+    new_items = _new_items(con, wanted.join(with_ids, on="path").unique("items_key"), budget or MemoryBudget(),
+                           run_items or items.in_process)
+    result.items_computed = new_items.get_column("items_key").n_unique()
+    lap("items")
+    pair_paths = pl.concat([pairs.get_column("before_path"), pairs.get_column("after_path")]).unique()
+    pair_keys = keys.filter(pl.col("path").is_in(pair_paths.implode()) & pl.col("items_key").is_not_null())
+    stored = _content_items(con, pair_keys.get_column("items_key").unique())
+    items_by_path = pair_keys.join(pl.concat([stored, new_items]).unique(["items_key", "category", "key"]), on="items_key")
+    rows["diffs"] = diff_mod.diff_pairs(pairs, items_by_path.drop("items_key"))
     lap("diffs")
 
     con.begin()
     try:
-        _update_item_cache(con, todo, new_items, dumps)
+        insert_frame(con, "content_items", new_items)
+        result.rows["compacted"] = compact_records(con, order, settings.keep_records_runs)
         con.register("_dirty", dirty.to_arrow())
         for name, frame in rows.items():
             frame = frame.join(dirty, on="run_id", how="semi")
@@ -179,6 +190,27 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None) 
         raise
     lap("write")
     return result
+
+
+def compact_records(con: duckdb.DuckDBPyConnection, order: pl.DataFrame, keep_runs: int) -> int:
+    """Drop the records rows of contents no dump of the latest ``keep_runs`` runs holds
+    (0: keep all). What the figures and diffs need of them is kept for ever — metrics,
+    and content_items, computed before this runs — so only the raw rows of superseded
+    dumps go (the dumps stay in the bucket). Returns the records rows dropped."""
+    if keep_runs <= 0 or order.is_empty():
+        return 0
+    from transforms.parsers.formats import all_tables
+
+    recent = order.sort("run_seq").tail(keep_runs).select("run_id")
+    con.register("_recent_runs", recent.to_arrow())
+    try:
+        kept = "SELECT dump_id FROM dumps WHERE run_id IN (SELECT run_id FROM _recent_runs) AND dump_id IS NOT NULL"
+        gone = 0
+        for table in all_tables():
+            gone += con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id NOT IN ({kept})").fetchall()[0][0]
+    finally:
+        con.unregister("_recent_runs")
+    return gone
 
 
 def program_health(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame:
@@ -301,35 +333,36 @@ def _previous_totals(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:
         con.unregister("_clean")
 
 
-def _items_of(con, paths: pl.Series) -> pl.DataFrame:
-    con.register("_item_paths", pl.DataFrame({"path": paths}).to_arrow())
+def _content_items(con, keys: pl.Series) -> pl.DataFrame:
+    """Stored items of these content keys."""
+    con.register("_item_keys", pl.DataFrame({"items_key": keys}).to_arrow())
     try:
-        return frame_of(con, "SELECT * FROM dump_items WHERE path IN (SELECT path FROM _item_paths)")
+        return frame_of(con, "SELECT * FROM content_items WHERE items_key IN (SELECT items_key FROM _item_keys)")
     finally:
-        con.unregister("_item_paths")
+        con.unregister("_item_keys")
 
 
-def _update_item_cache(con, todo: pl.DataFrame, new_items: pl.DataFrame, dumps: pl.DataFrame) -> None:
-    """Drop cached items of recomputed or vanished paths (or outdated content), add the new."""
-    con.register("_current", dumps.select("path", "dump_id", "parser_version").to_arrow())
-    con.register("_todo", todo.select("path").to_arrow())
+def _new_items(con, wanted: pl.DataFrame, budget: MemoryBudget, run_items: items.ItemsRunner) -> pl.DataFrame:
+    """Items of the wanted keys (items_key, kind, stage, dump_id) that ``content_items``
+    does not hold: computed in batches (``flows.items``), each once."""
+    con.register("_wanted_keys", wanted.select("items_key").to_arrow())
     try:
-        con.execute("""DELETE FROM dump_items WHERE path IN (SELECT path FROM _todo)
-                       OR NOT EXISTS (SELECT 1 FROM _current c WHERE c.path = dump_items.path
-                                      AND c.dump_id = dump_items.dump_id AND c.parser_version = dump_items.parser_version)""")
+        have = frame_of(con, "SELECT DISTINCT items_key FROM content_items WHERE items_key IN (SELECT items_key FROM _wanted_keys)")
     finally:
-        con.unregister("_current")
-        con.unregister("_todo")
-    insert_frame(con, "dump_items", new_items)
-
-
-def _records(con: duckdb.DuckDBPyConnection, table: str, dump_ids: list[str]) -> pl.DataFrame:
-    """Rows of one records table for these contents (empty frame when none)."""
-    exists = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [table]).fetchall()[0][0]
-    if not exists or not dump_ids:
-        return pl.DataFrame()
-    con.register("_want", pl.DataFrame({"dump_id": dump_ids}).to_arrow())
+        con.unregister("_wanted_keys")
+    todo = wanted.join(have, on="items_key", how="anti").select("items_key", "kind", "stage", "dump_id")
+    if todo.is_empty():
+        return pl.DataFrame(schema=diff_mod.CONTENT_ITEM_SCHEMA)
+    work = _work_dir(con)
     try:
-        return frame_of(con, f"SELECT * FROM {ws.quote_ident(table)} WHERE dump_id IN (SELECT dump_id FROM _want)")
+        dirs = items.export_batches(con, todo, work, budget.items_batch_rows)
+        return items.computed(dirs, run_items(dirs))
     finally:
-        con.unregister("_want")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _work_dir(con) -> Path:
+    """A directory beside the warehouse for the items batches (Dask workers read it)."""
+    path = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()[0][0]
+    base = Path(path).parent if path else Path(tempfile.gettempdir())
+    return Path(tempfile.mkdtemp(prefix=".items-", dir=base))

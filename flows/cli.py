@@ -121,6 +121,11 @@ def run(
                                                 "A parse holds about this much memory at most.")] = 64 << 20,  # = transforms.parse.ParseLimits()
     max_dump_bytes: Annotated[int, typer.Option(help="Most text one dump may hold once decompressed (bytes).")] = 4 << 30,
     parse_seconds: Annotated[float, typer.Option(help="Longest one parse may take (seconds).")] = 600.0,
+    memory_limit: Annotated[Optional[str], typer.Option(
+        help="Most memory the night may hold, e.g. 2GB (DuckDB and the Python side share it; a lower limit "
+        "is slower, never wrong). Default: memory_limit in the settings file, else none.")] = None,
+    summary_json: Annotated[Optional[Path], typer.Option(
+        help="Also write the night's summary (counts, seconds per stage, bytes published) to this JSON file.")] = None,
 ) -> None:
     """Run the nightly flow once (Prefect ephemeral mode: no server needed)."""
     _prefect_defaults()
@@ -141,9 +146,9 @@ def run(
     from flows.nightly import run_nightly
     from flows.warehouse.store import WarehouseBusy
 
-    _check_settings(settings)
+    memory = _memory_limit(memory_limit, _check_settings(settings), settings)
     try:
-        summary = run_nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, layout_regex=layout_regex,
+        summary = run_nightly(memory_limit=memory, bucket=bucket, warehouse=warehouse, settle_seconds=settle, layout_regex=layout_regex,
                               marker=marker, workers=workers, wait_for_lock=wait, storage_secret=storage_secret,
                               storage_option_names=storage_secrets.option_names(storage_options) or None,
                               dask_address=dask_address, settings_path=settings, report_path=report, site_dir=site_dir,
@@ -155,6 +160,8 @@ def run(
     except BucketNotFound as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if summary_json is not None:
+        summary_json.write_text(summary.json(), encoding="utf-8")
     failing = summary.new_incidents if fail_on == "new" else summary.incidents.get("new", 0) + summary.incidents.get("open", 0)
     if fail_on and failing:
         typer.echo(f"{failing} {'new' if fail_on == 'new' else 'open'} incident(s) (regressions or failures)", err=True)
@@ -172,6 +179,18 @@ def _check_settings(path: Optional[Path]):
         return load_settings(path)
     except (OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _memory_limit(flag: Optional[str], loaded, settings_path: Optional[Path]) -> Optional[int]:
+    """Bytes of the memory limit (the flag, else the settings file's), or exit 2."""
+    from flows.resources import parse_memory
+
+    try:
+        return parse_memory(flag) if flag else parse_memory(loaded.memory_limit)
+    except ValueError as exc:
+        where = "--memory-limit" if flag else str(settings_path or "dumpscope.toml")
+        typer.echo(f"error: {where}: {exc}", err=True)
         raise typer.Exit(2) from None
 
 

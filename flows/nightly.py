@@ -37,6 +37,8 @@ from prefect.futures import as_completed
 from flows.warehouse import store as wh
 from flows.aggregate import aggregate, load_settings, needs_aggregate
 from flows.report import write_night_report
+from flows.items import items_runner
+from flows.resources import MemoryBudget
 from flows.bucket import BucketNotFound, BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows import storage_secrets, verdict
 from flows import staging
@@ -76,9 +78,18 @@ class NightSummary:
     run_errors: list[str] = field(default_factory=list)  # what was wrong with run.json files
     seconds: dict[str, float] = field(default_factory=dict)
 
+    publish_bytes: int = 0  # bytes the writer wrote (DuckDB file, journal) from catching up to the swap
+    caught_up: str = ""  # how the writer's standby was brought level: replay, copy or new
+
+    def json(self) -> str:
+        import json
+
+        return json.dumps(asdict(self), indent=2)
+
     def markdown(self) -> str:
         lines = ["| | |", "| --- | ---: |"] + [
-            f"| {k} | {v} |" for k, v in asdict(self).items() if k not in ("failures", "seconds", "run_errors", "incidents")
+            f"| {k} | {v} |" for k, v in asdict(self).items()
+            if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up")
         ] + [f"| incidents {k} | {v} |" for k, v in self.incidents.items()]
         lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
         if self.failures:
@@ -176,6 +187,14 @@ def _process_pool(workers: int) -> ProcessPoolExecutor:
         return _POOL
 
 
+def _shut_down_pool() -> None:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is not None:
+            _POOL.shutdown(wait=True)
+            _POOL = None
+
+
 def _exit_with_parent(parent: int) -> None:
     """In each parse worker: exit when the flow process is gone (killed, OOM). A spawned
     worker holds both ends of its task queue, so it would never see the parent go."""
@@ -194,11 +213,15 @@ class LoadResult:
     new_incidents: int = 0  # regressions and failures opened in those runs
     notified: int = 0  # targets told about them (not before)
     staging_dropped: int = 0  # staged contents removed once loaded
+    seconds: dict[str, float] = field(default_factory=dict)  # catch_up, load, aggregate stages, publish
+    publish_bytes: int = 0
+    caught_up: str = ""
 
 
 @task
 def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, settings_path: Path | None = None,
-         notify_count: int = 0, staging_dir: Path | None = None) -> LoadResult:
+         notify_count: int = 0, staging_dir: Path | None = None, memory_limit: int | None = None,
+         run_items=None) -> LoadResult:
     """Load the staged dumps, recompute the derived tables and announce new incidents: one publish.
 
     What to load is decided again once the lock is held, against the warehouse about to
@@ -208,26 +231,56 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
     """
     settings = load_settings(settings_path)  # a bad settings file fails before any write
     result = LoadResult()
-    with wh.Warehouse(warehouse, wait=wait) as con:
+    budget = MemoryBudget(memory_limit)
+    written, clock = _bytes_written(), time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        result.seconds[name] = result.seconds.get(name, 0.0) + now - clock
+        clock = now
+
+    writer = wh.Warehouse(warehouse, wait=wait, budget=budget)
+    with writer as con:
+        lap("catch_up")
         staged = still_new(con, [o for o in outcomes if o.staged is not None])
         wh.upsert_runs(con, [_run_row(info) for info in runs.values()])
         seen: set[str] = set()
+        # Contents whose records were compacted away since: loaded again, not copied.
+        kept = wh.with_records(con, {o.staged.sha256: o.staged.summary["kind"] for o in staged})
         for start in range(0, len(staged), LOAD_BATCH):
             batch = []
             for o in staged[start : start + LOAD_BATCH]:
-                first = o.staged.sha256 not in seen and wh.needs_parse(
-                    con, o.staged.sha256, o.staged.summary["kind"], o.staged.summary["parser_version"])
+                first = o.staged.sha256 not in seen and (o.staged.sha256 not in kept or wh.needs_parse(
+                    con, o.staged.sha256, o.staged.summary["kind"], o.staged.summary["parser_version"]))
                 seen.add(o.staged.sha256)
                 batch.append(_staged_dump(o, with_records=first))
             result.rows += sum(wh.load_dumps(con, batch).values())
-        aggregate(con, settings)
+        lap("load")
+        done = aggregate(con, settings, budget=budget, run_items=run_items)
+        result.seconds.update({f"aggregate_{k}": v for k, v in done.seconds.items()})
+        clock = time.perf_counter()
         result.loaded_runs = sorted({o.obj.run_id for o in staged})
         result.new_incidents = verdict.opened_in(con, result.loaded_runs)
         if notify_count and result.new_incidents:
             result.notified = _announce(con, result.loaded_runs, settings)
         if staging_dir is not None:
             result.staging_dropped = _drop_loaded_staging(con, staging_dir)
+        lap("announce")
+    lap("publish")
+    result.publish_bytes, result.caught_up = _bytes_written() - written, writer.caught_up
     return result
+
+
+def _bytes_written() -> int:
+    """Bytes this process has written so far (every write call: the DuckDB file, the journal)."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def _drop_loaded_staging(con, staging_dir: Path) -> int:
@@ -332,6 +385,7 @@ def nightly(
     max_line_bytes: int = DEFAULT_LIMITS.max_line_bytes,
     max_dump_bytes: int = DEFAULT_LIMITS.max_dump_bytes,
     parse_seconds: float = DEFAULT_LIMITS.max_seconds,
+    memory_limit: int | None = None,
 ) -> NightSummary:
     """One night. ``dask_address`` is set by ``run_nightly``, which gives the flow a
     ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers.
@@ -361,6 +415,7 @@ def nightly(
     futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask, limits=limits)
                for c in chunks]
     outcomes = [o for chunk in _with_progress(futures, total=len(new)) for o in chunk]
+    _shut_down_pool()  # its workers' memory is not needed for the rest of the night
     summary.seconds["parse"] = time.perf_counter() - t1
     for o in outcomes:
         if o.staged is None:
@@ -378,9 +433,12 @@ def nightly(
     # Nothing new: no writer, no lock, no copy of the warehouse (the no-op night stays cheap).
     stale = not (outcomes or runs) and needs_aggregate(warehouse, load_settings(settings_path))
     loaded = (load(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()),
-                   staging_dir) if outcomes or runs or stale else LoadResult())
+                   staging_dir, memory_limit, run_items=items_runner(MemoryBudget(memory_limit).items_workers))
+              if outcomes or runs or stale else LoadResult())
     summary.rows_loaded, summary.new_incidents, summary.notified = loaded.rows, loaded.new_incidents, loaded.notified
+    summary.publish_bytes, summary.caught_up = loaded.publish_bytes, loaded.caught_up
     summary.seconds["load"] = time.perf_counter() - t2
+    summary.seconds.update({f"load.{k}": v for k, v in loaded.seconds.items()})
     t3 = time.perf_counter()
     text, summary.incidents = report(warehouse, report_path, settings_path) if Path(warehouse).exists() else ("", {})
     summary.seconds["report"] = time.perf_counter() - t3

@@ -28,7 +28,7 @@ from typing import Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def quote_ident(name: str) -> str:
@@ -131,6 +131,13 @@ QUALIFY row_number() OVER (
     ORDER BY r.started_at DESC NULLS LAST, m.run_id DESC, m.path) = 1
 """,
     ),
+    "dump_items": (
+        "The structural items of each dump path (content_items through dump_series.items_key): fusions, collectives, allocations, fused groups, ONNX steps...; a dump without items has one row of category 'none'.",
+        """
+SELECT s.path, d.dump_id, d.parser_version, c.category, c.key, c.label, c.count, c.bytes, c.value, c.detail
+FROM dump_series s JOIN dumps d USING (path) JOIN content_items c USING (items_key)
+""",
+    ),
     "metric_series": (
         "Each metric of each (job, kind, stage, program) over the runs, one row per run and dump path, with the run's start time and commit: the input of trend charts.",
         """
@@ -169,6 +176,7 @@ WHERE (o.started_at, o.run_id) <= (r.started_at, r.run_id)
 VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
     "latest_metrics": ("job", "kind", "stage", "program", "metric", "value", "run_id", "started_at", "dump_id", "path"),
     "metric_series": ("started_at", "run_id", "commit", "job", "kind", "stage", "program", "metric", "value", "dump_id", "path"),
+    "dump_items": ("path", "dump_id", "parser_version", "category", "key", "label", "count", "bytes", "value", "detail"),
 }
 
 
@@ -200,6 +208,9 @@ MIGRATIONS: list[Migration] = [
     )),
     Migration(4, "accepts by incident", ("ALTER TABLE accepts ADD COLUMN IF NOT EXISTS incident_id VARCHAR",)),
     Migration(5, "notifications sent", (_create_core("notifications"),)),
+    # Items are kept per content now (content_items); dump_items becomes a view. The old
+    # table was a cache by path: the next aggregation (AGGREGATE_VERSION 3) computes again.
+    Migration(6, "structural items per content", ("DROP TABLE IF EXISTS dump_items",)),
 ]
 
 
@@ -209,13 +220,14 @@ def derived_tables() -> dict[str, tuple[pl.Schema, dict[str, str]]]:
     from transforms.trends import metric_trends as trends
 
     return {
-        "dump_series": (series.SERIES_SCHEMA, series.SERIES_DOCS),
+        "dump_series": (series.SERIES_SCHEMA | {"items_key": pl.String}, series.SERIES_DOCS | {
+            "items_key": "Content key of the dump's structural items (content_items.items_key); NULL for failed dumps."}),
         "metric_trends": (trends.TREND_SCHEMA, trends.TREND_DOCS),
         "regressions": (trends.REGRESSION_SCHEMA, trends.REGRESSION_DOCS),
         "series_events": (rollups.EVENT_SCHEMA, rollups.EVENT_DOCS),
         "run_rollups": (rollups.ROLLUP_SCHEMA, rollups.ROLLUP_DOCS),
         "job_totals": (rollups.TOTAL_SCHEMA, rollups.TOTAL_DOCS),
-        "dump_items": (diffs.STORED_ITEM_SCHEMA, diffs.STORED_ITEM_DOCS),
+        "content_items": (diffs.CONTENT_ITEM_SCHEMA, diffs.CONTENT_ITEM_DOCS),
         "diffs": (diffs.DIFF_SCHEMA, diffs.DIFF_DOCS),
         "incidents": (incidents.INCIDENT_SCHEMA, incidents.INCIDENT_DOCS),
         "incident_steps": (incidents.STEP_SCHEMA, incidents.STEP_DOCS),
@@ -297,7 +309,11 @@ def comments_sql(tables: Mapping[str, pl.Schema], docs: Mapping[str, Mapping[str
         out.append(f"COMMENT ON TABLE {quote_ident(table)} IS {quote_literal(tdocs[''])}")
         out += [f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(c)} IS {quote_literal(tdocs[c])}" for c in schema.names()]
     out += [f"COMMENT ON MACRO TABLE {quote_ident(m)} IS {quote_literal(doc)}" for m, (_, doc, _) in MACROS.items()]
-    known = CORE_TABLES["runs"][1] | CORE_TABLES["metrics"][1]
+    from transforms.trends import diffs
+
+    known = (CORE_TABLES["runs"][1] | CORE_TABLES["metrics"][1]
+             | {c: ("", d) for c, d in diffs.CONTENT_ITEM_DOCS.items()}
+             | {"path": ("", "Dump path (dumps.path)."), "parser_version": CORE_TABLES["dumps"][1]["parser_version"]})
     for view, (doc, _) in VIEWS.items():
         out.append(f"COMMENT ON VIEW {quote_ident(view)} IS {quote_literal(doc)}")
         out += [f"COMMENT ON COLUMN {quote_ident(view)}.{quote_ident(c)} IS {quote_literal(known[c][1])}" for c in VIEW_COLUMNS[view]]

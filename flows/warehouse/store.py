@@ -365,6 +365,26 @@ def needs_parse(con: duckdb.DuckDBPyConnection, dump_id: str, kind: str, parser_
     return not rows
 
 
+def with_records(con: duckdb.DuckDBPyConnection, kinds: dict[str, str]) -> set[str]:
+    """Of these contents (dump_id -> kind), those whose records rows the warehouse holds:
+    a content compacted away (``flows.aggregate.compact_records``) that a new dump brings
+    back is parsed again. One scan per records table, whatever the number of contents."""
+    from transforms.trends.diffs import ITEM_TABLES
+
+    out: set[str] = set()
+    by_table: dict[str, list[str]] = {}
+    for dump_id, kind in kinds.items():
+        tables = ITEM_TABLES.get(kind)
+        if tables:
+            by_table.setdefault(tables[0], []).append(dump_id)
+        else:
+            out.add(dump_id)  # a kind without records tables holds nothing to lose
+    for table, ids in by_table.items():
+        out |= {d for (d,) in con.execute(
+            f"SELECT DISTINCT dump_id FROM {ws.quote_ident(table)} WHERE list_contains(?, dump_id)", [ids]).fetchall()}
+    return out
+
+
 def upsert_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[dict]) -> None:
     """Insert or replace runs rows (dicts with run_id, started_at, commit, tags, extra, meta_errors)."""
     import json

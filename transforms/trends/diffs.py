@@ -3,8 +3,9 @@
 ``transforms.trends.diff_items`` reduces a dump to items keyed on stable identities and
 compares two item sets; this module pairs the runs:
 
-- ``dump_items`` is a cache table: items are computed once per (path, content,
-  parser version) — ``paths_needing_items`` says which, ``merge_items`` keeps the rest;
+- ``content_items`` holds items once per content: ``items_keys`` names each dump's
+  items by its content and parser version (a buffer assignment also by its HLO dump's,
+  which gives its op metadata), ``items_of_contents`` computes them for a batch of keys;
 - ``consecutive_diffs``: for every series, each run against the series' previous
   run (failed dumps skipped), when the contents differ — the ``diffs`` table;
 - ``diff_pairs``: the same for arbitrary (before path, after path) pairs, which
@@ -13,23 +14,31 @@ compares two item sets; this module pairs the runs:
 
 from __future__ import annotations
 
-from typing import Callable
-
 import polars as pl
 
 from transforms.trends.diff_items import DIFF_DOCS as ITEM_DIFF_DOCS
 from transforms.trends.diff_items import DIFF_SCHEMA as ITEM_DIFF_SCHEMA
 from transforms.trends.diff_items import ITEM_DOCS, ITEM_SCHEMA, describe_change, diff_dump_items, dump_items
 
-STORED_ITEM_SCHEMA = pl.Schema({"path": pl.String, "dump_id": pl.String, "parser_version": pl.Int16}
-                               | {c: t for c, t in ITEM_SCHEMA.items() if c != "path"})
-STORED_ITEM_DOCS = ITEM_DOCS | {
-    "": ITEM_DOCS[""] + " A cache: computed once per path, content and parser version; a dump without items has one row of category 'none'.",
-    "dump_id": "Content the items were computed from (dumps.dump_id).",
-    "parser_version": "Parser version of the records they were computed from.",
-}
 
 NO_ITEMS = "none"  # category of the marker row of a dump that has no structural items
+# Bump when dump_items computes other items from the same records: every content's
+# items get a new key, so they are computed again (for contents whose records are kept).
+ITEMS_VERSION = 1
+
+CONTENT_ITEM_SCHEMA = pl.Schema({"items_key": pl.String} | {c: t for c, t in ITEM_SCHEMA.items() if c != "path"})
+CONTENT_ITEM_DOCS = {c: d for c, d in ITEM_DOCS.items() if c != "path"} | {
+    "": "Structural items of each dump content (fusions, collectives, allocations, fused groups, ONNX steps...), one row per (items_key, category, key); computed once per content and kept for ever. The view dump_items gives them per dump path.",
+    "items_key": "Which content the items are of: i<items version>:<dump_id>:<parser version>, and for a buffer assignment '+' the same of the after-optimizations HLO dump of its run, job and program (its op metadata). dump_series.items_key names it for each path.",
+}
+# Records tables each dump kind's items are computed from.
+ITEM_TABLES = {
+    "xla_hlo": ("hlo_instructions",),
+    "xla_buffer_assignment": ("buffer_allocations", "buffer_values", "buffer_peak_values"),
+    "inductor_ir": ("inductor_nodes", "inductor_buffers"),
+    "inductor_output_code": ("inductor_kernels", "inductor_extern_calls"),
+    "onnx_report": ("onnx_steps", "onnx_op_counts", "onnx_verification"),
+}
 
 PAIR_COLUMNS = pl.Schema({
     "run_id": pl.String, "previous_run_id": pl.String, "series": pl.String, "job": pl.String,
@@ -52,52 +61,71 @@ DIFF_DOCS = {
 }
 
 
-def paths_needing_items(dumps: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
-    """Rows of ``dumps`` (path, run_id, job, kind, stage, program, dump_id, parser_version)
-    whose items are not cached, plus the buffer assignments whose HLO dump (the source of
-    their op metadata) is among them."""
-    if stored.is_empty():
-        return dumps
-    have = stored.select("path", "dump_id", "parser_version").unique()
-    todo = dumps.join(have, on=["path", "dump_id", "parser_version"], how="anti", nulls_equal=True)
-    hlo = todo.filter((pl.col("kind") == "xla_hlo") & (pl.col("stage") == "after_optimizations")).select("run_id", "job", "program")
-    buffers = dumps.filter(pl.col("kind") == "xla_buffer_assignment").join(hlo.unique(), on=["run_id", "job", "program"])
-    return pl.concat([todo, buffers]).unique("path", maintain_order=True)
+def items_keys(dumps: pl.DataFrame) -> pl.DataFrame:
+    """path, items_key for ``dumps`` (path, run_id, job, kind, stage, program, dump_id,
+    parser_version, status); the key is null for failed dumps (a kind without items
+    gets a key too: its one 'none' row says it was looked at)."""
+    own = pl.concat_str(pl.lit(f"i{ITEMS_VERSION}:"), pl.col("dump_id"), pl.lit(":"), pl.col("parser_version").cast(pl.String))
+    keyed = dumps.with_columns(own.alias("_own"))
+    hlo = (keyed.filter((pl.col("kind") == "xla_hlo") & (pl.col("stage") == "after_optimizations") & (pl.col("status") != "failed"))
+           .group_by("run_id", "job", "program")
+           .agg(pl.concat_str(pl.col("dump_id"), pl.lit(":"), pl.col("parser_version").cast(pl.String)).unique().sort()
+                .str.join("+").alias("_hlo")))
+    keyed = keyed.join(hlo, on=["run_id", "job", "program"], how="left", nulls_equal=True)
+    key = (pl.when(pl.col("status").is_null() | (pl.col("status") == "failed")).then(None)
+           .when((pl.col("kind") == "xla_buffer_assignment") & pl.col("_hlo").is_not_null())
+           .then(pl.concat_str(pl.col("_own"), pl.lit("+"), pl.col("_hlo")))
+           .otherwise(pl.col("_own")))
+    return keyed.select("path", key.alias("items_key"))
 
 
-def compute_items(todo: pl.DataFrame, all_dumps: pl.DataFrame,
-                  fetch: Callable[[str, list[str]], pl.DataFrame]) -> pl.DataFrame:
-    """Items of the ``todo`` dumps, in ``STORED_ITEM_SCHEMA``. ``fetch(table, dump_ids)``
-    returns records rows. Buffer assignments take op metadata from the HLO dump of the
-    same run, job and program, which comes along even when it is cached."""
-    if todo.is_empty():
-        return pl.DataFrame(schema=STORED_ITEM_SCHEMA)
-    buffers = todo.filter(pl.col("kind") == "xla_buffer_assignment").select("run_id", "job", "program").unique()
-    hlo = all_dumps.filter((pl.col("kind") == "xla_hlo") & (pl.col("stage") == "after_optimizations")).join(
-        buffers, on=["run_id", "job", "program"])
-    dumps = pl.concat([todo.select(hlo.columns), hlo], how="vertical_relaxed").unique("path")
-    ids = dumps.get_column("dump_id").drop_nulls().unique().to_list()
-    tables = ("hlo_instructions", "buffer_allocations", "buffer_values", "buffer_peak_values", "inductor_nodes",
-              "inductor_kernels", "inductor_extern_calls", "inductor_buffers", "onnx_steps", "onnx_op_counts",
-              "onnx_verification")
-    records = {t: fetch(t, ids) for t in tables}
-    records = {t: f for t, f in records.items() if f.width}
-    items = dump_items(dumps.select("path", "run_id", "job", "kind", "stage", "program", "dump_id"), records)
-    items = items.join(todo.select("path", "dump_id", "parser_version"), on="path")  # only what was asked
-    # A dump with no items gets one NO_ITEMS row, so the cache knows it was done.
-    empty = todo.join(items.select("path").unique(), on="path", how="anti").select(
-        "path", "dump_id", "parser_version", pl.lit(NO_ITEMS).alias("category"), pl.lit("").alias("key"))
-    return pl.concat([items.select(STORED_ITEM_SCHEMA.names()).cast(dict(STORED_ITEM_SCHEMA)),
-                      empty.cast({"parser_version": pl.Int16})], how="diagonal").select(STORED_ITEM_SCHEMA.names())
+def key_contents(keys: list[str]) -> pl.DataFrame:
+    """items_key, dump_id, role ('own' or 'hlo') of each content a key's items come from."""
+    rows = []
+    for key in keys:
+        own, *hlo = key.split("+")
+        rows.append((key, own.split(":")[1], "own"))
+        rows += [(key, part.split(":")[0], "hlo") for part in hlo]
+    return pl.DataFrame(rows, schema={"items_key": pl.String, "dump_id": pl.String, "role": pl.String}, orient="row")
 
 
-def merge_items(stored: pl.DataFrame, new: pl.DataFrame, dumps: pl.DataFrame) -> pl.DataFrame:
-    """The cache after this aggregation: stored items still current, plus the new ones."""
-    current = dumps.select("path", "dump_id", "parser_version")
-    kept = stored.join(current, on=["path", "dump_id", "parser_version"], how="semi", nulls_equal=True) if stored.height else stored
-    kept = kept.join(new.select("path").unique(), on="path", how="anti") if kept.height else kept
-    out = pl.concat([kept.select(STORED_ITEM_SCHEMA.names()).cast(dict(STORED_ITEM_SCHEMA)), new])
-    return out.sort("path", "category", "key")
+def items_of_contents(keys: pl.DataFrame, records: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Items of each key in ``keys`` (items_key, kind, stage, dump_id: one row per key),
+    from ``records`` (the records tables of their contents, and of the HLO dumps the
+    buffer assignment keys name), in ``CONTENT_ITEM_SCHEMA``."""
+    if keys.is_empty():
+        return pl.DataFrame(schema=CONTENT_ITEM_SCHEMA)
+    # Each key stands as its own dump, in a run of its own; a buffer assignment's HLO
+    # dump joins it there (same run, job and program), under a path of its own.
+    own = keys.select(pl.col("items_key").alias("path"), pl.col("items_key").alias("run_id"), pl.lit("").alias("job"),
+                      "kind", "stage", pl.lit("").alias("program"), "dump_id")
+    contents = key_contents(keys.filter(pl.col("kind") == "xla_buffer_assignment").get_column("items_key").to_list())
+    hlo = contents.filter(pl.col("role") == "hlo").select(
+        (pl.col("items_key") + "#hlo:" + pl.col("dump_id")).alias("path"), pl.col("items_key").alias("run_id"),
+        pl.lit("").alias("job"), pl.lit("xla_hlo").alias("kind"), pl.lit("after_optimizations").alias("stage"),
+        pl.lit("").alias("program"), "dump_id")
+    items = dump_items(pl.concat([own, hlo]), {t: f for t, f in records.items() if f.width})
+    items = items.join(keys.select(pl.col("items_key").alias("path")), on="path", how="semi").rename({"path": "items_key"})
+    empty = keys.join(items.select("items_key").unique(), on="items_key", how="anti").select(
+        "items_key", pl.lit(NO_ITEMS).alias("category"), pl.lit("").alias("key"))
+    return pl.concat([items.select(CONTENT_ITEM_SCHEMA.names()).cast(dict(CONTENT_ITEM_SCHEMA)), empty],
+                     how="diagonal").select(CONTENT_ITEM_SCHEMA.names()).cast(dict(CONTENT_ITEM_SCHEMA))
+
+
+def item_batches(todo: pl.DataFrame, max_rows: int) -> list[pl.DataFrame]:
+    """``todo`` (items_key, kind, stage, dump_id, rows: records rows the key's items are
+    computed from) cut into batches of at most ``max_rows`` rows (a key larger than that
+    is a batch of its own), in key order."""
+    out, batch, size = [], [], 0
+    for row in todo.sort("items_key").iter_rows(named=True):
+        if batch and size + row["rows"] > max_rows:
+            out.append(pl.DataFrame(batch, schema=todo.schema, orient="row"))
+            batch, size = [], 0
+        batch.append(row)
+        size += row["rows"]
+    if batch:
+        out.append(pl.DataFrame(batch, schema=todo.schema, orient="row"))
+    return out
 
 
 def diff_pairs(pairs: pl.DataFrame, items: pl.DataFrame) -> pl.DataFrame:
