@@ -62,7 +62,7 @@ KINDS = {
 }
 
 
-def _frames() -> tuple[pl.DataFrame, pl.DataFrame]:
+def _frames(runs: int, jobs: int, per_job: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The series (s, job, program, kind, stage, series, cls) and the metrics of each class."""
     series, names = [], []
     classes = {(family, i): k for family, kinds in KINDS.items() for i, k in enumerate(kinds)}
@@ -71,18 +71,19 @@ def _frames() -> tuple[pl.DataFrame, pl.DataFrame]:
         filler = "memory.f{:02d}_bytes" if kind.startswith("xla_b") or kind.startswith("xla_m") else kind.split("_")[0] + ".f{:02d}"
         for m in range(n):
             names.append({"cls": cls, "m": m, "metric": real[m] if m < len(real) else filler.format(m)})
-    for s in range(JOBS * PER_JOB):
-        j, k = divmod(s, PER_JOB)
-        family = "jax" if j < JOBS // 2 else "torch"
+    for s in range(jobs * per_job):
+        j, k = divmod(s, per_job)
+        family = "jax" if j < max(1, jobs // 2) else "torch"
         kind, stage, _, _ = classes[(family, k % 4)]
         job, program = f"{family}-job{j:02d}", f"prog{k // 4:02d}"
         series.append({"s": s, "job": job, "program": program, "kind": kind, "stage": stage, "cls": f"{family}{k % 4}",
                        "series": "/".join([job, program, kind] + ([stage] if stage else [])),
-                       "last_run": 150 if s % 50 == 49 else RUNS})  # 28 series vanish at run 150
+                       "last_run": runs * 150 // 366 if s % 50 == 49 else runs})  # 1 in 50 vanish at 150 of 366
     return pl.DataFrame(series), pl.DataFrame(names)
 
 
-def build(path: Path) -> None:
+def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_JOB) -> None:
+    """The warehouse (replaced); tests build smaller ones."""
     import duckdb
 
     from flows.warehouse import store as wh
@@ -92,7 +93,7 @@ def build(path: Path) -> None:
         p.unlink() if p.is_file() else None
     with wh.Warehouse(tmp):  # the schema: core, records and derived tables, views, macros
         pass
-    series, names = _frames()
+    series, names = _frames(runs, jobs, per_job)
     t0 = time.perf_counter()
     con = duckdb.connect(str(tmp))
     con.execute("SET enable_progress_bar = false")
@@ -101,7 +102,7 @@ def build(path: Path) -> None:
     con.execute(f"""
         CREATE TEMP TABLE r AS SELECT i AS run, strftime(TIMESTAMP '2025-01-01 02:00' + to_days(i), '%Y-%m-%d') AS run_id,
             TIMESTAMP '2025-01-01 02:00' + to_days(i) AS started_at, substr(md5(i::VARCHAR), 1, 7) AS "commit"
-        FROM range({RUNS}) t(i);
+        FROM range({runs}) t(i);
         CREATE TEMP TABLE sr AS SELECT s.*, r.run, r.run_id, r.started_at, r."commit",
             (r.run > 0 AND hash(s.s, r.run, 'c') % 10 = 0) AS changed
         FROM _series s JOIN r ON r.run < s.last_run;
@@ -110,11 +111,12 @@ def build(path: Path) -> None:
     """)
     con.execute("INSERT INTO runs (run_id, started_at, \"commit\", tags, extra, meta_errors) "
                 "SELECT run_id, started_at, \"commit\", [], '{}', [] FROM r")
-    con.execute("""INSERT INTO dumps (path, run_id, job, kind, stage, program, size_bytes, dump_id, parser_version, status,
+    con.execute(f"""INSERT INTO dumps (path, run_id, job, kind, stage, program, size_bytes, dump_id, parser_version, status,
                        error, ingested_at)
         SELECT path, run_id, job, kind, stage, program, 100000 + hash(s, version) % 1000000, md5(s::VARCHAR || '-' || version),
-            1, CASE WHEN hash(run, 'f') % 1400 = s THEN 'failed' ELSE 'ok' END, NULL, started_at + INTERVAL 1 HOUR FROM sr2""")
-    con.execute("""INSERT INTO dump_series SELECT path, run_id, job, kind, stage, program, program, series FROM sr2""")
+            1, CASE WHEN hash(run, 'f') % {series.height} = s THEN 'failed' ELSE 'ok' END, NULL, started_at + INTERVAL 1 HOUR FROM sr2""")
+    con.execute("""INSERT INTO dump_series (path, run_id, job, kind, stage, program, series_program, series)
+                   SELECT path, run_id, job, kind, stage, program, program, series FROM sr2""")
     # Metric values: steps. A metric steps in a run where its series changed, 1 time in 8.
     con.execute("""
         CREATE TEMP TABLE g AS SELECT sr2.*, n.m, n.metric,
@@ -156,11 +158,11 @@ def build(path: Path) -> None:
             FROM _series s JOIN r ON r.run = s.last_run WHERE s.last_run < (SELECT max(run) + 1 FROM r)
         UNION ALL SELECT d.run_id, r.started_at, d.job, x.series, 'failed_dump', d.path, 'x.txt:1: not an HLO module'
             FROM dumps d JOIN dump_series x USING (path) JOIN r ON r.run_id = d.run_id WHERE d.status = 'failed'""")
-    con.execute("""INSERT INTO run_rollups
+    con.execute(f"""INSERT INTO run_rollups
         SELECT r.run_id, r.started_at, c.job, c.dumps, c.dumps - c.failed, 0, c.failed, 0, c.programs, c.dumps, 0,
                coalesce(v.vanished, 0), c.changed, coalesce(t.regressed_series, 0), coalesce(t.regressions, 0)
         FROM (SELECT run_id, job, count(*) AS dumps, count(DISTINCT program) AS programs, sum(changed::INT) AS changed,
-                     sum((hash(run, 'f') % 1400 = s)::INT) AS failed FROM sr2 GROUP BY ALL) c
+                     sum((hash(run, 'f') % {series.height} = s)::INT) AS failed FROM sr2 GROUP BY ALL) c
         JOIN r USING (run_id)
         LEFT JOIN (SELECT run_id, job, count(*) AS vanished FROM series_events WHERE event = 'vanished' GROUP BY ALL) v
             USING (run_id, job)
@@ -201,16 +203,22 @@ def build(path: Path) -> None:
             incident_id FROM incidents WHERE closed_how = 'accepted';
     """)
     last = f"(SELECT path, dump_id FROM dumps WHERE run_id = (SELECT max(run_id) FROM runs))"
-    try:
-        con.execute(f"""INSERT INTO dump_items (path, dump_id, parser_version, category, key, label, count, bytes, value, detail)
-            SELECT d.path, d.dump_id, 1,
-                CASE WHEN d.kind = 'xla_buffer_assignment' THEN (CASE WHEN i < 5 THEN 'peak_value' ELSE 'allocation' END)
-                     WHEN d.kind = 'inductor_ir' THEN 'fused_group' WHEN d.kind = 'xla_hlo' THEN 'fusion' ELSE 'onnx_op' END,
-                'k' || i, 'fusion.' || i || ' · {{}} · f32[' || (64 * i) || ']', 1 + i, 1024 * (i + 1), NULL, 'model.py:' || i
-            FROM dumps d JOIN range(10) t(i) ON true""")
-        items = "10 items a dump"
-    except duckdb.Error as e:  # dump_items is becoming a view over a content-keyed table
-        items = f"no items ({str(e).splitlines()[0]})"
+    # The structural items: 10 a content (a view over content_items since items are kept per
+    # content, dump_series.items_key; a table of them per path before).
+    items = """SELECT {key}, 1,
+            CASE WHEN d.kind = 'xla_buffer_assignment' THEN (CASE WHEN i < 5 THEN 'peak_value' ELSE 'allocation' END)
+                 WHEN d.kind = 'inductor_ir' THEN 'fused_group' WHEN d.kind = 'xla_hlo' THEN 'fusion' ELSE 'onnx_op' END,
+            'k' || i, 'fusion.' || i || ' · {{}} · f32[' || (64 * i) || ']', 1 + i, 1024 * (i + 1), NULL, 'model.py:' || i
+        FROM {dumps} d JOIN range(10) t(i) ON true"""
+    cols = "category, key, label, count, bytes, value, detail"
+    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'content_items'").fetchone()[0]:
+        con.execute("UPDATE dump_series SET items_key = d.dump_id FROM dumps d WHERE d.path = dump_series.path")
+        con.execute(f"INSERT INTO content_items (items_key, {cols}) " + items.format(
+            key="d.dump_id", dumps="(SELECT DISTINCT dump_id, kind FROM dumps)").replace("SELECT d.dump_id, 1,", "SELECT d.dump_id,"))
+        items = "10 items a content (content_items)"
+    else:
+        con.execute(f"INSERT INTO dump_items (path, dump_id, parser_version, {cols}) " + items.format(key="d.path, d.dump_id", dumps="dumps"))
+        items = "10 items a dump (dump_items)"
     con.execute(f"""INSERT INTO buffer_allocations (dump_id, parser_version, allocation_index, size_bytes, kind)
         SELECT d.dump_id, 1, i, 4096 * (i + 1) * (1 + hash(d.path) % 100), ['temp', 'parameter', 'output', 'constant'][1 + i % 4]
         FROM dumps d JOIN range(20) t(i) ON true

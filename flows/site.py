@@ -18,6 +18,7 @@ event handler; the charts' specs sit in ``<script type="application/json">`` blo
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -29,11 +30,13 @@ import polars as pl
 from flows.aggregate import frame_of
 from flows.warehouse.store import connect_readonly
 from transforms import escape
+from transforms.escape import Markup
 from transforms.site import pages
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "site_templates"
 DOCS = ROOT / "docs"
+HOOKS = Path(__file__).with_name("site_hooks.py")  # mkdocs hooks: HTML tables Markdown skips
 VEGA_BUNDLE = "assets/vega-bundle.js"
 # The chart loader, the stylesheet, and the theme's inline scripts as files (the CSP forbids inline scripts).
 ASSETS = ("charts.js", "dumpscope.css", "material-base.js", "material-palette.js", "material-content.js")
@@ -47,22 +50,58 @@ class SiteResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+# Columns of metric_trends the pages use (charts, tables, incidents).
+TREND_COLUMNS = ("run_id", "started_at", "commit", "series", "job", "kind", "stage", "program", "metric", "value",
+                 "delta", "baseline", "verdict", "rule")
+# Metrics whose pages need every run of the window, not only the change points.
+DENSE = ("(metric LIKE 'onnx.step.%' AND kind = 'onnx_report' AND list_contains(?, run_id))"
+         " OR (metric = 'fusion.fused_nodes' AND stage = 'post_fusion') OR (metric = 'inductor.nodes' AND stage = 'pre_fusion')")
+
+
 def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
+    """The frames the pages need, read for the last ``settings.site_history_runs`` runs only
+    (``[site] history_runs``; 0: every run): the window is a filter in DuckDB, and of
+    metric_trends only the change points come back (``pages.SiteData.trends``)."""
+    history = getattr(settings, "site_history_runs", pages.DEFAULT_HISTORY_RUNS)
     con = connect_readonly(warehouse)
     try:
         q = lambda sql, params=None: frame_of(con, sql, params)  # noqa: E731
         runs = q('SELECT run_id, started_at, "commit" FROM runs ORDER BY started_at, run_id').with_row_index("run_seq")
-        latest = runs.get_column("run_id")[-1] if runs.height else ""
+        window = runs.tail(history) if history else runs
+        shown = window.get_column("run_id").to_list()
+        latest = shown[-1] if shown else ""
+        in_window = "run_id IN (SELECT unnest(?::VARCHAR[]))"  # parameters: [shown]
         latest_dumps = "SELECT path FROM dumps WHERE run_id = ?"  # parameters: [latest]
         with_series = "JOIN dump_series s USING (path)"
+        cols = ", ".join(f't."{c}"' for c in TREND_COLUMNS)
+        # Incidents that matter in the window: open at its end, or opened or closed in it.
+        incidents = q(f"SELECT * FROM incidents WHERE closed_run IS NULL OR opened_run IN (SELECT unnest(?::VARCHAR[])) "
+                      f"OR closed_run IN (SELECT unnest(?::VARCHAR[]))", [shown, shown])
         return pages.SiteData(
             runs=runs,
-            trends=q("SELECT * FROM metric_trends").with_columns(pl.col("verdict").cast(pl.String)),
-            regressions=q("SELECT * FROM regressions"),
-            events=q("SELECT * FROM series_events").with_columns(pl.col("event").cast(pl.String)),
-            rollups=q("SELECT * FROM run_rollups"),
-            totals=q("SELECT * FROM job_totals"),
-            diffs=q("SELECT * FROM diffs"),
+            history_runs=history,
+            # The change points of each series and metric in the window: its first and last
+            # run there and every run whose verdict is not "unchanged" (what charts.change_points keeps).
+            trends=q(f"""WITH t AS (SELECT {cols} FROM metric_trends t WHERE {in_window}),
+                         ends AS (SELECT series, metric, min((started_at, run_id)) AS first, max((started_at, run_id)) AS last
+                                  FROM t GROUP BY series, metric)
+                         SELECT t.* FROM t JOIN ends USING (series, metric)
+                         WHERE t.verdict <> 'unchanged' OR (t.started_at, t.run_id) IN (ends.first, ends.last)""",
+                     [shown]).with_columns(pl.col("verdict").cast(pl.String)),
+            dense=q(f"SELECT {cols} FROM metric_trends t WHERE {in_window} AND ({DENSE})",
+                    [shown, shown[-pages.ONNX_RUNS:]]).with_columns(pl.col("verdict").cast(pl.String)),
+            series_catalog=q("""SELECT series, any_value(job) AS job, any_value(series_program) AS program,
+                                       any_value(kind) AS kind, any_value(stage) AS stage, count(DISTINCT run_id) AS runs,
+                                       arg_max(run_id, (r.started_at, run_id)) AS last_run
+                                FROM dump_series JOIN runs r USING (run_id) GROUP BY series"""),
+            regressions=q(f"SELECT * FROM regressions WHERE {in_window}", [shown]),
+            events=q(f"SELECT * FROM series_events WHERE {in_window}", [shown]).with_columns(pl.col("event").cast(pl.String)),
+            rollups=q(f"SELECT * FROM run_rollups WHERE {in_window}", [shown]),
+            run_totals=q("""SELECT run_id, sum(dumps) AS dumps, sum(failed) AS failed, sum(partial) AS partial,
+                                   sum(regressions) AS regressions, sum(changed_series) AS changed_series
+                            FROM run_rollups GROUP BY run_id"""),
+            totals=q("SELECT * FROM job_totals WHERE run_id = ?", [latest]),
+            diffs=q(f"SELECT * FROM diffs WHERE {in_window}", [shown]),
             accepts=q("SELECT * FROM accepts ORDER BY accepted_at"),
             items=q(f"SELECT i.*, s.series, s.job, s.series_program AS program FROM dump_items i {with_series} "
                     f"WHERE i.path IN ({latest_dumps}) AND i.category <> 'none'", [latest]),
@@ -79,10 +118,13 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
             columns=q("""SELECT table_name AS name, column_name AS column, data_type, comment FROM duckdb_columns()
                          WHERE schema_name = 'main' ORDER BY table_name, column_index"""),
             warehouse_path=str(Path(warehouse).resolve()),
-            incidents=q("SELECT * FROM incidents"),
-            incident_steps=q("SELECT * FROM incident_steps"),
-            # The one definition of new / open / fixed at a run (flows.verdict, the summary, the CLI).
-            incidents_at={r: q("SELECT * FROM incidents_at(?)", [r]) for r in runs.get_column("run_id")},
+            incidents=incidents,
+            incident_steps=q("SELECT * FROM incident_steps WHERE incident_id IN (SELECT unnest(?::VARCHAR[]))",
+                             [incidents.get_column("incident_id").to_list()]),
+            older_incidents=q("SELECT count(*) AS n FROM incidents").item() - incidents.height,
+            # The one definition of new / open / fixed at a run (flows.verdict, the summary, the
+            # CLI), asked for the runs the site shows.
+            incidents_at={r: q("SELECT * FROM incidents_at(?)", [r]) for r in shown},
             commit_url=getattr(settings, "commit_url", None), compare_url=getattr(settings, "compare_url", None),
         )
     finally:
@@ -98,9 +140,10 @@ def _join(items, separator: str = "") -> escape.Markup:
     return escape.finalize(separator).join(escape.finalize(item) for item in items)
 
 
-def _environment() -> jinja2.Environment:
+def _environment(data: pages.SiteData | None = None) -> jinja2.Environment:
     """The site's Jinja environment: every ``{{ value }}`` is escaped for Markdown unless it
-    is ``Markup`` made by ``transforms.escape`` (or a macro's output)."""
+    is ``Markup`` made by ``transforms.escape`` (or a macro's output). ``series_link`` and
+    ``run_link`` lead to a page, or to the index row of a series or run without one."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              autoescape=True, finalize=escape.finalize,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
@@ -121,7 +164,8 @@ def _environment() -> jinja2.Environment:
         env.filters.pop(name, None)
     env.filters.update(e=escape.md_text, escape=escape.md_text, forceescape=escape.md_text, join=_join)
     env.globals.update(chart=chart, code=escape.code, pre=escape.pre, sql=escape.sql_literal, shell=escape.shell_word,
-                       series_link=pages.series_link, run_link=pages.run_link)
+                       series_link=data.series_link if data else pages.series_link,
+                       run_link=data.run_link if data else pages.run_link)
     env.globals["_chart_counter"] = counter
     return env
 
@@ -139,12 +183,13 @@ def build_site(warehouse: Path, out: Path, settings=None) -> SiteResult:
     shutil.rmtree(src, ignore_errors=True)
     docs = src / "docs"
     (docs / "assets").mkdir(parents=True)
-    env = _environment()
+    env = _environment(data)
     written = _render_pages(env, data, docs)
     result.pages = len(written)
     result.charts = env.globals["_chart_counter"]["n"]
     _write_assets(docs)
-    (src / "mkdocs.yml").write_text(env.get_template("mkdocs.yml.j2").render(has_runs=data.runs.height > 0), encoding="utf-8")
+    (src / "mkdocs.yml").write_text(env.get_template("mkdocs.yml.j2").render(
+        has_runs=data.runs.height > 0, hooks=Markup(json.dumps(str(HOOKS)))), encoding="utf-8")
     result.seconds["render"] = time.perf_counter() - t0 - result.seconds["read"]
 
     t1 = time.perf_counter()
@@ -163,14 +208,16 @@ def build_site(warehouse: Path, out: Path, settings=None) -> SiteResult:
 
 def _render_pages(env: jinja2.Environment, d: pages.SiteData, docs: Path) -> list[Path]:
     written: list[Path] = []
+    seen: set[Path] = set()
 
     def page(template: str, path: str, **context) -> None:
         target = docs / path
-        if target in written:  # two names with one slug: sha256 prefixes that collide
+        if target in seen:  # two names with one slug: sha256 prefixes that collide
             raise ValueError(f"two pages would be written to {path}")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(env.get_template(template).render(**context), encoding="utf-8")
         written.append(target)
+        seen.add(target)
 
     page("overview.md.j2", "index.md", **pages.overview_page(d))
     page("memory.md.j2", "memory.md", **pages.memory_page(d))
@@ -182,23 +229,16 @@ def _render_pages(env: jinja2.Environment, d: pages.SiteData, docs: Path) -> lis
     page("query.md.j2", "query.md", warehouse=d.warehouse_path, tables=d.tables.to_dicts(),
          columns={name: rows.to_dicts() for (name,), rows in d.columns.group_by("name", maintain_order=True)},
          latest=d.latest)
-    runs = d.runs.sort("started_at", "run_id", descending=True)
-    page("runs.md.j2", "runs/index.md", runs=runs.join(d.rollups.group_by("run_id").agg(
-        pl.col("dumps", "failed", "partial", "regressions", "changed_series").sum()), on="run_id", how="left").to_dicts())
+    page("runs.md.j2", "runs/index.md", **pages.runs_index(d))
     for run_id, context in pages.run_pages(d):
         page("run.md.j2", pages.run_file(run_id), **context)
     for incident_id, context in pages.incident_pages(d):
         page("incident.md.j2", pages.incident_file(incident_id), **context)
     page("incidents.md.j2", "incidents/index.md", **pages.incidents_index(d))
-    index = []
-    for (series,), rows in d.trends.group_by("series", maintain_order=True):
-        ctx = pages.series_page(d, series, rows)
-        page("series.md.j2", pages.series_file(series), **ctx)
-        index.append({"series": series, "link": pages.series_link(series, "series"), "job": ctx["job"], "program": ctx["program"],
-                      "kind": ctx["kind"], "stage": ctx["stage"] or "", "runs": ctx["runs"],
-                      "regressed": sum(r["verdict"] == "regressed" for r in ctx["table"])})
-    page("series_index.md.j2", "series/index.md", series=sorted(index, key=lambda r: (-r["regressed"], r["series"])))
-    for doc in ("metrics.md", "trends.md"):
+    for series, context in pages.series_pages(d):
+        page("series.md.j2", pages.series_file(series), **context)
+    page("series_index.md.j2", "series/index.md", **pages.series_index(d))
+    for doc in ("metrics.md", "trends.md", "site.md"):
         shutil.copyfile(DOCS / doc, docs / doc)
         written.append(docs / doc)
     return written

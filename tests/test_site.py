@@ -33,7 +33,7 @@ def site(sample_warehouse, tmp_path_factory):
 
 
 def test_every_page_is_built(site):
-    assert (site.pages, site.charts) == (53, 42)  # 41 + 11 incident pages and their index
+    assert (site.pages, site.charts) == (54, 42)  # 41 + 11 incident pages and their index + docs/site.md
     built = {p.relative_to(site.out).as_posix() for p in site.out.rglob("*.html")}
     assert set(PAGES) <= built
     assert len([p for p in built if p.startswith("series/")]) == 26  # 25 series and their index
@@ -99,7 +99,7 @@ def test_an_empty_warehouse_still_builds_a_site_that_says_so(tmp_path):
     with Warehouse(tmp_path / "w.duckdb") as con:
         aggregate(con)
     result = build_site(tmp_path / "w.duckdb", tmp_path / "site")
-    assert (result.pages, result.charts) == (13, 0)  # the incidents index too
+    assert (result.pages, result.charts) == (14, 0)  # the incidents index and docs/site.md too
     assert "The warehouse has no runs yet" in (tmp_path / "site" / "index.html").read_text()
 
 

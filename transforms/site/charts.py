@@ -8,10 +8,15 @@ over many nights is drawn as a step, not as one point per night).
 
 Altair builds the chart; the rows skip it (validating thousands of rows through its
 schema classes took seconds a chart) and go into the spec as inline CSV with short
-column names: a year of runs stays a few hundred kB a page.
+column names: a year of runs stays a few hundred kB a page. The small multiples of a
+thousand series pages share one spec built once (``small_multiples_by``): only the title
+and the data differ.
 """
 
 from __future__ import annotations
+
+import json
+from functools import lru_cache
 
 import altair as alt
 import polars as pl
@@ -51,10 +56,16 @@ def change_points(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return ordered.filter(first | last | (pl.col("verdict") != "unchanged"))
 
 
+DAILY_DAYS = 14  # runs spanning this many days or fewer get a tick a day
+
+
 def _time_axis(rows: pl.DataFrame, fmt: str = "%Y-%m-%d") -> alt.Axis:
     """Dates on x; a tick a day when the runs span two weeks or less (else Vega picks)."""
     span = rows.select(pl.col("started_at").max() - pl.col("started_at").min()).item() if rows.height else None
-    daily = span is not None and span.days <= 14
+    return _axis(span is not None and span.days <= DAILY_DAYS, fmt)
+
+
+def _axis(daily: bool, fmt: str) -> alt.Axis:
     return alt.Axis(format=fmt, labelAngle=-30, **({"tickCount": {"interval": "day", "step": 1}} if daily else {}))
 
 
@@ -97,18 +108,43 @@ def trend_chart(rows: pl.DataFrame, *, title: str, color: str = "line", metric_l
 
 def small_multiples(rows: pl.DataFrame, *, title: str, columns: int = 3) -> dict:
     """Every metric of one series over runs, one panel each, each in its own unit."""
-    rows = change_points(rows, ["metric"])
-    units = rows.group_by("metric").agg(pl.col("value").abs().max().alias("_max"))
-    scales = {m: (byte_unit(float(mx or 0)) if is_bytes_metric(m) else ("", 1)) for m, mx in units.iter_rows()}
-    rows = rows.with_columns(
-        pl.col("metric").replace_strict({m: f"{m} ({u})" if u else m for m, (u, _) in scales.items()}).alias("panel"),
-        pl.col("metric").replace_strict({m: s for m, (_, s) in scales.items()}, return_dtype=pl.Float64).alias("_scale"))
-    x = alt.X("t:T", title=None, axis=_time_axis(rows, "%m-%d"))
+    return small_multiples_by(rows.with_columns(pl.lit(title).alias("_chart")), "_chart", columns=columns)[title]
+
+
+def small_multiples_by(rows: pl.DataFrame, key: str, *, columns: int = 3) -> dict[str, dict]:
+    """``small_multiples`` of each value of ``key`` (a series), titled by it, in one pass."""
+    rows = change_points(rows, [key, "metric"])
+    if rows.is_empty():
+        return {}
+    units = rows.group_by(key, "metric").agg(pl.col("value").abs().max().alias("_max"))
+    is_bytes = pl.col("metric").is_in([m for m in units.get_column("metric").unique().to_list() if is_bytes_metric(m)])
+    unit, size = pl.lit("B"), pl.lit(1)
+    for name, n in reversed(_UNITS[:-1]):  # byte_unit(): the largest unit the maximum reaches
+        unit, size = pl.when(pl.col("_max") >= n).then(pl.lit(name)).otherwise(unit), pl.when(pl.col("_max") >= n).then(n).otherwise(size)
+    units = units.select(key, "metric", pl.when(is_bytes).then(unit).otherwise(pl.lit("")).alias("_unit"),
+                         pl.when(is_bytes).then(size).otherwise(1).cast(pl.Float64).alias("_scale"))
+    rows = rows.join(units, on=[key, "metric"], how="left", maintain_order="left").with_columns(
+        pl.when(pl.col("_unit") == "").then(pl.col("metric")).otherwise(pl.format("{} ({})", "metric", "_unit")).alias("panel"))
+    daily = dict(rows.group_by(key).agg(
+        ((pl.col("started_at").max() - pl.col("started_at").min()).dt.total_days() <= DAILY_DAYS).alias("d")).iter_rows())
+    points = pl.concat([rows.select(key), _points(rows, "panel", pl.col("_scale"))], how="horizontal")
+    out = {}
+    for (name,), part in points.partition_by(key, as_dict=True, maintain_order=True).items():
+        spec = json.loads(_small_multiples_spec(columns, bool(daily.get(name))))
+        spec["title"] = name
+        out[name] = _with_data(spec, part.drop(key))
+    return out
+
+
+@lru_cache(maxsize=8)
+def _small_multiples_spec(columns: int, daily: bool) -> str:
+    """The spec every series page shares (JSON text: each caller gets its own copy)."""
+    x = alt.X("t:T", title=None, axis=_axis(daily, "%m-%d"))
     base = alt.Chart().encode(x=x, y=alt.Y("y:Q", title=None, scale=alt.Scale(zero=False)))
     layers = _marks(base, _tooltip("value"), size=22).properties(width=230, height=110)
     chart = layers.facet(facet=alt.Facet("k:N", title=None, header=alt.Header(labelLimit=260)), columns=columns,
-                         data=POINTS).resolve_scale(y="independent").properties(title=title)
-    return _spec(chart, _points(rows, "panel", pl.col("_scale")))
+                         data=POINTS).resolve_scale(y="independent").properties(title="")
+    return json.dumps(chart.to_dict(validate=False))
 
 
 def bar_chart(rows: pl.DataFrame, *, x: str, y: str, title: str, color: str | None = None, bytes_axis: bool = False) -> dict:
@@ -127,7 +163,10 @@ def bar_chart(rows: pl.DataFrame, *, x: str, y: str, title: str, color: str | No
 
 
 def _spec(chart: alt.TopLevelMixin, rows: pl.DataFrame) -> dict:
-    spec = chart.to_dict(validate=False)
+    return _with_data(chart.to_dict(validate=False), rows)
+
+
+def _with_data(spec: dict, rows: pl.DataFrame) -> dict:
     spec["data"] = {"values": rows.write_csv(), "format": {"type": "csv", "parse": {c: _PARSE[c] for c in rows.columns if c in _PARSE}}}
     spec["config"] = THEME | spec.get("config", {})
     if "facet" not in spec:  # fit the page's width; facets keep their panel sizes

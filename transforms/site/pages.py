@@ -5,12 +5,21 @@ each ``*_page`` function returns the context of one template: tables as lists of
 dicts with display strings, charts as Vega-Lite specs (``transforms.site.charts``).
 Values stay plain data (the templates escape them, ``transforms.escape``); links,
 anchors and the few cells holding HTML are ``Markup`` built with that module.
+
+The site shows a window: the last ``history_runs`` runs (``[site] history_runs``, 0: all).
+Charts and run pages cover the window; incidents open at its end or opened or closed in
+it get pages; a series gets a page when it changed in the window (or is in one of those
+incidents). Everything older or unchanged is still listed, on the runs, incidents and
+series indexes, and every link to a run or series without a page (``SiteData.run_link``,
+``SiteData.series_link``) leads to its row there. So the pages, their size and the time
+to build them follow the setting and the size of a night, not the length of the history.
 """
 
 from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
+from functools import cached_property
 
 import polars as pl
 
@@ -24,6 +33,8 @@ from transforms.units import human_bytes, human_delta, human_ratio, human_value
 STEP_SYMBOL = {1.0: "✅", 0.0: "❌", None: "⚪"}
 MAX_LINES = 12  # lines drawn in one trend chart
 MAX_RUN_ROWS = 60  # regressions and structural changes listed on a run's page
+DEFAULT_HISTORY_RUNS = 90  # [site] history_runs (transforms.trends.rules.Settings.site_history_runs)
+ONNX_RUNS = 14  # runs in the ONNX step matrix
 HEADLINE = {  # metric -> column title of the overview's headline figures
     "memory.total_bytes": "memory (total)", "memory.peak_live_bytes": "peak live", "memory.temp_bytes": "temp",
     "memory.buffer_bytes": "Inductor buffers", "kernel.launches": "kernel launches", "fusion.count": "fusions",
@@ -33,12 +44,13 @@ HEADLINE = {  # metric -> column title of the overview's headline figures
 
 @dataclass
 class SiteData:
-    runs: pl.DataFrame  # run_id, started_at, commit, run_seq
-    trends: pl.DataFrame  # metric_trends
+    """The frames of the window (the last ``history_runs`` runs) unless said otherwise."""
+    runs: pl.DataFrame  # every run: run_id, started_at, commit, run_seq
+    trends: pl.DataFrame  # metric_trends change points: each (series, metric)'s first and last run and every change
     regressions: pl.DataFrame
     events: pl.DataFrame  # series_events
     rollups: pl.DataFrame  # run_rollups
-    totals: pl.DataFrame  # job_totals
+    totals: pl.DataFrame  # job_totals of the latest run
     diffs: pl.DataFrame
     accepts: pl.DataFrame
     items: pl.DataFrame  # dump_items of the latest run's dumps, with series
@@ -48,11 +60,16 @@ class SiteData:
     tables: pl.DataFrame  # warehouse catalog: name, type, comment
     columns: pl.DataFrame  # name, column, data_type, comment
     warehouse_path: str
-    incidents: pl.DataFrame | None = None  # every incident
-    incident_steps: pl.DataFrame | None = None
-    incidents_at: dict[str, pl.DataFrame] | None = None  # run_id -> incidents_at(run): status there
+    incidents: pl.DataFrame | None = None  # open at the window's end, or opened or closed in it
+    incident_steps: pl.DataFrame | None = None  # of those incidents
+    incidents_at: dict[str, pl.DataFrame] | None = None  # run_id -> incidents_at(run): status there (window runs)
     commit_url: str | None = None  # settings: "{commit}" -> a commit's page
     compare_url: str | None = None  # settings: "{base}", "{head}" -> a compare page
+    history_runs: int = DEFAULT_HISTORY_RUNS  # the window: the last N runs (0: every run)
+    dense: pl.DataFrame | None = None  # every run of the window: ONNX steps (last ONNX_RUNS runs), fused-ratio inputs
+    series_catalog: pl.DataFrame | None = None  # every series ever seen: series, job, program, kind, stage, runs, last_run
+    run_totals: pl.DataFrame | None = None  # every run: dumps, failed, partial, regressions, changed_series
+    older_incidents: int = 0  # incidents closed before the window (not shown)
 
     @property
     def latest(self) -> str | None:
@@ -61,6 +78,43 @@ class SiteData:
     @property
     def previous(self) -> str | None:
         return self.runs.get_column("run_id")[-2] if self.runs.height > 1 else None
+
+    @cached_property
+    def window(self) -> pl.DataFrame:
+        """The runs the site shows: the last ``history_runs`` (every run when 0)."""
+        return self.runs.tail(self.history_runs) if self.history_runs else self.runs
+
+    @cached_property
+    def known_runs(self) -> frozenset[str]:
+        return frozenset(self.runs.get_column("run_id").to_list())
+
+    @cached_property
+    def run_pages(self) -> frozenset[str]:
+        return frozenset(self.window.get_column("run_id").to_list())
+
+    @cached_property
+    def series_pages(self) -> frozenset[str]:
+        """Series with a page: a value changed (or first seen) in the window, or in an incident shown."""
+        changed = self.trends.filter(pl.col("verdict") != "unchanged").get_column("series").unique().to_list()
+        stepped = [] if self.incident_steps is None else self.incident_steps.get_column("series").drop_nulls().to_list()
+        listed = [] if self.incidents is None else self.incidents.get_column("series").explode().drop_nulls().to_list()
+        return (frozenset(changed) | frozenset(stepped) | frozenset(listed)) & self._with_trends
+
+    @cached_property
+    def _with_trends(self) -> frozenset[str]:
+        return frozenset(self.trends.get_column("series").unique().to_list())
+
+    def series_link(self, series: str, here: str = "") -> Markup:
+        """Its page, or its row on the series index."""
+        if series in self.series_pages:
+            return series_link(series, here)
+        return _link("series", "index.md", here, fragment=series_anchor(series))
+
+    def run_link(self, run_id: str, here: str = "") -> Markup:
+        """Its page, or its row on the runs index (runs before the window)."""
+        if run_id in self.run_pages:
+            return run_link(run_id, here)
+        return _link("runs", "index.md", here, fragment=run_anchor(run_id))
 
 
 def series_file(series: str) -> str:
@@ -72,9 +126,21 @@ def run_file(run_id: str) -> str:
     return f"runs/{slug(run_id)}.md"
 
 
-def _link(directory: str, name: str, here: str) -> Markup:
+def series_anchor(series: str) -> str:
+    """The id of a series' row on the series index (series without a page)."""
+    return slug("series", series)
+
+
+def run_anchor(run_id: str) -> str:
+    """The id of a run's row on the runs index (runs before the window)."""
+    return slug("run", run_id)
+
+
+def _link(directory: str, name: str, here: str, fragment: str | None = None) -> Markup:
     """A relative link to ``directory/name`` from a page in directory ``here`` ("" = top)."""
-    return url_path(name) if here == directory else url_path(*([".."] if here else []), directory, name)
+    if here == directory:
+        return url_path(name, fragment=fragment)
+    return url_path(*([".."] if here else []), directory, name, fragment=fragment)
 
 
 def series_link(series: str, here: str = "") -> Markup:
@@ -121,7 +187,7 @@ def overview_page(d: SiteData) -> dict:
             "worst_metric": worst["metric"], "worst_change": human_ratio(worst["change_ratio"]),
             "worst_value": f"{human_value(worst['metric'], worst['baseline'])} → {human_value(worst['metric'], worst['value'])}",
             "why": why.get_column("description").unique(maintain_order=True).head(2).to_list(),
-            "series": series_link(worst["series"]),
+            "series": d.series_link(worst["series"]),
         })
     headline = []
     totals = d.totals.filter((pl.col("run_id") == run) & pl.col("metric").is_in(list(HEADLINE)))
@@ -163,16 +229,20 @@ def _trend_section(d: SiteData, metric: str, title: str, where: pl.Expr | None =
     rows = _line(rows).with_columns(pl.format("{}/{}", "line", "stage").alias("line")) if rows.select(
         pl.struct("job", "program").n_unique()).item() < rows.select(pl.struct("job", "program", "stage").n_unique()).item() else _line(rows)
     latest = rows.sort("started_at").group_by("line").agg(pl.all().last()).sort("line")
-    # A chart of a hundred lines reads as noise: it draws the lines regressed in the latest
-    # run, then the largest; the table under it lists them all.
-    shown = (latest.sort(pl.col("verdict") == "regressed", pl.col("value").abs(), descending=True, nulls_last=True)
-             .head(MAX_LINES).get_column("line"))
-    chart_title = title if shown.len() == latest.height else f"{title} ({shown.len()} of {latest.height}: regressed, then largest)"
-    table = [{"line": r["line"], "series": series_link(r["series"]), "run": r["run_id"],
+    shown, chart_title = _top_lines(latest, title)
+    table = [{"line": r["line"], "series": d.series_link(r["series"]), "run": r["run_id"],
               "value": human_value(metric, r["value"]), "change": human_delta(metric, r["delta"]) if r["delta"] else "",
               "verdict": r["verdict"]} for r in latest.iter_rows(named=True)]
     chart = charts.trend_chart(rows.filter(pl.col("line").is_in(shown.implode())), title=chart_title)
     return {"title": title, "metric": metric, "chart": chart, "table": table}
+
+
+def _top_lines(latest: pl.DataFrame, title: str) -> tuple[pl.Series, str]:
+    """A chart of a hundred lines reads as noise: it draws the lines regressed in the latest
+    run, then the largest (``latest``: the last row of each line); tables list them all."""
+    shown = (latest.sort(pl.col("verdict") == "regressed", pl.col("value").abs(), descending=True, nulls_last=True)
+             .head(MAX_LINES).get_column("line"))
+    return shown, title if shown.len() == latest.height else f"{title} ({shown.len()} of {latest.height}: regressed, then largest)"
 
 
 def _diff_rows(d: SiteData, categories: tuple[str, ...], changes: tuple[str, ...] | None = None) -> list[dict]:
@@ -206,8 +276,10 @@ def fusion_page(d: SiteData) -> dict:
                             & (pl.col("stage") == "after_optimizations"))
     kinds_chart = None
     if kinds.height:
-        kinds_chart = charts.trend_chart(_line(kinds).with_columns(pl.format("{} {}", "line", "metric").alias("line")),
-                                         title="XLA fusions by kind (after optimizations)", metric_label="fusions")
+        kinds = _line(kinds).with_columns(pl.format("{} {}", "line", "metric").alias("line"))
+        shown, title = _top_lines(kinds.sort("started_at").group_by("line").agg(pl.all().last()),
+                                  "XLA fusions by kind (after optimizations)")
+        kinds_chart = charts.trend_chart(kinds.filter(pl.col("line").is_in(shown.implode())), title=title, metric_label="fusions")
     ratio = _fused_ratio(d)
     groups = d.items.filter(pl.col("category") == "fused_group").sort("count", descending=True).head(20)
     return {"kinds_chart": kinds_chart, "sections": [s for s in (
@@ -220,15 +292,20 @@ def fusion_page(d: SiteData) -> dict:
 
 def _fused_ratio(d: SiteData) -> dict | None:
     """Inductor: members of fused groups / nodes before fusion, per graph and run."""
-    post = d.trends.filter((pl.col("metric") == "fusion.fused_nodes") & (pl.col("stage") == "post_fusion"))
-    pre = d.trends.filter((pl.col("metric") == "inductor.nodes") & (pl.col("stage") == "pre_fusion"))
+    dense = d.trends if d.dense is None else d.dense  # every run of the window: the two sides meet on run_id
+    post = dense.filter((pl.col("metric") == "fusion.fused_nodes") & (pl.col("stage") == "post_fusion"))
+    pre = dense.filter((pl.col("metric") == "inductor.nodes") & (pl.col("stage") == "pre_fusion"))
     if post.is_empty() or pre.is_empty():
         return None
     both = post.join(pre.select("run_id", "job", "program", pl.col("value").alias("_nodes")), on=["run_id", "job", "program"])
-    both = both.with_columns((pl.col("value") / pl.col("_nodes")).alias("value"), pl.lit("fusion.fused_node_ratio").alias("metric"),
-                             pl.lit(None, pl.Float64).alias("delta"), pl.lit("changed").alias("verdict"))
-    return charts.trend_chart(_line(both), title="Fused-node ratio (Inductor: fused members / nodes before fusion)",
-                              metric_label="ratio")
+    ratio = (pl.col("value") / pl.col("_nodes"))
+    moved = ratio != ratio.shift(1).over("job", "program")  # a step of the line (its first run: null)
+    both = _line(both.sort("started_at", "run_id").with_columns(
+        ratio.alias("value"), pl.lit("fusion.fused_node_ratio").alias("metric"), pl.lit(None, pl.Float64).alias("delta"),
+        pl.when(moved.fill_null(True)).then(pl.lit("changed")).otherwise(pl.lit("unchanged")).alias("verdict")))
+    shown, title = _top_lines(both.group_by("line").agg(pl.all().last()),
+                              "Fused-node ratio (Inductor: fused members / nodes before fusion)")
+    return charts.trend_chart(both.filter(pl.col("line").is_in(shown.implode())), title=title, metric_label="ratio")
 
 
 def kernels_page(d: SiteData) -> dict:
@@ -254,9 +331,10 @@ def kernels_page(d: SiteData) -> dict:
             "run": d.latest}
 
 
-def onnx_page(d: SiteData, last_runs: int = 14) -> dict:
-    steps = d.trends.filter(pl.col("metric").str.starts_with("onnx.step.") & (pl.col("kind") == "onnx_report"))
-    runs = d.runs.tail(last_runs).get_column("run_id").to_list()
+def onnx_page(d: SiteData, last_runs: int = ONNX_RUNS) -> dict:
+    dense = d.trends if d.dense is None else d.dense  # a cell for every run
+    steps = dense.filter(pl.col("metric").str.starts_with("onnx.step.") & (pl.col("kind") == "onnx_report"))
+    runs = d.window.tail(last_runs).get_column("run_id").to_list()
     matrices = []
     for (program,), rows in steps.group_by("program", maintain_order=True):
         cells = {(r["metric"].removeprefix("onnx.step."), r["run_id"]): r["value"] for r in rows.iter_rows(named=True)}
@@ -327,7 +405,7 @@ def _verdict(d: SiteData, run: str | None, here: str) -> dict:
             **r, "link": incident_link(r["incident_id"], here),
             "diff": _incident_diff(d, r, here),
             "cause_lines": (r["cause"] or "").splitlines()[:3],
-            "series_link": series_link(r["series"][0], here) if r["series"] else None,
+            "series_link": d.series_link(r["series"][0], here) if r["series"] else None,
             "range": commit_range(d, r["last_good_commit"], r["first_bad_commit"]),
         })
     # Markup: the line holds only numbers and fixed words (its ** is Markdown to keep).
@@ -342,7 +420,7 @@ def incident_pages(d: SiteData):
     for r in d.incidents.iter_rows(named=True):
         rows = steps.get((r["incident_id"],))
         table = [] if rows is None else [{
-            "series": s["series"], "link": series_link(s["series"], "incidents"), "metric": s["metric"],
+            "series": s["series"], "link": d.series_link(s["series"], "incidents"), "metric": s["metric"],
             "step": s["step"], "baseline": human_value(s["metric"], s["baseline"]),
             "value": human_value(s["metric"], s["value"]), "latest": human_value(s["metric"], s["latest_value"]),
             "change": human_delta(s["metric"], s["change"]) if s["change"] is not None else "",
@@ -350,32 +428,38 @@ def incident_pages(d: SiteData):
         yield r["incident_id"], {
             "i": r, "steps": table, "cause_lines": (r["cause"] or "").splitlines(),
             "range": commit_range(d, r["last_good_commit"], r["first_bad_commit"]),
-            "opened_link": run_link(r["opened_run"], "incidents"),
-            "good_link": run_link(r["last_good_run"], "incidents") if r["last_good_run"] else None,
-            "closed_link": run_link(r["closed_run"], "incidents") if r["closed_run"] else None,
+            "opened_link": _known_run(d, r["opened_run"], "incidents"),
+            "good_link": _known_run(d, r["last_good_run"], "incidents"),
+            "closed_link": _known_run(d, r["closed_run"], "incidents"),
             "diff": _incident_diff(d, r, "incidents"),
         }
+
+
+def _known_run(d: SiteData, run_id: str | None, here: str) -> Markup | None:
+    """A run's page or index row; None for no run or one the warehouse does not have."""
+    return d.run_link(run_id, here) if run_id is not None and run_id in d.known_runs else None
 
 
 def incidents_index(d: SiteData) -> dict:
     rows = [] if d.incidents is None else [
         {**r, "link": incident_link(r["incident_id"], "incidents"), "status": r["closed_how"] or "open"}
         for r in d.incidents.sort("opened_at", "impact", descending=[True, True]).iter_rows(named=True)]
-    return {"incidents": rows}
+    first = d.window.get_column("run_id")[0] if d.window.height else None
+    return {"incidents": rows, "older": d.older_incidents, "first_run": first, "history_runs": d.history_runs}
 
 
 def run_pages(d: SiteData):
-    """(run_id, context) of every run page, newest first."""
+    """(run_id, context) of the page of each run of the window, newest first."""
     parts = {name: getattr(d, name).partition_by("run_id", as_dict=True)
              for name in ("regressions", "rollups", "events", "diffs")}
     empty = {name: getattr(d, name).clear() for name in parts}
-    for run in d.runs.sort("started_at", "run_id", descending=True).iter_rows(named=True):
+    for run in d.window.sort("started_at", "run_id", descending=True).iter_rows(named=True):
         part = {name: parts[name].get((run["run_id"],), empty[name]) for name in parts}
         reg = part["regressions"]
         yield run["run_id"], {
             "run": run,
             "rollups": _table(part["rollups"].drop("run_id", "started_at")),
-            "regressions": [_regression_row(r, "runs") for r in reg.head(MAX_RUN_ROWS).iter_rows(named=True)],
+            "regressions": [_regression_row(d, r, "runs") for r in reg.head(MAX_RUN_ROWS).iter_rows(named=True)],
             "regression_count": reg.height,
             "events": _table(part["events"].filter(pl.col("event") != "first_run").select("job", "series", "event", "detail")),
             "diffs": _table(part["diffs"].select("job", "program", "kind", "stage", "description").head(MAX_RUN_ROWS)),
@@ -384,8 +468,8 @@ def run_pages(d: SiteData):
         }
 
 
-def _regression_row(r: dict, here: str) -> dict:
-    return {"series": r["series"], "link": series_link(r["series"], here), "metric": r["metric"],
+def _regression_row(d: SiteData, r: dict, here: str) -> dict:
+    return {"series": r["series"], "link": d.series_link(r["series"], here), "metric": r["metric"],
             "baseline": human_value(r["metric"], r["baseline"]), "value": human_value(r["metric"], r["value"]),
             "change": f"{human_delta(r['metric'], r['change'])} ({human_ratio(r['change_ratio'])})",
             "rule": r["rule"], "since": r["regressed_since"]}
@@ -394,29 +478,72 @@ def _regression_row(r: dict, here: str) -> dict:
 def accepts_page(d: SiteData) -> dict:
     """The accept log. An accept names a series, a shell pattern of series (``jax-pmap/*``)
     or an incident (series NULL); only a series and a run that have pages are links."""
-    pages = set(d.trends.get_column("series").unique().to_list())
-    runs = set(d.runs.get_column("run_id").to_list())
+    catalog = set() if d.series_catalog is None else set(d.series_catalog.get_column("series").to_list())
     rows = []
     for a in d.accepts.iter_rows(named=True):
         series, incident = a.get("series"), a.get("incident_id")
         rows.append({**a, "what": series if series is not None else f"incident {incident or '?'}",
-                     "series_link": series_link(series) if series in pages else None,
-                     "run_link": run_link(a["run_id"]) if a["run_id"] in runs else None})
+                     "series_link": d.series_link(series) if series in catalog else None,
+                     "run_link": _known_run(d, a["run_id"], "")})
     return {"accepts": rows}
 
 
-def series_page(d: SiteData, series: str, rows: pl.DataFrame) -> dict:
-    latest = rows.sort("started_at").group_by("metric").agg(pl.all().last()).sort("metric")
-    table = [{"metric": r["metric"], "value": human_value(r["metric"], r["value"]), "run": r["run_id"],
-              "change": human_delta(r["metric"], r["delta"]) if r["delta"] else "",
-              "baseline": human_value(r["metric"], r["baseline"]), "verdict": r["verdict"], "rule": r["rule"]}
-             for r in latest.iter_rows(named=True)]
-    first = rows.row(0, named=True)
-    return {"series": series, "job": first["job"], "program": first["program"], "kind": first["kind"],
-            "stage": first["stage"], "table": table, "metrics_chart": charts.small_multiples(rows, title=series),
-            "runs": rows.get_column("run_id").n_unique(),
-            "accepts": [a for a in d.accepts.iter_rows(named=True)  # the series' own accepts and its patterns'
-                        if a.get("series") is not None and fnmatch.fnmatchcase(series, a["series"])]}
+def series_pages(d: SiteData):
+    """(series, context) of each series page (``SiteData.series_pages``), in name order:
+    every metric over the window, the latest value of each."""
+    rows = d.trends.filter(pl.col("series").is_in(list(d.series_pages)))
+    latest = rows.sort("started_at", "run_id").group_by("series", "metric").agg(pl.all().last()).sort("series", "metric")
+    specs = charts.small_multiples_by(rows, "series")
+    seen = {} if d.series_catalog is None else dict(d.series_catalog.select("series", "runs").iter_rows())
+    patterns = [a for a in d.accepts.iter_rows(named=True) if a.get("series") is not None]
+    for (series,), part in sorted(latest.partition_by("series", as_dict=True).items()):
+        first = part.row(0, named=True)
+        yield series, {
+            "series": series, "job": first["job"], "program": first["program"], "kind": first["kind"], "stage": first["stage"],
+            "table": [{"metric": r["metric"], "value": human_value(r["metric"], r["value"]), "run": r["run_id"],
+                       "change": human_delta(r["metric"], r["delta"]) if r["delta"] else "",
+                       "baseline": human_value(r["metric"], r["baseline"]), "verdict": r["verdict"], "rule": r["rule"]}
+                      for r in part.iter_rows(named=True)],
+            "metrics_chart": specs[series], "runs": seen.get(series, 0), "history_runs": d.history_runs,
+            "window_runs": d.window.height,
+            "accepts": [a for a in patterns if fnmatch.fnmatchcase(series, a["series"])],  # its own and its patterns'
+        }
+
+
+def series_index(d: SiteData) -> dict:
+    """Every series ever seen: those with a page (regressed now first), then the others
+    (unchanged in the window, or not seen in it), each with an anchor links lead to."""
+    catalog = d.series_catalog if d.series_catalog is not None else d.trends.group_by("series").agg(
+        pl.col("job", "program", "kind", "stage").first(), pl.col("run_id").n_unique().alias("runs"),
+        pl.col("run_id").last().alias("last_run"))
+    regressed = (d.trends.sort("started_at", "run_id").group_by("series", "metric").agg(pl.col("verdict").last())
+                 .group_by("series").agg((pl.col("verdict") == "regressed").sum().alias("regressed")))
+    rows = catalog.join(regressed, on="series", how="left").with_columns(pl.col("regressed").fill_null(0))
+    paged, unchanged, older = [], [], []
+    for r in rows.sort("series").iter_rows(named=True):
+        row = {**r, "stage": r["stage"] or ""}
+        if r["series"] in d.series_pages:
+            paged.append({**row, "link": series_link(r["series"], "series")})
+        else:
+            row["anchor"] = series_anchor(r["series"])
+            (unchanged if r["last_run"] in d.run_pages else older).append(row)
+    paged.sort(key=lambda r: -r["regressed"])
+    return {"paged": paged, "unchanged": unchanged, "older": older, "history_runs": d.history_runs,
+            "window_runs": d.window.height}
+
+
+def runs_index(d: SiteData) -> dict:
+    """Every run, newest first: those of the window link their page; older ones are rows with an anchor."""
+    totals = d.run_totals if d.run_totals is not None else d.rollups.group_by("run_id").agg(
+        pl.col("dumps", "failed", "partial", "regressions", "changed_series").sum())
+    runs = d.runs.sort("started_at", "run_id", descending=True).join(totals, on="run_id", how="left", maintain_order="left")
+    shown, older = [], []
+    for r in runs.iter_rows(named=True):
+        if r["run_id"] in d.run_pages:
+            shown.append({**r, "link": run_link(r["run_id"], "runs")})
+        else:
+            older.append({**r, "anchor": run_anchor(r["run_id"])})
+    return {"runs": shown, "older": older, "history_runs": d.history_runs}
 
 
 def diff_page(d: SiteData) -> dict:
@@ -429,7 +556,7 @@ def diff_page(d: SiteData) -> dict:
         r = reg.filter((pl.col("job") == job) & (pl.col("program") == program))
         x = diffs.filter((pl.col("job") == job) & (pl.col("program") == program))
         groups.append({"job": job, "program": program, "anchor": program_anchor(job, program),
-                       "regressions": [_regression_row(row, "") for row in r.iter_rows(named=True)],
+                       "regressions": [_regression_row(d, row, "") for row in r.iter_rows(named=True)],
                        "changes": [{"series": s, "lines": rows.get_column("description").to_list()}
                                    for (s,), rows in x.group_by("series", maintain_order=True)]})
     return {"run": run, "previous": prev, "groups": groups}
