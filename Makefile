@@ -7,7 +7,7 @@ BUCKET ?= data/sample_bucket
 WAREHOUSE ?= data/warehouse.duckdb
 SITE ?= site
 
-.PHONY: run test bench samples clean lock browser
+.PHONY: run test bench bench-scale samples clean lock browser
 
 # constraints.txt pins every package to the versions the suite passed with: installs are
 # reproducible, and pip does not spend many minutes backtracking through boto versions.
@@ -45,6 +45,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hlo.py
 	$(BIN)/python benchmarks/bench_aggregate.py
 	$(BIN)/python benchmarks/bench_bomb.py
+
+# Big nights with a year of history (issue 13): ~10 minutes; figures in benchmarks/out/bench_scale.json.
+bench-scale: $(STAMP)
+	$(BIN)/python benchmarks/bench_scale.py
 
 # Regenerate the sample bucket with the real compilers (optional extra: jax, torch 2.13.0 CPU, onnx...).
 # torch is installed first and pinned: any other torch version pulls GBs of CUDA packages.

@@ -249,14 +249,25 @@ def _materialise(item: tuple[int, int]) -> int:
 # ---------------------------------------------------------------- writing a night
 
 
+def materialise(k: int, *, workers: int | None = None) -> int:
+    """Write into the store every version night ``k`` holds; returns how many were new."""
+    todo = [(i, v) for i, v in enumerate(versions(k)) if not _stored(files()[i], v).exists()]
+    if todo:
+        with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+            list(pool.map(_materialise, todo, chunksize=8))
+    return len(todo)
+
+
+def stored(i: int, version: int) -> Path:
+    """The store's file holding version ``version`` of file ``i`` (see ``materialise``)."""
+    return _stored(files()[i], version)
+
+
 def night(k: int, bucket: Path, *, workers: int | None = None) -> dict:
     """Write run ``run_id(k)`` into ``bucket`` (replacing it if present); returns its figures."""
     t0 = time.perf_counter()
     vers = versions(k)
-    todo = [(i, v) for i, v in enumerate(vers) if not _stored(files()[i], v).exists()]
-    if todo:
-        with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-            list(pool.map(_materialise, todo, chunksize=8))
+    todo = materialise(k, workers=workers)
     run = bucket / run_id(k)
     tmp = bucket / f".{run_id(k)}.tmp"  # hidden: never listed as a run while being written
     shutil.rmtree(tmp, ignore_errors=True)
@@ -272,7 +283,7 @@ def night(k: int, bucket: Path, *, workers: int | None = None) -> dict:
     tmp.rename(run)
     return {"night": k, "run_id": run_id(k), "path": str(run), "files": len(files()), "jobs": N_JOBS,
             "hlo_files": len(changeable()), "changed_from_previous": len(drawn(k)),
-            "versions_written": len(todo), "seconds": time.perf_counter() - t0}
+            "versions_written": todo, "seconds": time.perf_counter() - t0}
 
 
 def describe(run: Path) -> dict:

@@ -1,0 +1,590 @@
+"""Big nights with a year of history: memory, time, bytes written, warehouse and site size.
+
+Issue 13. The bucket is ``benchmarks/scale_workload.py``'s (40 jobs, 1,440 files, 1.09 GB
+of text a night, 10 % of the files changed from one night to the next). Each real night
+is a fresh process
+
+    dumpscope run --bucket B --warehouse W --workers 2 --site S --memory-limit 2GB --summary-json F
+
+with ``PREFECT_HOME=benchmarks/out/scale_bench/prefect`` (kept across nights) and
+``PREFECT_SERVER_ANALYTICS_ENABLED=false``. The bucket holds only the night's own run
+directory: Dumpscope ingests new objects only, and the runs it already holds must stay in
+the warehouse when their objects leave the bucket (checked after night 2).
+
+1. night 1 (one line), then night 2: REPORTED;
+2. a year of history synthesised into the warehouse (``synthesise_year``): 362 runs, the
+   nights 3-364, each a copy of night 2 as 10 %-changed nights would leave it;
+3. night 365, a real warm-up night (its line only), then night 366: REPORTED.
+
+For each reported night: peak RSS of the whole process tree (psutil, polled every 50 ms,
+summed over the tree), wall seconds, the flow's seconds per stage (from --summary-json,
+else from the printed summary), bytes written by the tree (/proc/<pid>/io ``wchar`` and
+``write_bytes`` of every process of the tree, last value seen while polling, summed; and
+the kernel's block-output count of the reaped tree, ``wait4`` rusage), the warehouse file
+and its growth over the night, the staging directory, every other file beside the
+warehouse, and the site. Then the targets, each PASS or FAIL as measured. Figures go to
+``benchmarks/out/bench_scale.json``.
+
+    .venv/bin/python benchmarks/bench_scale.py [--night-timeout 420] [--records-share 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scale_workload as wl  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "out"
+# Where the nights run (``--work``; ``use_work`` sets these): bucket, warehouse, site, Prefect home.
+WORK = OUT / "scale_bench"
+BUCKET = WAREHOUSE = STAGING = SITE = PREFECT_HOME = Path()
+RESULT = OUT / "bench_scale.json"
+DUMPSCOPE = ROOT / ".venv" / "bin" / "dumpscope"
+WORKERS = 2
+MEMORY_LIMIT = "2GB"
+SYNTH_NIGHTS = range(3, 365)  # nights 3..364: with 1, 2, 365 and 366, one run a day for a year
+LEFT_ALONE = {"runs", "schema_info", "incidents", "incident_steps", "accepts", "notifications"}
+MiB = 1 << 20
+GiB = 1 << 30
+
+# Targets of issue 13 (measured below, never assumed).
+TARGET_RSS = 2 * GiB
+TARGET_WORK_S = 45.0
+TARGET_GROWTH = 5 * MiB
+TARGET_SITE_S = 20.0
+TARGET_SITE_BYTES = 100 * 10**6
+
+
+# ---------------------------------------------------------------- running one night
+
+
+def use_work(work: Path) -> None:
+    global WORK, BUCKET, WAREHOUSE, STAGING, SITE, PREFECT_HOME
+    WORK = work.resolve()
+    BUCKET, WAREHOUSE, SITE, PREFECT_HOME = WORK / "bucket", WORK / "warehouse.duckdb", WORK / "site", WORK / "prefect"
+    STAGING = WAREHOUSE.with_suffix(".staging")  # <warehouse without .duckdb>.staging
+
+
+def lock_work():
+    """One bench at a time in a work directory: a second one would wipe the first's warehouse."""
+    import fcntl
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    f = open(WORK / ".bench.lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        raise SystemExit(f"another bench_scale.py (pid {f.read().strip() or '?'}) is running in {WORK}: "
+                         "wait for it, or give this one another --work directory") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+def run_flags() -> dict[str, bool]:
+    """Which of the flags this bench relies on ``dumpscope run`` has today."""
+    text = subprocess.run([str(DUMPSCOPE), "run", "--help"], capture_output=True, text=True,
+                          env=os.environ | {"COLUMNS": "200"}).stdout
+    return {flag: flag in text for flag in ("--summary-json", "--memory-limit")}
+
+
+def measure(argv: list[str], env: dict, timeout: float) -> dict:
+    """Run ``argv`` in its own process group; poll the tree every 50 ms until it exits."""
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        root = psutil.Process(proc.pid)
+        peak_rss, peak_procs, io, timed_out = 0, 0, {}, False
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - t0 > timeout and not timed_out:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)  # the group this bench started
+            try:
+                tree = [root] + root.children(recursive=True)
+            except psutil.Error:
+                tree = []
+            rss = 0
+            for p in tree:
+                try:
+                    rss += p.memory_info().rss
+                    c = p.io_counters()
+                    io[p.pid] = (c.write_chars, c.write_bytes)
+                except psutil.Error:
+                    pass
+            peak_rss, peak_procs = max(peak_rss, rss), max(peak_procs, len(tree))
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out, "wall_s": wall,
+            "peak_rss_tree_bytes": peak_rss, "max_processes": peak_procs,
+            "wchar_bytes": sum(w for w, _ in io.values()), "write_bytes": sum(b for _, b in io.values()),
+            "rusage_oublock_bytes": ru.ru_oublock * 512, "cpu_s": ru.ru_utime + ru.ru_stime, "output": text}
+
+
+_ROW = re.compile(r"^\|\s*([a-z_ ]+?)\s*\|\s*([0-9.]+)\s*\|\s*$", re.M)
+
+
+def printed_summary(text: str) -> dict:
+    """The flow's printed summary table (fallback when --summary-json is missing)."""
+    rows = {k: float(v) for k, v in _ROW.findall(text)}
+    seconds = {k.removesuffix(" seconds"): v for k, v in rows.items() if k.endswith(" seconds")}
+    return {"seconds": seconds, "counts": {k: v for k, v in rows.items() if not k.endswith(" seconds")}}
+
+
+def tree_bytes(path: Path) -> tuple[int, int]:
+    """(apparent bytes, files) of a file or directory tree; (0, 0) when absent."""
+    if path.is_file():
+        return path.stat().st_size, 1
+    total = n = 0
+    for dirpath, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+                n += 1
+            except OSError:
+                pass
+    return total, n
+
+
+def beside_warehouse() -> dict:
+    """Every file or directory named ``<warehouse>*``: bytes each."""
+    out = {}
+    for p in sorted(glob.glob(glob.escape(str(WAREHOUSE)) + "*")):
+        size, n = tree_bytes(Path(p))
+        out[Path(p).name] = {"bytes": size, "files": n}
+    return out
+
+
+def disk_used(paths: list[Path]) -> int:
+    """Bytes of disk the files under ``paths`` take, each inode once (hard links share one)."""
+    seen, total = set(), 0
+    for root in paths:
+        walk = [(str(root.parent), [], [root.name])] if root.is_file() else os.walk(root)
+        for dirpath, _, names in walk:
+            for name in names:
+                try:
+                    st = os.lstat(os.path.join(dirpath, name))
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total
+
+
+def run_night(k: int, flags: dict, timeout: float, report: bool) -> dict:
+    """Write night k as the bucket's only run, run dumpscope on it, measure."""
+    t0 = time.perf_counter()
+    for old in BUCKET.glob("*"):
+        if old.is_dir() and old.name != wl.run_id(k):
+            shutil.rmtree(old)
+    made = wl.night(k, BUCKET)
+    gen_s = time.perf_counter() - t0
+    summary_file = WORK / f"summary-night{k}.json"
+    summary_file.unlink(missing_ok=True)
+    argv = [str(DUMPSCOPE), "run", "--bucket", str(BUCKET), "--warehouse", str(WAREHOUSE), "--workers", str(WORKERS),
+            "--site", str(SITE)]
+    if flags["--memory-limit"]:
+        argv += ["--memory-limit", MEMORY_LIMIT]
+    if flags["--summary-json"]:
+        argv += ["--summary-json", str(summary_file)]
+    env = {k2: v for k2, v in os.environ.items() if not k2.startswith("PREFECT_")}
+    env |= {"PREFECT_HOME": str(PREFECT_HOME), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PYTHONUNBUFFERED": "1",
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
+    size_before = WAREHOUSE.stat().st_size if WAREHOUSE.exists() else 0
+    m = measure(argv, env, timeout)
+    summary = {}
+    if summary_file.exists():
+        try:
+            summary = json.loads(summary_file.read_text())
+        except ValueError:
+            summary = {}
+    source = "summary-json" if summary else "printed summary"
+    if not summary:
+        summary = printed_summary(m["output"])
+    size_after = WAREHOUSE.stat().st_size if WAREHOUSE.exists() else 0
+    missing = not WAREHOUSE.exists()
+    log = WORK / f"night{k}.log"
+    log.write_text(m["output"], encoding="utf-8")
+    site_bytes, site_files = tree_bytes(SITE)
+    staging_bytes, staging_files = tree_bytes(STAGING)
+    r = {"night": k, "run_id": wl.run_id(k), "generate_s": gen_s, "warehouse_missing_after": missing, "bucket_files": made["files"],
+         "changed_files": made["changed_from_previous"], "summary_source": source, "summary": summary,
+         **{key: v for key, v in m.items() if key != "output"},
+         "warehouse_bytes_before": size_before, "warehouse_bytes": size_after, "warehouse_growth_bytes": size_after - size_before,
+         "staging_bytes": staging_bytes, "staging_files": staging_files, "beside_warehouse": beside_warehouse(),
+         "warehouse_disk_bytes": disk_used([Path(p) for p in glob.glob(glob.escape(str(WAREHOUSE)) + "*")] + [STAGING]),
+         "site_bytes": site_bytes, "site_files": site_files, "output_tail": m["output"][-3000:]}
+    secs = summary.get("seconds", {})
+    status = "TIMEOUT (killed)" if m["timed_out"] else f"exit {m['returncode']}"
+    counts = summary.get("counts", summary)
+    print(f"night {k} ({wl.run_id(k)}){' [reported]' if report else ''}: {status}, wall {m['wall_s']:.1f} s, flow total "
+          f"{secs.get('total', float('nan')):.1f} s, new paths {counts.get('new', '?')}, rows loaded {counts.get('rows_loaded', '?')}, peak RSS {m['peak_rss_tree_bytes'] / MiB:.0f} MiB, warehouse "
+          f"{size_after / MiB:.1f} MiB ({(size_after - size_before) / MiB:+.1f}), written {m['write_bytes'] / MiB:.0f} MiB "
+          f"(bucket written in {gen_s:.1f} s)", flush=True)
+    if missing:
+        print(f"  the warehouse file {WAREHOUSE} does not exist after this night", flush=True)
+    if m["returncode"] != 0:
+        lines = m["output"].strip().splitlines()
+        errors = [line for line in lines if re.search(r"Error|error:|Traceback|Exception", line)]
+        print("  " + "\n  ".join((errors[-8:] or lines[-8:])) + f"\n  (whole output: {log.relative_to(ROOT)})", flush=True)
+    return r
+
+
+# ---------------------------------------------------------------- the year
+
+
+def _columns(con) -> dict[str, dict[str, str]]:
+    base = {t for (t,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND NOT internal").fetchall()}
+    out: dict[str, dict[str, str]] = {}
+    for t, c, dtype in con.execute("SELECT table_name, column_name, data_type FROM duckdb_columns() "
+                                   "WHERE schema_name = 'main' AND NOT internal ORDER BY table_name, column_index").fetchall():
+        if t in base:
+            out.setdefault(t, {})[c] = dtype
+    return out
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def records_runs_default() -> int:
+    """The records retention of the code under test: ``keep_records_runs`` of the default
+    settings (records of the contents of the last N runs; 0 or absent: all of them)."""
+    try:
+        from transforms.trends.rules import Settings
+
+        return int(getattr(Settings(), "keep_records_runs", 0) or 0)
+    except Exception:  # noqa: BLE001 - an older or newer code base: keep every night's records
+        return 0
+
+
+def _versions_table(night2_ids: dict[str, str], live_night: int, records_runs: int) -> tuple[list[dict], int]:
+    """Per changed file version of the synthetic nights: (rel, old id, new id, first and last
+    night it is the file's content, whether its records are synthesised: those of the last
+    ``records_runs`` synthetic nights, all when 0). A version that is still the file's
+    content at ``live_night`` takes the real sha256 of its bytes, so the real night after
+    it dedupes against the synthetic history as it would in production."""
+    wl.materialise(live_night)
+    files = wl.files()
+    first, last = SYNTH_NIGHTS.start, SYNTH_NIGHTS.stop - 1
+    oldest_with_records = last + 1 - records_runs if records_runs else first
+    live = wl.versions(live_night)
+    rows, seen = [], {}
+    for k in SYNTH_NIGHTS:
+        for i in wl.drawn(k):
+            seen.setdefault(i, []).append(k)
+    for i, nights in seen.items():
+        f = files[i]
+        rel = f"{f.job_name}/{f.rel}"
+        old = night2_ids[rel]
+        for n, v in enumerate(nights):
+            to = nights[n + 1] - 1 if n + 1 < len(nights) else last
+            if v == live[i]:
+                new = hashlib.sha256(wl.stored(i, v).read_bytes()).hexdigest()
+            else:
+                new = hashlib.sha256(f"{old}:synthetic:{v}".encode()).hexdigest()
+            rows.append({"rel": rel, "old_id": old, "new_id": new, "night_from": v, "night_to": to,
+                         "records": to >= oldest_with_records})
+    assert all(first <= r["night_from"] <= r["night_to"] <= last for r in rows)
+    return rows, oldest_with_records
+
+
+def synthesise_year(records_runs: int) -> dict:
+    """Nights 3..364 in the warehouse, as copies of night 2, through the writer.
+
+    Generic over the schema (``duckdb_columns()``): ``runs`` gets a row per night; every
+    table with a ``run_id`` or a ``path`` column (dumps, metrics, dump_items, the derived
+    tables) gets night 2's rows per night, with the run in ``run_id`` and in the other run
+    columns (``*_run_id``, ``*_run``, ``regressed_since``: night 2 -> the night, night 1 ->
+    the night before), the path prefix ``<run>/`` in ``path`` and ``*_path`` columns,
+    ``started_at`` and ``commit`` of the night, ``ingested_at`` at its start (before the
+    aggregation watermark, so the next aggregate takes these runs as aggregated), and
+    ``dump_id`` of the file's version that night. Records tables (``dump_id``, no run or
+    path) get night 2's rows of the changed file under each new version's id: as many
+    rows as a year of nights with 10 % of their files changed leaves, under the code's
+    retention (``records_runs``: the versions of the last N nights; 0: every night's).
+    Left alone: schema_info, incidents, incident_steps, accepts, notifications, and tables
+    with none of run_id, path and dump_id (content_items, keyed by content).
+    """
+    import pyarrow as pa
+
+    from flows.warehouse.store import Warehouse
+
+    t0 = time.perf_counter()
+    night1, night2 = wl.run_id(1), wl.run_id(2)
+    synth = [{"night": k, "run_id": wl.run_id(k), "prev_run_id": wl.run_id(k - 1),
+              "started_at": datetime.fromisoformat(wl.run_json(k)["started_at"]).replace(tzinfo=None),
+              "commit": wl.run_json(k)["commit"]} for k in SYNTH_NIGHTS]
+    rows_before, rows_after, statements = {}, {}, []
+    with Warehouse(WAREHOUSE) as con:
+        cols = _columns(con)
+        for t in cols:
+            rows_before[t] = con.execute(f"SELECT count(*) FROM {_q(t)}").fetchall()[0][0]
+        prefix = len(night2) + 2
+        night2_ids = dict(con.execute("SELECT substr(path, ?), dump_id FROM dumps WHERE run_id = ?", [prefix, night2]).fetchall())
+        vers, oldest = _versions_table(night2_ids, SYNTH_NIGHTS.stop - 1, records_runs)
+        t_prep = time.perf_counter() - t0
+        con.register("_synth", pa.Table.from_pylist(synth))
+        con.register("_vers", pa.Table.from_pylist(vers))
+        watermark = dict(con.execute("SELECT key, value FROM schema_info").fetchall()).get("aggregated_through")
+
+        def timed(sql: str, params: list | None = None) -> None:
+            t = time.perf_counter()
+            con.execute(sql, params) if params else con.execute(sql)
+            statements.append({"sql": " ".join(sql.split())[:160], "seconds": time.perf_counter() - t})
+
+        runs_cols = cols["runs"]
+        repl = ", ".join(f"s.{_q(c)} AS {_q(c)}" for c in ("run_id", "started_at", "commit") if c in runs_cols)
+        timed(f"INSERT INTO runs SELECT r.* REPLACE ({repl}) FROM runs r CROSS JOIN _synth s WHERE r.run_id = ?", [night2])
+
+        for t, tcols in cols.items():
+            if t in LEFT_ALONE:
+                continue
+            has_run, has_path = "run_id" in tcols, "path" in tcols
+            if has_run or has_path:
+                exprs = {}
+                for c, dtype in tcols.items():
+                    qc = f"x.{_q(c)}"
+                    if c == "run_id":
+                        exprs[c] = "s.run_id"
+                    elif dtype == "VARCHAR" and (c.endswith("_run_id") or c.endswith("_run") or c == "regressed_since"):
+                        exprs[c] = f"CASE {qc} WHEN '{night2}' THEN s.run_id WHEN '{night1}' THEN s.prev_run_id ELSE {qc} END"
+                    elif dtype == "VARCHAR" and (c == "path" or c.endswith("_path")):
+                        exprs[c] = (f"CASE WHEN starts_with({qc}, '{night2}/') THEN s.run_id || substr({qc}, {len(night2) + 1}) "
+                                    f"WHEN starts_with({qc}, '{night1}/') THEN s.prev_run_id || substr({qc}, {len(night1) + 1}) "
+                                    f"ELSE {qc} END")
+                    elif c == "started_at" and has_run:
+                        exprs[c] = "s.started_at"
+                    elif c == "commit" and has_run:
+                        exprs[c] = 's."commit"'
+                    elif c == "ingested_at":
+                        exprs[c] = "s.started_at + INTERVAL 1 HOUR"
+                    elif c == "dump_id":
+                        exprs[c] = f"coalesce(v.new_id, {qc})"
+                join = ("LEFT JOIN _vers v ON v.old_id = x.dump_id AND s.night BETWEEN v.night_from AND v.night_to"
+                        if "dump_id" in tcols else "")
+                where = "x.run_id = ?" if has_run else "starts_with(x.path, ?)"
+                arg = night2 if has_run else night2 + "/"
+                select = ", ".join(f"{exprs[c]} AS {_q(c)}" if c in exprs else f"x.{_q(c)}" for c in tcols)
+                timed(f"INSERT INTO {_q(t)} ({', '.join(map(_q, tcols))}) SELECT {select} "
+                      f"FROM {_q(t)} x CROSS JOIN _synth s {join} WHERE {where}", [arg])
+            elif "dump_id" in tcols:
+                select = ", ".join("v.new_id" if c == "dump_id" else f"x.{_q(c)}" for c in tcols)
+                timed(f"INSERT INTO {_q(t)} ({', '.join(map(_q, tcols))}) SELECT {select} "
+                      f"FROM {_q(t)} x JOIN _vers v ON x.dump_id = v.old_id WHERE v.records")
+        con.unregister("_synth")
+        con.unregister("_vers")
+        for t in cols:
+            rows_after[t] = con.execute(f"SELECT count(*) FROM {_q(t)}").fetchall()[0][0]
+        latest_ingest = con.execute("SELECT max(ingested_at) FROM dumps WHERE run_id <> ? AND run_id <> ?",
+                                    [night1, night2]).fetchall()[0][0]
+        t_sql = time.perf_counter() - t0 - t_prep
+    total = time.perf_counter() - t0
+    aggregated = watermark is not None and latest_ingest is not None and latest_ingest <= datetime.fromisoformat(watermark)
+    return {"runs_added": len(synth), "versions": len(vers), "records_runs": records_runs,
+            "versions_with_records": sum(v["records"] for v in vers),
+            "records_from_night": oldest, "prepare_s": t_prep, "sql_s": t_sql, "publish_s": total - t_prep - t_sql,
+            "seconds": total, "rows_before": rows_before, "rows_after": rows_after, "statements": statements,
+            "aggregated_through": watermark, "synthetic_ingested_at_max": str(latest_ingest),
+            "synthetic_runs_count_as_aggregated": aggregated}
+
+
+# ---------------------------------------------------------------- checks and report
+
+
+def warehouse_runs() -> dict:
+    from flows.warehouse.store import connect_readonly
+
+    con = connect_readonly(WAREHOUSE)
+    try:
+        runs = con.execute("SELECT count(*) FROM runs").fetchall()[0][0]
+        per_run = dict(con.execute("SELECT run_id, count(*) FROM dumps GROUP BY 1").fetchall())
+    finally:
+        con.close()
+    return {"runs": runs, "dumps_per_run": per_run}
+
+
+def targets(n2: dict, n366: dict) -> list[dict]:
+    def work(r):  # the flow's own seconds: Prefect's start-up is outside it
+        return r["summary"].get("seconds", {}).get("total")
+
+    def publish(r):
+        v = r["summary"].get("publish_bytes")
+        return (v, "publish_bytes") if v is not None else (r["write_bytes"], "bytes written by the tree (no publish_bytes)")
+
+    out = []
+    for r in (n2, n366):
+        k = r["night"]
+        ok_run = r["returncode"] == 0 and not r["timed_out"]
+        out.append({"target": f"night {k}: peak RSS of the tree <= 2 GiB", "measured": f"{r['peak_rss_tree_bytes'] / MiB:.0f} MiB",
+                    "pass": ok_run and r["peak_rss_tree_bytes"] <= TARGET_RSS})
+        w = work(r)
+        out.append({"target": f"night {k} (10 % changed): <= 45 s of work beyond Prefect start-up (flow total)",
+                    "measured": "n/a" if w is None else f"{w:.1f} s (wall {r['wall_s']:.1f} s)",
+                    "pass": ok_run and w is not None and w <= TARGET_WORK_S})
+        out.append({"target": f"night {k}: warehouse growth <= 5 MB", "measured": f"{r['warehouse_growth_bytes'] / MiB:+.1f} MiB",
+                    "pass": ok_run and r["warehouse_growth_bytes"] <= TARGET_GROWTH})
+        site_s = r["summary"].get("seconds", {}).get("site")
+        out.append({"target": f"night {k}: site <= 20 s and <= 100 MB",
+                    "measured": f"{'n/a' if site_s is None else f'{site_s:.1f} s'}, {r['site_bytes'] / 1e6:.1f} MB, {r['site_files']} files",
+                    "pass": ok_run and site_s is not None and site_s <= TARGET_SITE_S and r["site_bytes"] <= TARGET_SITE_BYTES})
+    (p2, what), (p366, _) = publish(n2), publish(n366)
+    out.append({"target": "publish bytes not growing from night 2 to night 366 (<= 1.25 x night 2)",
+                "measured": f"{p2 / MiB:.1f} -> {p366 / MiB:.1f} MiB ({what})", "pass": p366 <= 1.25 * p2})
+    s2, s366 = n2["staging_bytes"], n366["staging_bytes"]
+    out.append({"target": "staging bounded (night 366 <= 1.25 x night 2 + 1 MiB)",
+                "measured": f"{s2 / MiB:.1f} -> {s366 / MiB:.1f} MiB", "pass": s366 <= 1.25 * s2 + MiB})
+    return out
+
+
+def print_table(result: dict) -> None:
+    n = {r["night"]: r for r in result["nights"]}
+    rep = [n[2], n[366]]
+    stages = sorted({s for r in rep for s in r["summary"].get("seconds", {})})
+
+    def row(label, f):
+        return (label, *(f(r) for r in rep))
+
+    rows = [
+        row("exit", lambda r: "TIMEOUT" if r["timed_out"] else str(r["returncode"])),
+        row("wall (process start to exit)", lambda r: f"{r['wall_s']:.1f} s"),
+        row("peak RSS, whole tree", lambda r: f"{r['peak_rss_tree_bytes'] / MiB:.0f} MiB ({r['max_processes']} proc.)"),
+        row("CPU (user+sys, reaped tree)", lambda r: f"{r['cpu_s']:.1f} s"),
+        *[row(f"  {s} seconds", lambda r, s=s: f"{r['summary'].get('seconds', {}).get(s, float('nan')):.2f}") for s in stages],
+        row("publish bytes (summary)", lambda r: f"{r['summary']['publish_bytes'] / MiB:.1f} MiB"
+            if r["summary"].get("publish_bytes") is not None else "n/a"),
+        row("written: wchar, tree", lambda r: f"{r['wchar_bytes'] / MiB:.0f} MiB"),
+        row("written: write_bytes, tree", lambda r: f"{r['write_bytes'] / MiB:.0f} MiB"),
+        row("written: rusage oublock", lambda r: f"{r['rusage_oublock_bytes'] / MiB:.0f} MiB"),
+        row("warehouse file", lambda r: f"{r['warehouse_bytes'] / MiB:.1f} MiB"),
+        row("warehouse growth over the night", lambda r: f"{r['warehouse_growth_bytes'] / MiB:+.1f} MiB"),
+        row("staging dir", lambda r: f"{r['staging_bytes'] / MiB:.1f} MiB ({r['staging_files']} files)"),
+        *[row(f"beside: {name}", lambda r, name=name: f"{r['beside_warehouse'].get(name, {}).get('bytes', 0) / MiB:.1f} MiB")
+          for name in sorted({x for r in rep for x in r["beside_warehouse"]}) if name != WAREHOUSE.name],
+        row("disk used: warehouse*, staging", lambda r: f"{r['warehouse_disk_bytes'] / MiB:.1f} MiB (each inode once)"),
+        row("site dir", lambda r: f"{r['site_bytes'] / 1e6:.1f} MB ({r['site_files']} files)"),
+        row("summary from", lambda r: r["summary_source"]),
+    ]
+    w = max(len(r[0]) for r in rows)
+    print(f"\n{'':<{w}}  {'night 2':>24}  {'night 366':>24}")
+    for label, a, b in rows:
+        print(f"{label:<{w}}  {a:>24}  {b:>24}")
+    print("\ntargets (issue 13):")
+    for t in result["targets"]:
+        print(f"  {'PASS' if t['pass'] else 'FAIL'}  {t['target']}: {t['measured']}")
+    for note in result["notes"]:
+        print(f"note: {note}")
+
+
+def code_version() -> dict:
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return {"head": git("rev-parse", "--short", "HEAD"), "dirty_flows_transforms": bool(git("status", "--porcelain", "flows", "transforms"))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--night-timeout", type=float, default=420.0, help="kill a night's run after this many seconds")
+    ap.add_argument("--records-runs", type=int, default=None,
+                    help="synthesise the records of the last N synthetic nights' contents (0: every night's); "
+                         "default: the code's keep_records_runs retention")
+    ap.add_argument("--work", type=Path, default=WORK, help="directory of the bucket, warehouse, site and Prefect home")
+    ap.add_argument("--result", type=Path, default=RESULT, help="where the figures go (JSON)")
+    args = ap.parse_args()
+    use_work(args.work)
+    held = lock_work()
+    records_runs = records_runs_default() if args.records_runs is None else args.records_runs
+    t_start = time.perf_counter()
+    for p in [SITE, STAGING, BUCKET, *map(Path, glob.glob(glob.escape(str(WAREHOUSE)) + "*"))]:
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    BUCKET.mkdir(parents=True, exist_ok=True)
+    PREFECT_HOME.mkdir(parents=True, exist_ok=True)
+    flags = run_flags()
+    notes = []
+    for flag, present in flags.items():
+        if not present:
+            notes.append(f"TODO: `dumpscope run` has no {flag} yet: "
+                         + ("stage seconds come from the printed summary and publish bytes fall back to bytes written by the tree"
+                            if flag == "--summary-json" else "the night ran without a memory limit"))
+    code = code_version()
+    print(f"code {code['head']}{' (flows/transforms modified, uncommitted)' if code['dirty_flows_transforms'] else ''}; "
+          f"workload: {len(wl.files())} files in {wl.N_JOBS} jobs a night, {wl.n_changed()} changed from night to night", flush=True)
+
+    nights = [run_night(1, flags, args.night_timeout, report=False)]
+    nights.append(run_night(2, flags, args.night_timeout, report=True))
+    kept = warehouse_runs()
+    older_kept = kept["dumps_per_run"].get(wl.run_id(1), 0) == len(wl.files())
+    print(f"night 1's run left the bucket before night 2: the warehouse holds {kept['runs']} runs, "
+          f"{kept['dumps_per_run'].get(wl.run_id(1), 0)} dumps of night 1 ({'kept' if older_kept else 'NOT KEPT'})", flush=True)
+    if not older_kept:
+        notes.append("runs removed from the bucket did not stay in the warehouse")
+
+    synth = synthesise_year(records_runs)
+    print(f"year synthesised in {synth['seconds']:.1f} s (prepare {synth['prepare_s']:.1f}, SQL {synth['sql_s']:.1f}, "
+          f"publish {synth['publish_s']:.1f}): {synth['runs_added']} runs, {synth['versions']} file versions, records of "
+          f"{synth['versions_with_records']} ({'every night' if not records_runs else 'the last %d night(s): the code keeps records of the last %d run(s)' % (records_runs, records_runs)}); "
+          f"synthetic runs count as aggregated: {synth['synthetic_runs_count_as_aggregated']}", flush=True)
+    print("rows per table after synthesis (before -> after):")
+    for t in sorted(synth["rows_after"]):
+        print(f"  {t:<24} {synth['rows_before'][t]:>12,} -> {synth['rows_after'][t]:>12,}")
+    print(f"warehouse after synthesis: {WAREHOUSE.stat().st_size / MiB:.1f} MiB", flush=True)
+
+    nights.append(run_night(365, flags, args.night_timeout, report=False))
+    nights.append(run_night(366, flags, args.night_timeout, report=True))
+    final = warehouse_runs() if WAREHOUSE.exists() else {"runs": 0, "dumps_per_run": {}}
+    all_kept = final["runs"] == 366 and final["dumps_per_run"].get(wl.run_id(1), 0) == len(wl.files())
+    print(f"after night 366 the warehouse holds {final['runs']} runs and {final['dumps_per_run'].get(wl.run_id(1), 0)} "
+          f"dumps of night 1 (the bucket held only the night's own run each night)", flush=True)
+    if not all_kept:
+        notes.append(f"after night 366 the warehouse holds {final['runs']} runs (366 expected) and "
+                     f"{final['dumps_per_run'].get(wl.run_id(1), 0)} dumps of night 1")
+    by = {r["night"]: r for r in nights}
+    for r in nights:
+        if r["warehouse_missing_after"]:
+            notes.append(f"the warehouse file was missing after night {r['night']}")
+        if r["returncode"] != 0 or r["timed_out"]:
+            notes.append(f"night {r['night']} did not finish well ({'timeout' if r['timed_out'] else 'exit %d' % r['returncode']}): "
+                         f"see {(WORK / ('night%d.log' % r['night'])).relative_to(ROOT) if WORK.is_relative_to(ROOT) else WORK}")
+    result = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "code": {"before": code, "after": code_version()},
+              "machine": {"cpus": os.cpu_count(), "mem_gib": psutil.virtual_memory().total / GiB},
+              "flags": flags, "workload": {"files": len(wl.files()), "jobs": wl.N_JOBS, "changed_per_night": wl.n_changed()},
+              "older_runs_kept_in_warehouse": older_kept and all_kept, "warehouse_runs_after_night2": kept["runs"],
+              "warehouse_runs_after_night366": final["runs"],
+              "synthesis": synth, "nights": nights, "targets": targets(by[2], by[366]), "notes": notes,
+              "bench_seconds": time.perf_counter() - t_start}
+    result_path = args.result
+    result_path.parent.mkdir(parents=True, exist_ok=True)
+    result_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print_table(result)
+    print(f"\nbench took {result['bench_seconds']:.0f} s; written {result_path}")
+    held.close()
+
+
+if __name__ == "__main__":
+    main()
