@@ -216,7 +216,9 @@ def run_night(k: int, flags: dict, timeout: float, report: bool) -> dict:
     env |= {"PREFECT_HOME": str(PREFECT_HOME), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PYTHONUNBUFFERED": "1",
             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
     size_before = WAREHOUSE.stat().st_size if WAREHOUSE.exists() else 0
+    load_before = os.getloadavg()[0]  # others' work on this 2-core machine slows the night down
     m = measure(argv, env, timeout)
+    load_after = os.getloadavg()[0]
     summary = {}
     if summary_file.exists():
         try:
@@ -232,7 +234,8 @@ def run_night(k: int, flags: dict, timeout: float, report: bool) -> dict:
     log.write_text(m["output"], encoding="utf-8")
     site_bytes, site_files = tree_bytes(SITE)
     staging_bytes, staging_files = tree_bytes(STAGING)
-    r = {"night": k, "run_id": wl.run_id(k), "generate_s": gen_s, "warehouse_missing_after": missing, "bucket_files": made["files"],
+    r = {"night": k, "run_id": wl.run_id(k), "generate_s": gen_s, "warehouse_missing_after": missing,
+         "loadavg_1min_before": load_before, "loadavg_1min_after": load_after, "bucket_files": made["files"],
          "changed_files": made["changed_from_previous"], "summary_source": source, "summary": summary,
          **{key: v for key, v in m.items() if key != "output"},
          "warehouse_bytes_before": size_before, "warehouse_bytes": size_after, "warehouse_growth_bytes": size_after - size_before,
@@ -476,6 +479,7 @@ def print_table(result: dict) -> None:
         row("wall (process start to exit)", lambda r: f"{r['wall_s']:.1f} s"),
         row("peak RSS, whole tree", lambda r: f"{r['peak_rss_tree_bytes'] / MiB:.0f} MiB ({r['max_processes']} proc.)"),
         row("CPU (user+sys, reaped tree)", lambda r: f"{r['cpu_s']:.1f} s"),
+        row("machine load (1 min) before, after", lambda r: f"{r['loadavg_1min_before']:.1f}, {r['loadavg_1min_after']:.1f}"),
         *[row(f"  {s} seconds", lambda r, s=s: f"{r['summary'].get('seconds', {}).get(s, float('nan')):.2f}") for s in stages],
         row("publish bytes (summary)", lambda r: f"{r['summary']['publish_bytes'] / MiB:.1f} MiB"
             if r["summary"].get("publish_bytes") is not None else "n/a"),
