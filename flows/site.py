@@ -50,6 +50,7 @@ class SiteResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+READER_MEMORY = "256MB"  # DuckDB's memory while the site reads (its default: 80 % of the machine)
 # Columns of metric_trends the pages use (charts, tables, incidents).
 TREND_COLUMNS = ("run_id", "started_at", "commit", "series", "job", "kind", "stage", "program", "metric", "value",
                  "delta", "baseline", "verdict", "rule")
@@ -64,6 +65,7 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
     metric_trends only the change points come back (``pages.SiteData.trends``)."""
     history = getattr(settings, "site_history_runs", pages.DEFAULT_HISTORY_RUNS)
     con = connect_readonly(warehouse)
+    con.execute(f"SET memory_limit = '{READER_MEMORY}'")  # a cache, mostly: the window's queries stream
     try:
         q = lambda sql, params=None: frame_of(con, sql, params)  # noqa: E731
         runs = q('SELECT run_id, started_at, "commit" FROM runs ORDER BY started_at, run_id').with_row_index("run_seq")
@@ -82,12 +84,14 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
             history_runs=history,
             # The change points of each series and metric in the window: its first and last
             # run there and every run whose verdict is not "unchanged" (what charts.change_points keeps).
-            trends=q(f"""WITH t AS (SELECT {cols} FROM metric_trends t WHERE {in_window}),
-                         ends AS (SELECT series, metric, min((started_at, run_id)) AS first, max((started_at, run_id)) AS last
-                                  FROM t GROUP BY series, metric)
-                         SELECT t.* FROM t JOIN ends USING (series, metric)
-                         WHERE t.verdict <> 'unchanged' OR (t.started_at, t.run_id) IN (ends.first, ends.last)""",
-                     [shown]).with_columns(pl.col("verdict").cast(pl.String)),
+            # Which rows, on narrow columns; then their columns, by rowid (joining the wide rows of
+            # the whole window took a GiB for a year of big nights; this ~250 MiB).
+            trends=q(f"""WITH ends AS (SELECT series, metric, min((started_at, run_id)) AS first, max((started_at, run_id)) AS last
+                                       FROM metric_trends WHERE {in_window} GROUP BY series, metric),
+                         keep AS (SELECT t.rowid AS row FROM metric_trends t JOIN ends USING (series, metric)
+                                  WHERE t.{in_window} AND (t.verdict <> 'unchanged' OR (t.started_at, t.run_id) IN (ends.first, ends.last)))
+                         SELECT {cols} FROM metric_trends t WHERE rowid IN (SELECT row FROM keep)""",
+                     [shown, shown]).with_columns(pl.col("verdict").cast(pl.String)),
             dense=q(f"SELECT {cols} FROM metric_trends t WHERE {in_window} AND ({DENSE})",
                     [shown, shown[-pages.ONNX_RUNS:]]).with_columns(pl.col("verdict").cast(pl.String)),
             series_catalog=q("""SELECT series, any_value(job) AS job, any_value(series_program) AS program,
