@@ -42,6 +42,7 @@ REAL_NAMES = ("memory.total_bytes", "memory.temp_bytes", "memory.peak_live_bytes
 
 def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, programs: int = PROGRAMS) -> None:
     from flows.warehouse import store as wh
+    from transforms.trends.diffs import ITEMS_VERSION
 
     RUNS, JOBS, PROGRAMS = runs, jobs, programs  # noqa: N806 (the module's defaults, overridden)
 
@@ -80,10 +81,10 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, programs: int = PRO
         "metric",
         ((pl.struct("s", "m").hash(seed=3) % (1 << 30) + (1 << 20)).cast(pl.Float64) * (1 + 0.03 * pl.col("version"))).alias("value"),
         "dump_id", "path")
-    # Item cache: 30 items per dump; 3 of them grow with the content version.
+    # Items per content: 30 per dump content; 3 of them grow with the content version.
     item_ids = pl.DataFrame({"i": pl.int_range(ITEMS, eager=True)})
-    items = dumps.join(item_ids, how="cross").select(
-        "path", "dump_id", pl.lit(1, pl.Int16).alias("parser_version"), pl.lit("allocation").alias("category"),
+    items = dumps.unique("dump_id").join(item_ids, how="cross").select(
+        pl.format(f"i{ITEMS_VERSION}:{{}}:1", "dump_id").alias("items_key"), pl.lit("allocation").alias("category"),
         pl.format("k{}", "i").alias("key"), pl.format("allocation temp f32[{}]", "i").alias("label"),
         pl.lit(1, pl.Int64).alias("count"),
         (1024 * (1 + pl.col("i") + pl.when(pl.col("i") < 3).then(pl.col("version")).otherwise(0))).cast(pl.Int64).alias("bytes"),
@@ -93,7 +94,7 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, programs: int = PRO
         p.unlink(missing_ok=True)
     with wh.Warehouse(tmp) as con:
         wh.upsert_runs(con, runs)
-        for table, frame in (("dumps", dump_rows), ("metrics", metrics), ("dump_items", items)):
+        for table, frame in (("dumps", dump_rows), ("metrics", metrics), ("content_items", items)):
             con.register("_in", frame.to_arrow())
             cols = ", ".join(f'"{c}"' for c in frame.columns)  # by name: tables gain columns
             con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _in")

@@ -173,7 +173,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
     con.begin()
     try:
         insert_frame(con, "content_items", new_items)
-        result.rows["compacted"] = compact_records(con, order, settings.keep_records_runs)
+        result.rows["compacted"] = compact_records(con, settings.keep_records_runs)
         con.register("_dirty", dirty.to_arrow())
         for name, frame in rows.items():
             frame = frame.join(dirty, on="run_id", how="semi")
@@ -192,24 +192,32 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
     return result
 
 
-def compact_records(con: duckdb.DuckDBPyConnection, order: pl.DataFrame, keep_runs: int) -> int:
-    """Drop the records rows of contents no dump of the latest ``keep_runs`` runs holds
-    (0: keep all). What the figures and diffs need of them is kept for ever — metrics,
-    and content_items, computed before this runs — so only the raw rows of superseded
-    dumps go (the dumps stay in the bucket). Returns the records rows dropped."""
-    if keep_runs <= 0 or order.is_empty():
+def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: list[str] | None = None) -> int:
+    """Drop the records rows of contents that no dump of the latest ``keep_runs`` runs
+    holds (nor ``also_keep``: a night's contents before they are loaded) and whose items
+    are stored (0: keep all). What the figures and diffs need of them is kept for ever —
+    metrics and content_items — so only the raw rows of superseded dumps go (the dumps
+    stay in the bucket; a content that comes back is parsed again). Returns rows dropped."""
+    if keep_runs <= 0:
         return 0
     from transforms.parsers.formats import all_tables
 
-    recent = order.sort("run_seq").tail(keep_runs).select("run_id")
-    con.register("_recent_runs", recent.to_arrow())
+    con.register("_also_keep", pl.DataFrame({"dump_id": also_keep or []}, schema={"dump_id": pl.String}).to_arrow())
     try:
-        kept = "SELECT dump_id FROM dumps WHERE run_id IN (SELECT run_id FROM _recent_runs) AND dump_id IS NOT NULL"
+        # An integer, not a parameter: LIMIT takes no parameters in a subquery.
+        recent = f"SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT {int(keep_runs)}"
+        kept = (f"SELECT dump_id FROM dumps WHERE run_id IN ({recent}) AND dump_id IS NOT NULL "
+                "UNION SELECT dump_id FROM _also_keep")
+        done = """SELECT d.dump_id FROM dumps d JOIN dump_series s USING (path)
+                  WHERE s.items_key IN (SELECT DISTINCT items_key FROM content_items)"""
+        con.execute(f"""INSERT OR IGNORE INTO compacted_contents
+                        SELECT DISTINCT dump_id FROM ({done}) WHERE dump_id NOT IN ({kept})""")
         gone = 0
         for table in all_tables():
-            gone += con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id NOT IN ({kept})").fetchall()[0][0]
+            gone += con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id IN "
+                                "(SELECT dump_id FROM compacted_contents)").fetchall()[0][0]
     finally:
-        con.unregister("_recent_runs")
+        con.unregister("_also_keep")
     return gone
 
 

@@ -35,7 +35,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
 
 from flows.warehouse import store as wh
-from flows.aggregate import aggregate, load_settings, needs_aggregate
+from flows.aggregate import aggregate, compact_records, load_settings, needs_aggregate
 from flows.report import write_night_report
 from flows.items import items_runner
 from flows.resources import MemoryBudget
@@ -50,7 +50,7 @@ from transforms.records import DumpKind
 
 DEFAULT_BUCKET = "data/sample_bucket"
 DEFAULT_LIMITS = ParseLimits()
-LOAD_BATCH = 200
+LOAD_BATCH = 2000  # dumps a load transaction takes: each batch scans the dumps and metrics tables
 
 
 @dataclass
@@ -70,6 +70,7 @@ class NightSummary:
     partial: int = 0
     failed: int = 0
     unreadable: int = 0
+    reused: int = 0  # dumps whose content the warehouse held already: not parsed again
     rows_loaded: int = 0
     new_incidents: int = 0  # regressions and failures opened in the runs this night loaded
     notified: int = 0  # notification targets told about them
@@ -126,7 +127,21 @@ def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Pa
     new = [o for o in ready if o.role is Role.DUMP and not _up_to_date(known.get(o.path), o)]
     dumps_seen = sum(o.role is Role.DUMP for o in listing)
     new_runs = {r: info for r, info in runs.items() if r not in known_runs}
-    return new, len(deferred), dumps_seen, new_runs
+    return new, len(deferred), dumps_seen, new_runs, _held(warehouse) if new else {}
+
+
+def _held(warehouse: Path) -> dict[str, dict]:
+    """Contents of the latest run (whose records the warehouse keeps) by sha256, as staged
+    summaries: most of a night's dumps are byte-identical to the night before's, under
+    new paths, and need no parse (``staging.stage_object``)."""
+    if not Path(warehouse).exists():
+        return {}
+    with wh.connect_readonly(warehouse) as con:
+        rows = con.execute("""SELECT dump_id, kind, stage, program, status, error, parser_version FROM dumps
+                              WHERE run_id = (SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 1)
+                                AND dump_id IS NOT NULL AND status <> 'failed'
+                              QUALIFY row_number() OVER (PARTITION BY dump_id ORDER BY path) = 1""").fetchall()
+    return {sha: staging.held_summary(*rest) for sha, *rest in rows}
 
 
 def _loaded(warehouse: Path) -> tuple[dict[str, tuple], set[str]]:
@@ -153,22 +168,23 @@ def _up_to_date(loaded: tuple | None, obj: BucketObject) -> bool:
 
 @task(retries=2, retry_delay_seconds=[2, 10])
 def parse_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
-                workers: int, in_process: bool = False, limits: ParseLimits = DEFAULT_LIMITS) -> list[Outcome]:
+                workers: int, in_process: bool = False, limits: ParseLimits = DEFAULT_LIMITS,
+                held: dict[str, dict] | None = None) -> list[Outcome]:
     # Parsing is CPU-bound Python: by default the chunk runs in a worker process (no
     # Prefect there), while the Prefect task itself stays a cheap thread. On Dask the
     # task already runs in a worker process of the cluster: it parses right there.
     if in_process:
-        return stage_chunk(bucket, storage_options, chunk, staging_dir, limits)
-    return _process_pool(workers).submit(stage_chunk, bucket, storage_options, chunk, staging_dir, limits).result()
+        return stage_chunk(bucket, storage_options, chunk, staging_dir, limits, held)
+    return _process_pool(workers).submit(stage_chunk, bucket, storage_options, chunk, staging_dir, limits, held).result()
 
 
 def stage_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
-                limits: ParseLimits = DEFAULT_LIMITS) -> list[Outcome]:
+                limits: ParseLimits = DEFAULT_LIMITS, held: dict[str, dict] | None = None) -> list[Outcome]:
     fs, _ = connect(bucket, storage_options)
     out = []
     for obj in chunk:
         try:
-            out.append(Outcome(obj, stage_object(fs, obj, staging_dir, limits=limits)))
+            out.append(Outcome(obj, stage_object(fs, obj, staging_dir, limits=limits, held=held)))
         except BucketReadError as exc:  # retried next night: nothing is stored for it
             out.append(Outcome(obj, error=str(exc)))
     return out
@@ -245,14 +261,19 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         lap("catch_up")
         staged = still_new(con, [o for o in outcomes if o.staged is not None])
         wh.upsert_runs(con, [_run_row(info) for info in runs.values()])
+        if staged and compact_records(con, settings.keep_records_runs, sorted({o.staged.sha256 for o in staged})):
+            con.execute("CHECKPOINT")  # the space the superseded records held takes tonight's
+        lap("compact")
         seen: set[str] = set()
         # Contents whose records were compacted away since: loaded again, not copied.
-        kept = wh.with_records(con, {o.staged.sha256: o.staged.summary["kind"] for o in staged})
+        kept = wh.with_records(con, [o.staged.sha256 for o in staged])
         for start in range(0, len(staged), LOAD_BATCH):
             batch = []
             for o in staged[start : start + LOAD_BATCH]:
                 first = o.staged.sha256 not in seen and (o.staged.sha256 not in kept or wh.needs_parse(
                     con, o.staged.sha256, o.staged.summary["kind"], o.staged.summary["parser_version"]))
+                if first and o.staged.summary.get("held"):
+                    continue  # not parsed (held at discovery), and its records went since: the next night parses it
                 seen.add(o.staged.sha256)
                 batch.append(_staged_dump(o, with_records=first))
             result.rows += sum(wh.load_dumps(con, batch).values())
@@ -403,7 +424,7 @@ def nightly(
     limits = ParseLimits(max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, max_seconds=parse_seconds)
     # What killed runs left half-written: older than any parse still going on (another run's).
     staging.sweep_tmp(staging_dir, older_than_seconds=2 * limits.max_seconds + 60)
-    new, summary.deferred, summary.seen, runs = discover(
+    new, summary.deferred, summary.seen, runs, held = discover(
         bucket, warehouse, settle_seconds, state_path, storage_options, layout_regex, marker)
     summary.new, summary.skipped = len(new), summary.seen - len(new) - summary.deferred
     summary.run_errors = [e for info in runs.values() for e in info.meta_errors]
@@ -412,8 +433,8 @@ def nightly(
     t1 = time.perf_counter()
     workers = workers or os.cpu_count() or 2
     chunks = _chunks(new, 4 * workers)
-    futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask, limits=limits)
-               for c in chunks]
+    futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask, limits=limits,
+                                  held=held) for c in chunks]
     outcomes = [o for chunk in _with_progress(futures, total=len(new)) for o in chunk]
     _shut_down_pool()  # its workers' memory is not needed for the rest of the night
     summary.seconds["parse"] = time.perf_counter() - t1
@@ -423,6 +444,7 @@ def nightly(
             summary.failures.append(f"{o.obj.path}: {o.error}")
             continue
         status = o.staged.summary["status"]
+        summary.reused += bool(o.staged.summary.get("held"))
         summary.parsed += status != "failed"
         summary.partial += status == "partial"
         summary.failed += status == "failed"

@@ -79,8 +79,12 @@ class StagedResult:
 
 
 def stage_object(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: str | os.PathLike, *,
-                 limits: ParseLimits = DEFAULT_LIMITS) -> StagedResult:
-    """Stage ``obj`` (see the module docstring). Raises ``BucketReadError`` on I/O errors only."""
+                 limits: ParseLimits = DEFAULT_LIMITS, held: dict[str, dict] | None = None) -> StagedResult:
+    """Stage ``obj`` (see the module docstring). Raises ``BucketReadError`` on I/O errors only.
+
+    ``held``: contents the warehouse already holds with their records (sha256 -> the
+    summary fields of its dumps row, ``held_summary``): one of them under a new path is
+    not parsed again — its result carries no tables, the load copies the stored rows."""
     staging = Path(staging_dir)
     with tempfile.SpooledTemporaryFile(SPOOL_MEMORY, dir=_tmp_root(staging)) as spool:
         sha, size = _spool(fs, obj, spool)
@@ -88,10 +92,21 @@ def stage_object(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: 
         # The kind depends on the path too. From a copy of the first bytes: a reader of the
         # spool itself would close it. gzip never grows data: they hold the whole head.
         kind = kind_of(obj.path, LineReader(io.BytesIO(spool.read(HEAD_BYTES + 1024))).head)
+        known = (held or {}).get(sha)
+        if known is not None and known["kind"] == kind and known["parser_version"] == parser_version(kind):
+            return StagedResult(sha, staging / sha, known, parsed=False)
         if (done := find_staged(staging, sha, kind, limits)) is not None:
             return done
         spool.seek(0)
         return _parse_into(spool, obj, staging, sha, size, limits)  # type: ignore[arg-type]
+
+
+def held_summary(kind: str, stage: str | None, program: str | None, status: str, error: str | None,
+                 parser_version: int) -> dict[str, Any]:
+    """A staged summary for a content the warehouse holds (``stage_object``'s ``held``):
+    no rows, no metrics (the load copies them from the stored path)."""
+    return {"kind": kind, "stage": stage, "program": program, "status": status, "parser_version": parser_version,
+            "errors": error.split("\n") if error else [], "metrics": {}, "rows": {}, "held": True}
 
 
 def find_staged(staging_dir: str | os.PathLike, sha256: str, kind: DumpKind | None = None,

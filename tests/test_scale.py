@@ -64,6 +64,8 @@ def test_items_are_computed_once_per_content(four_nights, tmp_path):
     summary = _night(_copy_bucket(bucket, tmp_path), work, "2026-11-21",
                      source=NIGHTS[-1])
     assert summary.parsed > 0
+    # Byte-identical to the latest run's dumps: none is parsed again, the stored rows are copied.
+    assert summary.reused == _count(work, "SELECT count(*) FROM dumps WHERE run_id = '2026-11-21' AND status <> 'failed'")
     assert _count(work, "SELECT count(*) FROM content_items") == items  # nothing computed again
     new_paths = _count(work, "SELECT count(DISTINCT path) FROM dump_items WHERE path LIKE '2026-11-21/%'")
     assert new_paths == _count(work, "SELECT count(*) FROM dump_series JOIN dumps USING (path) "

@@ -7,7 +7,7 @@ that publish was written. A night's journal holds its own statements and inputs,
 catching up costs what the last night wrote, never a copy of the whole history.
 
 - ``Recorder`` wraps the writer's DuckDB connection. Every statement that writes
-  (INSERT, UPDATE, DELETE, CREATE, ALTER, DROP, COMMENT) is recorded with its
+  (INSERT, UPDATE, DELETE, CREATE, ALTER, DROP, COMMENT, CHECKPOINT) is recorded with its
   parameters once it succeeded; a rolled-back transaction's are dropped. Frames the
   statement reads through ``register`` are saved as Parquet; staged Parquet files it
   reads by path are hard-linked (``keep``), since staging is emptied after the night.
@@ -34,7 +34,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 FORMAT = 1
-_WRITES = re.compile(r"^\s*(INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|COMMENT)\b", re.IGNORECASE)
+# CHECKPOINT too: where the writer frees space before it writes, so does the replay.
+_WRITES = re.compile(r"^\s*(INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|COMMENT|CHECKPOINT)\b", re.IGNORECASE)
 
 
 class JournalError(RuntimeError):

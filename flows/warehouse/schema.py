@@ -28,7 +28,7 @@ from typing import Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def quote_ident(name: str) -> str:
@@ -99,6 +99,12 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "accepted_by": ("VARCHAR", "Who accepted it (the login name of the user running the command)."),
             "accepted_at": ("TIMESTAMP", "When it was accepted (UTC)."),
             "incident_id": ("VARCHAR", "The incident accepted (incidents.incident_id); NULL when the accept names series."),
+        },
+    ),
+    "compacted_contents": (
+        "Contents whose records rows were compacted away (flows.aggregate.compact_records): no dump of the latest [warehouse] keep_records_runs runs held them and their items were stored. Their dumps, metrics and items stay; a content that comes back is parsed again and leaves this table.",
+        {
+            "dump_id": ("VARCHAR PRIMARY KEY", "The content (dumps.dump_id) whose records rows are gone."),
         },
     ),
     "notifications": (
@@ -211,6 +217,7 @@ MIGRATIONS: list[Migration] = [
     # Items are kept per content now (content_items); dump_items becomes a view. The old
     # table was a cache by path: the next aggregation (AGGREGATE_VERSION 3) computes again.
     Migration(6, "structural items per content", ("DROP TABLE IF EXISTS dump_items",)),
+    Migration(7, "compacted contents", (_create_core("compacted_contents"),)),
 ]
 
 

@@ -365,24 +365,13 @@ def needs_parse(con: duckdb.DuckDBPyConnection, dump_id: str, kind: str, parser_
     return not rows
 
 
-def with_records(con: duckdb.DuckDBPyConnection, kinds: dict[str, str]) -> set[str]:
-    """Of these contents (dump_id -> kind), those whose records rows the warehouse holds:
-    a content compacted away (``flows.aggregate.compact_records``) that a new dump brings
-    back is parsed again. One scan per records table, whatever the number of contents."""
-    from transforms.trends.diffs import ITEM_TABLES
-
-    out: set[str] = set()
-    by_table: dict[str, list[str]] = {}
-    for dump_id, kind in kinds.items():
-        tables = ITEM_TABLES.get(kind)
-        if tables:
-            by_table.setdefault(tables[0], []).append(dump_id)
-        else:
-            out.add(dump_id)  # a kind without records tables holds nothing to lose
-    for table, ids in by_table.items():
-        out |= {d for (d,) in con.execute(
-            f"SELECT DISTINCT dump_id FROM {ws.quote_ident(table)} WHERE list_contains(?, dump_id)", [ids]).fetchall()}
-    return out
+def with_records(con: duckdb.DuckDBPyConnection, contents: list[str]) -> set[str]:
+    """Of these contents, those the warehouse holds the records rows of: all but those
+    compacted away (``flows.aggregate.compact_records``), which a new dump bringing them
+    back has parsed again."""
+    gone = {d for (d,) in con.execute("SELECT dump_id FROM compacted_contents WHERE list_contains(?, dump_id)",
+                                      [sorted(set(contents))]).fetchall()}
+    return set(contents) - gone
 
 
 def upsert_runs(con: duckdb.DuckDBPyConnection, runs: Iterable[dict]) -> None:
@@ -429,6 +418,7 @@ def load_dumps(con: duckdb.DuckDBPyConnection, batch: list[StagedDump]) -> dict[
             con.register("_ids", pa.table({"dump_id": pa.array(ids, pa.string())}))
             for table in tables:
                 con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id IN (SELECT dump_id FROM _ids)")
+            con.execute("DELETE FROM compacted_contents WHERE dump_id IN (SELECT dump_id FROM _ids)")  # records again
         for table, schema in tables.items():
             n = _insert_records(con, table, schema, [src for d in parsed for src in (d.tables or {}).get(table, [])])
             if n:
