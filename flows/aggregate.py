@@ -10,6 +10,7 @@ do not hold yet (``flows.items``: in batches, on the flow's task runner).
 from __future__ import annotations
 
 import json
+import resource
 import shutil
 import tempfile
 import time
@@ -28,7 +29,7 @@ from transforms.trends import incidents as incident_mod
 from transforms.trends import metric_trends as trends
 from transforms.trends import rollups
 from transforms.trends.rules import Settings, parse_settings
-from transforms.trends.series import assign_series, compile_overrides
+from transforms.trends.series import SERIES_SCHEMA, assign_series, compile_overrides
 
 DEFAULT_SETTINGS = Path("dumpscope.toml")
 # Bump when the aggregation's output changes for the same input: warehouses
@@ -76,6 +77,7 @@ class AggregateResult:
     from_run: str | None = None  # first run rewritten (None: nothing to do)
     seconds: dict[str, float] = field(default_factory=dict)
     items_computed: int = 0
+    peak_mib: dict[str, float] = field(default_factory=dict)  # peak RSS of the process after each stage
 
 
 def frame_of(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:
@@ -112,6 +114,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
         nonlocal clock
         now = time.perf_counter()
         result.seconds[name] = now - clock
+        result.peak_mib[name] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         clock = now
 
     dumps = frame_of(con, "SELECT path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at FROM dumps")
@@ -124,7 +127,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
     if from_seq is None or from_seq >= order.height:
         lap("read")
         return result
-    series = assign_series(dumps, _run_overrides(runs), compile_overrides(settings.series_patterns))
+    series = _series(con, dumps, runs, order, from_seq, settings)
     # Figures of partial or failed dumps are left out of trends: a cut file is not a
     # compiler change (the incidents report it as a failure about the dump).
     usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
@@ -132,7 +135,13 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
     lap("read")
 
     by_series = accepts.filter(pl.col("series").is_not_null()).select("series", "run_id", "metric")
-    trend = trends.metric_trends(observations, runs, by_series, settings, from_seq=from_seq)
+    prior = _prior_trends(con, order, from_seq)
+    # A night: the trends need each pair's last baseline_runs rows before it, not the history.
+    recent = observations if prior is None else _observations(
+        con, usable, order=order, from_seq=from_seq, keep_before=settings.baseline_runs + 1)
+    trend = trends.metric_trends(recent, runs, by_series, settings, from_seq=from_seq, prior=prior)
+    del recent
+    lap("trends")
     health = program_health(series, dumps, order)
     ok = health.filter(pl.col("status") == "ok").select(pl.col("series", "run_id").cast(pl.Categorical))
     incidents, steps = incident_mod.compute(
@@ -140,6 +149,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
         health, order, accepts.to_dicts(), settings,
         incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count))
     del observations  # the largest frame: gone before the rest is computed
+    lap("incidents")
     events = rollups.series_events(dumps, series, order)
     dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
     rows = {
@@ -150,7 +160,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
         "run_rollups": rollups.run_rollups(dumps, series, trend, events, order),
         "job_totals": rollups.job_totals(trend, previous=_previous_totals(con, order, from_seq)),
     }
-    lap("trends")
+    lap("rollups")
 
     with_ids = series.join(dumps.select("path", "dump_id", "parser_version", "status"), on="path")
     keys = diff_mod.items_keys(with_ids)
@@ -219,6 +229,27 @@ def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: l
     finally:
         con.unregister("_also_keep")
     return gone
+
+
+def _series(con, dumps: pl.DataFrame, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int,
+            settings: Settings) -> pl.DataFrame:
+    """Every dump path's series. A series depends on its run alone (and the settings,
+    unchanged when from_seq > 0): the stored rows of the runs before ``from_seq`` are
+    read back, only the night's runs are named again."""
+    overrides = compile_overrides(settings.series_patterns)
+    if from_seq <= 0:
+        return assign_series(dumps, _run_overrides(runs), overrides)
+    dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
+    clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
+    con.register("_clean", clean.to_arrow())
+    try:
+        stored = frame_of(con, f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
+                               "WHERE run_id IN (SELECT run_id FROM _clean)")
+    finally:
+        con.unregister("_clean")
+    fresh = assign_series(dumps.join(dirty, on="run_id", how="semi"), _run_overrides(runs.join(dirty, on="run_id", how="semi")),
+                          overrides)
+    return pl.concat([stored.cast(dict(SERIES_SCHEMA)), fresh]).sort("path")
 
 
 def program_health(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame:
@@ -308,16 +339,28 @@ def _first_dirty_run(con, stamp: str, dumps: pl.DataFrame, order: pl.DataFrame) 
     return None if seqs.is_empty() else int(seqs.min())
 
 
-def _observations(con, series: pl.DataFrame) -> pl.DataFrame:
+def _observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None, from_seq: int = 0,
+                  keep_before: int = 0) -> pl.DataFrame:
     """Metric rows with their series, as categoricals: DuckDB joins and returns only
-    numbers (millions of rows), the names come back by position."""
+    numbers (millions of rows), the names come back by position. With ``order``: only the
+    rows of runs from ``from_seq`` on and each (series, metric)'s last ``keep_before``
+    non-null rows before them, chosen by DuckDB (within its memory limit)."""
     index = series.select("path").with_row_index("dump_idx")
+    window = ""
+    if order is not None:
+        index = index.with_columns(
+            series.select(pl.col("run_id").replace_strict(order.get_column("run_id"), order.get_column("run_seq"),
+                                                          return_dtype=pl.Int64).alias("run_seq"),
+                          pl.col("series").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("series_code")))
+        window = (f"WHERE m.value IS NOT NULL QUALIFY d.run_seq >= {int(from_seq)} OR row_number() OVER "
+                  f"(PARTITION BY d.series_code, i.metric_idx, d.run_seq >= {int(from_seq)} ORDER BY d.run_seq DESC) "
+                  f"<= {int(keep_before)}")
     metric_names = con.sql("SELECT DISTINCT metric FROM metrics ORDER BY metric").pl().with_row_index("metric_idx")
     con.register("_dump_idx", index.to_arrow())
     con.register("_metric_idx", metric_names.to_arrow())
     try:
-        values = con.sql("""SELECT d.dump_idx, i.metric_idx, m.value FROM metrics m
-                            JOIN _dump_idx d USING (path) JOIN _metric_idx i USING (metric)""").pl()
+        values = con.sql(f"""SELECT d.dump_idx, i.metric_idx, m.value FROM metrics m
+                             JOIN _dump_idx d USING (path) JOIN _metric_idx i USING (metric) {window}""").pl()
     finally:
         con.unregister("_dump_idx")
         con.unregister("_metric_idx")
@@ -328,6 +371,21 @@ def _observations(con, series: pl.DataFrame) -> pl.DataFrame:
     return values.select(
         *(names.get_column(c).gather(at) for c in names.columns),
         metric.gather(values.get_column("metric_idx")).alias("metric"), "value")
+
+
+def _prior_trends(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame | None:
+    """Each (series, metric)'s stored row at its last run before ``from_seq``: the state the
+    night's trends continue from (None when everything is rewritten)."""
+    if from_seq <= 0:
+        return None
+    clean = order.filter(pl.col("run_seq") < from_seq).select("run_id", "run_seq")
+    con.register("_clean", clean.to_arrow())
+    try:  # a grouped arg_max_null (NULL kept), not a window: DuckDB keeps one row per pair, not the table sorted
+        return frame_of(con, """SELECT t.series, t.metric, arg_max_null(t.verdict::VARCHAR, c.run_seq) AS verdict,
+                                       arg_max_null(t.regressed_since, c.run_seq) AS regressed_since
+                                FROM metric_trends t JOIN _clean c USING (run_id) GROUP BY ALL""")
+    finally:
+        con.unregister("_clean")
 
 
 def _previous_totals(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:

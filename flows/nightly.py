@@ -81,6 +81,8 @@ class NightSummary:
 
     publish_bytes: int = 0  # bytes the writer wrote (DuckDB file, journal) from catching up to the swap
     caught_up: str = ""  # how the writer's standby was brought level: replay, copy or new
+    peak_mib: dict[str, float] = field(default_factory=dict)  # the flow process's peak RSS after each stage
+    written_mib: dict[str, float] = field(default_factory=dict)  # MiB the writer had written at each stage's end
 
     def json(self) -> str:
         import json
@@ -90,7 +92,7 @@ class NightSummary:
     def markdown(self) -> str:
         lines = ["| | |", "| --- | ---: |"] + [
             f"| {k} | {v} |" for k, v in asdict(self).items()
-            if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up")
+            if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up", "peak_mib", "written_mib")
         ] + [f"| incidents {k} | {v} |" for k, v in self.incidents.items()]
         lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
         if self.failures:
@@ -123,7 +125,7 @@ def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Pa
     ready, deferred, state = settled(state, listing, time.time(), settle_seconds, trust_mtime=True)
     if state_path:
         save_settle_state(state_path, state)
-    known, known_runs = _loaded(warehouse)
+    known, known_runs = _loaded(warehouse, [o.path for o in ready if o.role is Role.DUMP])
     new = [o for o in ready if o.role is Role.DUMP and not _up_to_date(known.get(o.path), o)]
     dumps_seen = sum(o.role is Role.DUMP for o in listing)
     new_runs = {r: info for r, info in runs.items() if r not in known_runs}
@@ -144,13 +146,18 @@ def _held(warehouse: Path) -> dict[str, dict]:
     return {sha: staging.held_summary(*rest) for sha, *rest in rows}
 
 
-def _loaded(warehouse: Path) -> tuple[dict[str, tuple], set[str]]:
-    """What the published warehouse holds: dumps by path (size, kind, parser version, the
-    object version read), run ids."""
+def _loaded(warehouse: Path, paths: list[str]) -> tuple[dict[str, tuple], set[str]]:
+    """What the published warehouse holds of these paths: dumps by path (size, kind,
+    parser version, the object version read); and the run ids. Only the listed paths
+    come back: a year of history is half a million rows."""
     if not Path(warehouse).exists():
         return {}, set()
+    import pyarrow as pa
+
     with wh.connect_readonly(warehouse) as con:
-        rows = con.execute("SELECT path, size_bytes, kind, parser_version, source_version FROM dumps").fetchall()
+        con.register("_listed", pa.table({"path": pa.array(paths, pa.string())}))
+        rows = con.execute("SELECT path, size_bytes, kind, parser_version, source_version FROM dumps "
+                           "WHERE path IN (SELECT path FROM _listed)").fetchall()
         runs = {r for (r,) in con.execute("SELECT run_id FROM runs").fetchall()}
     return {p: rest for p, *rest in rows}, runs
 
@@ -232,6 +239,8 @@ class LoadResult:
     seconds: dict[str, float] = field(default_factory=dict)  # catch_up, load, aggregate stages, publish
     publish_bytes: int = 0
     caught_up: str = ""
+    peak_mib: dict[str, float] = field(default_factory=dict)  # this process's peak RSS at the end of each stage
+    written_mib: dict[str, float] = field(default_factory=dict)  # MiB written since the writer started, at each stage's end
 
 
 @task
@@ -254,6 +263,8 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         nonlocal clock
         now = time.perf_counter()
         result.seconds[name] = result.seconds.get(name, 0.0) + now - clock
+        result.peak_mib[name] = _peak_mib()
+        result.written_mib[name] = (_bytes_written() - written) / (1 << 20)
         clock = now
 
     writer = wh.Warehouse(warehouse, wait=wait, budget=budget)
@@ -280,6 +291,7 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         lap("load")
         done = aggregate(con, settings, budget=budget, run_items=run_items)
         result.seconds.update({f"aggregate_{k}": v for k, v in done.seconds.items()})
+        result.peak_mib.update({f"aggregate_{k}": v for k, v in done.peak_mib.items()})
         clock = time.perf_counter()
         result.loaded_runs = sorted({o.obj.run_id for o in staged})
         result.new_incidents = verdict.opened_in(con, result.loaded_runs)
@@ -291,6 +303,13 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
     lap("publish")
     result.publish_bytes, result.caught_up = _bytes_written() - written, writer.caught_up
     return result
+
+
+def _peak_mib() -> float:
+    """This process's peak RSS so far, MiB (Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _bytes_written() -> int:
@@ -437,6 +456,7 @@ def nightly(
                                   held=held) for c in chunks]
     outcomes = [o for chunk in _with_progress(futures, total=len(new)) for o in chunk]
     _shut_down_pool()  # its workers' memory is not needed for the rest of the night
+    parse_peak = _peak_mib()
     summary.seconds["parse"] = time.perf_counter() - t1
     for o in outcomes:
         if o.staged is None:
@@ -461,6 +481,8 @@ def nightly(
     summary.publish_bytes, summary.caught_up = loaded.publish_bytes, loaded.caught_up
     summary.seconds["load"] = time.perf_counter() - t2
     summary.seconds.update({f"load.{k}": v for k, v in loaded.seconds.items()})
+    summary.peak_mib = {"parse": parse_peak} | {f"load.{k}": v for k, v in loaded.peak_mib.items()}
+    summary.written_mib = {f"load.{k}": v for k, v in loaded.written_mib.items()}
     t3 = time.perf_counter()
     text, summary.incidents = report(warehouse, report_path, settings_path) if Path(warehouse).exists() else ("", {})
     summary.seconds["report"] = time.perf_counter() - t3

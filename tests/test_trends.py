@@ -172,3 +172,31 @@ def test_bad_settings_name_the_file_and_the_entry(text, message):
     with pytest.raises(ValueError, match="dumpscope.toml") as err:
         parse_settings(text)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("baseline_runs", [1, 2, 3])
+def test_a_night_from_the_stored_state_gives_the_rows_of_the_whole_history(baseline_runs):
+    """The nightly computes only the last runs, from each pair's last baseline_runs rows
+    and the stored verdict before them (``prior``): the same rows as over every run,
+    streaks of regressions that began long before, accepts and gaps included."""
+    n = 14
+    values = {
+        "memory.temp_bytes": [100, 100, 110, 121, 133, 146, 146, 100, 100, 130, 143, 157, 157, 150],
+        "memory.peak_live_bytes": [50, None, 60, 66, None, 73, 80, 88, 88, 97, 107, None, 118, 130],
+        "fusion.count": [9, 9, 8, 8, 8, 9, 7, 7, None, 7, 6, 6, 6, 9],
+        "onnx.max_rel_diff": [0.1, 0.2, 0.2, 0.3, 0.3, 0.3, 0.1, 0.1, 0.1, 0.2, 0.2, 0.2, 0.2, 0.2],
+    }
+    observations = pl.concat([obs(S, m, v) for m, v in values.items()])
+    accepts = pl.DataFrame({"series": [S], "run_id": ["r9"], "metric": ["memory.temp_bytes"]})
+    settings = Settings(baseline_runs=baseline_runs)
+    full = metric_trends(observations, runs(n), accepts, settings)
+    seq = lambda c: pl.col(c).str.slice(1).cast(pl.Int64)  # noqa: E731
+    assert full.filter(seq("regressed_since") < seq("run_id")).height >= 3  # streaks that span nights
+    for from_seq in range(1, n):
+        before = full.filter(pl.col("run_id").str.slice(1).cast(pl.Int64) <= from_seq)
+        prior = before.sort("started_at").group_by("series", "metric").agg(pl.all().last()).select(
+            "series", "metric", "verdict", "regressed_since")
+        night = metric_trends(observations, runs(n), accepts, settings, from_seq=from_seq, prior=prior)
+        expected = full.filter(pl.col("run_id").str.slice(1).cast(pl.Int64) > from_seq)
+        order = ["run_id", "metric"]
+        assert night.sort(order).equals(expected.sort(order)), from_seq

@@ -108,7 +108,7 @@ def _zeros_for_absent_counts(obs: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFr
 
 
 def metric_trends(observations: pl.DataFrame | pl.LazyFrame, runs: pl.DataFrame, accepts: pl.DataFrame,
-                  settings: Settings, *, from_seq: int = 0) -> pl.DataFrame:
+                  settings: Settings, *, from_seq: int = 0, prior: pl.DataFrame | None = None) -> pl.DataFrame:
     """The ``metric_trends`` frame (rows of runs with ``run_seq >= from_seq``: every run
     is computed, since baselines look back, but only these get their names).
 
@@ -119,6 +119,12 @@ def metric_trends(observations: pl.DataFrame | pl.LazyFrame, runs: pl.DataFrame,
     The work runs on integer ids (``sm`` = one series-metric pair, ``run_seq``): the
     window functions over millions of rows are several times faster on them than on
     the strings, which come back by position at the end.
+
+    ``prior`` (series, metric, verdict, regressed_since: the stored row of each pair at
+    its last run before ``from_seq``) makes the work bounded by the night, not the
+    history: of the runs before ``from_seq`` only each pair's last ``baseline_runs``
+    rows are kept (its previous value and baseline window), and a streak of regressed
+    rows that began earlier takes its start from ``prior``.
     """
     order = run_order(runs)
     text = ["run_id", "series", "job", "kind", "stage", "program", "metric"]
@@ -132,6 +138,20 @@ def metric_trends(observations: pl.DataFrame | pl.LazyFrame, runs: pl.DataFrame,
            .join(order.select(pl.col("run_id").cast(pl.Categorical), "run_seq"), on="run_id")
            .select("sm", "series_idx", "run_seq", "value"))
     obs = _zeros_for_absent_counts(obs, keys)
+    n = settings.baseline_runs
+    windowed = prior is not None and from_seq > 0
+    if windowed:  # each pair's last n rows before the night, and the night's
+        obs = obs.sort("sm", "run_seq").filter(
+            (pl.col("run_seq") >= from_seq)
+            | ((pl.col("run_seq") < from_seq).cast(pl.Int32).cum_sum(reverse=True).over("sm") <= n))
+        last_before = obs.filter(pl.col("run_seq") < from_seq).group_by("sm").agg(pl.col("run_seq").max().alias("_last"))
+        carried = (prior.select(pl.col("series", "metric").cast(pl.String), pl.col("verdict").cast(pl.String).alias("_prior"),
+                                "regressed_since")
+                   .join(keys.select(pl.col("series", "metric").cast(pl.String), "sm"), on=["series", "metric"])
+                   .join(order.select(pl.col("run_id").alias("regressed_since"), pl.col("run_seq").alias("_since_prior")),
+                         on="regressed_since", how="left")
+                   .join(last_before, on="sm").select("sm", pl.col("_last").alias("run_seq"), "_prior", "_since_prior"))
+        obs = obs.join(carried, on=["sm", "run_seq"], how="left")
     rules = rules_frame(settings, keys.select(pl.col("series", "metric").cast(pl.String)).iter_rows()).with_columns(keys.get_column("sm"))
     params = rules.select("sm", "direction", "rel", "abs", "noise", "limit").lazy()
     lazy = _epoch_starts(obs.lazy(), accepts, order, keys).join(params, on="sm", how="left")
@@ -139,7 +159,6 @@ def metric_trends(observations: pl.DataFrame | pl.LazyFrame, runs: pl.DataFrame,
     # Sorted by (sm, run_seq), a group's rows are contiguous: "previous row of the same
     # group" is a shift masked at group starts, cheaper than window functions.
     lazy = lazy.sort(pl.col("sm").cast(pl.Int64) * (order.height + 1) + pl.col("run_seq"))  # one key: faster
-    n = settings.baseline_runs
     same_sm = pl.col("sm") == pl.col("sm").shift(1)
     epoch_start = ~same_sm.fill_null(False) | (pl.col("epoch") != pl.col("epoch").shift(1))
     row = pl.int_range(pl.len(), dtype=pl.Int64)
@@ -184,11 +203,16 @@ def metric_trends(observations: pl.DataFrame | pl.LazyFrame, runs: pl.DataFrame,
         .otherwise(v("unchanged"))
     )
     lazy = lazy.with_columns(verdict.alias("verdict"))
+    start_seq = pl.col("run_seq")
+    if windowed:  # before the night: the stored verdicts (the rows kept there lack their own history)
+        stored = pl.col("_prior").cast(VERDICT, strict=False)
+        lazy = lazy.with_columns(pl.when(pl.col("run_seq") < from_seq).then(stored).otherwise(pl.col("verdict")).alias("verdict"))
+        start_seq = pl.coalesce("_since_prior", "run_seq")
     # Each regressed row: the first run of its uninterrupted streak of regressed rows.
     is_reg = pl.col("verdict") == "regressed"
     streak_start = is_reg & ~(is_reg.shift(1).fill_null(False) & same_sm.fill_null(False))
     lazy = lazy.with_columns(
-        pl.when(is_reg).then(pl.when(streak_start).then(pl.col("run_seq")).forward_fill()).alias("since_seq"))
+        pl.when(is_reg).then(pl.when(streak_start).then(start_seq).forward_fill()).alias("since_seq"))
     lazy = lazy.filter(pl.col("run_seq") >= from_seq).with_columns(
         (value - pl.col("previous_value")).alias("delta"),
         pl.when(pl.col("previous_value") != 0).then(value / pl.col("previous_value")).alias("ratio"),
