@@ -131,7 +131,9 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
     # Figures of partial or failed dumps are left out of trends: a cut file is not a
     # compiler change (the incidents report it as a failure about the dump).
     usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
-    observations = _observations(con, usable)
+    # A night reads the figures lean (millions of rows at a year): four columns, the names once per series.
+    observations = _observations(con, usable, slim=from_seq > 0)
+    info = usable.select("series", "job", pl.col("series_program").alias("program"), "kind", "stage").unique("series")
     lap("read")
 
     by_series = accepts.filter(pl.col("series").is_not_null()).select("series", "run_id", "metric")
@@ -145,9 +147,9 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
     health = program_health(series, dumps, order)
     ok = health.filter(pl.col("status") == "ok").select(pl.col("series", "run_id").cast(pl.Categorical))
     incidents, steps = incident_mod.compute(
-        observations.join(ok, on=["series", "run_id"], how="semi"),  # categoricals: no string per row
-        health, order, accepts.to_dicts(), settings,
-        incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count))
+        observations, health, order, accepts.to_dicts(), settings,
+        incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count), ok=ok,  # categoricals: no string per row
+        info=info.with_columns(pl.all().cast(pl.Categorical)))
     del observations  # the largest frame: gone before the rest is computed
     lap("incidents")
     events = rollups.series_events(dumps, series, order)
@@ -340,11 +342,12 @@ def _first_dirty_run(con, stamp: str, dumps: pl.DataFrame, order: pl.DataFrame) 
 
 
 def _observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None, from_seq: int = 0,
-                  keep_before: int = 0) -> pl.DataFrame:
+                  keep_before: int = 0, slim: bool = False) -> pl.DataFrame:
     """Metric rows with their series, as categoricals: DuckDB joins and returns only
     numbers (millions of rows), the names come back by position. With ``order``: only the
     rows of runs from ``from_seq`` on and each (series, metric)'s last ``keep_before``
-    non-null rows before them, chosen by DuckDB (within its memory limit)."""
+    non-null rows before them, chosen by DuckDB (within its memory limit). ``slim``: only
+    run_id, series, metric and value (``_series_info`` has the rest, once per series)."""
     index = series.select("path").with_row_index("dump_idx")
     window = ""
     if order is not None:
@@ -364,7 +367,7 @@ def _observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = Non
     finally:
         con.unregister("_dump_idx")
         con.unregister("_metric_idx")
-    names = series.select("run_id", "series", "job", "kind", "stage", pl.col("series_program").alias("program"))
+    names = series.select("run_id", "series", *(() if slim else ("job", "kind", "stage", pl.col("series_program").alias("program"))))
     names = names.with_columns(pl.all().cast(pl.Categorical))
     metric = metric_names.get_column("metric").cast(pl.Categorical)
     at = values.get_column("dump_idx")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from pydantic import ByteSize, TypeAdapter
 
-DUCKDB_SHARE = 0.2
+DUCKDB_SHARE = 0.15
 MIN_DUCKDB_BYTES = 128 << 20
 DEFAULT_BUDGET = 2 << 30
 # Records rows of one items batch per GiB of budget: an HLO instruction row with its

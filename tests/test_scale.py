@@ -120,10 +120,10 @@ def test_the_memory_setting_reaches_duckdb_and_the_items_batches(tmp_path):
     from flows.resources import MemoryBudget, parse_memory
 
     budget = MemoryBudget(parse_memory("1GiB"))
-    assert budget.duckdb_bytes == int((1 << 30) * 0.2)
+    assert budget.duckdb_bytes == int((1 << 30) * 0.15)
     with wh.Warehouse(tmp_path / "wh.duckdb", budget=budget) as con:
         limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
-    assert limit in ("204.0 MiB", "204 MiB"), limit
+    assert limit in ("153.0 MiB", "153 MiB"), limit
     assert MemoryBudget(parse_memory("512MB")).items_batch_rows < MemoryBudget(parse_memory("4GB")).items_batch_rows
     with pytest.raises(ValueError, match="2GB"):
         parse_memory("lots")

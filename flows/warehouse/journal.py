@@ -237,6 +237,8 @@ def replay(con: duckdb.DuckDBPyConnection, directory: Path, body: dict) -> None:
                 run(step)
     except (duckdb.Error, OSError, KeyError, TypeError) as exc:
         raise JournalError(f"replay of {directory} failed: {exc}") from exc
+    finally:
+        pa.default_memory_pool().release_unused()  # the replayed frames' memory back to the system
 
 
 __all__ = ["JournalError", "Recorder", "read", "replay", "write"]

@@ -257,20 +257,31 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
 
 
 def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFrame, accepts: list[dict],
-            settings: Settings, floors: Floors = Floors()) -> tuple[pl.DataFrame, pl.DataFrame]:
+            settings: Settings, floors: Floors = Floors(), *, ok: pl.DataFrame | None = None,
+            info: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(incidents, incident_steps) without causes (``flows.aggregate`` adds them from ``diffs``).
 
     ``observations``: series, job, program, kind, stage, metric, run_id, value — figures
     of dumps that parsed ok only. ``health``: series, job, program, (kind, stage,) run_id,
     status (ok, partial, failed, absent), detail. ``order``: run_id, run_seq, started_at, commit.
     ``accepts``: dicts with run_id and incident_id or series_pattern (plus accepted_by, note).
+    ``ok`` (series, run_id): when given, only the observations of these series and runs
+    are walked (a year of observations is millions of rows: they are narrowed to the
+    four columns the walk needs before anything is copied). ``info`` (series, job, program,
+    kind, stage, one row per series): when given, ``observations`` needs only series,
+    metric, run_id and value.
     """
     run_ids = order.sort("run_seq").get_column("run_id").to_list()
     seq_of = order.select("run_id", "run_seq")
     seq = {r: i for i, r in enumerate(run_ids)}
+    if info is None:
+        info = observations.select("series", "job", "program", "kind", "stage").unique("series")
+    program_bytes = _program_bytes(observations.select("series", "metric", "value"), info)
+    obs = observations.select("series", "metric", "run_id", "value")
+    if ok is not None:
+        obs = obs.join(ok, on=["series", "run_id"], how="semi")
     # A join on the run ids as they come (categoricals): no string per row for millions of rows.
-    obs = observations.join(order.select(pl.col("run_id").cast(observations.schema["run_id"]), "run_seq"),
-                            on="run_id", how="inner")
+    obs = obs.join(order.select(pl.col("run_id").cast(observations.schema["run_id"]), "run_seq"), on="run_id", how="inner")
     obs = _with_zero_counts(obs, health.join(seq_of, on="run_id"))
     # One sort (on the categoricals' codes: contiguous groups are all it needs); "the row
     # before" is a shift masked where the (series, metric) group changes.
@@ -288,6 +299,8 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     obs = (obs.join(moving, on=["series", "metric"], how="semi")
            .filter(~pl.col("_same") | pl.col("_moved") | pl.col("run_seq").is_in(accept_seqs))
            .sort(by_group)
+           .join(info.select("series", "job", "program", "kind", "stage").with_columns(pl.col("series").cast(obs.schema["series"])),
+                 on="series", how="left", maintain_order="left")
            .with_columns(pl.col("series", "metric", "job", "program", "kind", "stage").cast(pl.String)))
     # Every series' names, from the health rows (series whose figures never move included).
     meta = {r["series"]: r for r in health.select("series", "job", "program", "kind", "stage").unique("series")
@@ -308,7 +321,7 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
             steps.append((m["job"], m["program"], s))
         start = end
     steps += _health_steps(health.join(seq_of, on="run_id"), run_ids, accepts)
-    return _frames(steps, meta, order, accepts, _program_bytes(obs_all=observations))
+    return _frames(steps, meta, order, accepts, program_bytes)
 
 
 def _with_zero_counts(obs: pl.DataFrame, health: pl.DataFrame) -> pl.DataFrame:
@@ -326,15 +339,16 @@ def _with_zero_counts(obs: pl.DataFrame, health: pl.DataFrame) -> pl.DataFrame:
         return obs
     some = obs.with_columns(text).join(short, on=["series", "metric"], how="semi")
     missing = ok.join(short, on="series").join(some, on=["series", "metric", "run_seq"], how="anti")
-    info = some.select("series", "job", "program", "kind", "stage").unique("series")
-    filled = missing.join(info, on="series").with_columns(pl.lit(None).alias("run_id"), pl.lit(0.0).alias("value"))
+    filled = missing.with_columns(pl.lit(None).alias("run_id"), pl.lit(0.0).alias("value"))
     return pl.concat([obs, filled.select(obs.columns).cast(dict(obs.schema))])
 
 
-def _program_bytes(obs_all: pl.DataFrame) -> dict[tuple[str, str], float]:
+def _program_bytes(obs: pl.DataFrame, info: pl.DataFrame) -> dict[tuple[str, str], float]:
     """Each program's memory (the largest byte figure it reports in any run): what byte
-    steps are measured against."""
-    mem = (obs_all.group_by("job", "program", "metric").agg(pl.col("value").max())  # few rows, then strings
+    steps are measured against. ``obs``: series, metric, value; ``info``: series, job, program."""
+    per_series = obs.group_by("series", "metric").agg(pl.col("value").max())  # few rows, then strings
+    mem = (per_series.join(info.select("series", "job", "program").with_columns(pl.col("series").cast(per_series.schema["series"])),
+                           on="series")
            .with_columns(pl.col("job", "program", "metric").cast(pl.String))
            .filter(pl.col("metric").str.starts_with("memory.") & pl.col("metric").str.ends_with("_bytes"))
            .group_by("job", "program").agg(pl.col("value").max()))
