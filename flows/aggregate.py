@@ -142,7 +142,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
     recent = observations if prior is None else _observations(
         con, usable, order=order, from_seq=from_seq, keep_before=settings.baseline_runs + 1)
     trend = trends.metric_trends(recent, runs, by_series, settings, from_seq=from_seq, prior=prior)
-    del recent
+    del recent, usable
     lap("trends")
     health = program_health(series, dumps, order)
     ok = health.filter(pl.col("status") == "ok").select(pl.col("series", "run_id").cast(pl.Categorical))

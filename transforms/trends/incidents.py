@@ -278,10 +278,13 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
         info = observations.select("series", "job", "program", "kind", "stage").unique("series")
     program_bytes = _program_bytes(observations.select("series", "metric", "value"), info)
     obs = observations.select("series", "metric", "run_id", "value")
+    # One join (on the run ids as they come, categoricals: no string per row for millions
+    # of rows) both numbers the runs and keeps only the ``ok`` ones.
+    seqs = order.select(pl.col("run_id").cast(observations.schema["run_id"]), "run_seq")
     if ok is not None:
-        obs = obs.join(ok, on=["series", "run_id"], how="semi")
-    # A join on the run ids as they come (categoricals): no string per row for millions of rows.
-    obs = obs.join(order.select(pl.col("run_id").cast(observations.schema["run_id"]), "run_seq"), on="run_id", how="inner")
+        seqs = ok.select(pl.col("series").cast(observations.schema["series"]),
+                         pl.col("run_id").cast(observations.schema["run_id"])).join(seqs, on="run_id")
+    obs = obs.join(seqs, on=["series", "run_id"] if ok is not None else ["run_id"], how="inner")
     obs = _with_zero_counts(obs, health.join(seq_of, on="run_id"))
     # One sort (on the categoricals' codes: contiguous groups are all it needs); "the row
     # before" is a shift masked where the (series, metric) group changes.
