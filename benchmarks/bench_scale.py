@@ -400,7 +400,9 @@ def synthesise_year(records_runs: int) -> dict:
             elif "dump_id" in tcols:
                 select = ", ".join("v.new_id" if c == "dump_id" else f"x.{_q(c)}" for c in tcols)
                 timed(f"INSERT INTO {_q(t)} ({', '.join(map(_q, tcols))}) SELECT {select} "
-                      f"FROM {_q(t)} x JOIN _vers v ON x.dump_id = v.old_id WHERE v.records")
+                      f"FROM {_q(t)} x JOIN _vers v ON x.dump_id = v.old_id WHERE v.records "
+                      # each content's rows together, in their order, as a night's load leaves them
+                      "ORDER BY v.new_id, x.rowid")
         con.unregister("_synth")
         con.unregister("_vers")
         for t in cols:
