@@ -278,11 +278,13 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         seen: set[str] = set()
         # Contents whose records were compacted away since: loaded again, not copied.
         kept = wh.with_records(con, [o.staged.sha256 for o in staged])
+        done = wh.parsed_contents(con, [o.staged.sha256 for o in staged])  # one query, not one per dump
         for start in range(0, len(staged), LOAD_BATCH):
             batch = []
             for o in staged[start : start + LOAD_BATCH]:
-                first = o.staged.sha256 not in seen and (o.staged.sha256 not in kept or wh.needs_parse(
-                    con, o.staged.sha256, o.staged.summary["kind"], o.staged.summary["parser_version"]))
+                s = o.staged.summary
+                first = o.staged.sha256 not in seen and (
+                    o.staged.sha256 not in kept or (o.staged.sha256, s["kind"], s["parser_version"]) not in done)
                 if first and o.staged.summary.get("held"):
                     continue  # not parsed (held at discovery), and its records went since: the next night parses it
                 seen.add(o.staged.sha256)

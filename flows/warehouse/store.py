@@ -365,6 +365,14 @@ def needs_parse(con: duckdb.DuckDBPyConnection, dump_id: str, kind: str, parser_
     return not rows
 
 
+def parsed_contents(con: duckdb.DuckDBPyConnection, contents: list[str]) -> set[tuple[str, str, int]]:
+    """(dump_id, kind, parser_version) of these contents as the warehouse parsed them
+    (``needs_parse`` for many at once)."""
+    return {(d, k, v) for d, k, v in con.execute(
+        "SELECT DISTINCT dump_id, kind, parser_version FROM dumps WHERE list_contains(?, dump_id)",
+        [sorted(set(contents))]).fetchall()}
+
+
 def with_records(con: duckdb.DuckDBPyConnection, contents: list[str]) -> set[str]:
     """Of these contents, those the warehouse holds the records rows of: all but those
     compacted away (``flows.aggregate.compact_records``), which a new dump bringing them
@@ -489,6 +497,7 @@ def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> No
                    i.source_version
             FROM _dumps_in i
             LEFT JOIN (SELECT * FROM dumps WHERE path NOT IN (SELECT path FROM _dumps_in)
+                         AND dump_id IN (SELECT dump_id FROM _dumps_in)  -- the batch's contents, not the history
                        QUALIFY row_number() OVER (PARTITION BY dump_id ORDER BY parser_version DESC, path) = 1) e
               ON i.status IS NULL AND e.dump_id = i.dump_id
             """,
@@ -530,7 +539,9 @@ def _copy_metrics_to(con, target_paths_sql: str) -> None:
         SELECT d.run_id, d.job, d.program, d.kind, d.stage, m.metric, m.value, d.dump_id, d.path
         FROM dumps d
         JOIN (SELECT dump_id, min(path) AS src FROM metrics
-              WHERE path NOT IN ({target_paths_sql}) GROUP BY dump_id) s USING (dump_id)
+              WHERE path NOT IN ({target_paths_sql})
+                AND dump_id IN (SELECT dump_id FROM dumps WHERE path IN ({target_paths_sql}))  -- only their contents
+              GROUP BY dump_id) s USING (dump_id)
         JOIN metrics m ON m.path = s.src
         WHERE d.path IN ({target_paths_sql})
         """
@@ -580,6 +591,6 @@ def table_counts(con: duckdb.DuckDBPyConnection, *, every: bool = False) -> dict
 
 
 __all__ = [
-    "StagedDump", "Warehouse", "WarehouseBusy", "connect_readonly", "load_dumps", "migrate", "needs_parse",
+    "StagedDump", "Warehouse", "WarehouseBusy", "connect_readonly", "load_dumps", "migrate", "needs_parse", "parsed_contents",
     "schema_version", "storage_version_number", "table_counts", "upsert_runs",
 ]
