@@ -10,7 +10,6 @@ do not hold yet (``flows.items``: in batches, on the flow's task runner).
 from __future__ import annotations
 
 import json
-import resource
 import shutil
 import tempfile
 import time
@@ -22,7 +21,7 @@ import duckdb
 import polars as pl
 
 from flows import items
-from flows.resources import MemoryBudget
+from flows.resources import MemoryBudget, peak_mib
 from flows.warehouse import schema as ws
 from transforms.trends import diffs as diff_mod
 from transforms.trends import incidents as incident_mod
@@ -114,7 +113,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
         nonlocal clock
         now = time.perf_counter()
         result.seconds[name] = now - clock
-        result.peak_mib[name] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        result.peak_mib[name] = peak_mib()
         clock = now
 
     dumps = frame_of(con, "SELECT path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at FROM dumps")

@@ -38,7 +38,7 @@ from flows.warehouse import store as wh
 from flows.aggregate import aggregate, compact_records, load_settings, needs_aggregate
 from flows.report import write_night_report
 from flows.items import items_runner
-from flows.resources import MemoryBudget
+from flows.resources import MemoryBudget, peak_mib
 from flows.bucket import BucketNotFound, BucketReadError, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows import storage_secrets, verdict
 from flows import staging
@@ -263,7 +263,7 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         nonlocal clock
         now = time.perf_counter()
         result.seconds[name] = result.seconds.get(name, 0.0) + now - clock
-        result.peak_mib[name] = _peak_mib()
+        result.peak_mib[name] = peak_mib()
         result.written_mib[name] = (_bytes_written() - written) / (1 << 20)
         clock = now
 
@@ -305,13 +305,6 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
     lap("publish")
     result.publish_bytes, result.caught_up = _bytes_written() - written, writer.caught_up
     return result
-
-
-def _peak_mib() -> float:
-    """This process's peak RSS so far, MiB (Linux reports ru_maxrss in KiB)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _bytes_written() -> int:
@@ -458,7 +451,7 @@ def nightly(
                                   held=held) for c in chunks]
     outcomes = [o for chunk in _with_progress(futures, total=len(new)) for o in chunk]
     _shut_down_pool()  # its workers' memory is not needed for the rest of the night
-    parse_peak = _peak_mib()
+    parse_peak = peak_mib()
     summary.seconds["parse"] = time.perf_counter() - t1
     for o in outcomes:
         if o.staged is None:

@@ -64,4 +64,12 @@ class MemoryBudget:
         return max(20_000, int(python_share / (1 << 30) * ROWS_PER_GIB / self.items_workers))
 
 
-__all__ = ["MemoryBudget", "parse_memory"]
+def peak_mib() -> float:
+    """This process's peak RSS so far, MiB (Linux reports ru_maxrss in KiB; it carries
+    over an exec, so a process started by a large one starts at that one's peak)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+__all__ = ["MemoryBudget", "parse_memory", "peak_mib"]

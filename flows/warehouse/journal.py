@@ -185,8 +185,11 @@ def write(recorder: Recorder, facts: dict) -> None:
     """Seal the journal: its steps and ``facts`` (row counts, the files it applies to)."""
     if recorder.broken:
         raise JournalError(recorder.broken)
-    body = {"format": FORMAT, "steps": recorder.steps, **facts}
-    path = recorder.directory / "journal.json"
+    write_json(recorder.directory / "journal.json", {"format": FORMAT, "steps": recorder.steps, **facts})
+
+
+def write_json(path: Path, body: dict) -> None:
+    """``body`` as JSON at ``path``, on disk (fsync) before this returns."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump(body, f)
         f.flush()
@@ -241,4 +244,4 @@ def replay(con: duckdb.DuckDBPyConnection, directory: Path, body: dict) -> None:
         pa.default_memory_pool().release_unused()  # the replayed frames' memory back to the system
 
 
-__all__ = ["JournalError", "Recorder", "read", "replay", "write"]
+__all__ = ["JournalError", "Recorder", "read", "replay", "write", "write_json"]

@@ -223,14 +223,14 @@ class Warehouse:
             os.replace(old, self.standby)
         else:  # the first publish: a new warehouse is small, its standby a plain copy
             shutil.copyfile(self.path, self.standby)
-            _write_json(self.next_journal / "journal.json", {"format": journal.FORMAT, "steps": [], "counts": counts})
+            journal.write_json(self.next_journal / "journal.json", {"format": journal.FORMAT, "steps": [], "counts": counts})
         _remove(self.dirty)
         shutil.rmtree(self.journal_dir, ignore_errors=True)
         if sealed:
             facts = journal.read(self.next_journal) or {}
             facts["published"] = _identity(self.path)
             facts["standby"] = _identity(self.standby)
-            _write_json(self.next_journal / "journal.json", facts)
+            journal.write_json(self.next_journal / "journal.json", facts)
             os.replace(self.next_journal, self.journal_dir)
         else:
             shutil.rmtree(self.next_journal, ignore_errors=True)
@@ -282,15 +282,6 @@ def _matches(body: dict, published: Path, standby: Path) -> bool:
         return body.get("published") == _identity(published) and body.get("standby") == _identity(standby)
     except OSError:
         return False
-
-
-def _write_json(path: Path, body: dict) -> None:
-    import json
-
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(body, f)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _wal(p: Path) -> Path:
@@ -359,10 +350,7 @@ def _existing_columns(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str
 def needs_parse(con: duckdb.DuckDBPyConnection, dump_id: str, kind: str, parser_version: int) -> bool:
     """False when this content was already parsed as ``kind`` with this parser version
     (under any path): then only a dumps row and metrics rows are copied."""
-    rows = con.execute(
-        "SELECT 1 FROM dumps WHERE dump_id = ? AND kind = ? AND parser_version = ? LIMIT 1", [dump_id, str(kind), parser_version]
-    ).fetchall()
-    return not rows
+    return (dump_id, str(kind), parser_version) not in parsed_contents(con, [dump_id])
 
 
 def parsed_contents(con: duckdb.DuckDBPyConnection, contents: list[str]) -> set[tuple[str, str, int]]:
