@@ -105,7 +105,16 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
     settings and accept log as last time, only runs from the earliest one that got new
     dumps since then are rewritten (a night: its own rows); otherwise all of them.
     """
-    settings = settings or Settings()
+    budget = budget or MemoryBudget()
+    budget.set_duckdb_limit(con, writing=False)  # the frames below take the Python side's share
+    try:
+        return _aggregate(con, settings or Settings(), budget, run_items)
+    finally:
+        budget.set_duckdb_limit(con, writing=True)
+
+
+def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: MemoryBudget,
+               run_items: items.ItemsRunner | None) -> AggregateResult:
     result = AggregateResult()
     clock = time.perf_counter()
 
@@ -170,7 +179,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
     involved = pl.concat([with_ids.join(dirty, on="run_id", how="semi").select("path"),
                           pairs.select(pl.col("before_path").alias("path"))]).unique()
     wanted = keys.join(involved, on="path", how="semi").filter(pl.col("items_key").is_not_null())
-    new_items = _new_items(con, wanted.join(with_ids, on="path").unique("items_key"), budget or MemoryBudget(),
+    new_items = _new_items(con, wanted.join(with_ids, on="path").unique("items_key"), budget,
                            run_items or items.in_process)
     result.items_computed = new_items.get_column("items_key").n_unique()
     lap("items")
@@ -221,12 +230,17 @@ def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: l
                 "UNION SELECT dump_id FROM _also_keep")
         done = """SELECT d.dump_id FROM dumps d JOIN dump_series s USING (path)
                   WHERE s.items_key IN (SELECT DISTINCT items_key FROM content_items)"""
-        con.execute(f"""INSERT OR IGNORE INTO compacted_contents
-                        SELECT DISTINCT dump_id FROM ({done}) WHERE dump_id NOT IN ({kept})""")
+        # Only tonight's newly superseded contents are named (the list grows by a night's
+        # changes for ever; a listed content has no records rows left to delete).
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE _compacting AS
+                        SELECT DISTINCT dump_id FROM ({done}) WHERE dump_id NOT IN ({kept})
+                        EXCEPT SELECT dump_id FROM compacted_contents""")
+        con.execute("INSERT INTO compacted_contents SELECT dump_id FROM _compacting")
         gone = 0
         for table in all_tables():
             gone += con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id IN "
-                                "(SELECT dump_id FROM compacted_contents)").fetchall()[0][0]
+                                "(SELECT dump_id FROM _compacting)").fetchall()[0][0]
+        con.execute("DROP TABLE _compacting")
     finally:
         con.unregister("_also_keep")
     return gone

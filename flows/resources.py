@@ -5,8 +5,12 @@ process tree of a night may hold. The stages of a night do not overlap in time â
 parse workers are gone before the writer opens the warehouse â€” so the budget is split
 per stage, not summed:
 
-- DuckDB (the writer and the site's reader) gets ``DUCKDB_SHARE`` of it as its
-  ``memory_limit`` and spills the rest of a large query to its temp directory;
+- DuckDB gets ``DUCKDB_SHARE`` of it as its ``memory_limit`` while the Python side
+  holds large frames (the aggregation, the site's reader) and ``WRITING_SHARE`` while the
+  writer only moves rows (catching up, compacting, loading, checkpointing): a checkpoint
+  that rewrites row groups with ``DUCKDB_SHARE`` spills them to the temp directory (on a
+  year of big nights 4x the bytes it writes to the warehouse). Beyond its limit DuckDB
+  spills to its temp directory;
 - the structural items of new content are computed in batches of at most
   ``items_batch_rows`` records rows, ``items_workers`` at a time: a lower budget makes
   more, smaller batches (slower, same items), never a larger frame.
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from pydantic import ByteSize, TypeAdapter
 
 DUCKDB_SHARE = 0.15
+WRITING_SHARE = 0.5
 MIN_DUCKDB_BYTES = 128 << 20
 DEFAULT_BUDGET = 2 << 30
 # Records rows of one items batch per GiB of budget: an HLO instruction row with its
@@ -48,11 +53,23 @@ class MemoryBudget:
 
     @property
     def duckdb_bytes(self) -> int | None:
+        """DuckDB's limit beside large Python frames (aggregating, reading for the site)."""
         return None if self.total is None else max(MIN_DUCKDB_BYTES, int(self.total * DUCKDB_SHARE))
 
-    def duckdb_config(self) -> dict[str, str]:
+    @property
+    def writing_bytes(self) -> int | None:
+        """DuckDB's limit while the writer only moves rows."""
+        return None if self.total is None else max(MIN_DUCKDB_BYTES, int(self.total * WRITING_SHARE))
+
+    def duckdb_config(self, *, writing: bool = False) -> dict[str, str]:
         """Connection settings for DuckDB (``duckdb.connect(config=...)``)."""
-        return {} if self.total is None else {"memory_limit": f"{self.duckdb_bytes // (1 << 20)}MiB"}
+        limit = self.writing_bytes if writing else self.duckdb_bytes
+        return {} if limit is None else {"memory_limit": f"{limit // (1 << 20)}MiB"}
+
+    def set_duckdb_limit(self, con, *, writing: bool) -> None:
+        """Move the split on an open connection (a no-op without a limit)."""
+        for name, value in self.duckdb_config(writing=writing).items():
+            con.execute(f"SET {name} = '{value}'")  # value: a number and MiB, made above
 
     @property
     def items_workers(self) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from flows import aggregate as aggregate_mod
 from flows.warehouse import store as wh
 from tests.test_concurrency import SAMPLE, snapshot
 
@@ -120,10 +121,19 @@ def test_the_memory_setting_reaches_duckdb_and_the_items_batches(tmp_path):
     from flows.resources import MemoryBudget, parse_memory
 
     budget = MemoryBudget(parse_memory("1GiB"))
-    assert budget.duckdb_bytes == int((1 << 30) * 0.15)
+    assert budget.duckdb_bytes == int((1 << 30) * 0.15) and budget.writing_bytes == (1 << 30) // 2
+    limits = []
     with wh.Warehouse(tmp_path / "wh.duckdb", budget=budget) as con:
-        limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
-    assert limit in ("153.0 MiB", "153 MiB"), limit
+        limit = "SELECT current_setting('memory_limit')"
+        limits.append(con.execute(limit).fetchall()[0][0])  # moving rows: the writing share
+        seen = aggregate_mod.frame_of
+        try:  # while the aggregation reads frames, DuckDB has the smaller share
+            aggregate_mod.frame_of = lambda c, *a, **k: limits.append(c.execute(limit).fetchall()[0][0]) or seen(c, *a, **k)
+            aggregate_mod.aggregate(con, budget=budget)
+        finally:
+            aggregate_mod.frame_of = seen
+        limits.append(con.execute(limit).fetchall()[0][0])
+    assert [limits[0], limits[1], limits[-1]] == ["512.0 MiB", "153.0 MiB", "512.0 MiB"], limits
     assert MemoryBudget(parse_memory("512MB")).items_batch_rows < MemoryBudget(parse_memory("4GB")).items_batch_rows
     with pytest.raises(ValueError, match="2GB"):
         parse_memory("lots")

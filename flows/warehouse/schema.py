@@ -28,7 +28,7 @@ from typing import Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def quote_ident(name: str) -> str:
@@ -60,7 +60,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "dumps": (
         "One row per dump file seen in the bucket (any kind, including unknown and failed): where it is, what it is, and how parsing went.",
         {
-            "path": ("VARCHAR PRIMARY KEY", "Object path relative to the bucket root: <run_id>/<job>/...; the row's key."),
+            "path": ("VARCHAR NOT NULL", "Object path relative to the bucket root: <run_id>/<job>/...; the row's key (one row per path: the writer replaces a path's row)."),
             "run_id": ("VARCHAR", "Run the dump belongs to (runs.run_id)."),
             "job": ("VARCHAR", "Job directory under the run (<bucket>/<run_id>/<job>/...)."),
             "kind": ("VARCHAR", "Dump format: xla_hlo, xla_buffer_assignment, xla_memory_usage_report, inductor_ir, inductor_output_code, onnx_report or unknown."),
@@ -104,7 +104,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
     "compacted_contents": (
         "Contents whose records rows were compacted away (flows.aggregate.compact_records): no dump of the latest [warehouse] keep_records_runs runs held them and their items were stored. Their dumps, metrics and items stay; a content that comes back is parsed again and leaves this table.",
         {
-            "dump_id": ("VARCHAR PRIMARY KEY", "The content (dumps.dump_id) whose records rows are gone."),
+            "dump_id": ("VARCHAR NOT NULL", "The content (dumps.dump_id) whose records rows are gone; listed once."),
         },
     ),
     "notifications": (
@@ -218,6 +218,16 @@ MIGRATIONS: list[Migration] = [
     # table was a cache by path: the next aggregation (AGGREGATE_VERSION 3) computes again.
     Migration(6, "structural items per content", ("DROP TABLE IF EXISTS dump_items",)),
     Migration(7, "compacted contents", (_create_core("compacted_contents"),)),
+    # A key's index is rewritten whole at every checkpoint of its table: on a year of big
+    # nights (half a million paths) that was megabytes per checkpoint, growing with the
+    # history. The writer keeps paths and compacted contents unique itself.
+    Migration(8, "dumps and compacted_contents without key indexes", tuple(
+        stmt for table in ("dumps", "compacted_contents") for stmt in (
+            f"ALTER TABLE {table} RENAME TO _{table}_v7",
+            _create_core(table),
+            # Every column named: a table lacking one (not a file a release wrote) is refused.
+            f"INSERT INTO {table} SELECT {', '.join(quote_ident(c) for c in CORE_TABLES[table][1])} FROM _{table}_v7",
+            f"DROP TABLE _{table}_v7"))),
 ]
 
 

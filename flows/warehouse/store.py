@@ -158,7 +158,7 @@ class Warehouse:
         return self.recorder
 
     def _connect(self, path: Path) -> duckdb.DuckDBPyConnection:
-        config = {"storage_compatibility_version": STORAGE_COMPATIBILITY} | self.budget.duckdb_config()
+        config = {"storage_compatibility_version": STORAGE_COMPATIBILITY} | self.budget.duckdb_config(writing=True)
         return duckdb.connect(str(path), config=config)
 
     def _catch_up(self) -> duckdb.DuckDBPyConnection:
@@ -473,16 +473,18 @@ def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> No
     arrow = pa.table({c: pa.array([getattr(d, c) for d in rows], types.get(c, pa.string())) for c in cols})
     con.register("_dumps_in", arrow)
     try:
-        # A copy takes the fields it does not know from the content's existing row.
+        # A copy takes the fields it does not know from the content's existing row; the
+        # batch's paths then replace their rows (one row per path, kept by the writer: a
+        # key index would be rewritten whole at every checkpoint).
         con.execute(
             """
-            INSERT OR REPLACE INTO dumps (path, run_id, job, kind, stage, program, size_bytes, dump_id, parser_version,
-                                          status, error, ingested_at, source_version)
+            CREATE OR REPLACE TEMP TABLE _dumps_new AS
             SELECT i.path, i.run_id, i.job,
-                   coalesce(i.kind, e.kind), coalesce(i.stage, e.stage), coalesce(i.program, e.program),
-                   i.size_bytes, i.dump_id, coalesce(i.parser_version, e.parser_version),
-                   coalesce(i.status, e.status), CASE WHEN i.status IS NULL THEN e.error ELSE i.error END, ?,
-                   i.source_version
+                   coalesce(i.kind, e.kind) AS kind, coalesce(i.stage, e.stage) AS stage,
+                   coalesce(i.program, e.program) AS program, i.size_bytes, i.dump_id,
+                   coalesce(i.parser_version, e.parser_version) AS parser_version,
+                   coalesce(i.status, e.status) AS status, CASE WHEN i.status IS NULL THEN e.error ELSE i.error END AS error,
+                   ?::TIMESTAMP AS ingested_at, i.source_version
             FROM _dumps_in i
             LEFT JOIN (SELECT * FROM dumps WHERE path NOT IN (SELECT path FROM _dumps_in)
                          AND dump_id IN (SELECT dump_id FROM _dumps_in)  -- the batch's contents, not the history
@@ -491,6 +493,9 @@ def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> No
             """,
             [now],
         )
+        con.execute("DELETE FROM dumps WHERE path IN (SELECT path FROM _dumps_in)")
+        con.execute("INSERT INTO dumps BY NAME SELECT * FROM _dumps_new")
+        con.execute("DROP TABLE _dumps_new")
     finally:
         con.unregister("_dumps_in")
 
