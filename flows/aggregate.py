@@ -154,10 +154,9 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     lap("trends")
     health = program_health(series, dumps, order)
     ok = health.filter(pl.col("status") == "ok").select(pl.col("series", "run_id").cast(pl.Categorical))
-    incidents, steps = incident_mod.compute(
-        observations, health, order, accepts.to_dicts(), settings,
-        incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count), ok=ok,  # categoricals: no string per row
-        info=info.with_columns(pl.all().cast(pl.Categorical)))
+    incidents, steps = _incidents(observations, health, order, accepts.to_dicts(), settings, ok=ok,
+                                  info=info.with_columns(pl.all().cast(pl.Categorical)),  # categoricals: no string per row
+                                  batch_rows=budget.incidents_batch_rows)
     del observations  # the largest frame: gone before the rest is computed
     lap("incidents")
     events = rollups.series_events(dumps, series, order)
@@ -210,6 +209,41 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
         raise
     lap("write")
     return result
+
+
+def _incidents(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFrame, accepts: list[dict],
+               settings: Settings, *, ok: pl.DataFrame, info: pl.DataFrame, batch_rows: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``incidents.compute`` over groups of jobs of at most ``batch_rows`` observations
+    (one job can exceed it): an incident is one program's, and a program belongs to one
+    job, so the parts are the whole. The walk's frames are a few times the observations
+    it is given: a year of them at once was the night's peak."""
+    floors = incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count)
+    series_job = info.select("series", "job")
+    rows_per_job = (observations.group_by("series").len()
+                    .join(series_job, on="series").group_by("job").agg(pl.col("len").sum()))
+    jobs = (health.select(pl.col("job").cast(pl.String)).unique()
+            .join(rows_per_job.with_columns(pl.col("job").cast(pl.String)), on="job", how="full", coalesce=True)
+            .with_columns(pl.col("len").fill_null(0)).sort("job"))
+    groups: list[list[str]] = [[]]
+    held = 0
+    for job, rows in jobs.iter_rows():
+        if groups[-1] and held + rows > batch_rows:
+            groups.append([])
+            held = 0
+        groups[-1].append(job)
+        held += rows
+    if len(groups) == 1:
+        return incident_mod.compute(observations, health, order, accepts, settings, floors, ok=ok, info=info)
+    parts = []
+    for group in groups:
+        names = pl.Series(group, dtype=pl.String)
+        part_info = info.filter(pl.col("job").cast(pl.String).is_in(names.implode()))
+        series = part_info.select("series")
+        parts.append(incident_mod.compute(
+            observations.join(series, on="series", how="semi"),
+            health.filter(pl.col("job").cast(pl.String).is_in(names.implode())), order, accepts, settings, floors,
+            ok=ok.join(series, on="series", how="semi"), info=part_info))
+    return incident_mod.in_order(pl.concat([p[0] for p in parts]), pl.concat([p[1] for p in parts]))
 
 
 def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: list[str] | None = None) -> int:

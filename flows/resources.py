@@ -32,6 +32,9 @@ DEFAULT_BUDGET = 2 << 30
 # item rows takes ~1.5 KiB in polars at the peak of the fusion digests (measured on
 # the llama and mixtral modules), and two batches run at once.
 ROWS_PER_GIB = 150_000
+# Observations (series, metric, run, value) the incidents walk takes at once per GiB:
+# its frames peaked at ~350 MiB for 5.5 million rows (a year of big nights) at once.
+OBSERVATIONS_PER_GIB = 1_000_000
 
 
 def parse_memory(text: str | int | None) -> int | None:
@@ -74,6 +77,13 @@ class MemoryBudget:
     @property
     def items_workers(self) -> int:
         return 2
+
+    @property
+    def incidents_batch_rows(self) -> int:
+        """Observations the incidents walk takes at once: it holds a few times their size
+        (~65 bytes a row at its peak on a year of big nights)."""
+        python_share = (self.total or DEFAULT_BUDGET) * (1 - DUCKDB_SHARE)
+        return max(100_000, int(python_share / (1 << 30) * OBSERVATIONS_PER_GIB))
 
     @property
     def items_batch_rows(self) -> int:

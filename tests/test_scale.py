@@ -173,3 +173,34 @@ def test_run_takes_a_memory_limit_and_writes_its_summary_as_json(prefect, tmp_pa
     assert {"parse", "load", "load.publish", "load.aggregate_items"} <= set(summary["seconds"])
     bad = subprocess.run(cmd[:-4] + ["--memory-limit", "lots"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--memory-limit" in bad.stderr
+
+
+def test_incidents_computed_job_by_job_are_the_incidents_of_the_whole(sample_warehouse, tmp_path, monkeypatch):
+    """A year of observations is walked in groups of jobs (flows.aggregate._incidents):
+    the sample's incidents, re-aggregated one job at a time, are the same rows."""
+    from flows.resources import MemoryBudget
+
+    work = tmp_path / "wh.duckdb"
+    shutil.copyfile(sample_warehouse, work)
+    tables = ("incidents", "incident_steps")
+
+    def rows(con):
+        return {t: con.sql(f"SELECT * FROM {t}").pl().sort(pl.all()) for t in tables}
+
+    with wh.connect_readonly(work) as con:
+        whole = rows(con)
+        jobs = con.sql("SELECT count(DISTINCT job) FROM dumps").fetchall()[0][0]
+        assert con.sql("SELECT count(DISTINCT job) FROM incidents").fetchall()[0][0] >= 3
+    assert whole["incidents"].height >= 9
+    monkeypatch.setattr(MemoryBudget, "incidents_batch_rows", property(lambda self: 1))  # a group per job
+    calls = []
+    seen = aggregate_mod.incident_mod.compute
+    monkeypatch.setattr(aggregate_mod.incident_mod, "compute", lambda *a, **k: calls.append(1) or seen(*a, **k))
+    with wh.Warehouse(work) as con:
+        con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # all runs again
+        aggregate_mod.aggregate(con, aggregate_mod.load_settings(None), budget=MemoryBudget(1 << 30))
+    with wh.connect_readonly(work) as con:
+        parts = rows(con)
+    assert len(calls) == jobs == 4  # one walk per job of the bucket
+    for t in tables:
+        assert parts[t].drop("cause", strict=False).equals(whole[t].drop("cause", strict=False)), t

@@ -420,9 +420,14 @@ def _frames(steps: list[tuple[str, str, _Step]], meta: dict, order: pl.DataFrame
             "accepted_note": acc.get("note")})
     step_frame = pl.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in step_rows],
                               schema=STEP_SCHEMA)
-    incident_frame = pl.DataFrame(incidents, schema=INCIDENT_SCHEMA)
-    return (incident_frame.sort("opened_at", "impact", "incident_id", descending=[False, True, False]),
-            step_frame.sort("opened_run", "incident_id", "impact", "metric", descending=[False, False, True, False]))
+    return in_order(pl.DataFrame(incidents, schema=INCIDENT_SCHEMA), step_frame)
+
+
+def in_order(incidents: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The order ``compute`` gives its frames (also of frames computed in parts and concatenated)."""
+    return (incidents.sort("opened_at", "impact", "incident_id", descending=[False, True, False], maintain_order=True),
+            steps.sort("opened_run", "incident_id", "impact", "metric", "series", descending=[False, False, True, False, False],
+                       maintain_order=True))
 
 
 def headline(job: str, program: str, rows: list[dict[str, Any]], most: int = 2) -> str:
