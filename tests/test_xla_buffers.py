@@ -238,6 +238,69 @@ def test_unknown_and_valued_flags_survive():
     assert (v[1]["value_name"], v[1]["is_phi"], v[1]["shape_index"]) == ("x.2", True, "{}")
 
 
+# Each historic header and value syntax of BufferAllocation::ToString, one line each. Hand-made
+# from the format strings quoted in xla_buffers (the real files with them are in
+# data/corpus/xla_buffers, tests/test_buffers_realworld.py); each pins one rule.
+HISTORIC = [
+    ("allocation 0: 0x55d5c8c4c0a0, size 16, parameter 1, thread-local:",  # 2017: %p, no shape
+     dict(allocation_index=0, size_bytes=16, kind="parameter", parameter_number=1, is_thread_local=True, shape_index=None)),
+    ("allocation 1: (nil), size 8, color 2, parameter 0 at ShapeIndex {1}, maybe-live-out:",  # 2018: glibc's %p of 0
+     dict(allocation_index=1, size_bytes=8, color=2, parameter_number=0, shape_index="{1}", is_maybe_live_out=True)),
+    ("allocation 2: size 64, parameter 3, shape (f32[4], f32[12]) at ShapeIndex {0}:",  # 2020: bare tuple shape
+     dict(parameter_number=3, parameter_shape="(f32[4], f32[12])", shape_index="{0}", flags=["parameter"])),
+    ("allocation 3: size 16, output shape is (f32[2], s32[2]), maybe-live-out:",  # 2020: bare output shape
+     dict(output_shape="(f32[2], s32[2])", is_tuple=True, kind="live_out", flags=["output", "maybe-live-out"])),
+    ("allocation 4: 0x1f, size 4, constant, tuple, preallocated-temp:",
+     dict(kind="constant", is_constant=True, is_tuple=True, is_preallocated_temp=True)),
+]
+
+
+@pytest.mark.parametrize(("header", "expected"), HISTORIC, ids=[h[:24] for h, _ in HISTORIC])
+def test_historic_allocation_headers(header, expected):
+    index = int(header.split()[1].rstrip(":"))
+    tables, s = run(["BufferAssignment:\n", header + "\n", f" value: <{index} v.{index} @0> (size=4,offset=0): f32[]\n"])
+    assert s.errors == [] and not s.truncated
+    row = tables["buffer_allocations"].row(0, named=True)
+    assert {k: row[k] for k in expected} == expected
+
+
+def test_historic_value_lines():
+    lines = [
+        "BufferAssignment:\n",
+        "allocation 0: 0x55d5c8c4c0a0, size 12, preallocated-temp:\n",
+        "  add.1[](#3 @0) [0,4]: f32[]\n",  # 2017-2019: LogicalBuffer name[index](#id @color) [offset,size]
+        "  tuple.2[1](#7) [4,8]: f32[2]{0}\n",
+        "allocation 1: 0x55d5c8c4c150, size 4, parameter 0:\n",
+        "  entry::p.0[](#0) : f32[]\n",  # early 2017: computation::buffer, no slice
+    ]
+    tables, s = run(lines)
+    assert s.errors == [] and not s.truncated and s.metrics["memory.values"] == 3
+    cols = ["allocation_index", "value_id", "value_name", "instruction", "shape_index", "color", "offset", "size_bytes", "shape"]
+    assert tables["buffer_values"].select(cols).rows() == [
+        (0, 3, "add.1", "add.1", "{}", 0, 0, 4, "f32[]"),
+        (0, 7, "tuple.2{1}", "tuple.2", "{1}", None, 4, 8, "f32[2]{0}"),
+        (1, 0, "p.0", "p.0", "{}", None, None, None, "f32[]"),
+    ]
+
+
+def test_unclosed_and_unknown_headers_are_errors_naming_the_line():
+    lines = [
+        "BufferAssignment:\n",
+        "allocation 0: size 8, parameter 0, shape f32[2] at\n",  # a paste wrapped at 80 columns
+        "ShapeIndex {}:\n",
+        " value: <0 p.0 @0> (size=8,offset=0): f32[2]{0}\n",
+        "allocation 1: size 4, entry computation parameter:\n",  # the profiler's words: never printed by XLA
+        " value: <1 c.1 @0> (size=4,offset=0): f32[]\n",
+    ]
+    tables, s = run(lines)
+    assert s.errors == [
+        "line 2: allocation 0 header has no closing ':' (line wrapped or cut short); allocation not read",
+        "line 3: unrecognized line",
+        "line 5: unknown allocation flags ['entry computation parameter']",
+    ]
+    assert tables["buffer_allocations"]["allocation_index"].to_list() == [1] and len(tables["buffer_values"]) == 1
+
+
 # --- sniff, stage, bad input ---
 
 

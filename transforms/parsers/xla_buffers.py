@@ -4,6 +4,10 @@ Input: the lines of one of these files, as XLA writes them with ``--xla_dump_to`
 
 - ``*-buffer-assignment.txt``: ``BufferAssignment:`` then ``allocation N: size S, flags:``
   headers, each followed by its `` value: <id name @color> (size=,offset=): shape`` lines.
+  Every header syntax XLA has printed since 2017 is read (the object's address before the
+  size, shapes with or without |...|, see ``_ALLOC``), and the LogicalBuffer value lines of
+  2017-2019 (``_OLD_VALUE``); a header without its closing ':' (a wrapped or cut paste) is
+  an error naming its line, and its values are skipped with it.
   Older XLA (the GPU seed) goes on in the same file with ``Total bytes used:``,
   ``Used values:`` and the ``HloLiveRange`` listing; XLA:CPU in jaxlib 0.10 stops after
   the allocations and writes the rest to the two side files below.
@@ -55,17 +59,36 @@ from transforms.records import (
     line_error,
 )
 
-PARSER_VERSION = 2  # 2: every cut is an error; a whole last line without newline is read
+PARSER_VERSION = 3  # 3: every historic header syntax (address, bare shapes, "parameter N at ShapeIndex"),
+# LogicalBuffer value lines, "from instruction:%" without a space (jaxlib 0.4); an unclosed header is an error
+# 2: every cut is an error; a whole last line without newline is read
 
-_ALLOC = re.compile(r"^allocation (\d{1,9}): size (\d{1,18})(.*):$")
-_ITEM = re.compile(r"(?:[^,|]|\|[^|]*\|)+")  # one ", "-separated item; |shapes| may hold commas
-_PARAM = re.compile(r"^parameter (\d{1,9})$")
-_PARAM_SHAPE = re.compile(r"^shape \|(.*)\| at ShapeIndex (\{[\d,]*\})$")
-_OUTPUT = re.compile(r"^output shape is \|(.*)\|$")
+# The allocation header as XLA's BufferAllocation::ToString has written it over the years
+# (tensorflow/compiler/xla/service/buffer_assignment.cc, then openxla/xla):
+#   2017-2020  "allocation 0: 0x55d5c8c4c0a0, size 4, parameter 0, thread-local:"  (%p of the object)
+#   2018-2020  "..., parameter 0 at ShapeIndex {}, constant, maybe-live-out, preallocated-temp:"
+#   2020-2021  "allocation 0: size 32768, parameter 0, shape f32[256,32] at ShapeIndex {}:",
+#              "allocation 5: size 4, output shape is f32[], thread-local:"
+#   since      the shapes between |...| ("shape |f32[256,32]| at ShapeIndex {}", "output shape is |f32[]|")
+# plus ", color N" after the size since 2017. The flag words never changed; none of these
+# versions printed "tuple" or "entry computation parameter" (those are attributes of the
+# profiler's memory viewer), but "tuple" is accepted as the allocation's is_tuple property.
+# A header without its closing ':' (a paste wrapped or cut short) is an error, not a row.
+_ALLOC = re.compile(r"^allocation (\d{1,9}): (?:(?:0x[0-9a-fA-F]{1,16}|\(nil\)), )?size (\d{1,18})(.*)$")
+_PARAM = re.compile(r"^parameter (\d{1,9})(?: at ShapeIndex (\{[\d,]*\}))?$")
+_PARAM_SHAPE = re.compile(r"^shape (?:\|(.*)\||(.+)) at ShapeIndex (\{[\d,]*\})$")
+_OUTPUT = re.compile(r"^output shape is (?:\|(.*)\||(.+))$")
 _COLOR = re.compile(r"^color (\d{1,9})$")
 _WORDS = {"maybe-live-out", "thread-local", "preallocated-temp", "constant", "tuple"}
 _VALUE_REF = r"<(\d{1,18}) ([^\s{}<>]++)(\{[\d,]*\})?( \(phi\))?(?: @(\d{1,9}))?>"
 _VALUE = re.compile(r"^ value: " + _VALUE_REF + r" \(size=(\d{1,18}),offset=(\d{1,18})\): (.*)$")
+# Value lines before HloValue (2017-2019) print a LogicalBuffer, "name[index](#id @color)":
+#   "  add.1[](#3 @0) [0,4]: f32[]"            ("  %s [offset,size]: shape", 2017-2019)
+#   "  entry::add.1[](#3) : f32[]"              ("  computation::buffer : shape", early 2017: no slice)
+_OLD_VALUE = re.compile(
+    r"^  (?:([^\s:]++)::)?([^\s\[\]]++)\[([\d,]*)\]\(#(\d{1,18})(?: @(\d{1,9}))?\)"
+    r"(?: \[(\d{1,18}),(\d{1,18})\]: | : )(.*)$"
+)
 _USED = re.compile(r"^" + _VALUE_REF + r"$")
 _TOTAL = re.compile(r"^Total bytes used: (\d{1,18})\b")
 _START = re.compile(r"^(?:BufferAssignment:|Total bytes used: \d|HloLiveRange \(max \d)")
@@ -193,22 +216,45 @@ def stage_from_name(name: str) -> str | None:
     return None
 
 
-def _allocation_row(lineno: int, m: re.Match) -> tuple[tuple, list[str]]:
+def _items(rest: str) -> list[str]:
+    """The ", "-separated items after the size. Shapes may hold ", " (tuples): between |...|
+    since XLA printed the pipes, bare before; so split only outside |...| and brackets."""
+    if "|" not in rest and "(" not in rest:  # the common case, and much faster
+        return rest.split(", ", _MAX_ITEMS)
+    items, start, depth, piped = [], 0, 0, False
+    for i, c in enumerate(rest):
+        if c == "|":
+            piped = not piped
+        elif piped:
+            continue
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth <= 0 and rest.startswith(", ", i):
+            items.append(rest[start:i])
+            start = i + 2
+            if len(items) >= _MAX_ITEMS:
+                break
+    items.append(rest[start:])
+    return items
+
+
+def _allocation_row(lineno: int, m: re.Match, rest: str) -> tuple[tuple, list[str]]:
     flags: list[str] = []
     unknown: list[str] = []
     number = pshape = index = output = None
     color = 0
-    rest = m[3]
-    # Shapes between |...| may hold ", "; without any, a plain split is much faster.
-    for item in _ITEM.findall(rest) if "|" in rest else rest.split(", ", _MAX_ITEMS):
+    for item in _items(rest):
         item = item.strip()
         if (p := _PARAM.match(item)) is not None:
             number = int(p[1])
+            index = p[2] or index  # "parameter N at ShapeIndex {..}" (2018-2020)
             flags.append("parameter")
         elif (p := _PARAM_SHAPE.match(item)) is not None:
-            pshape, index = p[1], p[2]
+            pshape, index = p[1] if p[1] is not None else p[2], p[3]
         elif (p := _OUTPUT.match(item)) is not None:
-            output = p[1]
+            output = p[1] if p[1] is not None else p[2]
             flags.append("output")
         elif (p := _COLOR.match(item)) is not None:
             color = int(p[1])
@@ -238,6 +284,10 @@ def _allocation_row(lineno: int, m: re.Match) -> tuple[tuple, list[str]]:
         is_tuple, color, flags, lineno,
     )  # fmt: skip
     return row, unknown
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None else None
 
 
 def _whole_shape(text: str) -> bool:
@@ -274,6 +324,7 @@ class _Dump:
         self.live: live.LiveRangeReader | None = None
         self.shapes: dict[tuple[str, str], tuple[str, int]] = {}
         self.unknown_flags: set[str] = set()
+        self.skip_values = False  # the value lines that follow belong to a header that was not read
 
     def error(self, lineno: int, msg: str) -> None:
         errors = self.summary.errors
@@ -289,15 +340,21 @@ class _Dump:
                 self.error(lineno, "unrecognized line in HloLiveRange listing")
                 return None
             return got
-        if line.startswith(" value: ") and self.section == "alloc":
-            return self._value(lineno, line)
+        if self.section == "alloc" and line.startswith(" "):
+            if self.skip_values:  # the values of a header not read: that header's error says why
+                return None
+            if line.startswith(" value: "):
+                return self._value(lineno, line)
+            if line.startswith("  "):
+                return self._old_value(lineno, line)
         if self.section == "used" and line.startswith(" "):
             return self._used_line(lineno, line)
         if m := _ALLOC.match(line):
             if len(line) > _MAX_HEADER:  # junk: real headers are short, even with tuple parameter shapes
-                self.error(lineno, f"allocation header of {len(line)} characters")
-                self.alloc_idx, self.section = None, "alloc"
-                return None
+                return self._skip_allocation(lineno, f"allocation header of {len(line)} characters")
+            if not line.endswith(":"):  # XLA ends every header with ':'; a wrapped or cut paste does not
+                return self._skip_allocation(lineno, f"allocation {m[1]} header has no closing ':' "
+                                                     "(line wrapped or cut short); allocation not read")
             return self._allocation(lineno, m)
         if m := _USED.match(line):
             return self._open_block(lineno, m)
@@ -318,10 +375,15 @@ class _Dump:
             self.error(lineno, "unrecognized line")
         return None
 
+    def _skip_allocation(self, lineno: int, msg: str) -> None:
+        self._end_allocation(lineno, at_eof=False)
+        self.error(lineno, msg)
+        self.alloc_idx, self.section, self.skip_values = None, "alloc", True
+
     def _allocation(self, lineno: int, m: re.Match) -> TableBatch | None:
         self._end_allocation(lineno, at_eof=False)
-        self.section = "alloc"
-        row, unknown = _allocation_row(lineno, m)
+        self.section, self.skip_values = "alloc", False
+        row, unknown = _allocation_row(lineno, m, m[3][:-1])
         if new := [f for f in dict.fromkeys(unknown) if f not in self.unknown_flags]:  # said once per file
             self.unknown_flags.update(new)
             self.error(lineno, f"unknown allocation flags {[f[:80] for f in new[:5]]}")
@@ -351,9 +413,9 @@ class _Dump:
         line whose shape closes, the line that closes a used value, or the live-range listing's."""
         if self.section == "live":
             return self.live.last_line_complete(line)
-        if self.section == "alloc" and (m := _VALUE.match(line)) is not None:
+        if self.section == "alloc" and (m := _VALUE.match(line) or _OLD_VALUE.match(line)) is not None:
             return _whole_shape(m[8])
-        if self.section == "used" and line.startswith(" from instruction: "):
+        if self.section == "used" and line.startswith(" from instruction:"):
             return self.block is not None  # the row is complete; the rest of the line is not read
         return False  # anything else may be a longer line cut short (a lone space is one too)
 
@@ -364,14 +426,20 @@ class _Dump:
             else:
                 self.error(lineno, f"allocation {self.alloc_idx} lists no values")
 
-    def _value(self, lineno: int, line: str) -> TableBatch | None:
-        m = _VALUE.match(line)
+    def _value_groups(self, lineno: int, pattern: re.Pattern, line: str) -> tuple | None:
+        """The groups of a value line of the open allocation (counted), or None and an error."""
+        m = pattern.match(line)
         if m is None or self.alloc_idx is None:
             self.error(lineno, "unrecognized value line")
             return None
-        vid, instr, index, phi, color, size, offset, shape = m.groups()
         self.alloc_values += 1
         self.n_values += 1
+        return m.groups()
+
+    def _value(self, lineno: int, line: str) -> TableBatch | None:
+        if (groups := self._value_groups(lineno, _VALUE, line)) is None:
+            return None
+        vid, instr, index, phi, color, size, offset, shape = groups
         size = int(size)
         shape_index = index or "{}"
         self.shapes[instr, shape_index] = (shape, size)
@@ -379,6 +447,19 @@ class _Dump:
         rows.append((self.alloc_idx, int(vid), instr + (index or ""), instr, shape_index, phi is not None,
                      int(color) if color else None, int(offset), size, shape, lineno))  # fmt: skip
         return self.values.flush() if len(rows) >= BATCH_ROWS else None
+
+    def _old_value(self, lineno: int, line: str) -> TableBatch | None:
+        """A value line of 2017-2019 (``_OLD_VALUE``): a LogicalBuffer, its slice when printed."""
+        if (groups := self._value_groups(lineno, _OLD_VALUE, line)) is None:
+            return None
+        _, instr, index, vid, color, offset, size, shape = groups
+        shape_index = "{" + index + "}"
+        if size is not None:
+            self.shapes[instr, shape_index] = (shape, int(size))
+        # LogicalBuffer printed its index always ("[]"): the name takes it only when not empty.
+        name = instr + (shape_index if index else "")
+        return self.values.add((self.alloc_idx, int(vid), name, instr, shape_index, False,
+                                int(color) if color else None, _int(offset), _int(size), shape, lineno))  # fmt: skip
 
     def _open_block(self, lineno: int, m: re.Match) -> TableBatch | None:
         batch = self._close_block(lineno)
@@ -392,7 +473,7 @@ class _Dump:
         block = self.block
         if block is None:
             self.error(lineno, "used-value line outside a value block")
-        elif line.startswith(" from instruction: "):
+        elif line.startswith(" from instruction:"):
             return self._close_block(lineno, complete=True)
         elif line in (" positions:", " uses:"):
             block[4] = line[1:-1]
