@@ -130,6 +130,8 @@ def test_older_format_names_allocations():
     tables, s = run(xr, lines)
     assert not s.errors and not s.truncated
     assert s.metrics["memory.report_total_bytes"] == 18448 and s.metrics["memory.report_allocations"] == 2
+    # 2 + 1 values in allocation 1's slots, and allocation 0, named without a table: its one value.
+    assert s.metrics["memory.report_values"] == 4
     slots = tables["memory_report_slots"]
     assert slots["allocation_index"].to_list() == [1, 1] and slots["allocation_rank"].to_list() == [0, 0]
     assert tables["memory_report_spaces"].rows() == [(None, None, 18448, 1)]

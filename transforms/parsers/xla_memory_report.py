@@ -26,7 +26,9 @@ Output: ``TableBatch`` items of ``TABLES``, then one ``DumpSummary`` with
 ``memory.report_total_bytes`` (the exact ``Total bytes`` lines, summed over spaces;
 equal to the buffer assignment's ``memory.total_bytes``), ``memory.report_spaces``,
 ``memory.report_allocations`` (blocks listed), ``memory.report_slots`` (rows),
-``memory.report_values`` (sum of used_by_n_values over the listed slots) and
+``memory.report_values`` (sum of used_by_n_values over the listed slots, plus one per
+allocation the older format names without a slot table: XLA prints none for a single
+value; so a cut right after such a name cannot be told from a one-value allocation) and
 ``memory.report_hidden_slots`` (the N of the "The rest N ..." lines).
 Every row comes from one line, so a cut file yields a prefix of the rows. A cut is
 detected (``truncated``) when the last line has lost its newline (that line is not
@@ -46,7 +48,8 @@ import polars as pl
 from transforms.records import DumpKind, DumpSummary, ParserOutput, RowBuffer, TableBatch, line_error
 from transforms.parsers.xla_live_ranges import Lines, drive
 
-PARSER_VERSION = 2  # 2: every cut is an error; a whole last line without newline is read
+PARSER_VERSION = 3  # 3: older format: an allocation named without a slot table counts its one value
+# 2: every cut is an error; a whole last line without newline is read
 
 _SPACE = re.compile(r"^Memory Space: (.*) \(color=(\d{1,9})\)$")
 _TOTAL = re.compile(r"^Total bytes(?: used)?: (\d{1,18})\b")
@@ -216,6 +219,7 @@ class _Report:
             self.named, self.block_open, self.rows, self.percent, self.rest = False, True, 0, 0, False
         elif (m := _ALLOC.match(line)) is not None:
             self._close_block(lineno)
+            self._single_value()
             self._new_allocation(int(m[1]))
             self.named = True
         elif (m := _SPACE.match(line)) is not None:
@@ -231,8 +235,16 @@ class _Report:
             self.error(lineno, "unrecognized line")
         return None
 
+    def _single_value(self) -> None:
+        """Older format: XLA names an allocation holding one value without a slot table
+        (BufferAssignment::MemoryUsageReport prints the table only for two or more)."""
+        if self.named:
+            self.n_values += 1
+            self.named = False
+
     def finish(self, lineno: int) -> list[TableBatch]:
         self._close_block(lineno, at_eof=True)
+        self._single_value()
         if self.totals and self.n_allocs == 0:
             self.summary.truncated = True
             self.error(lineno, "input ended before the first allocation block")
@@ -246,6 +258,8 @@ class _Report:
                 "memory.report_hidden_slots": self.hidden,
             }
         )
+        if self.summary.truncated and not self.summary.errors:  # a partial dump always says why
+            self.error(lineno, "input ended before the report was complete")
         return [b for b in (self.spaces.flush(), self.slots.flush()) if b is not None]
 
 
