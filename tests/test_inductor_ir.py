@@ -4,6 +4,7 @@ made with torch 2.13.0 (tests/fixtures/inductor_ir/ORIGIN.md)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -330,3 +331,136 @@ def test_truncation_at_line_ends(data):
     lines = CONV_TEXT.splitlines(keepends=True)
     cut = data.draw(st.integers(1, len(lines)))
     _check_cut(CONV_TEXT, CONV_TABLES, sum(map(len, lines[:cut])))
+
+
+# --- IR as users capture it: TORCH_LOGS, pasted without a final newline, older torch (issue 14) ---
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "inductor_onnx"
+
+
+def _corpus_text(name: str) -> str:
+    import gzip
+
+    return gzip.decompress((CORPUS / name).read_bytes()).decode()
+
+
+LOG = _corpus_text("torch_logs_ir_post_fusion.log.gz")
+
+
+def test_a_torch_logs_capture_is_sniffed_and_read_as_the_ir_it_holds():
+    # The capture: 485 lines, 483 of them behind a "[__ir_post_fusion]" log prefix; the other two
+    # are torch's UserWarning (independent count: grep -c '\[__ir_post_fusion\]').
+    assert LOG.count("\n") == 485 and LOG.count("] [0/0] [__ir_post_fusion]") == 483
+    assert not LOG.startswith("I")  # the warning comes first: sniffing looks past it
+    assert P.sniff("torch_logs_ir_post_fusion.log", LOG[:65536])
+    tables, s = run_text(LOG)
+    assert (s.errors, s.truncated, s.stage) == ([], False, "post_fusion")
+    # Independent count on the text (see the regexes below): 17 node headers, of which 6 follow a
+    # `<fused>.snodes[i] =` line (members), so 11 top-level nodes: 5 ExternKernelSchedulerNode
+    # (ExternKernelOut: addmm/mm), 4 SchedulerNode, 2 OuterLoopFusedSchedulerNode of 4 and 2 members.
+    headers = re.findall(r"\[__ir_post_fusion\] \w+: \w+\(.*\)$", LOG, re.M)
+    members = re.findall(r"\[__ir_post_fusion\] \w+\.snodes\[\d+\] =$", LOG, re.M)
+    assert (len(headers), len(members)) == (17, 6)
+    assert s.metrics == {
+        "inductor.nodes": 11, "inductor.nodes.ExternKernelSchedulerNode": 5, "inductor.nodes.SchedulerNode": 4,
+        "inductor.nodes.OuterLoopFusedSchedulerNode": 2, "fusion.count": 2, "fusion.fused_nodes": 6,
+        "fusion.group_size.4": 1, "fusion.group_size.2": 1, "kernel.generated": 6, "kernel.extern": 5,
+        "memory.buffer_bytes": 20328}
+    assert tables["inductor_nodes"].height == 17
+    # Bytes, counted independently: each graph's distinct `bufN.layout = FixedLayout(...)` lines,
+    # prod(size) * 4 (all float32): forward 7 buffers, 4832 B; backward 8 buffers, 15496 B. Buffer
+    # names restart at buf0 in the backward graph, so names are kept apart per AFTER FUSION record.
+    per_graph = []
+    for graph in LOG.split("AFTER FUSION")[1:]:
+        sizes = dict(re.findall(r"\] {5}(buf\d+)\.layout = FixedLayout\('cpu', torch\.float32, size=\[([\d, ]*)\]", graph))
+        per_graph.append(sum(4 * _prod(s) for s in sizes.values()))
+    assert per_graph == [4832, 15496] and sum(per_graph) == 20328
+    assert tables["inductor_buffers"]["bytes"].sum() == 20328 and tables["inductor_buffers"].height == 15
+
+
+def _prod(size_text: str) -> int:
+    n = 1
+    for part in size_text.split(","):
+        if part.strip():
+            n *= int(part)
+    return n
+
+
+def test_log_lines_keep_their_file_line_numbers():
+    tables, _ = run_text(LOG)
+    lines = LOG.splitlines()
+    for name, lineno in tables["inductor_nodes"].select("name", "lineno").iter_rows():
+        assert re.search(rf"\[__ir_post_fusion\] {name}: \w+\(", lines[lineno - 1]), (name, lineno)
+
+
+def test_the_same_ir_pasted_without_log_prefixes_reads_the_same():
+    """The messages alone (what a user pastes from a log, header kept): the same records."""
+    messages = _messages(LOG)
+    assert messages.startswith("AFTER FUSION\nop0: ExternKernelSchedulerNode(ExternKernelOut)\n")
+    assert P.sniff("pasted.txt", messages)
+    tables, s = run_text("# IR after fusion, from the log\n\n" + messages.rstrip())  # a comment, no final newline
+    log_tables, log_summary = run_text(LOG)
+    assert (s.errors, s.metrics, s.stage) == ([], log_summary.metrics, "post_fusion")
+    for t in ("inductor_nodes", "inductor_buffers"):
+        assert tables[t].drop("lineno").equals(log_tables[t].drop("lineno"))
+
+
+def _messages(log: str) -> str:
+    return "".join(re.sub(r"^.*?\[__ir_post_fusion\] ?", "", line) for line in log.splitlines(keepends=True)
+                   if "[__ir_post_fusion]" in line)
+
+
+def test_before_and_after_fusion_in_one_capture_is_reported():
+    # Hand-made from the real capture (its forward record, once relabelled BEFORE FUSION, then as
+    # is): pins the rule that counts of both stages are not added silently.
+    forward = "AFTER FUSION" + _messages(LOG).split("AFTER FUSION")[1]
+    text = forward.replace("AFTER FUSION", "BEFORE FUSION", 1) + forward
+    after_line = forward.count("\n") + 1
+    _, s = run_text(text)
+    assert s.errors == [f"line {after_line}: the text holds IR before fusion (from line 1) and after fusion: "
+                        "its counts add both"]
+    # Top-level nodes of the forward record: its node headers minus its members (4 = 6 - 2).
+    top = len(re.findall(r"^\w+: \w+\(.*\)$", forward, re.M)) - len(re.findall(r"^\w+\.snodes\[\d+\] =$", forward, re.M))
+    assert top == 4 and s.stage == "post_fusion" and s.metrics["inductor.nodes"] == 2 * top
+
+
+OLD_PRE = _corpus_text("older_torch_test_debug_trace/ir_pre_fusion.txt.gz")
+OLD_POST = _corpus_text("older_torch_test_debug_trace/ir_post_fusion.txt.gz")
+
+
+def test_older_torch_ir_without_layouts_is_ok_and_its_bytes_are_absent():
+    # Independent counts: node headers at column 0 (`^buf\d+: \w+\(`), indented `.snodes[i] =`
+    # lines, and no `.layout = ` line anywhere (the `bufN_layout = ` lines list the loop's
+    # operands, not output buffers).
+    assert len(re.findall(r"^buf\d+: \w+\(", OLD_PRE, re.M)) == 3 and ".layout = " not in OLD_PRE
+    assert len(re.findall(r"^buf\w+: \w+\(", OLD_POST, re.M)) == 2
+    assert len(re.findall(r"^    \w+\.snodes\[\d+\] =$", OLD_POST, re.M)) == 2 and ".layout = " not in OLD_POST
+    assert not OLD_PRE.endswith("\n") and OLD_PRE.endswith("buf2.node.kernel = extern_kernels.mm")
+    tables, s = run_text(OLD_PRE)
+    assert (s.errors, s.truncated) == ([], False)
+    assert s.metrics == {"inductor.nodes": 3, "inductor.nodes.SchedulerNode": 2,
+                         "inductor.nodes.ExternKernelSchedulerNode": 1, "kernel.generated": 2, "kernel.extern": 1}
+    assert "memory.buffer_bytes" not in s.metrics and tables["inductor_buffers"].height == 0
+    assert tables["inductor_nodes"]["kernel"].to_list() == [None, None, "extern_kernels.mm"]
+    tables, s = run_text(OLD_POST)
+    assert (s.errors, s.truncated, s.stage) == ([], False, "post_fusion")
+    assert s.metrics == {"inductor.nodes": 2, "inductor.nodes.FusedSchedulerNode": 1,
+                         "inductor.nodes.ExternKernelSchedulerNode": 1, "fusion.count": 1, "fusion.fused_nodes": 2,
+                         "fusion.group_size.2": 1, "kernel.generated": 1, "kernel.extern": 1}
+
+
+def test_older_torch_ir_cut_inside_its_fused_node_says_where():
+    lines = OLD_POST.splitlines(keepends=True)
+    second = next(i for i, line in enumerate(lines) if line == "    buf0_buf1.snodes[1] =\n")
+    _, s = run(lines[:second])  # cut after the first member's `return store`
+    assert s.truncated and s.errors == [
+        f"line {second}: input ended inside the block of buf0_buf1 (line 1) before its last field"]
+    _, s = run(lines[:-1])  # cut before the extern node's kernel line
+    assert s.truncated and s.errors == [
+        f"line {len(lines) - 1}: input ended inside the block of buf2 (line {len(lines) - 5}) before its last field"]
+
+
+def test_a_last_kernel_line_without_newline_is_read_only_when_no_cut_can_fake_it():
+    whole = OLD_PRE
+    _, s = run_text(whole[:-1])  # `extern_kernels.m`: a cut (no kernel has that name)
+    assert s.truncated and s.errors == ["line 52: last line cut mid-way (no newline); dropped"]

@@ -310,3 +310,37 @@ def test_truncation_at_every_section_boundary():
         _check_cut("seed", path, text[:at])
         tables, summary = run(_lines(text[:at]))
         assert summary.truncated, marker
+
+
+# --- The corpus report (data/corpus/inductor_onnx, generated with torch 2.13.0: MANIFEST.json) ---
+
+CORPUS_REPORT = (Path(__file__).resolve().parents[1] / "data" / "corpus" / "inductor_onnx"
+                 / "onnx_export_2026-11-23_13-38-30-924547_success.md.gz")
+
+
+def test_the_attention_report_of_the_corpus():
+    import gzip
+
+    text = gzip.decompress(CORPUS_REPORT.read_bytes()).decode()
+    tables, s = run(_lines(text))
+    assert (s.errors, s.truncated) == ([], False)
+    # Independent figures: parameters from the model's definition (make_files.py): LayerNorm(16)
+    # 2*16, Linear(16, 48) 16*48+48, Linear(16, 16) 16*16+16.
+    assert s.metrics["onnx.parameters"] == 2 * 16 + (16 * 48 + 48) + (16 * 16 + 16) == 1120
+    # Main-graph nodes: the numbered node lines of the printed model ("    11 |  # node_add").
+    assert s.metrics["onnx.graph_nodes"] == len(re.findall(r"^ +\d+ \|  # ", text, re.M)) == 12
+    # Initializers: the `%"name"<FLOAT,[...]>{...}` lines of the initializers block.
+    block = text.split("initializers=(", 1)[1].split("),\n) {", 1)[0]
+    assert s.metrics["onnx.initializers"] == len(re.findall(r'^ +%"[^"]+"<FLOAT,\[[\d,]*\]>\{', block, re.M)) == 7
+    # FX nodes: 6 parameters + x placeholders, 13 call_function, 1 output; 9 distinct targets listed.
+    assert s.metrics["onnx.fx_nodes"] == 7 + 13 + 1
+    assert s.metrics["onnx.fx_ops_distinct"] == 9 == len(_ops(tables, "fx_target"))
+    assert sum(_ops(tables, "fx_target").values()) == 13
+    assert _ops(tables, "onnx_main_graph") == {"LayerNormalization": 1, "MatMul": 4, "Add": 3, "Split": 1,
+                                               "Transpose": 1, "Div": 1, "Softmax": 1}
+    from collections import Counter  # the same, counted from the node lines' `⬅️ ::<Op>(`
+    assert _ops(tables, "onnx_main_graph") == dict(Counter(re.findall(r"⬅️ ::(\w+)\(", text)))
+    assert tables["onnx_verification"].height == 1 and s.metrics["onnx.step.accuracy"] == 1
+    # Without its final newline (as pasted): the same.
+    tables2, s2 = run(_lines(text.rstrip("\n")))
+    assert (s2.errors, s2.metrics) == ([], s.metrics)

@@ -5,7 +5,18 @@ Input: the lines of one file written under ``TORCH_COMPILE_DEBUG=1`` into
 scheduler node is a block starting with ``op12: SchedulerNode(ComputedBuffer)`` (``buf12:``
 in older torch), followed by ``op12.<attr> = ...`` lines, an ``op12.outputs = [ ... ]``
 block of output buffers, and for fused nodes ``op3_op4.snodes[i] =`` + the member's block.
-Blocks are separated by blank lines.
+Blocks are separated by blank lines. Older torch (2.1-2.3) names nodes ``buf12``, prints
+``buf12.users = [...]`` where newer torch prints the outputs block (so no layouts), and indents
+the members of a fused node.
+
+The same IR is also read as captured from logs: ``TORCH_LOGS=ir_post_fusion`` (or
+``ir_pre_fusion``) prints it as one log record per graph whose first line is ``AFTER FUSION``
+(``BEFORE FUSION``), each line behind a glog-style prefix such as ``I1123 13:38:05.026000 31456
+torch/_inductor/debug.py:757] [0/0] [__ir_post_fusion] ``. When such a prefix comes before the
+first node header, only the lines of ``ir_pre_fusion`` / ``ir_post_fusion`` records are read,
+prefix cut, and everything else (other log records, warnings) is skipped; line numbers stay
+those of the file. In any text, ``AFTER FUSION`` / ``BEFORE FUSION`` lines start a graph (they
+give the stage) and ``#`` comment lines are skipped.
 
 Guarantees: streaming (state is one top-level block plus a set of buffer names),
 ``TableBatch`` frames of ``inductor_nodes`` and ``inductor_buffers`` with the declared
@@ -18,14 +29,18 @@ when no node header appears in the first lines.
 
 from __future__ import annotations
 
+import itertools
 import re
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import polars as pl
 
 from transforms.records import DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error
 
-PARSER_VERSION = 2  # 2: every cut is an error; a missing final blank line is not a cut
+PARSER_VERSION = 3  # 2: every cut is an error; a missing final blank line is not a cut
+# 3: a last line without newline naming a whole extern kernel is read; TORCH_LOGS captures read (log prefixes cut, other records skipped), AFTER/BEFORE FUSION headers
+# give the stage and reset buffer names per graph; older torch's layout-less IR leaves
+# memory.buffer_bytes absent (was 0) and its last block, ended by a loop body or kernel line, is no cut
 
 TABLES: dict[str, pl.Schema] = {
     "inductor_nodes": pl.Schema({
@@ -90,6 +105,13 @@ _DEVICE_KW = re.compile(r"device=device\(type='(\w+)'(?:, index=(\d+))?\)")
 _SIZE_KW = re.compile(r"size=\[([^\]]*)\]")
 _USER = re.compile(r"NodeUser\(node=(?:\w+\(name='([^']*)'\)|(\w+))")
 _QUOTED = re.compile(r"'([^']*)'")
+# The prefix torch._logging (torch >= 2.2) puts on every line of a log record, e.g.
+# "[rank0]:I1123 13:38:05.026000 31456 torch/_inductor/debug.py:757] [0/0] [__ir_post_fusion] ":
+# rank, level, date, time, pid, file:line], then trace id and artifact tags (group 1).
+_LOG_PREFIX = re.compile(r"(?:\[rank\d+\]:)?[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ [^\]\n]*:\d+\]((?: \[[^\]\n]*\])*) ?")
+_IR_ARTIFACTS = ("[__ir_post_fusion]", "[__ir_pre_fusion]")
+STAGE_HEADERS = {"AFTER FUSION": "post_fusion", "BEFORE FUSION": "pre_fusion"}  # first line of each record
+_HEAD_LINES = 200  # lines looked at before deciding the text is a log capture (or sniffing it)
 MAX_ERRORS = 100
 _NO_LAYOUT = (None,) * 7
 GROUP_CLASSES = frozenset({"FusedSchedulerNode", "OuterLoopFusedSchedulerNode", "ForeachKernelSchedulerNode",
@@ -98,13 +120,47 @@ GROUP_CLASSES = frozenset({"FusedSchedulerNode", "OuterLoopFusedSchedulerNode", 
 
 
 def sniff(name: str, head: str) -> bool:
+    """By name, by a log line of an IR record, or by the first line that is not blank, a comment
+    or an AFTER/BEFORE FUSION header: a scheduler node header."""
     if name in ("ir_pre_fusion.txt", "ir_post_fusion.txt"):
         return True
-    for line in head.splitlines()[:5]:
-        if line.strip():
+    verdict = None
+    for line in head.splitlines()[:_HEAD_LINES]:
+        if (m := _LOG_PREFIX.match(line)) is not None:
+            if _is_ir_record(m):
+                return True
+            continue
+        text = line.strip()
+        if verdict is None and text and text[0] != "#" and text not in STAGE_HEADERS:
             m = _HEADER.match(line.rstrip("\r"))
-            return bool(m) and (m[2].endswith("SchedulerNode") or m[2] in GROUP_CLASSES)
-    return False
+            verdict = bool(m) and (m[2].endswith("SchedulerNode") or m[2] in GROUP_CLASSES)
+    return bool(verdict)
+
+
+def _is_ir_record(prefix: re.Match) -> bool:
+    tags = prefix[1]
+    return _IR_ARTIFACTS[0] in tags or _IR_ARTIFACTS[1] in tags
+
+
+def _numbered(lines: Iterable[str]) -> tuple[bool, Iterator[tuple[int, str]]]:
+    """Whether ``lines`` are a log capture (a log prefix before the first node header), and
+    (line number in the file, IR line) pairs: the file's lines, or the messages of the capture's
+    IR records, prefix cut."""
+    it = iter(lines)
+    head: list[str] = []
+    log = False
+    for raw in it:
+        head.append(raw)
+        if _LOG_PREFIX.match(raw):
+            log = True
+            break
+        if len(head) >= _HEAD_LINES or _HEADER.match(raw.rstrip("\r\n")):
+            break
+    numbered = enumerate(itertools.chain(head, it), 1)
+    if not log:
+        return False, numbered
+    return True, ((n, raw[m.end():]) for n, raw in numbered
+                  if (m := _LOG_PREFIX.match(raw)) is not None and _is_ir_record(m))
 
 
 def stage_from_name(name: str) -> str | None:
@@ -140,6 +196,18 @@ def _layout(text: str) -> tuple:
     device = None if d is None else (d[1] if d[2] is None else f"{d[1]}:{d[2]}")
     s = _SIZE_KW.search(body)
     return (kind, device, None, _ints(s[1]) if s else None, f"[{s[1]}]" if s else None, None, None)
+
+
+# Values of `<node>.node.kernel` that no longer value starts with, so that a last line ending
+# in one (text pasted or logged without its final newline) cannot be a cut: the extern kernels
+# Inductor calls (torch/_inductor/select_algorithm.py, kernel/mm.py, ir.py) and None.
+WHOLE_KERNELS = frozenset({"None"} | {f"extern_kernels.{k}" for k in (
+    "mm", "addmm", "bmm", "baddbmm", "convolution", "_mm_plus_mm", "_int_mm", "_scaled_mm")})
+
+
+def _whole_kernel_line(raw: str) -> bool:
+    attr, sep, value = raw.rstrip("\r").partition(".node.kernel = ")
+    return bool(sep) and value in WHOLE_KERNELS and attr.isidentifier()
 
 
 def _users(text: str) -> list[str]:
@@ -182,7 +250,9 @@ def _block_complete(block: _Block) -> bool:
     members = block.nodes[1:]
     if _is_group(top["cls"], top["sub"], top["members"]):
         announced = len(top["sub"].split(",")) if top["sub"] else 0
-        return bool(members) and len(top["members"]) >= announced and all(n["body"] for n in members)
+        if not members:  # older torch indents the members: counted from their `.snodes[i] =` lines
+            return top["indented_members"] >= announced and top["body"]
+        return len(top["members"]) >= announced and all(n["body"] for n in members)
     return top["body"]
 
 
@@ -205,6 +275,8 @@ def parse(lines: Iterable[str]) -> ParserOutput:
     last_blank = True
     cut = False  # the last line lost its newline (and, unless a loop-body line, was dropped)
     any_group = False
+    any_outputs = False  # an outputs block was read: the dump prints layouts, so bytes can be summed
+    stages: dict[str, int] = {}  # stage of each AFTER/BEFORE FUSION header -> its first line
     lineno = 0
 
     def bump(key: str, n: int = 1) -> None:
@@ -266,24 +338,44 @@ def parse(lines: Iterable[str]) -> ParserOutput:
         block = None
         return out
 
-    for raw in lines:
-        lineno += 1
+    log_capture, numbered = _numbered(lines)
+    for lineno, raw in numbered:
         c0 = raw[:1]
         if raw[-1:] == "\n":
             any_newline = True
-        elif any_newline and not ((c0 == " " or c0 == "\t") and not in_outputs):
+        elif (any_newline and not raw.isspace() and raw and not ((c0 == " " or c0 == "\t") and not in_outputs)
+              and not _whole_kernel_line(raw)):
             # Only the last line of newline-terminated input can lack one: it was cut
-            # mid-way, and a partial line is not trusted (a loop-body line is not read).
+            # mid-way, and a partial line is not trusted (a loop-body line is not read; a blank
+            # one, e.g. the empty message a log record ends with, holds nothing to cut).
             last_blank, cut = False, True
             break
         if (c0 == " " or c0 == "\t") and not in_outputs:
             last_blank = False
             if cur is not None and cur["outputs_done"]:  # its loop body, which ends the node's block
-                cur["body"] = raw.lstrip().startswith("return")
+                text = raw.lstrip()
+                cur["body"] = text.startswith("return")
+                if ".snodes[" in text:  # older torch: an indented member of a fused node
+                    cur["indented_members"] += 1
             continue  # dependency continuations, loop bodies: most of the file
         line = raw.rstrip("\r\n")
         if not line or line.isspace():
             last_blank = True
+            continue
+        if c0 == "#":  # a comment of whoever pasted the IR; torch writes none
+            continue
+        if line in STAGE_HEADERS:  # a log record's first line: a new graph starts
+            stages.setdefault(STAGE_HEADERS[line], lineno)
+            if in_outputs:
+                error(f"outputs block of {cur['name']} not closed before the next graph")
+                in_outputs = False
+                collecting = None
+                if (b := finish_buf()) is not None:
+                    yield b
+            for b in flush_block():
+                yield b
+            seen_bufs.clear()  # buffer names restart at buf0 in each graph
+            cur, pending_member, last_blank = None, None, True
             continue
         last_blank = False
         if in_outputs:
@@ -352,6 +444,11 @@ def parse(lines: Iterable[str]) -> ParserOutput:
             if attr == "outputs":
                 in_outputs = True
                 out_top = target is block.nodes[0]
+                any_outputs |= out_top
+            elif attr == "users" and target is block.nodes[0]:
+                # Older torch prints `users` where newer prints the outputs block: the fields
+                # after it (group, sizes, loop body or kernel) end the block the same way.
+                target["outputs_done"] = True
             elif attr == "node.kernel":
                 k = line[m.end():].strip()
                 target["kernel"] = None if k in ("", "None") else k
@@ -362,7 +459,7 @@ def parse(lines: Iterable[str]) -> ParserOutput:
         if (m := _HEADER.match(line)):
             node = {"name": m[1], "cls": m[2], "sub": m[3], "parent": None, "index": None,
                     "members": [], "kernel": None, "device": None, "lineno": lineno,
-                    "outputs_done": False, "body": False, "kernel_seen": False}
+                    "outputs_done": False, "body": False, "kernel_seen": False, "indented_members": 0}
             if pending_member is not None and block is not None:
                 node["parent"], node["index"] = pending_member
                 if (p := block.by_name.get(pending_member[0])) is not None:
@@ -392,6 +489,9 @@ def parse(lines: Iterable[str]) -> ParserOutput:
         error("unrecognised line")
 
     if block is None:
+        if log_capture:
+            raise ParseError("a log capture without a scheduler node in an ir_pre_fusion or ir_post_fusion record "
+                             "(TORCH_LOGS=ir_post_fusion prints them)", 1)
         if not errors:
             raise ParseError("empty input: no scheduler node", max(lineno, 1))
         raise ParseError("not an Inductor scheduler IR dump: no node header found", 1)
@@ -415,6 +515,11 @@ def parse(lines: Iterable[str]) -> ParserOutput:
             yield b
     if n_errors > MAX_ERRORS:
         errors.append(line_error(lineno, f"{n_errors - MAX_ERRORS} more errors not shown"))
-    metrics.setdefault("memory.buffer_bytes", 0)
-    yield DumpSummary(kind=DumpKind.INDUCTOR_IR, stage="post_fusion" if any_group else None,
+    if any_outputs:  # older torch prints no layouts: the byte sum is then unknown, not 0
+        metrics.setdefault("memory.buffer_bytes", 0)
+    if len(stages) > 1:
+        errors.append(line_error(stages["post_fusion"], "the text holds IR before fusion (from line "
+                                 f"{stages['pre_fusion']}) and after fusion: its counts add both"))
+    stage = next(iter(stages)) if len(stages) == 1 else ("post_fusion" if any_group else None)
+    yield DumpSummary(kind=DumpKind.INDUCTOR_IR, stage=stage,
                       program=None, metrics=metrics, errors=errors, truncated=truncated)
