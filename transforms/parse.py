@@ -12,7 +12,7 @@ that format is ``failed`` with the kind its name says. A ``ParseError``, a passe
 (batches already yielded must then be discarded by the caller: ``parse_dump`` does);
 a stream cut short makes it ``partial``. Status and errors agree: every ``partial``
 and ``failed`` dump carries at least one error, each naming the file, and the line
-where there is one.
+where there is one; a dump cut short (``truncated``) always has one naming its last line.
 
 Limits (``ParseLimits``) bound what one dump may cost, whatever its bytes: the
 reader never holds a line longer than ``max_line_bytes`` nor reads more than
@@ -120,10 +120,12 @@ def iter_dump(raw: BinaryIO, name: str, *, dump_id: str = "",
     if reader.error:  # the parser saw a clean end, but the bytes were cut short
         summary.errors.append(f"{name}: {reader.error}")
         summary.truncated = True
-    if summary.status is not Status.OK and not summary.errors:
-        # Every parser says why; this is the net under a parser that forgot to.
-        summary.errors.append(f"{name}: line {reader.lines_read}: the dump ends before its structure is complete "
-                              "(cut short?)")
+    last = reader.lines_read
+    if summary.status is not Status.OK and not summary.errors or summary.truncated and not _names_line(
+            summary.errors, last):
+        # Every parser says why; this is the net under a parser that forgot to, or that named
+        # only an earlier line: a cut dump always names the line it ends on.
+        summary.errors.append(f"{name}: line {last}: the dump ends before its structure is complete (cut short?)")
     summary.kind = kind
     summary.stage = fmt.stage_from_name(base) or summary.stage
     summary.program = summary.program or program_from_path(name)
@@ -162,6 +164,11 @@ def _unreadable(reader: LineReader, kind: DumpKind) -> str | None:
     if is_binary(reader.head):
         return f"line 1: the file is binary, not {describe(kind)} (NUL bytes at its start)"
     return None
+
+
+def _names_line(errors: list[str], lineno: int) -> bool:
+    """Whether an error is about line ``lineno`` ("<path>: line <n>: ..." or "... line <n> ...")."""
+    return any(f"line {lineno}:" in e or f"line {lineno} " in e for e in errors)
 
 
 def _located(name: str, error: str | None) -> list[str]:
