@@ -1,18 +1,30 @@
 """``dumpscope parse``: parse dump files on the spot and print what each holds.
 
 Imports neither Prefect nor DuckDB, so the command answers in a fraction of a second.
+Holds no dump whole: records are dropped as they are parsed, or, for ``--table``,
+spooled to disk a batch at a time and printed from there (peak RSS flat in the file's
+size; ``benchmarks/bench_real.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
+import tempfile
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
-from transforms.parse import DEFAULT_LIMITS, ParseLimits, parse_dump
+import polars as pl
+
+from transforms.parse import DEFAULT_LIMITS, ParseLimits, iter_dump
 from transforms.parsers.formats import all_tables
+from transforms.records import DumpSummary, Status
+
+
+_JSON_ROWS = 2048  # rows turned into Python objects at a time by --json --table
 
 
 def number(value: float) -> float | int:
@@ -29,32 +41,78 @@ def json_value(value: object) -> object:
 def print_parsed(files: list[Path], *, as_json: bool, table: str | None, limit: int, summary: bool,
                  limits: ParseLimits = DEFAULT_LIMITS) -> int:
     """Parse and print each file; returns how many failed. Raises ValueError for an unknown table.
-    ``limits`` bound each parse (a file past one is failed, the others are still read)."""
+    ``limits`` bound each parse (a file past one is failed, the others are still read).
+
+    Streams: the batches of a dump are dropped as they come, and those of ``table`` are
+    spooled to disk (``TableSpool``), so memory stays flat however big the file is."""
     if table is not None and table not in all_tables():
         raise ValueError(f"unknown table {table!r}; known: {', '.join(sorted(all_tables()))}")
     overview = _overview_table(files) if summary and not as_json else None
     shared = Path(os.path.commonpath([f.parent for f in files])) if overview is not None else None
     failed = 0
     for file in files:
-        with file.open("rb") as raw:
-            parsed = parse_dump(raw, str(file), limits=limits)
-        failed += parsed.status == "failed"
-        frame = parsed.tables.get(table) if table else None
-        if frame is not None and limit:
-            frame = frame.head(limit)
-        if as_json:
-            _print_json(file, parsed.summary, table, frame)
-        elif overview is not None:
-            s = parsed.summary
-            overview.add_row(str(file.relative_to(shared)), s.kind.value, s.stage or "", s.program or "", s.status.value,
-                             str(len(s.metrics)), "; ".join(s.errors)[:120])
-        else:
-            _print_detail(file, parsed.summary, table, frame, limit)
+        with contextlib.ExitStack() as stack:
+            spool = TableSpool(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dumpscope-parse-"))),
+                               table, limit) if table else None
+            with file.open("rb") as raw:
+                s = parse_streaming(raw, str(file), spool, limits)
+            failed += s.status is Status.FAILED
+            if as_json:
+                _print_json(file, s, spool)
+            elif overview is not None:
+                overview.add_row(str(file.relative_to(shared)), s.kind.value, s.stage or "", s.program or "", s.status.value,
+                                 str(len(s.metrics)), "; ".join(s.errors)[:120])
+            else:
+                _print_detail(file, s, spool, limit)
     if overview is not None:
         from rich.console import Console
 
         Console(width=220).print(overview)
     return failed
+
+
+class TableSpool:
+    """The first ``limit`` rows (0: all) of one table of a dump, as they are parsed: one
+    Arrow IPC file per batch in ``dir``, read back one batch at a time. The rows of a dump
+    that fails are never read back (``iter_dump``: its batches are discarded)."""
+
+    def __init__(self, dir: Path, table: str, limit: int = 0):
+        self.dir, self.table, self.limit = dir, table, limit
+        self.rows = 0
+        self.files: list[Path] = []
+
+    def add(self, frame: pl.DataFrame) -> None:
+        if self.limit:
+            frame = frame.head(self.limit - self.rows)
+        if frame.height:
+            path = self.dir / f"{len(self.files):06d}.arrow"
+            frame.write_ipc(path)
+            self.files.append(path)
+            self.rows += frame.height
+
+    def frames(self) -> Iterator[pl.DataFrame]:
+        for path in self.files:
+            yield pl.read_ipc(path)
+
+    def discard(self) -> None:
+        for path in self.files:
+            path.unlink()
+        self.files, self.rows = [], 0
+
+
+def parse_streaming(raw: BinaryIO, name: str, spool: TableSpool | None, limits: ParseLimits = DEFAULT_LIMITS) -> DumpSummary:
+    """Parse one dump holding none of its records: the batches of ``spool``'s table go to it,
+    the others are dropped. Returns the summary."""
+    summary = None
+    for item in iter_dump(raw, name, limits=limits):
+        if isinstance(item, DumpSummary):
+            summary = item
+        elif spool is not None and item.table == spool.table:
+            spool.add(item.frame)
+    assert summary is not None
+    if summary.failed and spool is not None:
+        spool.discard()
+    return summary
 
 
 def _overview_table(files: list[Path]):
@@ -64,7 +122,7 @@ def _overview_table(files: list[Path]):
     return Table("path", "kind", "stage", "program", "status", "metrics", "errors", title=title, title_justify="left")
 
 
-def _print_json(file: Path, s, table: str | None, frame) -> None:
+def _print_json(file: Path, s: DumpSummary, spool: TableSpool | None) -> None:
     out: dict[str, object] = {
         "path": str(file),
         "kind": s.kind.value,
@@ -74,13 +132,21 @@ def _print_json(file: Path, s, table: str | None, frame) -> None:
         "errors": s.errors,
         "metrics": {k: json_value(number(v)) for k, v in sorted(s.metrics.items())},
     }
-    if table:
-        out["table"] = {"name": table, "rows": frame.to_dicts() if frame is not None else []}
-    json.dump(out, sys.stdout, default=str, ensure_ascii=False)
-    sys.stdout.write("\n")
+    line = json.dumps(out, default=str, ensure_ascii=False)
+    if spool is None:
+        sys.stdout.write(line + "\n")
+        return
+    # The same text as json.dumps(out | {"table": {"name": ..., "rows": [...]}}), written a batch at a time.
+    sys.stdout.write(f'{line[:-1]}, "table": {{"name": {json.dumps(spool.table, ensure_ascii=False)}, "rows": [')
+    sep = ""
+    for frame in spool.frames():
+        for rows in frame.iter_slices(_JSON_ROWS):  # a batch as Python dicts would cost ~100x its Arrow size
+            sys.stdout.write(sep + json.dumps(rows.to_dicts(), default=str, ensure_ascii=False)[1:-1])
+            sep = ", "
+    sys.stdout.write("]}}\n")
 
 
-def _print_detail(file: Path, s, table: str | None, frame, limit: int) -> None:
+def _print_detail(file: Path, s: DumpSummary, spool: TableSpool | None, limit: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -94,11 +160,17 @@ def _print_detail(file: Path, s, table: str | None, frame, limit: int) -> None:
         n = number(v)
         metrics.add_row(k, f"{n:,}" if isinstance(n, int) else f"{n:.6g}")
     console.print(metrics)
-    if table:
-        if frame is None:
-            console.print(f"table {table}: no rows in this dump")
-        else:
-            import polars as pl
-
-            with pl.Config(tbl_rows=limit or -1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
-                console.print(str(frame), markup=False, highlight=False)
+    if spool is None:
+        return
+    if not spool.rows:
+        console.print(f"table {spool.table}: no rows in this dump")
+        return
+    # The first `limit` rows as one table; all rows (--limit 0) one batch at a time, never all at once.
+    pieces = [pl.concat(list(spool.frames()))] if limit else spool.frames()
+    first = 0
+    with pl.Config(tbl_rows=limit or -1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+        for frame in pieces:
+            if not limit and len(spool.files) > 1:
+                console.print(f"rows {first + 1:,}-{first + frame.height:,} of {spool.rows:,}", highlight=False)
+            console.print(str(frame), markup=False, highlight=False)
+            first += frame.height
