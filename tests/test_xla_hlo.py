@@ -59,6 +59,8 @@ def test_seed_new_syntax_figures():
         "kernel.custom_calls": 55, "kernel.custom_call.__cublas$gemm": 55, "kernel.collectives": 0,
         "kernel.launches": 124,
         "memory.entry_parameter_bytes": 1230365444, "memory.entry_output_bytes": 277676064,
+        # arrays only: the ROOT is a 4-tuple, whose index table is 4 x 8 bytes; no parameter is a tuple
+        "memory.entry_parameter_array_bytes": 1230365444, "memory.entry_output_array_bytes": 277676064 - 4 * 8,
     }
     assert t["hlo_modules"].row(0, named=True) == {
         "module": "SyncTensorsGraph.2143", "module_index": 0, "is_scheduled": True,
@@ -100,6 +102,8 @@ def test_seed_old_syntax_figures():
         "kernel.custom_calls": 56, "kernel.custom_call.__cublas$gemm": 48, "kernel.custom_call.cuda_threefry2x32": 8,
         "kernel.collectives": 12, "kernel.collective.all-reduce": 12, "kernel.launches": 647,
         "memory.entry_parameter_bytes": 452674604, "memory.entry_output_bytes": 452662916,
+        # arrays only: the ROOT is a 79-tuple (79 x 8 bytes of index table); no parameter is a tuple
+        "memory.entry_parameter_array_bytes": 452674604, "memory.entry_output_array_bytes": 452662916 - 79 * 8,
     }
     roles = dict(t["hlo_computations"].group_by("role").len().iter_rows())
     assert roles == {"fusion": 326, "reducer": 149, "while_body": 18, "while_condition": 18, "entry": 1}

@@ -3,7 +3,14 @@
 Input: the lines of one text file holding one or more ``HloModule`` blocks, as any
 XLA version prints them: with or without ``%`` prefixes, operand shapes in operand
 lists (older syntax), layouts with tiling / memory space, ``/*index=N*/`` comments,
-JSON or proto ``backend_config``, the FileNames/StackFrames tables of newer JAX.
+JSON or proto ``backend_config``, the FileNames/StackFrames tables of newer JAX. And
+as people keep and paste it, which XLA's own parser takes too: ``//`` and ``/* */``
+comments anywhere (a licence or ``// RUN:`` header), blank lines and indentation, a
+statement (instruction, computation header, ``HloModule`` line) over several lines,
+shapes written with spaces, closing braces indented or commented, and computations
+without an ``HloModule`` line (one module, named ``module_<entry computation>`` as XLA
+names it: the ENTRY computation, else the last one). Those lines leave the fast path for
+``hlo_lines`` (comment-free statements; a bounded buffer).
 
 Output: ``hlo_instructions`` batches as the lines stream by, ``hlo_computations`` and
 ``hlo_modules`` rows when each module ends, then one ``DumpSummary`` (metrics summed
@@ -13,8 +20,9 @@ per computation plus dictionaries of distinct shape and metadata texts (capped).
 Guarantees: unknown opcodes, attributes and metadata keys are recorded as printed;
 a line that is not understood becomes an entry in ``errors``; a cut file yields a
 prefix of the full file's instruction rows (a last line cut mid-way is dropped) and
-``truncated=True``. Raises ``ParseError`` only when the first non-blank line is not an
-``HloModule`` header (or there is none).
+``truncated=True``; a ``partial`` result always has an error saying why. Raises
+``ParseError`` only when the first statement past comments and blank lines is neither an
+``HloModule`` header nor a computation header (or there is none).
 
 Speed: per-row Python operations are what costs, so the common instruction line is
 split with str methods, each distinct shape or metadata text is parsed once (rows keep
@@ -26,14 +34,23 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import accumulate
 
 import polars as pl
 
 from transforms.parsers import xla_shapes as hlo_text
+from transforms.parsers.hlo_lines import (
+    HEADER,
+    MAX_STATEMENT_CHARS,
+    MAX_STATEMENT_LINES,
+    STARTS_INSTRUCTION,
+    Statement,
+    looks_like_hlo,
+    strip_comments,
+)
 from transforms.records import (
     BATCH_ROWS,
-    COLLECTIVES,
     DumpKind,
     DumpSummary,
     ParseError,
@@ -42,7 +59,10 @@ from transforms.records import (
     line_error,
 )
 
-PARSER_VERSION = 3  # 2: metadata strings unescaped; 3: a cut between computations is an error
+# 2: metadata strings unescaped; 3: a cut between computations is an error; 4: text as XLA's own parser
+# takes it (comments, statements over several lines, spaced shapes, modules without HloModule line),
+# all-to-all-start/send/recv and the other async forms in kernel.collectives, entry *_array_bytes metrics
+PARSER_VERSION = 4
 TABLES, TABLE_DOCS = hlo_text.TABLES, hlo_text.TABLE_DOCS
 __all__ = ["PARSER_VERSION", "TABLES", "TABLE_DOCS", "parse", "sniff", "stage_from_name"]
 
@@ -52,19 +72,28 @@ _CALLS = re.compile(r"(?<![\w-])(to_apply|calls|condition|body|true_computation|
                     r"branch_computations|called_computations|select|scatter)=(\{[^}]*\}|[^\s,{}]+)")
 _CALL_VALUE = re.compile(r"\{[^}]*\}|[^\s,{}]+")
 _WORD = re.compile(r"\w+")
-_HEADER = re.compile(r"(ENTRY\s+)?%?([^\s(]+)")
 _MODULE = re.compile(r"HloModule\s+([^\s,]+)")
 _PASS_NAME = re.compile(r"\.\d{4}\.([^.]+)\.after_([^.]+)(?:\.before_[^.]+)?\.txt$")
 _SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 _NO_META = (None, None, None, None)
+_CONTINUES = frozenset(",([{=")  # a line ending in one of these goes on (XLA never prints such a line)
 _MAX_ERRORS, _MAX_CACHE = 100, 200_000
 
 
+def _goes_on(prev: str, text: str) -> bool:
+    """Whether ``text`` can be the rest of the instruction written ``prev``: that one is still open,
+    or ``text`` starts with what can only continue a statement (", attr=...", a closing bracket, "->")."""
+    if text[0] in ",)]}{" or text.startswith("->"):
+        return True
+    st = Statement()
+    st.feed(prev)
+    return not st.complete
+
+
 def sniff(name: str, head: str) -> bool:
-    for line in head.splitlines():
-        if line.strip():
-            return line.startswith("HloModule ")
-    return False
+    """The first statement past comments and blank lines is an HloModule header, or a computation
+    header followed by an instruction (a module without header, which XLA's parser takes too)."""
+    return looks_like_hlo(head)
 
 
 def stage_from_name(name: str) -> str | None:
@@ -80,24 +109,29 @@ def stage_from_name(name: str) -> str | None:
 
 
 class _Comp:
-    __slots__ = ("closed", "edges", "is_entry", "last", "lineno", "n", "name", "param_bytes", "root", "structural")
+    __slots__ = ("closed", "edges", "is_entry", "last", "lineno", "n", "name", "param_array_bytes", "param_bytes",
+                 "root", "structural")
 
     def __init__(self, name: str, is_entry: bool, lineno: int):
         self.name, self.is_entry, self.lineno, self.closed = name, is_entry, lineno, False
-        self.n = self.structural = self.param_bytes = 0
+        self.n = self.structural = self.param_bytes = self.param_array_bytes = 0
         self.edges: list[tuple[str, str, str]] = []  # (opcode, attribute, callee)
         self.root: hlo_text.ShapeInfo | None = None
         self.last: hlo_text.ShapeInfo | None = None
 
 
 class _Module:
-    __slots__ = ("comps", "entry", "fusions", "index", "is_scheduled", "lineno", "name", "section", "tables")
+    __slots__ = ("comps", "entry", "entry_marked", "fusions", "headerless", "index", "is_scheduled", "lineno", "name",
+                 "names_used", "section", "tables")
 
     def __init__(self, name: str, index: int, lineno: int, is_scheduled: bool):
         self.name, self.index, self.lineno, self.is_scheduled = name, index, lineno, is_scheduled
         self.comps: list[_Comp] = []
         self.entry: _Comp | None = None
         self.fusions = 0
+        self.headerless = False  # no HloModule line: named after its entry computation
+        self.entry_marked = False  # a computation marked ENTRY was seen (headerless modules)
+        self.names_used: set[str] = set()  # names its rows were written out under (batches before its end)
         self.section: str | None = None
         self.tables: dict[str, dict[int, object]] = {s: {} for s in _SECTIONS}  # stack frame tables by id
 
@@ -131,7 +165,12 @@ class _Parser:
     def __init__(self) -> None:
         self.module: _Module | None = None
         self.comp: _Comp | None = None
-        self.modules: list[str] = []
+        self.modules: list[_Module] = []
+        self.lines: Iterator[str] = iter(())  # the input, for the slow paths that read a statement on
+        self.shift = 0  # lines the slow paths read past the hot loop's count
+        self.gather_end = 0  # last line of the statement the last gather read
+        self.pending: tuple[str, int] | None = None  # a line a failed gather read ahead, and its number
+        self.prev_text: str | None = None  # text of the row a slow path just added
         self.end: str | None = None  # "\n" when lines carry their newline
         self.optimized = False
         self.shapes = _Dictionary({"shape": _S, "layout": _S, "dtype": _S, "elements": _I64, "bytes": _I64,
@@ -158,17 +197,23 @@ class _Parser:
         self.kinds: dict[int, str | None] = {}
         self.targets: dict[int, str | None] = {}
         self.called: dict[int, str] = {}  # row -> callee names joined by "," (HLO names never hold one)
+        self.edge_mark = (-1, 0)  # (row, len(comp.edges) before it): the last special() row, to undo
+        self.ranges: list[tuple[_Comp, _Module, int, int]] = []  # rows of computations not yet counted
+        self.settled = 0  # rows before this one are counted
         self.comp_start = 0
         if self.comp is not None:
             self.runs.append((0, next_lineno, self.module, self.comp.name))
 
-    def skipped(self, lineno: int) -> None:
-        row = len(self.names)
-        run = (row, lineno + 1, self.module, self.comp.name)
+    def anchor(self, row: int, lineno: int) -> None:
+        """Rows from ``row`` on sit on consecutive lines from ``lineno``."""
+        run = (row, lineno, self.module, self.comp.name)
         if self.runs and self.runs[-1][0] == row:
             self.runs[-1] = run
         else:
             self.runs.append(run)
+
+    def skipped(self, lineno: int) -> None:
+        self.anchor(len(self.names), lineno + 1)
 
     def error(self, lineno: int, msg: str) -> None:
         self.n_errors += 1
@@ -180,28 +225,59 @@ class _Parser:
 
     # -- the hot loop -----------------------------------------------------------------
     def run(self, lines: Iterable[str]) -> ParserOutput:
+        """Each line as XLA prints it, on the fast path; anything else (comments, statements over
+        several lines, odd spacing, tuple shapes) through ``careful``/``structure``, which may read
+        further lines from ``self.lines`` (``self.shift`` counts them, so a line's number is its
+        index from ``enumerate`` plus ``self.shift``)."""
+        self.lines = it = iter(lines)
         shape_ids, meta_ids, simple, batch_rows = self.shapes.ids, self.metas.ids, hlo_text.SIMPLE, BATCH_ROWS
         add_name, add_op, add_sid, add_mid = self.names.append, self.ops.append, self.sids.append, self.mids.append
         add_root = self.roots.append
+        continues = _CONTINUES
         indent = "\0"  # " " inside a computation: a line starting with a space is an instruction
         end = None
-        lineno = n = 0
-        for lineno, line in enumerate(lines, 1):
+        last = -1  # index of a line's last character before its newline
+        k = n = 0
+        prev = None  # the text that gave the last row, while no other line came after it
+        for k, line in enumerate(it, 1):
             if line[:1] != indent:
-                is_ins = self.structure(line, lineno)
+                # The lines between instructions as XLA prints them, inline; the rest in structure().
+                if indent == " ":
+                    if line == "}\n":
+                        self.close_comp()
+                        indent = "\0"
+                        continue
+                elif line == "\n":
+                    continue
+                elif line[-2:] == "{\n" and line[:9] != "HloModule" and self.module is not None and \
+                        "//" not in line and line.rfind("/*") <= line.rfind("*/"):
+                    self.open_comp(line.strip(), k + self.shift)
+                    indent = " "
+                    continue
+                is_ins = self.structure(line, k + self.shift)
+                if self.pending is not None:
+                    self.resume()
+                prev, n = self.prev_text, len(self.names)
+                if n >= batch_rows:
+                    yield self.flush(k + self.shift + 1)
+                    shape_ids, meta_ids, n = self.shapes.ids, self.metas.ids, 0
+                    add_name, add_op, add_sid, add_mid = self.names.append, self.ops.append, self.sids.append, self.mids.append
+                    add_root = self.roots.append
+                end = self.end
+                last = -2 if end else -1
                 if self.comp is None:  # between computations no row can follow before a header
-                    indent, end = "\0", self.end
+                    indent = "\0"
                     if self.out:
                         yield from self.take()
                     continue
                 indent = " "
                 if not is_ins:
-                    self.skipped(lineno)
+                    self.skipped(self.gather_end)
                     continue
             if line[-1] != end and end is not None:  # only the last line can lack it: cut mid-way
                 self.truncated = True
-                self.error(lineno, "last line cut mid-way; dropped")
-                self.skipped(lineno)
+                self.error(k + self.shift, "last line cut mid-way; dropped")
+                self.skipped(k + self.shift)
                 continue
             try:  # "  [ROOT ]%name = shape opcode(..." with an array shape; anything else raises
                 name, eq, shape, rest = line.split(None, 3)
@@ -211,7 +287,7 @@ class _Parser:
                     add_root(n)
                     name = eq
                     shape, rest = rest.split(None, 1)
-                if shape[0] == "(":
+                if shape[0] == "(" or line[last] in continues:  # a tuple shape; a statement that goes on
                     raise ValueError
                 op, paren, rest = rest.partition("(")
                 special = op not in simple
@@ -220,10 +296,20 @@ class _Parser:
                 if name[0] == "%":
                     name = name[1:]
             except ValueError:
-                if not (parts := self.careful(line, lineno, n)):
-                    continue
-                name, shape, op, rest = parts
-                special = op not in simple
+                self.careful(line, k + self.shift, prev)
+                if self.pending is not None:
+                    self.resume()
+                prev, n = self.prev_text, len(self.names)
+                if self.comp is None:
+                    indent = "\0"
+                    if self.out:
+                        yield from self.take()
+                elif n >= batch_rows:
+                    yield self.flush(k + self.shift + 1)
+                    shape_ids, meta_ids, n = self.shapes.ids, self.metas.ids, 0
+                    add_name, add_op, add_sid, add_mid = self.names.append, self.ops.append, self.sids.append, self.mids.append
+                    add_root = self.roots.append
+                continue
             sid = shape_ids.get(shape)
             if sid is None:
                 sid = self.shapes.add(hlo_text.shape_info(shape), shape)
@@ -233,7 +319,7 @@ class _Parser:
             else:
                 key = rest[p : rest.find("}", p) + 1]
                 mid = meta_ids.get(key)
-                if mid is None:
+                if mid is None or rest.find("//", 0, p) >= 0:  # new, or a comment before it
                     mid = self.meta(key, rest, p)
             if special:
                 self.special(op, rest if p < 0 else rest[:p], n)
@@ -241,61 +327,199 @@ class _Parser:
             add_op(op)
             add_sid(sid)
             add_mid(mid)
+            prev = line
             n += 1
             if n >= batch_rows:
-                yield self.flush(lineno + 1)
+                yield self.flush(k + self.shift + 1)
                 shape_ids, meta_ids, n = self.shapes.ids, self.metas.ids, 0
                 add_name, add_op, add_sid, add_mid = self.names.append, self.ops.append, self.sids.append, self.mids.append
                 add_root = self.roots.append
+        lineno = k + self.shift
         self.finish_module(lineno, eof=True)
         if self.names:
             yield self.flush(lineno + 1)
         yield from self.take()
         yield self.summary()
 
-    def careful(self, line: str, lineno: int, row: int) -> tuple[str, str, str, str] | None:
-        """ROOT lines with tuple shapes, tuple shapes, odd spacing, junk."""
+    # -- lines the fast path does not take ------------------------------------------------------
+    def careful(self, line: str, lineno: int, prev: str | None) -> None:
+        """An indented line inside a computation that is not an instruction as XLA prints it: a tuple
+        shape, a comment, a closing brace, a statement over several lines, the rest of the instruction
+        before it (``prev``, the text of the last row), odd spacing, or junk. Adds its row, if any."""
+        row = len(self.names)
+        self.prev_text = None
         if self.roots[-1:] == [row]:  # the fast path may have noted the ROOT before giving up
             self.roots.pop()
-        if (parts := hlo_text.split_instruction(line)) is None:
-            if line.strip():
-                self.error(lineno, f"not an HLO instruction: {line.strip()[:80]!r}")
-            self.skipped(lineno)
-            return None
-        if parts[0]:
+        if "//" not in line and line.rfind("/*") <= line.rfind("*/") and line.rstrip()[-1:] not in _CONTINUES:
+            if (parts := hlo_text.split_instruction(line)) is not None:  # tuple shapes end here
+                self.add_row(parts, line, row)
+                return
+            if line.strip() == "}":
+                self.close_comp()
+                return
+        text = self.gather([line], lineno)
+        if text and hlo_text.split_statement(text) is None and (m := STARTS_INSTRUCTION.match(text)) and \
+                "(" not in text[m.end() :]:  # "name = shape" and the opcode on the next line
+            text = self.gather([text], lineno, more=True, last=self.gather_end)
+        if not text:  # None: an error says why; "": a comment
+            self.skipped(self.gather_end)
+        elif text == "}":
+            self.close_comp()
+        elif (parts := hlo_text.split_statement(text)) is not None:
+            self.add_row(parts, text, row, self.gather_end)
+        elif prev is not None and row and _goes_on(prev, text):
+            self.rejoin(prev, text, lineno)
+        else:
+            self.error(lineno, f"not an HLO instruction: {text[:80]!r}")
+            self.skipped(self.gather_end)
+
+    def gather(self, first: list[str], lineno: int, header: bool = False, more: bool = False,
+               last: int | None = None) -> str | None:
+        """The comment-free text of the statement whose first lines are ``first`` (from ``lineno``),
+        reading more lines while it is open; ``gather_end`` is the number of its last line. None (with
+        an error) if it cannot be completed: the input ends, it outgrows the cap, or a line that starts
+        an instruction comes first (that line is left in ``pending``, to be read next). ``header``: a
+        computation header may end it (its "{" stays open). ``more``: read one line more in any case;
+        ``last``: the line ``first`` ends on, when it was gathered already."""
+        st = Statement()
+        for line in first:
+            st.feed(line)
+        self.gather_end = lineno + len(first) - 1 if last is None else last
+        while more or not (st.complete or header and st.opens_body):
+            more = False
+            if st.overflowed:
+                self.error(lineno, f"statement not closed within {MAX_STATEMENT_LINES:,} lines or "
+                                   f"{MAX_STATEMENT_CHARS >> 20} MiB (an unbalanced bracket or comment?); skipped")
+                return None
+            nxt = next(self.lines, None)
+            if nxt is None or (self.end and nxt[-1:] != self.end):  # the input ends (maybe cut mid-line)
+                self.truncated = True
+                self.error(lineno, "input ended inside the statement that starts here")
+                return None
+            self.shift += 1
+            self.gather_end += 1
+            if not st.in_comment and (STARTS_INSTRUCTION.match(nxt) or nxt.lstrip().startswith("HloModule ")):
+                self.error(lineno, f"statement not closed before line {self.gather_end} (an unbalanced "
+                                   f"bracket?): {st.text[:80]!r}")
+                self.pending = (nxt, self.gather_end)
+                self.gather_end -= 1
+                return None
+            st.feed(nxt)
+        return st.text
+
+    def resume(self) -> None:
+        """Read the line where a failed ``gather`` stopped, as the next statement."""
+        while self.pending is not None:
+            (line, lineno), self.pending = self.pending, None
+            if self.comp is not None and line[:1] == " ":
+                self.careful(line, lineno, None)
+            elif self.structure(line, lineno):
+                self.careful(line, lineno, None)
+
+    def add_row(self, parts: tuple, text: str, row: int, last_lineno: int | None = None) -> None:
+        """Append the row of an instruction the fast path did not take; ``last_lineno``: the last line
+        of its statement when that was gathered (the next row comes after it)."""
+        is_root, name, shape, op, rest = parts
+        if is_root:
             self.roots.append(row)
-        return parts[1:]
+        sid = self.shapes.ids.get(shape)
+        if sid is None:
+            sid = self.shapes.add(hlo_text.shape_info(shape), shape)
+        p = rest.find("metadata={")
+        mid = 0
+        if p >= 0:
+            key = rest[p : rest.find("}", p) + 1]
+            mid = self.metas.ids.get(key)
+            if mid is None or rest.find("//", 0, p) >= 0:
+                mid = self.meta(key, rest, p)
+        if op not in hlo_text.SIMPLE:
+            self.special(op, rest if p < 0 else rest[:p], row)
+        self.names.append(name[1:] if name[:1] == "%" else name)
+        self.ops.append(op)
+        self.sids.append(sid)
+        self.mids.append(mid)
+        self.prev_text = text
+        if last_lineno is not None:
+            self.anchor(row + 1, last_lineno + 1)
+
+    def rejoin(self, prev: str, text: str, lineno: int) -> None:
+        """``text`` goes on with the instruction before it (whose text was ``prev``): read them as one."""
+        row = len(self.names) - 1
+        self.names.pop(), self.ops.pop(), self.sids.pop(), self.mids.pop()
+        if self.roots[-1:] == [row]:
+            self.roots.pop()
+        for values in (self.kinds, self.targets, self.called):
+            values.pop(row, None)
+        if self.edge_mark[0] == row:
+            del self.comp.edges[self.edge_mark[1] :]
+        while self.runs and self.runs[-1][0] > row:
+            self.runs.pop()
+        st = Statement()
+        st.feed(prev)
+        st.feed(text)
+        if st.complete and (parts := hlo_text.split_statement(st.text)) is not None:
+            self.add_row(parts, st.text, row, self.gather_end)
+        else:
+            self.error(lineno, f"not an HLO instruction: {text[:80]!r}")
+            self.skipped(self.gather_end)
 
     # -- everything that is not an indented instruction line ------------------------------
     def structure(self, line: str, lineno: int) -> bool:
-        """Handle a header/closing/section line; True if it is an instruction line after all."""
-        if line[:1] == "}" and self.comp is not None and line.rstrip() == "}":
+        """A line outside a computation, or one inside it not indented with a space: a header, a
+        closing brace, the stack frame tables, a comment, an ``HloModule`` line (any of them over
+        several lines). True if it is an instruction as printed, for the caller to read (tabs)."""
+        self.prev_text = None
+        self.gather_end = lineno  # the last line this statement takes
+        comp = self.comp
+        if line[:1] == "}" and comp is not None and line.rstrip() == "}":
             self.close_comp()
             return False
         s = line.strip()
         if not s:
             return False
-        if s.startswith("HloModule"):
-            self.end = self.end if self.module else "\n" if line[-1] == "\n" else None
+        gathered = "//" in s or s.rfind("/*") > s.rfind("*/") or s[-1] in ",([="
+        if not gathered:
+            if s.startswith("HloModule"):
+                gathered = s.count("{") != s.count("}") or s.count("(") != s.count(")")
+            elif comp is not None:
+                if not s.endswith("{") or hlo_text.is_instruction(line):
+                    return True  # an instruction not indented with spaces (tabs, hand-written)
+            elif not s.endswith("{") and not (self.module and (s in _SECTIONS or s[0].isdigit())):
+                gathered = True  # a computation header over several lines?
+        if gathered:
+            text = self.gather([line], lineno, header=comp is None)
+            if text is None and s.startswith("HloModule "):
+                text = s  # cut short: it still names the module
+            if not text:
+                return False
+            s = text
+        if s.startswith("HloModule") and s[9:10] in (" ", ""):
+            self.end = self.end if self.modules else "\n" if line[-1] == "\n" else None
             self.start_module(s, lineno)
             return False
+        if comp is not None:
+            if s == "}":
+                self.close_comp()
+                return False
+            if not s.endswith("{") or hlo_text.is_instruction(s):
+                if (parts := hlo_text.split_statement(s)) is not None:
+                    self.add_row(parts, s, len(self.names))
+                else:
+                    self.error(lineno, f"not an HLO instruction: {s[:80]!r}")
+                return False
+            self.error(lineno, f"computation {comp.name} not closed before the next one")
+            self.close_comp()
+        m = HEADER.match(s)
         if self.module is None:
-            raise ParseError(f"not an XLA HLO module: {s[:80]!r}", lineno)
+            if m is None:
+                raise ParseError(f"not an XLA HLO module: {s[:80]!r}", lineno)
+            self.end = "\n" if line[-1] == "\n" else None
+            self.start_module(None, lineno)  # a module without header, as XLA's parser takes it
+        mod = self.module
         if s == "}":
             self.error(lineno, "'}' outside a computation")
-            return False
-        if self.comp is not None:
-            if not s.endswith("{") or hlo_text.is_instruction(line):
-                return True  # an instruction not indented with spaces (tabs, hand-written)
-            self.error(lineno, f"computation {self.comp.name} not closed before the next one")
-            self.close_comp()
-        mod = self.module
-        if s.endswith("{"):
-            m = _HEADER.match(s)
-            self.comp = _Comp(m[2], bool(m[1]), lineno)
-            mod.comps.append(self.comp)
-            mod.entry = self.comp if m[1] else mod.entry
-            self.comp_start = len(self.names)
+        elif m is not None:
+            self.open_comp(s, lineno, m)
         elif s in _SECTIONS:
             mod.section = s
         elif s[0].isdigit() and mod.section and (record := hlo_text.read_record(s)):
@@ -304,46 +528,96 @@ class _Parser:
             self.error(lineno, f"unrecognized line: {s[:80]!r}")
         return False
 
-    def start_module(self, s: str, lineno: int) -> None:
+    def start_module(self, s: str | None, lineno: int) -> None:
+        """``s``: the HloModule statement; None for a module without one (named when its computations
+        are seen: ``module_<entry computation>``, as XLA's parser names it)."""
         if self.module is not None:
             self.finish_module(lineno - 1, eof=False)
-        m = _MODULE.match(s)
-        self.module = _Module(m[1] if m else "", len(self.modules), lineno, "is_scheduled=true" in s)
-        self.modules.append(self.module.name)
+        m = _MODULE.match(s) if s else None
+        self.module = _Module(m[1] if m else "", len(self.modules), lineno, s is not None and "is_scheduled=true" in s)
+        self.module.headerless = s is None
+        self.modules.append(self.module)
         for key in self.frame_keys:  # stack_frame_id means something else in the next module
             self.metas.ids.pop(key, None)
         self.frame_keys.clear()
 
+    def open_comp(self, s: str, lineno: int, m: re.Match | None = None) -> None:
+        """A computation header (``s`` stripped): "[ENTRY ]%name (params) -> shape {" or "name {"."""
+        if m is None:
+            name, _, rest = s.partition(" ")
+            is_entry = name == "ENTRY"
+            if is_entry:
+                name = rest.partition(" ")[0]
+            if "(" in name or "{" in name:  # no space before the parameters or the brace
+                m = HEADER.match(s)
+        if m is not None:
+            name, is_entry = m[2], bool(m[1])
+        if name[:1] == "%":
+            name = name[1:]
+        mod, comp = self.module, _Comp(name, is_entry, lineno)
+        self.comp = comp
+        mod.comps.append(comp)
+        if mod.headerless and not mod.entry_marked:
+            # XLA's parser: the ENTRY computation, else the last one. Until an ENTRY shows, the
+            # computation seen last is taken for it (its parameters and root counted as the entry's).
+            if mod.entry is not None:
+                mod.entry.is_entry = False
+            comp.is_entry = True
+            mod.entry = comp
+            mod.entry_marked = is_entry
+            mod.name = f"module_{name}"  # named after its entry computation
+        elif is_entry:
+            mod.entry = comp
+        self.comp_start = len(self.names)
+        self.anchor(self.comp_start, lineno + 1)
+
     def close_comp(self) -> None:
-        self.account()
-        self.comp.closed = True
+        comp = self.comp
+        self.ranges.append((comp, self.module, self.comp_start, len(self.names)))
+        comp.closed = True
         self.comp = None
 
-    def account(self) -> None:
-        """Fold the current computation's rows of this batch into its counts (at close or batch flush)."""
-        comp, start, end = self.comp, self.comp_start, len(self.names)
-        self.comp_start = end
-        if start == end:
+    def settle(self) -> None:
+        """Fold the rows of closed computations (``ranges``) into their counts: per batch, not per
+        computation, as a module holds thousands of computations of a few instructions."""
+        if self.comp is not None:  # the rows so far of the open one
+            self.ranges.append((self.comp, self.module, self.comp_start, len(self.names)))
+            self.comp_start = len(self.names)
+        ranges, self.ranges = self.ranges, []
+        first = self.settled
+        ops = self.ops[first:]
+        self.settled = len(self.names)
+        if not ops:
             return
-        ops, infos = self.ops[start:], self.shapes.values
-        comp.n += end - start
-        comp.structural += sum(map(hlo_text.STRUCTURAL.__contains__, ops))
-        self.module.fusions += ops.count("fusion")
-        if not COLLECTIVES.isdisjoint(ops):
+        structural = list(accumulate(map(hlo_text.STRUCTURAL.__contains__, ops), initial=0))
+        fusions = list(accumulate(map("fusion".__eq__, ops), initial=0))
+        if not hlo_text.COLLECTIVES.isdisjoint(ops):
             counts = self.counts["kernel.collective"]
-            for op in COLLECTIVES.intersection(ops):
+            for op in hlo_text.COLLECTIVES.intersection(ops):
                 counts[op] = counts.get(op, 0) + ops.count(op)
-        comp.last = infos[self.sids[-1]]
-        if comp.is_entry:
-            for op, sid in zip(ops, self.sids[start:]):
-                if op == "parameter":
-                    comp.param_bytes += infos[sid].buffer_bytes or 0
-            for row in self.roots:
-                if row >= start:
-                    comp.root = infos[self.sids[row]]
+        infos, sids = self.shapes.values, self.sids
+        for comp, mod, start, end in ranges:
+            if start == end:
+                continue
+            a, b = start - first, end - first
+            comp.n += end - start
+            comp.structural += structural[b] - structural[a]
+            mod.fusions += fusions[b] - fusions[a]
+            if comp.is_entry:
+                comp.last = infos[sids[end - 1]]
+                for op, sid in zip(ops[a:b], sids[start:end]):
+                    if op == "parameter":
+                        comp.param_bytes += infos[sid].buffer_bytes or 0
+                        comp.param_array_bytes += infos[sid].bytes or 0
+                for row in self.roots:
+                    if start <= row < end:
+                        comp.root = infos[sids[row]]
 
     # -- rows that name computations or carry a fusion kind / custom-call target ---------------
     def special(self, op: str, head: str, row: int) -> None:
+        if "//" in head:  # a comment after the instruction (only a hand-written line has one)
+            head = strip_comments(head)
+        self.edge_mark = (row, len(self.comp.edges))
         if op == "fusion":
             i = head.find(", kind=")
             self.kinds[row] = m[0] if i >= 0 and (m := _WORD.match(head, i + 7)) else None
@@ -384,13 +658,15 @@ class _Parser:
 
     # -- output ---------------------------------------------------------------------
     def flush(self, next_lineno: int) -> TableBatch:
-        if self.comp is not None:
-            self.account()
+        self.settle()
         n = len(self.names)
         runs = [r for r, nxt in zip(self.runs, self.runs[1:] + [(n,)]) if nxt[0] > r[0]]
         run_ids: list[int] = []
         for k, ((start, *_), (stop, *_)) in enumerate(zip(runs, runs[1:] + [(n,)])):
             run_ids += [k] * (stop - start)
+        for _, _, m, _ in runs:
+            if m.headerless:
+                m.names_used.add(m.name)
         run = pl.DataFrame([(m.name, m.index, c, line - start) for start, line, m, c in runs], orient="row",
                            schema={"module": _S, "module_index": _I32, "computation": _S, "lineno": _I64})
         run = run.gather(pl.Series(run_ids, dtype=pl.UInt32))
@@ -429,9 +705,14 @@ class _Parser:
         if inside:
             self.error(lineno, f"{'input' if eof else 'module'} ended inside computation {self.comp.name}")
             self.truncated |= eof
-            self.account()
+            self.settle()
             self.comp = None
+        self.settle()
         entry = mod.entry
+        if mod.headerless and mod.names_used - {mod.name}:
+            self.error(mod.lineno, f"rows of module {mod.name} written before its end carry the name "
+                                   f"{sorted(mod.names_used - {mod.name})[0]} (a module without HloModule line is "
+                                   "named after its entry computation, known only at its end)")
         complete = entry is not None and entry.closed
         if not complete:
             self.truncated |= eof
@@ -453,6 +734,7 @@ class _Parser:
         launches = sum(by_name[c].n - by_name[c].structural for c in executed)
         out = entry and (entry.root or entry.last)
         out_bytes = out.buffer_bytes if out else None
+        out_array_bytes = out.bytes if out else None
         n_ins = sum(c.n for c in mod.comps)
         self.bump("hlo.modules")
         self.bump("hlo.computations", len(mod.comps))
@@ -460,6 +742,8 @@ class _Parser:
         self.bump("kernel.launches", launches)
         self.bump("memory.entry_parameter_bytes", entry.param_bytes if entry else 0)
         self.bump("memory.entry_output_bytes", out_bytes or 0)
+        self.bump("memory.entry_parameter_array_bytes", entry.param_array_bytes if entry else 0)
+        self.bump("memory.entry_output_array_bytes", out_array_bytes or 0)
         self.optimized |= mod.is_scheduled or mod.fusions > 0
         self.out.append(TableBatch("hlo_modules", pl.DataFrame([(
             mod.name, mod.index, mod.is_scheduled, entry.name if entry else None, len(mod.comps), n_ins, mod.fusions,
@@ -485,7 +769,7 @@ class _Parser:
                 metrics[f"{prefix}.{key or 'unknown'}"] = n
         errors = self.errors + ([f"... {self.n_errors - _MAX_ERRORS} more errors"] if self.n_errors > _MAX_ERRORS else [])
         return DumpSummary(kind=DumpKind.XLA_HLO, stage="after_optimizations" if self.optimized else
-                           "before_optimizations", program=self.modules[0] if self.modules else None,
+                           "before_optimizations", program=self.modules[0].name if self.modules else None,
                            metrics=metrics, errors=errors, truncated=self.truncated)
 
 

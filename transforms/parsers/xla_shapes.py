@@ -24,6 +24,8 @@ from typing import NamedTuple
 
 import polars as pl
 
+from transforms.parsers.hlo_lines import normalize_shape
+
 # Bits per element. Sub-byte types are packed (XLA's E(n) layouts say so explicitly
 # after layout assignment; before it the packing is implied).
 ELEMENT_BITS: dict[str, int] = {
@@ -81,6 +83,8 @@ def shape_info(text: str) -> ShapeInfo:
     text = text.strip()
     if "/*" in text:
         text = _COMMENT.sub("", text)
+    if " " in text or "\t" in text:  # tuple elements, or hand-written spacing (f32[8, 8]{1, 0})
+        text = normalize_shape(text)
     canonical = _LAYOUT.sub("", text) if "{" in text else text
     leaves = _LEAF.findall(text)
     if not text.startswith("("):
@@ -186,6 +190,16 @@ rng-bit-generator rng-get-and-update-state round-nearest-afz round-nearest-even 
 shift-left shift-right-arithmetic shift-right-logical sign sine slice sqrt stochastic-convert subtract tan tanh
 transpose triangular-solve xor infeed outfeed send send-done recv recv-done all-reduce-done all-gather-done
 collective-permute-done batch-norm-grad batch-norm-inference batch-norm-training""".split())  # noqa: SIM905
+# kernel.collectives: one count per collective operation, on the instruction that starts it. The
+# opcodes are XLA's (xla/hlo/ir/hlo_opcode.h); "<op>-start" of an op without an opcode of its own is
+# the async syntax sugar XLA prints for async-start wrapping <op> (hlo_parser.cc ParseOpcode). Not
+# counted: the -done/-update halves, and async-start/-update/-done themselves (the collective they
+# wrap is printed in its own async computation and counted there, once).
+COLLECTIVE_OPS = ("all-reduce", "all-gather", "all-to-all", "ragged-all-to-all", "reduce-scatter",
+                  "collective-permute", "collective-broadcast")
+COLLECTIVES = frozenset({
+    *COLLECTIVE_OPS, "all-reduce-start", "all-gather-start", "collective-permute-start", "send", "recv",
+    *(f"{op}-start" for op in ("all-to-all", "ragged-all-to-all", "reduce-scatter", "collective-broadcast"))})
 EXECUTES = frozenset({"call", "while", "conditional"})  # the callee runs as part of the caller's schedule
 # Where each opcode names its computations, as XLA prints it (", attr=").
 CALL_ATTRS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -196,7 +210,10 @@ CALL_ATTRS: dict[str, tuple[tuple[str, str], ...]] = {
         **dict.fromkeys(("all-reduce", "all-reduce-start", "reduce-scatter", "reduce", "reduce-window", "scatter",
                          "sort", "map"), ("to_apply",)),
         **dict.fromkeys(("all-gather", "all-gather-start", "all-to-all", "collective-permute",
-                         "collective-permute-start"), ()),
+                         "collective-permute-start", "ragged-all-to-all", "collective-broadcast",
+                         "all-to-all-start", "all-to-all-done", "ragged-all-to-all-start",
+                         "ragged-all-to-all-done", "collective-broadcast-start", "collective-broadcast-done"), ()),
+        **dict.fromkeys(("reduce-scatter-start",), ("to_apply",)),
     }.items()}
 _ROLE_BY_ATTR = {"condition": "while_condition", "body": "while_body", "branch_computations": "branch",
                  "true_computation": "branch", "false_computation": "branch", "called_computations": "called",
@@ -254,6 +271,46 @@ def split_instruction(line: str) -> tuple[bool, str, str, str, str] | None:
     if m := _INS.match(line) or _INS_LOOSE.match(line):
         return bool(m[1]), m[2], m[3], m[4], line[m.end() :]
     return None
+
+
+_DTYPE = re.compile(r"[a-z][a-z0-9]*\s*\[")
+_NAME_EQ = re.compile(r"\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*")
+_OPCODE_PAREN = re.compile(r"\s*([\w.-]+)\s*\(")
+_LAYOUT_OPEN = re.compile(r"\s*\{")
+
+
+def _matching(text: str, i: int) -> int:
+    """Index just past the bracket that closes the one at ``text[i]`` (-1 if it does not close)."""
+    depth = 0
+    for j in range(i, len(text)):
+        c = text[j]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return -1
+
+
+def split_statement(text: str) -> tuple[bool, str, str, str, str] | None:
+    """``split_instruction`` for comment-free text that may have spaces anywhere XLA's lexer allows
+    them (``f32[8, 8]{1, 0}``, ``( f32[], s32[] )``, ``name=f32[] op (x)``); None if not an instruction."""
+    m = _NAME_EQ.match(text)
+    if m is None:
+        return None
+    i = m.end()
+    if text[i : i + 1] == "(":
+        j = _matching(text, i)
+    elif d := _DTYPE.match(text, i):
+        j = _matching(text, d.end() - 1)
+        if j > 0 and (lay := _LAYOUT_OPEN.match(text, j)):
+            j = _matching(text, lay.end() - 1)
+    else:
+        return None
+    if j < 0 or not (op := _OPCODE_PAREN.match(text, j)):
+        return None
+    return bool(m[1]), m[2], text[i:j], op[1], text[op.end() :]
 
 
 def read_metadata(text: str, pos: int = 0) -> tuple[str | None, str | None, str | None, int | None, int | None] | None:

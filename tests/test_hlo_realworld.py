@@ -1,0 +1,319 @@
+"""XLA HLO text as people keep and paste it (data/corpus/hlo_text), parsed whole through the driver.
+
+Every real file of the corpus is held to figures counted another way: XLA's own text parser
+(its verdict recorded in MANIFEST.json, and re-run here when ``.venv-samples`` has jaxlib) and a
+regex count over the text, explained where it is made. Tiny hand-written snippets below pin one
+syntax rule each (XLA's lexer, xla/hlo/parser/hlo_lexer.cc), and say so.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from transforms.parse import kind_of, parse_dump
+from transforms.parsers import hlo_lines
+from transforms.parsers import xla_hlo as hlo
+from transforms.parsers.xla_shapes import shape_info
+from transforms.records import DumpKind, ParseError, Status
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "data" / "corpus" / "hlo_text"
+MANIFEST = json.loads((CORPUS / "MANIFEST.json").read_text(encoding="utf-8"))
+ENTRIES = {e["file"].removesuffix(".gz"): e for e in MANIFEST["files"]}
+SAMPLES_PY = ROOT / ".venv-samples" / "bin" / "python"
+
+
+def text_of(name: str) -> str:
+    return gzip.decompress((CORPUS / f"{name}.gz").read_bytes()).decode()
+
+
+def parsed(name: str):
+    return parse_dump(io.BytesIO(text_of(name).encode()), name)
+
+
+# The figures each real file gives: kind xla_hlo, status ok, and these.
+EXPECTED = {
+    "hlo_llama31_8b_bf16_1x8.hlo": dict(program="jit_train_step", modules=1, computations=2915, instructions=31855,
+                                        collectives={"all-gather": 450, "all-reduce": 1197}),
+    "hlo_mixtral_8x7b_bf16_1x8.hlo": dict(program="jit_train_step", modules=1, computations=3714, instructions=41881,
+                                          collectives={"all-gather": 322, "all-reduce": 1261, "all-to-all": 192}),
+    "hlo_torax_iterhybrid_predictor_corrector_f64.hlo": dict(program="jit___call", modules=1, computations=636,
+                                                             instructions=30041, collectives={}),
+    "gpu_hlo.hlo": dict(program="module", modules=1, computations=1, instructions=5, collectives={}),
+    "import_async_collectives.hlo": dict(program="main", modules=6, computations=11, instructions=30, collectives={
+        "all-gather-start": 1, "all-reduce-start": 1, "collective-permute-start": 1, "all-to-all": 1,
+        "reduce-scatter": 1, "collective-broadcast": 1}),
+    "emitters_scatter_add.hlo": dict(program="module_scatter", modules=1, computations=2, instructions=7, collectives={}),
+    "emitters_reduce_row_mof_variadic_variadic.hlo": dict(program="module_fused_reduce", modules=1, computations=2,
+                                                          instructions=15, collectives={}),
+    "hlo_control_flow_flattening_test.async_all_to_all.hlo": dict(program="module_main", modules=1, computations=1,
+                                                                  instructions=3, collectives={"all-to-all-start": 1}),
+}
+
+# An <op>-start of XLA's async syntax sugar stands for an async computation the text does not print
+# (a parameter and the op): XLA's parser counts 1 computation and 2 instructions more for each.
+_SUGAR = re.compile(r"\s(?:all-to-all|ragged-all-to-all|reduce-scatter|collective-broadcast)-start\(")
+# Independent counts over the text with // comments removed: an instruction starts a line with
+# "[ROOT] name = shape" (a tuple "(" or "type["); attributes on continuation lines never do.
+_INSTRUCTION = re.compile(r"(?m)^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?:\(|[a-z][a-z0-9]*\[)")
+_COMPUTATION = re.compile(r"(?m)^\s*(?:ENTRY\s+)?%?[\w.\-]+\s*(?:\(.*\)\s*->.*)?\{\s*$")
+_COLLECTIVE = re.compile(r"\s(all-reduce-start|all-gather-start|collective-permute-start|all-to-all-start|"
+                         r"ragged-all-to-all-start|reduce-scatter-start|collective-broadcast-start|all-reduce|"
+                         r"all-gather|all-to-all|ragged-all-to-all|reduce-scatter|collective-permute|"
+                         r"collective-broadcast|send|recv)\(")
+
+
+def _uncommented(text: str) -> str:
+    return re.sub(r"//[^\n]*", "", text)  # no "//" inside a string in these files (checked below)
+
+
+def test_manifest_lists_every_file_once_and_each_is_whole():
+    assert sorted(ENTRIES) == sorted(p.name.removesuffix(".gz") for p in CORPUS.glob("*.gz")) == sorted(EXPECTED)
+    for name, e in ENTRIES.items():
+        assert re.fullmatch(r"[0-9a-f]{40}", e["commit"]) and e["licence"] == "Apache-2.0" and e["repo"] and e["what"]
+        data = text_of(name).encode()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (e["bytes"], e["sha256"]), name
+    assert sum(p.stat().st_size for p in CORPUS.glob("*.gz")) < 1_300_000  # the corpus stays small
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED), ids=lambda n: n[:40])
+def test_real_file_figures(name):
+    want = EXPECTED[name]
+    p = parsed(name)
+    s, m = p.summary, p.summary.metrics
+    assert (s.kind, s.status, s.errors, s.program) == (DumpKind.XLA_HLO, Status.OK, [], want["program"])
+    assert (m["hlo.modules"], m["hlo.computations"], m["hlo.instructions"]) == (
+        want["modules"], want["computations"], want["instructions"])
+    assert {k.removeprefix("kernel.collective."): v for k, v in m.items()
+            if k.startswith("kernel.collective.")} == want["collectives"]
+    assert m["kernel.collectives"] == sum(want["collectives"].values())
+    assert p.tables["hlo_instructions"].height == want["instructions"]
+    assert p.tables["hlo_computations"].height == want["computations"]
+
+    # against a regex count of the text
+    text = _uncommented(text_of(name))
+    assert not any("//" in q for q in re.findall(r'"(?:[^"\\]|\\.)*"', text_of(name)))  # so _uncommented is right
+    assert len(_INSTRUCTION.findall(text)) == want["instructions"]
+    assert len(_COMPUTATION.findall(text)) == want["computations"]
+    found: dict[str, int] = {}
+    for op in _COLLECTIVE.findall(text):
+        found[op] = found.get(op, 0) + 1
+    assert found == want["collectives"]
+
+    # against XLA's own parser, as recorded in the manifest (one module per // ----- split)
+    xla = ENTRIES[name]["xla_parser"]
+    sugar = len(_SUGAR.findall(text))
+    assert len(xla) == want["modules"] and xla[0]["name"] == want["program"]
+    assert sum(x["computations"] for x in xla) == want["computations"] + sugar
+    assert sum(x["instructions"] for x in xla) == want["instructions"] + 2 * sugar
+
+
+def test_xla_parser_still_says_so():
+    """Re-run XLA's text parser (jaxlib, samples environment) on the corpus: the manifest's figures hold."""
+    if not SAMPLES_PY.exists():
+        pytest.skip("no .venv-samples with jaxlib")
+    code = ("import sys, json\nfrom jaxlib import _hlo\nout = {}\n"
+            "for path in sys.argv[1:]:\n"
+            "    text = open(path).read()\n"
+            "    mods = [_hlo.hlo_module_from_text(t) for t in text.split('// -----')]\n"
+            "    out[path] = [{'name': m.name, 'computations': len(list(m.computations())),\n"
+            "                  'instructions': sum(1 for c in m.computations() for i in c.instructions())} for m in mods]\n"
+            "print(json.dumps(out))")
+    paths = []
+    tmp = ROOT / "benchmarks" / "out" / "hlo_text"
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name in sorted(ENTRIES):
+        path = tmp / name
+        path.write_text(text_of(name))
+        paths.append(str(path))
+    out = subprocess.run([str(SAMPLES_PY), "-c", code, *paths], capture_output=True, text=True, check=True,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    got = json.loads(out.stdout)
+    assert {Path(p).name: v for p, v in got.items()} == {n: e["xla_parser"] for n, e in ENTRIES.items()}
+
+
+def test_kind_is_found_past_comments_blank_lines_and_missing_headers():
+    for name in EXPECTED:
+        assert kind_of(name, text_of(name)[:65536]) is DumpKind.XLA_HLO, name
+    # What made these unknown before: the first line is a comment, a blank line, or a computation.
+    firsts = {name: text_of(name).lstrip("\n")[:12] for name in EXPECTED}
+    assert firsts["hlo_torax_iterhybrid_predictor_corrector_f64.hlo"].startswith("// TORAX")
+    assert firsts["gpu_hlo.hlo"].startswith("// RUN:")
+    assert firsts["emitters_scatter_add.hlo"].startswith("// RUN:")
+    assert text_of("hlo_control_flow_flattening_test.async_all_to_all.hlo").startswith("\n\n  ENTRY main {")
+    # ... and text that only looks like it is not claimed
+    for head in ["// a C++ comment\nint main() {\n  return 0;\n}\n", "config {\n  name: \"x\"\n}\n", "/* open",
+                 "// only comments\n"]:
+        assert not hlo.sniff("x.txt", head), head
+
+
+def test_rows_sit_on_their_lines():
+    """lineno of every row is the line its statement starts on, statements over several lines too."""
+    for name in ["emitters_scatter_add.hlo", "emitters_reduce_row_mof_variadic_variadic.hlo", "gpu_hlo.hlo",
+                 "import_async_collectives.hlo", "hlo_control_flow_flattening_test.async_all_to_all.hlo"]:
+        lines = text_of(name).splitlines()
+        p = parsed(name)
+        for row in p.tables["hlo_instructions"].select("name", "lineno").iter_rows():
+            assert re.match(rf"\s*(ROOT\s+)?%?{re.escape(row[0])}\s*=", lines[row[1] - 1]), (name, row)
+        for row in p.tables["hlo_computations"].select("name", "lineno").iter_rows():
+            assert row[0] in lines[row[1] - 1] and lines[row[1] - 1].rstrip().endswith("{"), (name, row)
+    scatter = parsed("emitters_scatter_add.hlo").tables["hlo_instructions"]
+    root = scatter.filter(scatter["is_root"] & (scatter["computation"] == "scatter")).row(0, named=True)
+    assert (root["name"], root["opcode"], root["shape"], root["lineno"], root["called_computations"]) == (
+        "scatter", "scatter", "f32[10,5]", 15, ["add"])
+
+
+def test_async_collectives_counted_once():
+    """A -start/-done pair is one collective; an async-start/-done pair wrapping a collective computation
+    is that one collective (counted on the op it wraps); the -done and async ops are not counted."""
+    p = parsed("import_async_collectives.hlo")
+    ins = p.tables["hlo_instructions"]
+    ops = dict(ins.group_by("opcode").len().iter_rows())
+    assert ops["async-start"] == ops["async-done"] == 3 and ops["all-gather-done"] == 1
+    roles = dict(p.tables["hlo_computations"].select("name", "role").iter_rows())
+    assert roles["region_0.2"] == "async" and roles["region_1.1"] == "reducer"
+    sugar = parsed("hlo_control_flow_flattening_test.async_all_to_all.hlo").tables["hlo_instructions"]
+    assert sugar["opcode"].to_list() == ["parameter", "all-to-all-start", "all-to-all-done"]
+
+
+def test_entry_bytes_with_and_without_tuple_index_tables():
+    """llama 3.1 8B: ENTRY parameters are 881 arrays, its ROOT a tuple of 883. Both sums are checked against the
+    entry_computation_layout of the HloModule line, read here on its own: arrays only, plus 8 bytes of
+    index table per tuple element."""
+    text = text_of("hlo_llama31_8b_bf16_1x8.hlo")
+    layout = re.search(r"entry_computation_layout=\{\((.*?)\)->\((.*?)\)\}", text.splitlines()[0])
+    sides = [re.findall(r"([a-z][a-z0-9]*)\[([\d,]*)\]", side) for side in layout.groups()]
+    width = {"f32": 4, "s32": 4, "bf16": 2}
+
+    def array_bytes(leaves):
+        total = 0
+        for dtype, dims in leaves:
+            n = 1
+            for d in filter(None, dims.split(",")):
+                n *= int(d)
+            total += n * width[dtype]
+        return total
+
+    params, outputs = sides
+    assert (len(params), len(outputs)) == (881, 883)
+    m = parsed("hlo_llama31_8b_bf16_1x8.hlo").summary.metrics
+    assert m["memory.entry_parameter_array_bytes"] == m["memory.entry_parameter_bytes"] == array_bytes(params)
+    assert m["memory.entry_output_array_bytes"] == array_bytes(outputs) == 12_048_187_432
+    assert m["memory.entry_output_bytes"] == array_bytes(outputs) + 8 * len(outputs)
+
+
+_JAX = r"""
+import json, sys
+import jax, jax.numpy as jnp
+def f(a, b, c):
+    return (a @ b, (jnp.tanh(a).sum(), c.astype(jnp.bfloat16)), b.T)
+args = (jnp.ones((8, 16), jnp.float32), jnp.ones((16, 4), jnp.float32), jnp.ones((5,), jnp.int8))
+compiled = jax.jit(f).lower(*args).compile()
+stats = compiled.memory_analysis()
+outs = jax.tree_util.tree_leaves(jax.eval_shape(f, *args))
+print(json.dumps({"text": compiled.as_text(), "argument": stats.argument_size_in_bytes,
+                  "output": stats.output_size_in_bytes,
+                  "argument_arrays": sum(a.nbytes for a in args),
+                  "output_arrays": sum(o.size * o.dtype.itemsize for o in outs)}))
+"""
+
+
+def test_entry_bytes_against_jax():
+    """XLA:CPU's memory_analysis() sizes arguments and outputs with tuple index tables: the *_bytes
+    metrics equal it; the *_array_bytes metrics equal the arrays' nbytes as JAX reports them."""
+    if not SAMPLES_PY.exists():
+        pytest.skip("no .venv-samples with jax")
+    out = subprocess.run([str(SAMPLES_PY), "-c", _JAX], capture_output=True, text=True, check=True,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    got = json.loads(out.stdout)
+    m = parse_dump(io.BytesIO(got["text"].encode()), "jit_f.txt").summary.metrics
+    assert m["memory.entry_parameter_bytes"] == got["argument"]
+    assert m["memory.entry_output_bytes"] == got["output"]
+    assert m["memory.entry_parameter_array_bytes"] == got["argument_arrays"]
+    assert m["memory.entry_output_array_bytes"] == got["output_arrays"]
+    assert got["output"] > got["output_arrays"]  # the nested tuple's index tables are really there
+
+
+# --- one syntax rule each (tiny hand-written snippets) -----------------------------------------------
+
+
+def run_text(text: str):
+    p = parse_dump(io.BytesIO(text.encode()), "snippet.txt")
+    return p.tables.get("hlo_instructions"), p.summary
+
+
+def test_block_comment_over_lines_before_the_header_and_a_header_over_lines():
+    t, s = run_text("/* a block\n   comment */ HloModule m, entry_computation_layout={(f32[8]{0})\n"
+                    "   ->f32[8]{0}}\n\nENTRY e {\n  ROOT p = f32[8] parameter(0)\n}\n")
+    assert (s.status, s.program, t["name"].to_list(), t["lineno"].to_list()) == (Status.OK, "m", ["p"], [6])
+
+
+def test_commented_and_indented_closing_braces_and_trailing_comments():
+    t, s = run_text("HloModule m\n\nadd {\n  a = f32[] parameter(0)  // first\n  b = f32[] parameter(1)\n"
+                    "  ROOT s = f32[] add(a, b) /* sum */\n  }\n\nENTRY e {\n  // whole-line comment\n"
+                    "  x = f32[4]{0} parameter(0), metadata={op_name=\"x\"} // metadata={op_name=\"no\"}\n"
+                    "  ROOT r = f32[] reduce(x, x), dimensions={0}, to_apply=add // , to_apply=nope\n} // e\n")
+    assert (s.status, s.errors) == (Status.OK, [])
+    assert t["name"].to_list() == ["a", "b", "s", "x", "r"] and t["lineno"].to_list() == [4, 5, 6, 11, 12]
+    assert t["op_name"].to_list() == [None, None, None, "x", None]
+    assert t["called_computations"].to_list()[-1] == ["add"]
+
+
+def test_shapes_with_spaces():
+    t, s = run_text("HloModule m\n\nENTRY e {\n  p = f32[8, 8]{1, 0} parameter(0)\n"
+                    "  ROOT t = ( f32[8, 8], s32[ ] ) tuple(p, p)\n}\n")
+    assert (s.status, t["shape"].to_list(), t["layout"].to_list()) == (Status.OK, ["f32[8,8]", "(f32[8,8], s32[])"],
+                                                                       ["1,0", None])
+    assert shape_info("( f32[2] ,s32[] )") == shape_info("(f32[2], s32[])")
+
+
+def test_the_rest_of_an_instruction_on_the_next_lines():
+    t, s = run_text("HloModule m\n\nENTRY e {\n  p = f32[8] parameter(0)\n  f = f32[8] fusion(p)\n"
+                    "      , kind=kLoop, calls=c\n  ROOT r = f32[8]\n     negate(f)\n}\n")
+    assert (s.status, s.errors, t["name"].to_list(), t["lineno"].to_list()) == (Status.OK, [], ["p", "f", "r"], [4, 5, 7])
+    assert t["fusion_kind"].to_list() == [None, "kLoop", None]
+
+
+def test_an_unclosed_bracket_costs_one_statement_and_names_its_line(monkeypatch):
+    t, s = run_text("HloModule m\n\nENTRY e {\n  p = f32[8] parameter(\n  ROOT q = f32[8] negate(p)\n}\n")
+    assert s.status is Status.PARTIAL and t["name"].to_list() == ["q"]
+    assert s.errors == ["snippet.txt: line 4: statement not closed before line 5 (an unbalanced bracket?): "
+                        "'p = f32[8] parameter('"]
+    # a bracket never closed, followed by lines that start nothing: the buffer stops at the cap
+    monkeypatch.setattr(hlo_lines, "MAX_STATEMENT_LINES", 50)
+    text = "HloModule m\n\nENTRY e {\n  p = f32[8] parameter(0,\n" + "    1,\n" * 1000 + "}\n"
+    t, s = run_text(text)
+    assert s.status is Status.PARTIAL and s.errors[0].startswith("snippet.txt: line 4: statement not closed within")
+    assert s.truncated or s.errors[1:]  # what follows the cut-off statement is reported, not swallowed silently
+
+
+def test_headerless_module_named_after_its_entry():
+    t, s = run_text("fused {\n  p = f32[2] parameter(0)\n  ROOT n = f32[2] negate(p)\n}\n\n"
+                    "ENTRY main.7 {\n  a = f32[2] parameter(0)\n  ROOT f = f32[2] fusion(a), kind=kLoop, calls=fused\n}\n")
+    assert (s.program, s.metrics["memory.entry_parameter_bytes"], s.metrics["kernel.launches"]) == ("module_main.7", 8, 1)
+    with pytest.raises(ParseError):
+        list(hlo.parse(io.StringIO("// nothing but\n// comments\n")))
+
+
+def test_partial_always_says_why():
+    """Cut anywhere (at every line of the small files, at 50 points of a large one), a real file reads as ok,
+    or partial with at least one error."""
+    for name in ["emitters_scatter_add.hlo", "import_async_collectives.hlo", "gpu_hlo.hlo",
+                 "hlo_torax_iterhybrid_predictor_corrector_f64.hlo"]:
+        data = text_of(name).encode()
+        if len(data) > 10_000:
+            cuts = [len(data) * i // 50 for i in range(1, 50)]
+        else:
+            cuts = [i + 1 for i, b in enumerate(data) if b == 0x0A] + [len(data) // 3]
+        for cut in cuts:
+            s = parse_dump(io.BytesIO(data[:cut]), name).summary
+            assert s.status is Status.OK or s.errors, (name, cut, s.status)
