@@ -102,13 +102,7 @@ def test_every_cut_of_every_real_dump_is_ok_or_says_why(kind):
     assert checked > 0
 
 
-# Cases other parsers still get wrong (their parsers are being changed by others: reported, not fixed here).
-KNOWN_NEWLINE_CASES = {
-    name: "memory usage report: a last `allocation N: size ..., thread-local:` line without newline is "
-          "read as cut (partial), though the same file with it is ok"
-    for name in ("corpus/xla_buffers/jaxlib-0.7.2.module_0009.jit_loss.cpu_after_optimizations-memory-usage-report.txt",
-                 "corpus/xla_buffers/jaxlib-0.7.2.module_0011.jit_f.cpu_after_optimizations-memory-usage-report.txt")
-}
+KNOWN_NEWLINE_CASES: dict[str, str] = {}  # none left
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_NEWLINE_CASES[n]))

@@ -48,7 +48,8 @@ import polars as pl
 from transforms.records import DumpKind, DumpSummary, ParserOutput, RowBuffer, TableBatch, line_error
 from transforms.parsers.xla_live_ranges import Lines, drive
 
-PARSER_VERSION = 3  # 3: older format: an allocation named without a slot table counts its one value
+PARSER_VERSION = 4  # 4: an older-layout allocation line ending the file without newline is whole
+# 3: older format: an allocation named without a slot table counts its one value
 # 2: every cut is an error; a whole last line without newline is read
 
 _SPACE = re.compile(r"^Memory Space: (.*) \(color=(\d{1,9})\)$")
@@ -185,11 +186,15 @@ class _Report:
 
     def last_line_complete(self, line: str) -> bool:
         """Whether a last line without newline is whole (``xla_live_ranges.Lines``): a slot row
-        whose shapes account for its used_by_n_values, or XLA's "The rest ..." line."""
+        whose shapes account for its used_by_n_values, an allocation's name line of the older
+        layout (closed by its ':', brackets balanced), or XLA's "The rest ..." line."""
         if (m := _SLOT.match(line)) is not None:  # a cut leaves a bracket open, or too few values
             text = m[8]
             closed = text.count("[") == text.count("]") and text.count("(") == text.count(")") and text[-1:] in ("]", ")")
             return closed and sum(_multiplier(s) for s in _shapes(text)) == int(m[7])
+        if _ALLOC.match(line) is not None:  # the older layout's name line ends with its ':'
+            text = line.rstrip()
+            return text.endswith(":") and text.count("[") == text.count("]") and text.count("{") == text.count("}")
         return bool(_REST.match(line)) and line.rstrip().endswith("not shown.")
 
     def _new_allocation(self, index: int | None) -> None:
