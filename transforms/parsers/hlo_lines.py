@@ -140,6 +140,8 @@ def looks_like_hlo(head: str) -> bool:
 
 
 _SPACE = re.compile(r"\s+")
+# A comma between tuple elements: not inside [...] (dimensions) nor {...} (a layout; neither nests).
+_TUPLE_COMMA = re.compile(r",(?![^\[\]]*\])(?![^{}]*\})")
 
 
 def normalize_shape(text: str) -> str:
@@ -148,11 +150,4 @@ def normalize_shape(text: str) -> str:
     compact = _SPACE.sub("", text)
     if "," not in compact or "(" not in compact:
         return compact
-    out, stack = [], []
-    for ch in compact:
-        if ch in "([{":
-            stack.append(ch)
-        elif ch in ")]}" and stack:
-            stack.pop()
-        out.append(", " if ch == "," and stack and stack[-1] == "(" else ch)
-    return "".join(out)
+    return _TUPLE_COMMA.sub(", ", compact)

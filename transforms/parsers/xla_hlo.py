@@ -35,7 +35,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from itertools import accumulate
 
 import polars as pl
 
@@ -293,8 +292,6 @@ class _Parser:
                 special = op not in simple
                 if special and not (paren and hlo_text.OPCODE.fullmatch(op)):
                     raise ValueError
-                if name[0] == "%":
-                    name = name[1:]
             except ValueError:
                 self.careful(line, k + self.shift, prev)
                 if self.pending is not None:
@@ -589,8 +586,12 @@ class _Parser:
         self.settled = len(self.names)
         if not ops:
             return
-        structural = list(accumulate(map(hlo_text.STRUCTURAL.__contains__, ops), initial=0))
-        fusions = list(accumulate(map("fusion".__eq__, ops), initial=0))
+        # one flag byte a row: counting a computation's structural rows is then bytes.count (C), not Python
+        structural = bytes(map(hlo_text.STRUCTURAL.__contains__, ops))
+        one_module = all(mod is self.module for _, mod, _, _ in ranges)
+        fusions = None if one_module else bytes(map("fusion".__eq__, ops))
+        if one_module:
+            self.module.fusions += ops.count("fusion")
         if not hlo_text.COLLECTIVES.isdisjoint(ops):
             counts = self.counts["kernel.collective"]
             for op in hlo_text.COLLECTIVES.intersection(ops):
@@ -601,8 +602,9 @@ class _Parser:
                 continue
             a, b = start - first, end - first
             comp.n += end - start
-            comp.structural += structural[b] - structural[a]
-            mod.fusions += fusions[b] - fusions[a]
+            comp.structural += structural.count(1, a, b)
+            if fusions is not None:
+                mod.fusions += fusions.count(1, a, b)
             if comp.is_entry:
                 comp.last = infos[sids[end - 1]]
                 for op, sid in zip(ops[a:b], sids[start:end]):
@@ -628,8 +630,10 @@ class _Parser:
         if needles is None:  # an unknown or rare opcode: look for every attribute that names computations
             found = _CALLS.findall(head)
         else:  # str.find is far cheaper than a regex over long operand lists
-            found = [(attr, v[0]) for needle, attr in needles
-                     if (i := head.find(needle)) >= 0 and (v := _CALL_VALUE.match(head, i + len(needle)))]
+            found = []
+            for needle, attr in needles:
+                if (i := head.find(needle)) >= 0 and (v := _CALL_VALUE.match(head, i + len(needle))):
+                    found.append((attr, v[0]))
         called, edges = [], self.comp.edges
         for attr, value in found:
             for callee in value[1:-1].split(",") if value[0] == "{" else (value,):
@@ -667,27 +671,29 @@ class _Parser:
         for _, _, m, _ in runs:
             if m.headerless:
                 m.names_used.add(m.name)
-        run = pl.DataFrame([(m.name, m.index, c, line - start) for start, line, m, c in runs], orient="row",
+        # column by column: polars builds a frame from row tuples far slower (a run per computation)
+        run = pl.DataFrame({"module": [m.name for _, _, m, _ in runs], "module_index": [m.index for _, _, m, _ in runs],
+                            "computation": [c for _, _, _, c in runs], "lineno": [line - start for start, line, _, _ in runs]},
                            schema={"module": _S, "module_index": _I32, "computation": _S, "lineno": _I64})
         run = run.gather(pl.Series(run_ids, dtype=pl.UInt32))
         for metric, values in (("fusion.count", self.kinds), ("kernel.custom_call", self.targets)):
             counts = self.counts[metric]
             for key, k in Counter(values.values()).items():
                 counts[key] = counts.get(key, 0) + k
-        is_root = [False] * n
-        for row in self.roots:
-            is_root[row] = True
+        is_root = pl.repeat(False, n, dtype=_B, eager=True).alias("is_root")
+        if self.roots:
+            is_root.scatter(self.roots, True)
         sparse = {}
         for col, values in (("fusion_kind", self.kinds), ("custom_call_target", self.targets), ("called", self.called)):
-            full = [None] * n
-            for i, v in values.items():
-                full[i] = v
-            sparse[col] = pl.Series(col, full, dtype=_S)
+            sparse[col] = full = pl.repeat(None, n, dtype=_S, eager=True).alias(col)
+            if values:
+                full.scatter(list(values), list(values.values()))
         shape, meta = self.shapes.gather(self.sids), self.metas.gather(self.mids)
         frame = pl.DataFrame([
-            run["module"], run["module_index"], run["computation"], pl.Series("name", self.names, dtype=_S),
+            run["module"], run["module_index"], run["computation"],
+            pl.Series("name", self.names, dtype=_S).str.strip_prefix("%"),  # names as printed, "%" dropped here
             pl.Series("opcode", self.ops, dtype=_S), shape["shape"], shape["layout"], shape["dtype"],
-            shape["elements"], shape["bytes"], pl.Series("is_root", is_root, dtype=_B), sparse["fusion_kind"],
+            shape["elements"], shape["bytes"], is_root, sparse["fusion_kind"],
             sparse["called"].str.split(",").alias("called_computations"), sparse["custom_call_target"],
             meta["op_type"], meta["op_name"], meta["source_file"], meta["source_line"],
             (run["lineno"] + pl.int_range(n, eager=True)).cast(_I32).alias("lineno")])
@@ -749,11 +755,14 @@ class _Parser:
             mod.name, mod.index, mod.is_scheduled, entry.name if entry else None, len(mod.comps), n_ins, mod.fusions,
             launches, entry.param_bytes if entry else None, out_bytes, complete, mod.lineno)],
             schema=TABLES["hlo_modules"], orient="row")))
-        rows = [(mod.name, mod.index, c.name, c.is_entry, roles.get(c.name, "other"), c.n, c.n - c.structural,
-                 c.lineno) for c in mod.comps]
-        for i in range(0, len(rows), BATCH_ROWS):
-            self.out.append(TableBatch("hlo_computations", pl.DataFrame(
-                rows[i : i + BATCH_ROWS], schema=TABLES["hlo_computations"], orient="row")))
+        comps = mod.comps
+        for i in range(0, len(comps), BATCH_ROWS):
+            part = comps[i : i + BATCH_ROWS]
+            self.out.append(TableBatch("hlo_computations", pl.DataFrame({
+                "module": [mod.name] * len(part), "module_index": [mod.index] * len(part), "name": [c.name for c in part],
+                "is_entry": [c.is_entry for c in part], "role": [roles.get(c.name, "other") for c in part],
+                "instructions": [c.n for c in part], "kernel_launches": [c.n - c.structural for c in part],
+                "lineno": [c.lineno for c in part]}, schema=TABLES["hlo_computations"])))
 
     def take(self) -> list[TableBatch]:
         out, self.out = self.out, []
