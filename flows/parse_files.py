@@ -25,6 +25,7 @@ from transforms.records import DumpSummary, Status
 
 
 _JSON_ROWS = 2048  # rows turned into Python objects at a time by --json --table
+_SHOWN_ROWS = 256  # rows of --table in one printed table (without --json)
 
 
 def number(value: float) -> float | int:
@@ -63,7 +64,7 @@ def print_parsed(files: list[Path], *, as_json: bool, table: str | None, limit: 
                 overview.add_row(str(file.relative_to(shared)), s.kind.value, s.stage or "", s.program or "", s.status.value,
                                  str(len(s.metrics)), "; ".join(s.errors)[:120])
             else:
-                _print_detail(file, s, spool, limit)
+                _print_detail(file, s, spool)
     if overview is not None:
         from rich.console import Console
 
@@ -146,7 +147,7 @@ def _print_json(file: Path, s: DumpSummary, spool: TableSpool | None) -> None:
     sys.stdout.write("]}}\n")
 
 
-def _print_detail(file: Path, s: DumpSummary, spool: TableSpool | None, limit: int) -> None:
+def _print_detail(file: Path, s: DumpSummary, spool: TableSpool | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -165,12 +166,14 @@ def _print_detail(file: Path, s: DumpSummary, spool: TableSpool | None, limit: i
     if not spool.rows:
         console.print(f"table {spool.table}: no rows in this dump")
         return
-    # The first `limit` rows as one table; all rows (--limit 0) one batch at a time, never all at once.
-    pieces = [pl.concat(list(spool.frames()))] if limit else spool.frames()
+    # One table when it is short (the default --limit 20); else slices of _SHOWN_ROWS rows, one batch
+    # read back at a time: rich's cost grows with the square of one table's rows (1,886 rows: 3 s).
+    frames = spool.frames() if spool.rows > _SHOWN_ROWS else iter([pl.concat(list(spool.frames()))])
+    pieces = (piece for frame in frames for piece in frame.iter_slices(_SHOWN_ROWS))
     first = 0
-    with pl.Config(tbl_rows=limit or -1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
         for frame in pieces:
-            if not limit and len(spool.files) > 1:
+            if spool.rows > _SHOWN_ROWS:
                 console.print(f"rows {first + 1:,}-{first + frame.height:,} of {spool.rows:,}", highlight=False)
             console.print(str(frame), markup=False, highlight=False)
             first += frame.height

@@ -144,3 +144,13 @@ def test_staged_enum_tables_read_back_as_parsed(tmp_path):
     for table, frame in whole.items():
         got = pl.read_parquet(res.tables[table])
         assert got.equals(frame) and got.schema == frame.schema, table
+
+
+def test_parse_prints_a_long_table_in_slices(capsys):
+    """Without --json, a table longer than _SHOWN_ROWS is printed a slice at a time (rich's cost
+    grows with the square of one table's rows), every row once, in order."""
+    seed = Path(__file__).parent / "fixtures" / "seeds" / "001_a0c5460ce1af2dbe.txt"
+    parse_files.print_parsed([seed], as_json=False, table="hlo_instructions", limit=0, summary=False)
+    heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("rows ")]
+    assert parse_files._SHOWN_ROWS == 256
+    assert heads == [f"rows {a + 1:,}-{min(a + 256, 1886):,} of 1,886" for a in range(0, 1886, 256)]
