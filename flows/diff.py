@@ -12,7 +12,7 @@ import polars as pl
 
 from flows.aggregate import frame_of
 from flows.warehouse.store import connect_readonly
-from transforms.trends.diffs import PAIR_COLUMNS, diff_pairs, diff_text
+from transforms.trends.diffs import EVIDENCE_COLUMNS, PAIR_COLUMNS, diff_pairs, diff_text
 from transforms.units import human_delta, human_ratio, human_value
 
 
@@ -31,10 +31,12 @@ def diff_warehouse(warehouse: Path, run_a: str, run_b: str, pattern: str | None 
 
 
 def diff_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, pattern: str | None = None) -> pl.DataFrame:
-    """One row per change: series, category, change, description (plus the item columns).
+    """One row per change: series, category, change, description; structural changes
+    also rank, rescale, the two dump paths and their excerpts (``diffs.DIFF_SCHEMA``).
 
-    Structural changes come from the ``dump_items`` cache, metric changes from
-    ``metrics``; series only one run has are reported as appeared or vanished.
+    Structural changes come from ``content_items`` (through each path's items_key), in
+    ``diffs``' order of significance, metric changes from ``metrics``; series only one
+    run has are reported as appeared or vanished.
     """
     known = {r[0] for r in con.execute("SELECT run_id FROM runs WHERE run_id IN (?, ?)", [run_a, run_b]).fetchall()}
     for run in (run_a, run_b):
@@ -54,14 +56,17 @@ def diff_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, pattern: s
     paths = pl.concat([pairs.get_column("before_path"), pairs.get_column("after_path")]).unique().to_list()
     con.register("_diff_paths", pl.DataFrame({"path": paths}, schema={"path": pl.String}).to_arrow())
     try:
-        items = frame_of(con, "SELECT * FROM dump_items WHERE path IN (SELECT path FROM _diff_paths)")
+        # content_items, not the dump_items view: the items with their evidence.
+        items = frame_of(con, """SELECT s.path, c.* EXCLUDE (items_key) FROM dump_series s JOIN content_items c USING (items_key)
+                                 WHERE s.path IN (SELECT path FROM _diff_paths)""")
         metrics = frame_of(con, "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _diff_paths)")
     finally:
         con.unregister("_diff_paths")
     structural = diff_pairs(pairs.select(*PAIR_COLUMNS.names(), "before_path", "after_path"), items)
-    parts = [structural.select("series", "category", "change", "description"),
+    evidence = ["rank", "rescale", *EVIDENCE_COLUMNS.names()]
+    parts = [structural.select("series", "category", "change", "description", *evidence),
              _metric_changes(pairs, metrics), _presence(a, b, run_a, run_b)]
-    return pl.concat(parts, how="vertical_relaxed").sort("series", maintain_order=True)
+    return pl.concat(parts, how="diagonal_relaxed").sort("series", maintain_order=True)
 
 
 def _metric_changes(pairs: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:

@@ -8,52 +8,134 @@ computed by ``compute_batch``: a Prefect task in the nightly flow, so on a Dask 
 the workers take it, as they take the parses (they must reach the work directory, which
 is beside the warehouse like the staging directory). Outside a flow (``dumpscope
 aggregate``, ``accept``) the batches run one after another in the process.
+
+Evidence: with a ``DumpSource`` (the bucket), each batch also reads the excerpt of each
+item from a dump of its content (``transforms.trends.evidence``: one streaming pass
+per dump, bounded lines and characters; gzip read as the parse reads it). The batch
+names a few paths per content (the newest first) and the first that opens is read; a
+content none of whose dumps is in the bucket any more keeps its line ranges and no
+excerpt: never a failure. Without a source (``dumpscope aggregate``, ``accept``: they
+are not given the bucket) no excerpt is read.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import polars as pl
 from prefect import task
 
 from transforms.escape import sql_literal
+from transforms.parse import DEFAULT_LIMITS
+from transforms.reading import LineReader, ReadLimitError
 from transforms.trends import diffs as diff_mod
+from transforms.trends import evidence
+
+log = logging.getLogger(__name__)
+PATHS_PER_CONTENT = 3  # bucket paths tried per content, newest first, before it counts as gone
 
 # runs compute_batch over batch directories; returns the item files, in order
 ItemsRunner = Callable[[list[Path]], list[Path]]
 
 
-def compute_batch(batch_dir: Path) -> Path:
-    """Items of the keys in ``batch_dir/keys.parquet`` from the records files beside it;
-    written to ``batch_dir/items.parquet`` (its path returned)."""
+@dataclass(frozen=True)
+class DumpSource:
+    """The bucket the dumps are read back from for their excerpts (as the nightly reads it)."""
+
+    bucket: str
+    storage_options: dict[str, Any] | None = field(default=None, hash=False)
+
+
+def compute_batch(batch_dir: Path, source: DumpSource | None = None) -> Path:
+    """Items of the keys in ``batch_dir/keys.parquet`` from the records files beside it,
+    with their excerpts read from ``source``; written to ``batch_dir/items.parquet``
+    (its path returned)."""
     batch_dir = Path(batch_dir)
     keys = pl.read_parquet(batch_dir / "keys.parquet")
     records = {p.stem: pl.read_parquet(p) for p in sorted(batch_dir.glob("t_*.parquet"))}
     records = {name.removeprefix("t_"): frame for name, frame in records.items()}
     out = batch_dir / "items.parquet"
-    diff_mod.items_of_contents(keys, records).write_parquet(out)
+    found = diff_mod.items_of_contents(keys, records)
+    if source is not None and "paths" in keys.columns:
+        found = with_excerpts(found, keys, source)
+    found.write_parquet(out)
     return out
 
 
+def with_excerpts(found: pl.DataFrame, keys: pl.DataFrame, source: DumpSource) -> pl.DataFrame:
+    """``found`` (content items) with excerpt and excerpt_from filled from a dump of each
+    key's content (``keys``: items_key, paths)."""
+    from flows.bucket import connect
+
+    fs, root = connect(source.bucket, source.storage_options)
+    parts = []
+    paths = dict(keys.select("items_key", "paths").iter_rows())
+    for (key,), items in found.group_by("items_key", maintain_order=True):
+        # The per-dump cap serves the biggest items first.
+        items = items.sort("bytes", "category", "key", descending=[True, False, False], nulls_last=True)
+        wanted = items.get_column("excerpt_lines").to_list()
+        read, path = _read_dump(fs, root, paths.get(key) or [], wanted) if any(wanted) else ([], None)
+        if not read:
+            parts.append(items)
+            continue
+        parts.append(items.with_columns(
+            pl.Series("excerpt", [text for text, _ in read], pl.String),
+            pl.Series("excerpt_lines", [shown if text is not None else lines for (text, shown), lines in zip(read, wanted)],
+                      pl.String),
+            pl.Series("excerpt_from", [path if text is not None else None for text, _ in read], pl.String)))
+    return pl.concat(parts).sort("items_key", "category", "key") if parts else found
+
+
+def _read_dump(fs, root: str, paths: list[str], wanted: list[str | None]) -> tuple[list, str | None]:
+    """Excerpts from the first of ``paths`` that opens; ([], None) when none does."""
+    for path in paths:
+        try:
+            raw = fs.open(f"{root}/{path}", "rb")
+        except (OSError, ValueError) as exc:  # gone, refused: try the next path
+            log.info("no excerpts from %s: %s", path, exc)
+            continue
+        with raw:
+            return evidence.read_excerpts(_lines(raw), wanted), path
+    return [], None
+
+
+def _lines(raw) -> Iterable[str]:
+    """The dump's lines as the parse read them (gzip by magic, same line breaks), up to
+    a read limit or a damaged stream: what was read stays usable."""
+    reader = LineReader(raw, max_line_bytes=DEFAULT_LIMITS.max_line_bytes, max_bytes=DEFAULT_LIMITS.max_dump_bytes,
+                        max_seconds=DEFAULT_LIMITS.max_seconds)
+    try:
+        yield from reader
+    except ReadLimitError:
+        return
+
+
 @task(name="structural-items")
-def compute_batch_task(batch_dir: Path) -> Path:
-    return compute_batch(batch_dir)
+def compute_batch_task(batch_dir: Path, source: DumpSource | None = None) -> Path:
+    return compute_batch(batch_dir, source)
 
 
 def in_process(dirs: list[Path]) -> list[Path]:
     return [compute_batch(d) for d in dirs]
 
 
-def items_runner(at_once: int = 2) -> ItemsRunner:
+def reading(source: DumpSource) -> ItemsRunner:
+    """Batches one after another in the process, excerpts read from ``source``."""
+    return lambda dirs: [compute_batch(d, source) for d in dirs]
+
+
+def items_runner(at_once: int = 2, source: DumpSource | None = None) -> ItemsRunner:
     """Batches as Prefect tasks on the flow's task runner (threads, or Dask workers),
-    ``at_once`` at a time: each holds one batch's records in memory."""
+    ``at_once`` at a time: each holds one batch's records in memory (and reads its
+    excerpts from ``source``, when given)."""
     def run(dirs: list[Path]) -> list[Path]:
         out: list[Path] = []
         for start in range(0, len(dirs), at_once):
-            futures = [compute_batch_task.submit(d) for d in dirs[start : start + at_once]]
+            futures = [compute_batch_task.submit(d, source) for d in dirs[start : start + at_once]]
             out += [f.result() for f in futures]
         return out
 
@@ -79,6 +161,7 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
     finally:
         con.unregister("_item_contents")
     per_content = counts.group_by("dump_id").agg(pl.col("n").sum())
+    paths = _content_paths(con, todo.select("dump_id").unique())
     rows = contents.join(per_content, on="dump_id", how="left").group_by("items_key").agg(
         pl.col("n").fill_null(0).sum().alias("rows"))
     batches = diff_mod.item_batches(todo.join(rows, on="items_key", how="left").with_columns(pl.col("rows").fill_null(0)),
@@ -89,7 +172,7 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
         d = Path(work_dir) / f"batch-{i:05d}"
         d.mkdir(parents=True)
         keys = batch.select("items_key", "kind", "stage", "dump_id")
-        keys.write_parquet(d / "keys.parquet")
+        keys.join(paths, on="dump_id", how="left").write_parquet(d / "keys.parquet")
         ids = contents.join(keys.select("items_key"), on="items_key", how="semi").select("dump_id").unique()
         con.register("_batch_ids", ids.to_arrow())
         try:
@@ -103,9 +186,23 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
     return dirs
 
 
+def _content_paths(con, dump_ids: pl.DataFrame) -> pl.DataFrame:
+    """dump_id, paths: up to ``PATHS_PER_CONTENT`` bucket paths holding each content, newest run first."""
+    from flows.aggregate import frame_of
+
+    con.register("_excerpt_contents", dump_ids.to_arrow())
+    try:
+        return frame_of(con, """SELECT dump_id, list(path ORDER BY run_id DESC, path)[1:?] AS paths FROM dumps
+                                WHERE dump_id IN (SELECT dump_id FROM _excerpt_contents) GROUP BY dump_id""",
+                        [PATHS_PER_CONTENT])
+    finally:
+        con.unregister("_excerpt_contents")
+
+
 def computed(dirs: list[Path], files: Iterable[Path]) -> pl.DataFrame:
     frames = [pl.read_parquet(f) for f in files]
     return pl.concat(frames) if frames else pl.DataFrame(schema=diff_mod.CONTENT_ITEM_SCHEMA)
 
 
-__all__ = ["ItemsRunner", "compute_batch", "compute_batch_task", "computed", "export_batches", "in_process", "items_runner"]
+__all__ = ["DumpSource", "ItemsRunner", "compute_batch", "compute_batch_task", "computed", "export_batches", "in_process", "items_runner", "reading",
+           "with_excerpts"]
