@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 from transforms.escape import Markup, code, md_text, slug, url_path
 from transforms.trends.night_report import counts, counts_line
+from transforms.trends.diffs import change_entries
 from transforms.site import charts
 from transforms.units import human_bytes, human_delta, human_ratio, human_value
 
@@ -432,6 +433,8 @@ def incident_pages(d: SiteData):
             "good_link": _known_run(d, r["last_good_run"], "incidents"),
             "closed_link": _known_run(d, r["closed_run"], "incidents"),
             "diff": _incident_diff(d, r, "incidents"),
+            "evidence": _evidence(d.diffs.filter((pl.col("run_id") == r["opened_run"]) & (pl.col("job") == r["job"])
+                                                 & (pl.col("program") == r["program"]))),
         }
 
 
@@ -557,6 +560,27 @@ def diff_page(d: SiteData) -> dict:
         x = diffs.filter((pl.col("job") == job) & (pl.col("program") == program))
         groups.append({"job": job, "program": program, "anchor": program_anchor(job, program),
                        "regressions": [_regression_row(d, row, "") for row in r.iter_rows(named=True)],
-                       "changes": [{"series": s, "lines": rows.get_column("description").to_list()}
-                                   for (s,), rows in x.group_by("series", maintain_order=True)]})
+                       "changes": _evidence(x)})
     return {"run": run, "previous": prev, "groups": groups}
+
+
+_NO_EXCERPT = {  # why a side of a change shows no excerpt
+    "lines": "no line of the dump is known for this item",
+    "read": "not read: the dump was not in the bucket (or no bucket was given) when its items were computed",
+}
+
+
+def _evidence(diffs: pl.DataFrame) -> list[dict]:
+    """Per series of ``diffs`` (rows of the diffs table), its changes as shown
+    (``diffs.change_entries``: significance order, a rescale as one entry), each with
+    the dump path, lines and excerpt of both sides."""
+    def side(c: dict, name: str) -> dict | None:
+        if c.get(f"{name}_path") is None or c["change"] == ("vanished" if name == "after" else "appeared"):
+            return None
+        lines, excerpt = c.get(f"lines_{name}"), c.get(f"excerpt_{name}")
+        return {"name": name, "path": c[f"{name}_path"], "lines": (lines or "").replace("-", "–").replace(",", ", "),
+                "excerpt": excerpt, "note": None if excerpt else _NO_EXCERPT["read" if lines else "lines"]}
+
+    return [{"series": s, "entries": [
+        {**e, "sides": [x for x in (side(e["changes"][0], "before"), side(e["changes"][0], "after")) if x]}
+        for e in change_entries(rows)]} for (s,), rows in diffs.group_by("series", maintain_order=True)]
