@@ -77,6 +77,7 @@ _SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFram
 _NO_META = (None, None, None, None)
 _CONTINUES = frozenset(",([{=")  # a line ending in one of these goes on (XLA never prints such a line)
 _MAX_ERRORS, _MAX_CACHE = 100, 200_000
+_FIELDS = {k: re.compile(rf"\b{k}=(\d+)") for k in ("file_location_id", "file_name_id", "line")}
 
 
 def _goes_on(prev: str, text: str) -> bool:
@@ -87,6 +88,23 @@ def _goes_on(prev: str, text: str) -> bool:
     st = Statement()
     st.feed(prev)
     return not st.complete
+
+
+def _row(table: dict, key: int | None) -> object:
+    """A row of a stack frame table, read from its text the first time it is asked for (a module lists
+    thousands; metadata refer to a few)."""
+    value = table.get(key)
+    if type(value) is tuple:  # (text after the id,) as the line gave it
+        value = table[key] = hlo_text.record_value(value[0])
+    return value
+
+
+def _field(table: dict, key: int | None, name: str) -> int | None:
+    """One number of a {k=v ...} row (FileLocations, StackFrames), without reading the whole row."""
+    value = table.get(key)
+    if type(value) is tuple:
+        return int(m[1]) if (m := _FIELDS[name].search(value[0])) else None
+    return value.get(name) if isinstance(value, dict) else None
 
 
 def sniff(name: str, head: str) -> bool:
@@ -154,8 +172,8 @@ class _Dictionary:
         return len(self.values) - 1
 
     def gather(self, ids: list[int]) -> dict[str, pl.Series]:
-        if len(self.frame) < len(self.values):
-            new = pl.DataFrame(self.values[len(self.frame) :], schema=self.schema, orient="row")
+        if len(self.frame) < len(self.values):  # column by column: polars reads row tuples far slower
+            new = pl.DataFrame(list(zip(*self.values[len(self.frame) :])), schema=self.schema, orient="col")
             self.frame = self.frame.vstack(new).rechunk()
         return {s.name: s for s in self.frame.gather(pl.Series(ids, dtype=pl.UInt32)).get_columns()}
 
@@ -247,6 +265,10 @@ class _Parser:
                         indent = "\0"
                         continue
                 elif line == "\n":
+                    continue
+                elif "0" <= line[:1] <= "9" and (mod := self.module) is not None and mod.section and \
+                        (raw := line.partition(" "))[0].isdigit() and raw[2][:1] in ('"', "{"):
+                    mod.tables[mod.section][int(raw[0])] = (raw[2],)  # a stack frame table row, read when used
                     continue
                 elif line[-2:] == "{\n" and line[:9] != "HloModule" and self.module is not None and \
                         "//" not in line and line.rfind("/*") <= line.rfind("*/"):
@@ -653,10 +675,10 @@ class _Parser:
         op_type, op_name, source_file, source_line, frame = got
         if source_file is None and frame is not None:  # newer JAX: resolve the innermost stack frame
             tables = self.module.tables
-            loc = tables["FileLocations"].get(tables["StackFrames"].get(frame, {}).get("file_location_id"))
-            if loc:
-                source_file = tables["FileNames"].get(loc.get("file_name_id"))
-                source_line = source_line or loc.get("line")
+            loc = _field(tables["StackFrames"], frame, "file_location_id")
+            if loc in tables["FileLocations"]:
+                source_file = _row(tables["FileNames"], _field(tables["FileLocations"], loc, "file_name_id"))
+                source_line = source_line or _field(tables["FileLocations"], loc, "line")
             self.frame_keys.add(key)
         return self.metas.add((op_type, op_name, source_file, source_line), key if cache else None)
 

@@ -246,7 +246,7 @@ _METADATA = re.compile(rf"metadata=\{{\s*(?:op_type={_Q}\s*)?(?:op_name={_Q}\s*)
 _METADATA_KEY = {k: re.compile(rf"\b{k}={_Q}") for k in ("op_type", "op_name", "source_file")}
 _METADATA_INT = re.compile(r"\b(source_line|stack_frame_id)=(\d+)")
 QUOTED = re.compile(_Q)
-_RECORD = re.compile(r'(\d+)\s+(?:"((?:[^"\\]|\\.)*)"|\{(.*)\})')
+_RECORD = re.compile(rf"(\d+)\s+(?:{_Q}|\{{(.*)\}})")
 _FIELD = re.compile(r"(\w+)=(\d+)")
 
 
@@ -351,3 +351,9 @@ def read_record(line: str) -> tuple[int, str | dict[str, int]] | None:
     if m := _RECORD.match(line):
         return int(m[1]), m[2] if m[2] is not None else {k: int(v) for k, v in _FIELD.findall(m[3])}
     return None
+
+
+def record_value(raw: str) -> str | dict[str, int] | None:
+    """The value of a table row from the text after its id (``read_record`` of "0 " + ``raw``)."""
+    got = read_record("0 " + raw.strip())
+    return got[1] if got else None
