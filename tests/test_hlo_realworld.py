@@ -288,12 +288,17 @@ def test_an_unclosed_bracket_costs_one_statement_and_names_its_line(monkeypatch)
     assert s.status is Status.PARTIAL and t["name"].to_list() == ["q"]
     assert s.errors == ["snippet.txt: line 4: statement not closed before line 5 (an unbalanced bracket?): "
                         "'p = f32[8] parameter('"]
-    # a bracket never closed, followed by lines that start nothing: the buffer stops at the cap
+    # a bracket never closed, followed by lines that start nothing: no buffer outgrows the cap (50 lines
+    # here). Statements are cut off at lines 4, 55, ..., 4 + 51 k (50 lines, and the 51st that passed the
+    # cap); the last (line 973) takes the closing brace with it, so the computation never closes.
     monkeypatch.setattr(hlo_lines, "MAX_STATEMENT_LINES", 50)
     text = "HloModule m\n\nENTRY e {\n  p = f32[8] parameter(0,\n" + "    1,\n" * 1000 + "}\n"
     t, s = run_text(text)
-    assert s.status is Status.PARTIAL and s.errors[0].startswith("snippet.txt: line 4: statement not closed within")
-    assert s.truncated or s.errors[1:]  # what follows the cut-off statement is reported, not swallowed silently
+    cut = [f"snippet.txt: line {4 + 51 * k}: statement not closed within 50 lines or 16 MiB (an unbalanced "
+           "bracket or comment?); skipped" for k in range(19)]
+    assert (s.status, s.truncated, t) == (Status.PARTIAL, True, None)
+    assert s.errors[:19] == cut and s.errors[19].startswith("snippet.txt: line 973: not an HLO instruction: '1, 1,")
+    assert s.errors[20:] == ["snippet.txt: line 1005: input ended inside computation e"]
 
 
 def test_headerless_module_named_after_its_entry():

@@ -39,10 +39,9 @@ from collections.abc import Iterable, Iterator
 import polars as pl
 
 from transforms.parsers import xla_shapes as hlo_text
+from transforms.parsers import hlo_lines
 from transforms.parsers.hlo_lines import (
     HEADER,
-    MAX_STATEMENT_CHARS,
-    MAX_STATEMENT_LINES,
     STARTS_INSTRUCTION,
     Statement,
     looks_like_hlo,
@@ -407,8 +406,9 @@ class _Parser:
         while more or not (st.complete or header and st.opens_body):
             more = False
             if st.overflowed:
-                self.error(lineno, f"statement not closed within {MAX_STATEMENT_LINES:,} lines or "
-                                   f"{MAX_STATEMENT_CHARS >> 20} MiB (an unbalanced bracket or comment?); skipped")
+                self.error(lineno, f"statement not closed within {hlo_lines.MAX_STATEMENT_LINES:,} lines or "
+                                   f"{hlo_lines.MAX_STATEMENT_CHARS >> 20} MiB (an unbalanced bracket or comment?); "
+                                   "skipped")
                 return None
             nxt = next(self.lines, None)
             if nxt is None or (self.end and nxt[-1:] != self.end):  # the input ends (maybe cut mid-line)
