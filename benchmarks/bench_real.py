@@ -16,11 +16,10 @@ threads) come from ``os.wait4`` in a small launcher (``_LAUNCHER``), for it alon
 - ``dumpscope parse FILE``;
 - ``dumpscope parse --json FILE``;
 - ``dumpscope parse --json --table hlo_instructions --limit 0 FILE`` (every row printed);
-- staging: the nightly's parse worker (``flows.nightly.stage_chunk``, what its process
-  pool runs) on a local bucket holding the module, writing staged Parquet;
-- stage_object: the same staging (``flows.staging.stage_object``) in a process that imports
-  only ``flows.staging``: what the worker would cost if it did not import the flow
-  module (Prefect, DuckDB: ~65 MiB).
+- staging: the nightly's parse worker (``flows.staging.stage_chunk``, what its process
+  pool runs: a spawned worker imports ``flows.staging`` only, no Prefect, no DuckDB) on a
+  local bucket holding the module, writing staged Parquet;
+- stage_object: one object staged (``flows.staging.stage_object``), without the chunk.
 
 Each run must say ``ok`` with the instruction count the copies add up to (the parser's
 count of each source times its copies), and staging must stage that many rows.
@@ -138,7 +137,7 @@ from flows.bucket import connect, list_objects
 bucket, staging, worker = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "staging"
 objs = [o for o in list_objects(bucket) if o.role.value == "dump"]
 if worker:
-    from flows.nightly import stage_chunk
+    from flows.staging import stage_chunk
     [out] = stage_chunk(bucket, None, objs, staging)
     assert out.error is None, out.error
     staged = out.staged

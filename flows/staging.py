@@ -41,6 +41,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ import fsspec
 import polars as pl
 import pyarrow.parquet as pq
 
-from flows.bucket import BucketReadError, open_object
+from flows.bucket import BucketReadError, connect, open_object
 from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject
 from transforms.parse import DEFAULT_LIMITS, ParseLimits, iter_dump, kind_of
@@ -325,3 +326,40 @@ def _parse_into(raw, obj: BucketObject, staging: Path, sha: str, size: int, limi
             with contextlib.suppress(Exception):  # already failing: keep the first error
                 w.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- the parse worker
+
+
+@dataclass
+class Outcome:
+    """What the parse worker made of one object: staged, or why the bucket could not deliver it."""
+
+    obj: BucketObject
+    staged: StagedResult | None = None
+    error: str | None = None
+
+
+def stage_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
+                limits: ParseLimits = DEFAULT_LIMITS, held: dict[str, dict] | None = None) -> list[Outcome]:
+    """The nightly's parse worker: stage each object of ``chunk``; an object the bucket could
+    not deliver is an ``Outcome`` with its error (retried next night, nothing stored)."""
+    fs, _ = connect(bucket, storage_options)
+    out = []
+    for obj in chunk:
+        try:
+            out.append(Outcome(obj, stage_object(fs, obj, staging_dir, limits=limits, held=held)))
+        except BucketReadError as exc:  # retried next night: nothing is stored for it
+            out.append(Outcome(obj, error=str(exc)))
+    return out
+
+
+def exit_with_parent(parent: int) -> None:
+    """In each parse worker: exit when the flow process is gone (killed, OOM). A spawned
+    worker holds both ends of its task queue, so it would never see the parent go."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
