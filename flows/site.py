@@ -22,6 +22,7 @@ import json
 import shutil
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import jinja2
@@ -38,8 +39,10 @@ TEMPLATES = ROOT / "site_templates"
 DOCS = ROOT / "docs"
 HOOKS = Path(__file__).with_name("site_hooks.py")  # mkdocs hooks: HTML tables Markdown skips
 VEGA_BUNDLE = "assets/vega-bundle.js"
-# The chart loader, the stylesheet, and the theme's inline scripts as files (the CSP forbids inline scripts).
-ASSETS = ("charts.js", "dumpscope.css", "material-base.js", "material-palette.js", "material-content.js")
+# The chart loader, the stylesheet, the status line's ages, and the theme's inline scripts as files (the CSP
+# forbids inline scripts).
+ASSETS = ("charts.js", "dumpscope.css", "status.js", "material-base.js", "material-palette.js", "material-content.js")
+STATUS = "status.json"  # next to mkdocs.yml: what the pages' status line says (flows/site_hooks.py reads it)
 
 
 @dataclass
@@ -53,7 +56,7 @@ class SiteResult:
 READER_MEMORY = "256MB"  # DuckDB's memory while the site reads (its default: 80 % of the machine)
 # Columns of metric_trends the pages use (charts, tables, incidents).
 TREND_COLUMNS = ("run_id", "started_at", "commit", "series", "job", "kind", "stage", "program", "metric", "value",
-                 "delta", "baseline", "verdict", "rule")
+                 "delta", "baseline", "verdict", "rule", "regressed_since")
 # Metrics whose pages need every run of the window, not only the change points.
 DENSE = ("(metric LIKE 'onnx.step.%' AND kind = 'onnx_report' AND list_contains(?, run_id))"
          " OR (metric = 'fusion.fused_nodes' AND stage = 'post_fusion') OR (metric = 'inductor.nodes' AND stage = 'pre_fusion')")
@@ -68,7 +71,7 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
     con.execute(f"SET memory_limit = '{READER_MEMORY}'")  # a cache, mostly: the window's queries stream
     try:
         q = lambda sql, params=None: frame_of(con, sql, params)  # noqa: E731
-        runs = q('SELECT run_id, started_at, "commit" FROM runs ORDER BY started_at, run_id').with_row_index("run_seq")
+        runs = q('SELECT run_id, started_at, "commit", tags FROM runs ORDER BY started_at, run_id').with_row_index("run_seq")
         window = runs.tail(history) if history else runs
         shown = window.get_column("run_id").to_list()
         latest = shown[-1] if shown else ""
@@ -79,7 +82,7 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
         # Incidents that matter in the window: open at its end, or opened or closed in it.
         incidents = q(f"SELECT * FROM incidents WHERE closed_run IS NULL OR opened_run IN (SELECT unnest(?::VARCHAR[])) "
                       f"OR closed_run IN (SELECT unnest(?::VARCHAR[]))", [shown, shown])
-        return pages.SiteData(
+        data = pages.SiteData(
             runs=runs,
             history_runs=history,
             # The change points of each series and metric in the window: its first and last
@@ -130,7 +133,19 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
             # CLI), asked for the runs the site shows.
             incidents_at={r: q("SELECT * FROM incidents_at(?)", [r]) for r in shown},
             commit_url=getattr(settings, "commit_url", None), compare_url=getattr(settings, "compare_url", None),
+            bucket_url=getattr(settings, "site_bucket_url", None),
+            dump_paths=q(f"SELECT DISTINCT run_id, series, path FROM dump_series WHERE {in_window}", [shown]),
         )
+        # Every run of the window for the lines the section charts draw (a point a night);
+        # the pages need only the change points of everything else.
+        pairs = pages.charted_pairs(data)
+        data.chart_rows = q(f"""SELECT {cols} FROM metric_trends t
+                                JOIN (SELECT unnest(?::VARCHAR[]) AS p_series, unnest(?::VARCHAR[]) AS p_metric) p
+                                  ON t.series = p.p_series AND t.metric = p.p_metric
+                                WHERE t.{in_window}""",
+                            [pairs.get_column("series").to_list(), pairs.get_column("metric").to_list(), shown]
+                            ).with_columns(pl.col("verdict").cast(pl.String))
+        return data
     finally:
         con.close()
 
@@ -168,6 +183,7 @@ def _environment(data: pages.SiteData | None = None) -> jinja2.Environment:
         env.filters.pop(name, None)
     env.filters.update(e=escape.md_text, escape=escape.md_text, forceescape=escape.md_text, join=_join)
     env.globals.update(chart=chart, code=escape.code, pre=escape.pre, sql=escape.sql_literal, shell=escape.shell_word,
+                       breakable=pages.breakable, breakable_code=pages.breakable_code,
                        series_link=data.series_link if data else pages.series_link,
                        run_link=data.run_link if data else pages.run_link)
     env.globals["_chart_counter"] = counter
@@ -194,6 +210,8 @@ def build_site(warehouse: Path, out: Path, settings=None) -> SiteResult:
     _write_assets(docs)
     (src / "mkdocs.yml").write_text(env.get_template("mkdocs.yml.j2").render(
         has_runs=data.runs.height > 0, hooks=Markup(json.dumps(str(HOOKS)))), encoding="utf-8")
+    # JSON, not YAML: run ids and commits are data, and the theme escapes them for HTML.
+    (src / STATUS).write_text(json.dumps(site_status(data, datetime.now(timezone.utc))), encoding="utf-8")
     result.seconds["render"] = time.perf_counter() - t0 - result.seconds["read"]
 
     t1 = time.perf_counter()
@@ -208,6 +226,18 @@ def build_site(warehouse: Path, out: Path, settings=None) -> SiteResult:
     shutil.rmtree(old, ignore_errors=True)
     result.seconds["mkdocs"] = time.perf_counter() - t1
     return result
+
+
+def site_status(d: pages.SiteData, built_at: datetime) -> dict:
+    """What every page's status line says: when the site was built, and the latest run
+    (its id, start, commit and page, relative to the site's root)."""
+    status = {"built_at": built_at.strftime("%Y-%m-%dT%H:%M:%SZ"), "built": built_at.strftime("%Y-%m-%d %H:%M UTC")}
+    if d.latest is not None:
+        run = d.runs.row(-1, named=True)
+        status |= {"run": run["run_id"], "run_at": run["started_at"].strftime("%Y-%m-%dT%H:%M:%SZ"),
+                   "run_started": run["started_at"].strftime("%Y-%m-%d %H:%M UTC"), "commit": run["commit"] or "",
+                   "run_href": str(pages.run_link(run["run_id"])).replace(".md", ".html", 1)}
+    return status
 
 
 def _render_pages(env: jinja2.Environment, d: pages.SiteData, docs: Path) -> list[Path]:

@@ -1,21 +1,34 @@
 """Altair charts of the report site, as Vega-Lite specs (dicts) with their data inline.
 
 One theme for every chart (``THEME``), time on x with zoom and pan, tooltips with
-run, commit, value and change, regressions marked on the lines, and byte figures in
-the binary unit that fits (B, KiB, MiB, GiB). Data comes in aggregated: the change
-points of each line (compiler metrics are step functions of the runs: a value held
-over many nights is drawn as a step, not as one point per night).
+run, commit, value and change, and byte figures in the binary unit that fits (B, KiB,
+MiB, GiB). What a reader looks for first is last night: every trend chart rings the
+latest run's point of each line and writes its value beside it, and the x axis runs a
+little past the last run, so a point there never sits on the chart's border. Regressions
+and incidents are marked (triangles) on the run where they opened, not on every run they
+stayed open. A point opens its run's page; a triangle its incident (Vega's ``href``).
+
+Rows come in from ``transforms.site.pages`` with these columns: ``started_at``,
+``run_id``, ``commit``, ``value``, ``delta``, ``verdict``, ``metric``, the line's name,
+and optionally ``href`` (the run's page, relative to the page the chart is on), ``last``
+(the row is the latest run's), ``mark`` ("incident" or "regression": one opened here) and
+``mark_href`` (where the triangle leads). Section charts get a row for every run of the
+window (``steps=False``: straight lines between nights); the series pages' small
+multiples get the change points only (each line's first and last run and every run
+whose verdict is not ``unchanged``), drawn as steps, which is what a value held over
+many nights is.
 
 Altair builds the chart; the rows skip it (validating thousands of rows through its
 schema classes took seconds a chart) and go into the spec as inline CSV with short
 column names: a year of runs stays a few hundred kB a page. The small multiples of a
-thousand series pages share one spec built once (``small_multiples_by``): only the title
-and the data differ.
+thousand series pages share one spec built once (``small_multiples_by``): only the title,
+the time domain and the data differ.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from functools import lru_cache
 
 import altair as alt
@@ -37,8 +50,17 @@ WIDTH = "container"
 POINTS = alt.Data(name="points")  # replaced by the inline CSV in _spec
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
 # Columns of the inline data: t time, r run, c commit, k line or panel, y value (scaled),
-# d change against the previous run (scaled), v verdict.
+# d change against the previous run (scaled), v verdict, h the run's page, l the label of
+# last night's point (empty on other rows), m a mark opened here, i where the mark leads.
 _PARSE = {"t": "date", "y": "number", "d": "number"}
+LAST_NAME = "ds_last"  # Vega mark names (classes of their SVG groups): the browser tests find them
+LABEL_NAME = "ds_label"
+MARK_NAME = "ds_opened"
+DAILY_DAYS = 14  # runs spanning this many days or fewer get a tick a day
+MAX_RUN_TICKS = 10  # this many runs or fewer: a tick at each run
+Y_PAD = 14  # pixels above the highest point and below the lowest: a point is never cut in half
+_PAD_RIGHT = 0.16  # share of the runs' span added after the last run: room for its label
+_PAD_LEFT = 0.02
 
 
 def byte_unit(max_value: float) -> tuple[str, int]:
@@ -56,54 +78,116 @@ def change_points(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return ordered.filter(first | last | (pl.col("verdict") != "unchanged"))
 
 
-DAILY_DAYS = 14  # runs spanning this many days or fewer get a tick a day
-
-
-def _time_axis(rows: pl.DataFrame, fmt: str = "%Y-%m-%d") -> alt.Axis:
-    """Dates on x; a tick a day when the runs span two weeks or less (else Vega picks)."""
-    span = rows.select(pl.col("started_at").max() - pl.col("started_at").min()).item() if rows.height else None
-    return _axis(span is not None and span.days <= DAILY_DAYS, fmt)
+def is_empty(rows: pl.DataFrame) -> bool:
+    """Nothing to draw: no row, or no value other than 0 (a chart of flat zeros says
+    nothing a sentence does not)."""
+    return rows.is_empty() or rows.filter(pl.col("value").is_not_null() & (pl.col("value") != 0)).is_empty()
 
 
 def _axis(daily: bool, fmt: str) -> alt.Axis:
     return alt.Axis(format=fmt, labelAngle=-30, **({"tickCount": {"interval": "day", "step": 1}} if daily else {}))
 
 
-def _points(rows: pl.DataFrame, key: str, scale: pl.Expr | float) -> pl.DataFrame:
+def _is_daily(first: datetime | None, last: datetime | None) -> bool:
+    return first is not None and (last - first).days <= DAILY_DAYS
+
+
+def _run_ticks(rows: pl.DataFrame) -> list[dict] | None:
+    """A tick at each run when there are a few (a night's run at 02:00 is not the day's first
+    tick, which may fall before the axis starts); Vega chooses for more."""
+    times = rows.get_column("started_at").unique().sort().to_list()
+    return [_datetime(t) for t in times] if 0 < len(times) <= MAX_RUN_TICKS else None
+
+
+def _datetime(at: datetime) -> dict:
+    """A Vega-Lite DateTime (local time, as Vega reads the data's ``t``)."""
+    return {"year": at.year, "month": at.month, "date": at.day, "hours": at.hour, "minutes": at.minute}
+
+
+def _time_domain(first: datetime | None, last: datetime | None, right: float = _PAD_RIGHT) -> list[dict] | None:
+    """The runs' span, widened: the last run's point and label stay inside the chart."""
+    if first is None:
+        return None
+    span = max(last - first, timedelta(days=1))
+    return [_datetime(first - span * _PAD_LEFT), _datetime(last + span * right)]
+
+
+def _points(rows: pl.DataFrame, key: str, scale: pl.Expr | float, unit: pl.Expr | str) -> pl.DataFrame:
+    columns = rows.columns
+    y = (pl.col("value") / scale).round_sig_figs(4)
+    label = pl.when(y == y.round(0)).then(y.cast(pl.Int64).cast(pl.String)).otherwise(y.cast(pl.String))
+    unit = pl.lit(unit) if isinstance(unit, str) else unit
+    last = pl.col("last") if "last" in columns else pl.lit(False)
+    href = pl.col("href") if "href" in columns else pl.lit(None, pl.String)
+    mark = pl.col("mark") if "mark" in columns else pl.lit(None, pl.String)
     return rows.select(
         pl.col("started_at").dt.strftime("%Y-%m-%dT%H:%M").alias("t"), pl.col("run_id").alias("r"),
         pl.col("commit").fill_null("").alias("c"), pl.col(key).alias("k"),
         (pl.col("value") / scale).round_sig_figs(6).alias("y"), (pl.col("delta") / scale).round_sig_figs(6).alias("d"),
-        pl.col("verdict").alias("v"))
+        pl.col("verdict").alias("v"), href.fill_null("").alias("h"),
+        pl.when(last & pl.col("value").is_not_null()).then(pl.concat_str(label, pl.when(unit == "").then(pl.lit(""))
+                                                                        .otherwise(pl.lit(" ") + unit)))
+        .otherwise(pl.lit("")).alias("l"),
+        mark.fill_null("").alias("m"),
+        (pl.col("mark_href") if "mark_href" in columns else href).fill_null("").alias("i"))
 
 
 def _tooltip(value_title: str) -> list[alt.Tooltip]:
     return [alt.Tooltip("r:N", title="run"), alt.Tooltip("c:N", title="commit"), alt.Tooltip("k:N", title="series"),
             alt.Tooltip("y:Q", title=value_title, format=",.4~r"), alt.Tooltip("d:Q", title="change", format="+,.4~r"),
-            alt.Tooltip("v:N", title="verdict")]
+            alt.Tooltip("v:N", title="verdict"), alt.Tooltip("m:N", title="opened here")]
 
 
-def _marks(base: alt.Chart, tooltip: list, size: int = 28) -> alt.LayerChart:
+def _marks(base: alt.Chart, tooltip: list, *, steps: bool, size: int = 28, label_right: bool = True) -> alt.LayerChart:
+    """Line, a point per row (its run's page), last night ringed and labelled, and a
+    triangle where a regression or incident opened (its incident's page)."""
+    last = base.transform_filter(alt.datum.l != "")
+    label = (dict(align="left", dx=8, dy=0) if label_right else dict(align="right", dx=3, dy=-9))
     return alt.layer(
-        base.mark_line(interpolate="step-after", strokeWidth=2),
-        base.mark_point(filled=True, size=size).encode(tooltip=tooltip),
-        base.transform_filter(alt.datum.v == "regressed").mark_point(
-            shape="triangle-up", size=4 * size, filled=True, color=REGRESSED).encode(tooltip=tooltip),
+        base.mark_line(interpolate="step-after" if steps else "linear", strokeWidth=2),
+        base.mark_point(filled=True, size=size, cursor="pointer").encode(tooltip=tooltip, href="h:N"),
+        last.mark_point(filled=False, size=5 * size, strokeWidth=2.5, cursor="pointer").encode(
+            tooltip=tooltip, href="h:N").properties(name=LAST_NAME),
+        last.mark_text(fontWeight="bold", fontSize=11, baseline="middle", **label).encode(text="l:N").properties(name=LABEL_NAME),
+        base.transform_filter(alt.datum.m != "").mark_point(
+            shape="triangle-up", size=4 * size, filled=True, color=REGRESSED, cursor="pointer").encode(
+            tooltip=tooltip, href="i:N").properties(name=MARK_NAME),
     )
 
 
 def trend_chart(rows: pl.DataFrame, *, title: str, color: str = "line", metric_label: str | None = None,
-                height: int = 220) -> dict:
+                height: int = 220, steps: bool = False) -> dict:
     """Lines over runs, one per ``color`` value. ``rows``: metric_trends rows (one metric,
-    or metrics of one unit) with a ``line`` column naming each line."""
-    rows = change_points(rows, [color, "metric"])
+    or metrics of one unit) with a ``line`` column naming each line (module docstring)."""
+    if steps:
+        rows = change_points(rows, [color, "metric"])
     metric = rows.get_column("metric")[0] if rows.height else ""
     unit, scale = byte_unit(float(rows.get_column("value").abs().max() or 0)) if is_bytes_metric(metric) else ("", 1)
     y_title = (metric_label or metric) + (f" ({unit})" if unit else "")
-    base = alt.Chart(POINTS).encode(x=alt.X("t:T", title="run", axis=_time_axis(rows)), y=alt.Y("y:Q", title=y_title),
+    first, last = (rows.get_column("started_at").min(), rows.get_column("started_at").max()) if rows.height else (None, None)
+    x = alt.X("t:T", title="run", axis=_axis(_is_daily(first, last), "%Y-%m-%d"),
+              scale=alt.Scale(domain=_time_domain(first, last)) if first is not None else alt.Undefined)
+    base = alt.Chart(POINTS).encode(x=x, y=alt.Y("y:Q", title=y_title, scale=alt.Scale(padding=Y_PAD)),
                                     color=alt.Color("k:N", title=None))
-    chart = _marks(base, _tooltip(y_title)).properties(title=title, width=WIDTH, height=height).interactive(bind_y=False)
-    return _spec(chart, _points(rows, color, scale))
+    chart = _marks(base, _tooltip(y_title), steps=steps).properties(title=title, width=WIDTH, height=height)
+    return _with_ticks(_spec(chart.interactive(bind_y=False), _points(rows, color, scale, unit)), rows)
+
+
+def faceted_trend_chart(rows: pl.DataFrame, *, title: str, facet: str, color: str, metric_label: str,
+                        columns: int = 3) -> dict:
+    """One small panel per ``facet`` value (a program), its lines coloured by ``color`` (a
+    kind): ten programs of five kinds each stay readable. Runs (x) and colours are shared by
+    the panels; each panel has its own y scale (programs differ by orders of magnitude)."""
+    first, last = rows.get_column("started_at").min(), rows.get_column("started_at").max()
+    x = alt.X("t:T", title=None, axis=_axis(_is_daily(first, last), "%m-%d"),
+              scale=alt.Scale(domain=_time_domain(first, last, right=0.05)))
+    base = alt.Chart().encode(x=x, y=alt.Y("y:Q", title=None, scale=alt.Scale(zero=False, padding=Y_PAD)),
+                              color=alt.Color("k:N", title=None))
+    layers = _marks(base, _tooltip(metric_label), steps=False, size=22, label_right=False).properties(width=260, height=130)
+    points = pl.concat([rows.select(pl.col(facet).alias("p")), _points(rows, color, 1, "")], how="horizontal")
+    chart = layers.facet(facet=alt.Facet("p:N", title=None, header=alt.Header(labelLimit=280)), columns=columns,
+                         data=POINTS).resolve_scale(y="independent").properties(title=title)
+    return _with_ticks(_spec(chart, points), rows)
 
 
 def small_multiples(rows: pl.DataFrame, *, title: str, columns: int = 3) -> dict:
@@ -125,13 +209,15 @@ def small_multiples_by(rows: pl.DataFrame, key: str, *, columns: int = 3) -> dic
                          pl.when(is_bytes).then(size).otherwise(1).cast(pl.Float64).alias("_scale"))
     rows = rows.join(units, on=[key, "metric"], how="left", maintain_order="left").with_columns(
         pl.when(pl.col("_unit") == "").then(pl.col("metric")).otherwise(pl.format("{} ({})", "metric", "_unit")).alias("panel"))
-    daily = dict(rows.group_by(key).agg(
-        ((pl.col("started_at").max() - pl.col("started_at").min()).dt.total_days() <= DAILY_DAYS).alias("d")).iter_rows())
-    points = pl.concat([rows.select(key), _points(rows, "panel", pl.col("_scale"))], how="horizontal")
+    span = dict((name, (lo, hi)) for name, lo, hi in rows.group_by(key).agg(
+        pl.col("started_at").min().alias("lo"), pl.col("started_at").max().alias("hi")).iter_rows())
+    points = pl.concat([rows.select(key), _points(rows, "panel", pl.col("_scale"), pl.col("_unit"))], how="horizontal")
     out = {}
     for (name,), part in points.partition_by(key, as_dict=True, maintain_order=True).items():
-        spec = json.loads(_small_multiples_spec(columns, bool(daily.get(name))))
+        first, last = span[name]
+        spec = json.loads(_small_multiples_spec(columns, _is_daily(first, last)))
         spec["title"] = name
+        _set_time_domain(spec, _time_domain(first, last, right=0.05), _run_ticks(rows.filter(pl.col(key) == name)))
         out[name] = _with_data(spec, part.drop(key))
     return out
 
@@ -140,11 +226,34 @@ def small_multiples_by(rows: pl.DataFrame, key: str, *, columns: int = 3) -> dic
 def _small_multiples_spec(columns: int, daily: bool) -> str:
     """The spec every series page shares (JSON text: each caller gets its own copy)."""
     x = alt.X("t:T", title=None, axis=_axis(daily, "%m-%d"))
-    base = alt.Chart().encode(x=x, y=alt.Y("y:Q", title=None, scale=alt.Scale(zero=False)))
-    layers = _marks(base, _tooltip("value"), size=22).properties(width=230, height=110)
+    base = alt.Chart().encode(x=x, y=alt.Y("y:Q", title=None, scale=alt.Scale(zero=False, padding=Y_PAD)))
+    layers = _marks(base, _tooltip("value"), steps=True, size=22, label_right=False).properties(width=230, height=110)
     chart = layers.facet(facet=alt.Facet("k:N", title=None, header=alt.Header(labelLimit=260)), columns=columns,
                          data=POINTS).resolve_scale(y="independent").properties(title="")
     return json.dumps(chart.to_dict(validate=False))
+
+
+def _with_ticks(spec: dict, rows: pl.DataFrame) -> dict:
+    ticks = _run_ticks(rows) if rows.height else None
+    if ticks:
+        _set_time_domain(spec, None, ticks)
+    return spec
+
+
+def _set_time_domain(spec: object, domain: list[dict] | None, ticks: list[dict] | None = None) -> None:
+    """Every temporal x encoding of a (shared) spec gets this page's domain (and ticks)."""
+    if isinstance(spec, dict):
+        x = spec.get("encoding", {}).get("x") if isinstance(spec.get("encoding"), dict) else None
+        if isinstance(x, dict) and x.get("type") == "temporal":
+            if domain:
+                x["scale"] = {**x.get("scale", {}), "domain": domain}
+            if ticks:
+                x["axis"] = {**{k: v for k, v in x.get("axis", {}).items() if k != "tickCount"}, "values": ticks}
+        for value in spec.values():
+            _set_time_domain(value, domain, ticks)
+    elif isinstance(spec, list):
+        for value in spec:
+            _set_time_domain(value, domain, ticks)
 
 
 def bar_chart(rows: pl.DataFrame, *, x: str, y: str, title: str, color: str | None = None, bytes_axis: bool = False) -> dict:

@@ -18,12 +18,11 @@ to build them follow the setting and the size of a night, not the length of the 
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 from functools import cached_property
 
 import polars as pl
-
-from urllib.parse import quote
 
 from transforms.escape import Markup, code, md_text, slug, url_path
 from transforms.trends.night_report import counts, counts_line
@@ -31,7 +30,8 @@ from transforms.trends.diffs import change_entries
 from transforms.site import charts
 from transforms.units import human_bytes, human_delta, human_ratio, human_value
 
-STEP_SYMBOL = {1.0: "✅", 0.0: "❌", None: "⚪"}
+# An ONNX step's outcome: the symbol, the word beside it (no emoji font shows an empty box) and its colour class.
+STEP_CELL = {1.0: ("✅", "passed", "ds-good"), 0.0: ("❌", "failed", "ds-bad"), None: ("⚪", "skipped", "ds-skip")}
 MAX_LINES = 12  # lines drawn in one trend chart
 MAX_RUN_ROWS = 60  # regressions and structural changes listed on a run's page
 DEFAULT_HISTORY_RUNS = 90  # [site] history_runs (transforms.trends.rules.Settings.site_history_runs)
@@ -71,6 +71,17 @@ class SiteData:
     series_catalog: pl.DataFrame | None = None  # every series ever seen: series, job, program, kind, stage, runs, last_run
     run_totals: pl.DataFrame | None = None  # every run: dumps, failed, partial, regressions, changed_series
     older_incidents: int = 0  # incidents closed before the window (not shown)
+    chart_rows: pl.DataFrame | None = None  # every run of the window for the (series, metric) pairs charted_pairs() names
+    dump_paths: pl.DataFrame | None = None  # run_id, series, path of each dump of the window
+    bucket_url: str | None = None  # settings: "{path}" -> a dump's page in the bucket's console
+
+    @cached_property
+    def opened_incidents(self) -> dict[tuple[str, str, str], str]:
+        """(series, metric, opened run) -> the incident shown that opened with that step."""
+        if self.incident_steps is None:
+            return {}
+        return {(s, m, r): i for s, m, r, i in self.incident_steps.group_by("series", "metric", "opened_run")
+                .agg(pl.col("incident_id").min()).iter_rows()}
 
     @property
     def latest(self) -> str | None:
@@ -172,6 +183,85 @@ def _value_cell(metric: str, value, delta, previous) -> Markup:
     return md_text(human_value(metric, value)) + small
 
 
+_BREAK_AFTER = re.compile(r"([./_])")
+
+
+def breakable(value: object) -> Markup:
+    """``md_text(value)`` that may wrap after each ``.``, ``/`` and ``_`` (``<wbr>``): a metric,
+    series or path in a narrow table column wraps there instead of one letter per line. The
+    characters follow the escaping: no character reference holds one, and every ``_`` left
+    stands between two letters or digits, so it cannot open emphasis."""
+    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", str(md_text(value))))
+
+
+def breakable_code(value: object) -> Markup:
+    """``breakable`` as inline code."""
+    return Markup("<code>") + breakable(value) + Markup("</code>")
+
+
+def _commit(d: SiteData, commit: str | None) -> Markup:
+    """A commit as code, a link to its page when the settings give ``commit_url``."""
+    if not commit:
+        return md_text("?")
+    if not d.commit_url:
+        return code(commit)
+    return Markup("[{}]({})").format(code(commit), Markup(d.commit_url.format(commit=url_path(commit))))
+
+
+def dump_link(d: SiteData, path: str | None) -> Markup:
+    """A dump's bucket path as code (wrapping at its slashes), a link to it when the settings
+    give ``[site] bucket_url`` (``{path}``: the path, each segment percent-encoded)."""
+    if not path:
+        return Markup("")
+    if not d.bucket_url:
+        return breakable_code(path)
+    # An HTML link (it also stands in the raw HTML tables); Markup.format escapes the URL for the attribute.
+    return Markup('<a class="ds-dump" href="{}">{}</a>').format(
+        d.bucket_url.format(path=url_path(*path.split("/"))), breakable_code(path))
+
+
+def _paths_by(d: SiteData, run_id: str | None = None) -> dict[tuple[str, str], str]:
+    """(run_id, series) -> the dump's bucket path (the first by name when a series has several)."""
+    if d.dump_paths is None:
+        return {}
+    frame = d.dump_paths if run_id is None else d.dump_paths.filter(pl.col("run_id") == run_id)
+    return {(r, s): p for r, s, p in frame.group_by("run_id", "series").agg(pl.col("path").min()).iter_rows()}
+
+
+def _run_info(d: SiteData, run: dict) -> dict:
+    """What the run's page and the overview say of a run besides its figures: its commit
+    (a link when the settings say where) and its run.json tags."""
+    tags = [t for t in (run.get("tags") or []) if t is not None]
+    return {"commit_link": _commit(d, run.get("commit")) if run.get("commit") else None, "tags": tags}
+
+
+def _run_href(d: SiteData, here: str) -> pl.Expr:
+    """The page of each row's run as an HTML href from a page in directory ``here``
+    (charts link by URL: mkdocs rewrites Markdown links to .html, not a chart's)."""
+    hrefs = {r: str(d.run_link(r, here)).replace(".md", ".html", 1) for r in d.window.get_column("run_id").to_list()}
+    return pl.col("run_id").replace_strict(hrefs, default=None, return_dtype=pl.String)
+
+
+def _opened_marks(d: SiteData, rows: pl.DataFrame, here: str) -> pl.DataFrame:
+    """``rows`` (metric_trends rows) with what a chart needs besides the figures: ``href``
+    (the run's page), ``last`` (the latest run's row), ``mark`` (an incident opened on this
+    series and metric here, else a regression that started here) and ``mark_href``."""
+    rows = rows.with_columns(_run_href(d, here).alias("href"), (pl.col("run_id") == (d.latest or "")).alias("last"))
+    if d.opened_incidents and "series" in rows.columns:
+        opened = pl.DataFrame([(s, m, r, str(incident_link(i, here)).replace(".md", ".html", 1))
+                               for (s, m, r), i in d.opened_incidents.items()],
+                              schema=["series", "metric", "run_id", "_incident"], orient="row")
+        rows = rows.join(opened, on=["series", "metric", "run_id"], how="left", maintain_order="left")
+    else:
+        rows = rows.with_columns(pl.lit(None, pl.String).alias("_incident"))
+    started = (pl.col("verdict") == "regressed") & (pl.col("regressed_since") == pl.col("run_id")) \
+        if "regressed_since" in rows.columns else pl.lit(False)
+    return rows.with_columns(
+        pl.when(pl.col("_incident").is_not_null()).then(pl.lit("incident")).when(started).then(pl.lit("regression"))
+        .otherwise(None).alias("mark"),
+        pl.coalesce("_incident", "href").alias("mark_href")).drop("_incident")
+
+
 # ------------------------------------------------------------------ overview
 
 def overview_page(d: SiteData) -> dict:
@@ -202,40 +292,123 @@ def overview_page(d: SiteData) -> dict:
     health = _table(d.rollups.filter(pl.col("run_id") == run).select(
         "job", "dumps", "parsed", "partial", "failed", "unknown", "series", "new_series", "vanished_series",
         "changed_series", "regressions"))
-    problems = _table(d.events.filter((pl.col("run_id") == run) & (pl.col("event") != "first_run")).select(
-        "job", "series", "event", "path", "detail"))
+    problems = [{**p, "dump": dump_link(d, p["path"])} for p in d.events.filter(
+        (pl.col("run_id") == run) & (pl.col("event") != "first_run")).select("job", "series", "event", "path", "detail").to_dicts()]
     history = d.rollups.group_by("run_id", "started_at").agg(pl.col("regressions").sum(), pl.col("changed_series").sum(),
                                                             pl.col("failed").sum()).sort("started_at")
     chart = None
-    if history.height > 1:
-        rows = history.with_columns(pl.lit("regressions").alias("metric"), pl.col("regressions").cast(pl.Float64).alias("value"),
-                                    pl.lit(None, pl.String).alias("commit"), pl.lit("changed").alias("verdict"),
-                                    pl.lit(None, pl.Float64).alias("delta"), pl.lit(None, pl.Float64).alias("previous_value"),
-                                    pl.lit("all jobs").alias("line")).join(d.runs.select("run_id", pl.col("commit").alias("c")), on="run_id")
-        chart = charts.trend_chart(rows.with_columns(pl.col("c").alias("commit")), title="Regressions per run", height=140)
+    rows = history.with_columns(pl.lit("regressions").alias("metric"), pl.col("regressions").cast(pl.Float64).alias("value"),
+                                pl.lit("changed").alias("verdict"), pl.col("regressions").diff().cast(pl.Float64).alias("delta"),
+                                pl.lit("all jobs").alias("line")).join(d.runs.select("run_id", "commit"), on="run_id")
+    if history.height > 1 and not charts.is_empty(rows):  # no regression in any run: the counts line says so
+        chart = charts.trend_chart(_opened_marks(d, rows, ""), title="Regressions per run", height=140)
     verdict = _verdict(d, run, here="")
-    return {"run": run, "info": info, "regressions": reg.height, "programs": programs, "headline": headline, **verdict,
+    return {"run": run, "info": info, **_run_info(d, info), "regressions": reg.height, "programs": programs,
+            "headline": headline, **verdict,
             "headline_metrics": metrics_shown, "headline_labels": HEADLINE, "health": health, "problems": problems, "previous": d.previous,
             "history_chart": chart, "accepts": d.accepts.height}
 
 
 # ------------------------------------------------------------------ sections
 
-def _trend_section(d: SiteData, metric: str, title: str, where: pl.Expr | None = None) -> dict | None:
+# The trend sections of each page: (metric, title, which rows). charted_pairs() and the pages read the same.
+MEMORY_SECTIONS = (
+    ("memory.total_bytes", "Total bytes (buffer assignment)", pl.col("stage") == "buffer_assignment"),
+    ("memory.peak_live_bytes", "Peak live bytes", None),
+    ("memory.temp_bytes", "Temp bytes", pl.col("stage") == "buffer_assignment"),
+    ("memory.buffer_bytes", "Inductor buffer bytes", pl.col("stage") == "post_fusion"),
+)
+FUSION_SECTIONS = (("fusion.count", "Inductor fused groups", pl.col("kind") == "inductor_ir"),)
+KERNEL_SECTIONS = (
+    ("kernel.launches", "Kernel launches (XLA, after optimizations)", pl.col("stage") == "after_optimizations"),
+    ("kernel.custom_calls", "Custom calls", pl.col("stage") == "after_optimizations"),
+    ("kernel.collectives", "Collectives (before optimizations)", pl.col("stage") == "before_optimizations"),
+    ("kernel.generated", "Inductor generated kernels", pl.col("kind") == "inductor_output_code"),
+    ("kernel.extern", "Inductor extern kernels", pl.col("kind") == "inductor_ir"),
+    ("kernel.user_triton", "User Triton kernels", pl.col("kind") == "inductor_ir"),
+    ("kernel.fallback", "Inductor fallback kernels", pl.col("kind") == "inductor_ir"),
+)
+ONNX_SECTIONS = (
+    ("onnx.graph_nodes", "ONNX graph nodes", None),
+    ("onnx.max_abs_diff", "Accuracy: max absolute difference (ONNX Runtime vs PyTorch)", None),
+)
+SECTIONS = MEMORY_SECTIONS + FUSION_SECTIONS + KERNEL_SECTIONS + ONNX_SECTIONS
+
+
+def _section_lines(d: SiteData, metric: str, where: pl.Expr | None) -> pl.DataFrame:
+    """The change points of a section's metric, each with its ``line`` (job/program, and the
+    stage when a program has several)."""
     rows = d.trends.filter(pl.col("metric") == metric)
     if where is not None:
         rows = rows.filter(where)
     if rows.is_empty():
-        return None
-    rows = _line(rows).with_columns(pl.format("{}/{}", "line", "stage").alias("line")) if rows.select(
+        return rows.with_columns(pl.lit(None, pl.String).alias("line"))
+    return _line(rows).with_columns(pl.format("{}/{}", "line", "stage").alias("line")) if rows.select(
         pl.struct("job", "program").n_unique()).item() < rows.select(pl.struct("job", "program", "stage").n_unique()).item() else _line(rows)
-    latest = rows.sort("started_at").group_by("line").agg(pl.all().last()).sort("line")
-    shown, chart_title = _top_lines(latest, title)
-    table = [{"line": r["line"], "series": d.series_link(r["series"]), "run": r["run_id"],
+
+
+def _fusion_kind_lines(d: SiteData) -> pl.DataFrame:
+    """XLA fusions by kind after optimizations: a line per program and fusion.count.* metric."""
+    kinds = d.trends.filter(pl.col("metric").str.starts_with("fusion.count") & (pl.col("kind") == "xla_hlo")
+                            & (pl.col("stage") == "after_optimizations"))
+    return _line(kinds).with_columns(pl.format("{} {}", "line", "metric").alias("line"))
+
+
+def charted_pairs(d: SiteData) -> pl.DataFrame:
+    """(series, metric) of every line the section charts draw: the site reads every run of
+    the window for these (``SiteData.chart_rows``), and only the change points of the rest."""
+    parts = []
+    for metric, title, where in SECTIONS:
+        rows = _section_lines(d, metric, where)
+        if rows.height and not charts.is_empty(rows):
+            shown, _ = _top_lines(_last_of_lines(rows), title)
+            parts.append(rows.filter(pl.col("line").is_in(shown.implode())).select("series", "metric"))
+    kinds = _fusion_kind_lines(d)
+    if kinds.height:
+        shown = _top_programs(kinds)
+        parts.append(kinds.filter(pl.col("line").is_in(shown.implode())).select("series", "metric"))
+    empty = pl.DataFrame(schema={"series": pl.String, "metric": pl.String})
+    return pl.concat([empty, *parts]).unique().sort("series", "metric")
+
+
+def _last_of_lines(rows: pl.DataFrame) -> pl.DataFrame:
+    return rows.sort("started_at", "run_id").group_by("line").agg(pl.all().last()).sort("line")
+
+
+def _every_run(d: SiteData, rows: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
+    """The rows of every run of the window for the lines of ``rows`` (change points), each
+    named as there; (rows, False) when the site did not read them (then drawn as steps)."""
+    if d.chart_rows is None:
+        return rows, False
+    names = rows.select("series", "metric", "line").unique(subset=["series", "metric"])
+    return d.chart_rows.join(names, on=["series", "metric"]), True
+
+
+def _trend_section(d: SiteData, metric: str, title: str, where: pl.Expr | None = None, here: str = "") -> dict | None:
+    rows = _section_lines(d, metric, where)
+    if rows.is_empty():
+        return None
+    latest = _last_of_lines(rows)
+    table = [{"line": r["line"], "series": d.series_link(r["series"], here), "run": r["run_id"],
               "value": human_value(metric, r["value"]), "change": human_delta(metric, r["delta"]) if r["delta"] else "",
               "verdict": r["verdict"]} for r in latest.iter_rows(named=True)]
-    chart = charts.trend_chart(rows.filter(pl.col("line").is_in(shown.implode())), title=chart_title)
-    return {"title": title, "metric": metric, "chart": chart, "table": table}
+    if charts.is_empty(rows):  # a flat line at 0 says nothing: the sentence says why there is no chart
+        return {"title": title, "metric": metric, "chart": None, "table": table,
+                "empty": f"Every program shows 0 for {metric} in the runs shown: nothing to draw."}
+    shown, chart_title = _top_lines(latest, title)
+    drawn, every_run = _every_run(d, rows.filter(pl.col("line").is_in(shown.implode())))
+    chart = charts.trend_chart(_opened_marks(d, drawn, here), title=chart_title, steps=not every_run)
+    return {"title": title, "metric": metric, "chart": chart, "table": table, "empty": None}
+
+
+def _top_programs(kinds: pl.DataFrame, most: int = 9) -> pl.Series:
+    """The lines of the fusion-kind panels: every kind of the programs regressed in the latest
+    run, then of the largest (by their total fusions), ``most`` programs at most."""
+    last = _last_of_lines(kinds)
+    programs = (last.group_by("job", "program").agg((pl.col("verdict") == "regressed").any().alias("_reg"),
+                                                    pl.col("value").abs().sum().alias("_size"))
+                .sort("_reg", "_size", "job", "program", descending=[True, True, False, False]).head(most))
+    return last.join(programs.select("job", "program"), on=["job", "program"]).get_column("line")
 
 
 def _top_lines(latest: pl.DataFrame, title: str) -> tuple[pl.Series, str]:
@@ -250,41 +423,47 @@ def _diff_rows(d: SiteData, categories: tuple[str, ...], changes: tuple[str, ...
     rows = d.diffs.filter((pl.col("run_id") == d.latest) & pl.col("category").is_in(categories))
     if changes:
         rows = rows.filter(pl.col("change").is_in(changes))
-    return _table(rows.select("job", "program", "kind", "category", "change", "description"))
+    paths = _paths_by(d, d.latest)
+    return [{**r, "diff": url_path("diff.md", fragment=program_anchor(r["job"], r["program"])),
+             "dump": dump_link(d, paths.get((d.latest, r["series"])))}
+            for r in rows.select("job", "program", "series", "kind", "category", "change", "description").iter_rows(named=True)]
+
+
+def _sections(d: SiteData, specs: tuple) -> list[dict]:
+    return [s for s in (_trend_section(d, metric, title, where) for metric, title, where in specs) if s]
 
 
 def memory_page(d: SiteData) -> dict:
-    sections = [s for s in (
-        _trend_section(d, "memory.total_bytes", "Total bytes (buffer assignment)", pl.col("stage") == "buffer_assignment"),
-        _trend_section(d, "memory.peak_live_bytes", "Peak live bytes"),
-        _trend_section(d, "memory.temp_bytes", "Temp bytes", pl.col("stage") == "buffer_assignment"),
-        _trend_section(d, "memory.buffer_bytes", "Inductor buffer bytes", pl.col("stage") == "post_fusion"),
-    ) if s]
+    sections = _sections(d, MEMORY_SECTIONS)
     alloc = d.allocations.group_by("program", "kind").agg(pl.col("size_bytes").sum()).sort("program", "size_bytes", descending=[False, True])
     breakdown = charts.bar_chart(alloc.with_columns(pl.format("{} · {}", "program", "kind").alias("allocation")),
                                  x="size_bytes", y="allocation", color="kind", title=f"Allocations by kind, run {d.latest}",
                                  bytes_axis=True) if alloc.height else None
     peak = d.items.filter(pl.col("category") == "peak_value").sort("bytes", descending=True, nulls_last=True).head(20)
-    top = [{"program": r["program"], "value": r["label"], "bytes": human_bytes(r["bytes"]), "source": r["detail"] or ""}
-           for r in peak.iter_rows(named=True)]
+    top = [{"program": r["program"], "value": r["label"], "bytes": human_bytes(r["bytes"]), "source": r["detail"] or "",
+            "dump": dump_link(d, r.get("path"))} for r in peak.iter_rows(named=True)]
     return {"sections": sections, "breakdown": breakdown, "allocation_table": [
                 {"program": p, "kind": k, "bytes": human_bytes(b)} for p, k, b in alloc.iter_rows()],
             "top_at_peak": top, "grew": _diff_rows(d, ("allocation", "peak_value"), ("grew", "appeared")), "run": d.latest}
 
 
 def fusion_page(d: SiteData) -> dict:
-    kinds = d.trends.filter(pl.col("metric").str.starts_with("fusion.count") & (pl.col("kind") == "xla_hlo")
-                            & (pl.col("stage") == "after_optimizations"))
+    kinds = _fusion_kind_lines(d)
     kinds_chart = None
-    if kinds.height:
-        kinds = _line(kinds).with_columns(pl.format("{} {}", "line", "metric").alias("line"))
-        shown, title = _top_lines(kinds.sort("started_at").group_by("line").agg(pl.all().last()),
-                                  "XLA fusions by kind (after optimizations)")
-        kinds_chart = charts.trend_chart(kinds.filter(pl.col("line").is_in(shown.implode())), title=title, metric_label="fusions")
+    if kinds.height and not charts.is_empty(kinds):
+        shown = _top_programs(kinds)
+        programs = kinds.select(pl.struct("job", "program").n_unique()).item()
+        drawn, _ = _every_run(d, kinds.filter(pl.col("line").is_in(shown.implode())))
+        title = "XLA fusions by kind (after optimizations), one panel per program" + (
+            "" if shown.len() == _last_of_lines(kinds).height else f" ({drawn.select(pl.struct('job', 'program').n_unique()).item()} of {programs}: regressed, then largest)")
+        kinds_chart = charts.faceted_trend_chart(
+            _line(_opened_marks(d, drawn, "")).with_columns(
+                pl.when(pl.col("metric") == "fusion.count").then(pl.lit("all fusions"))
+                .otherwise(pl.col("metric").str.strip_prefix("fusion.count.")).alias("fusion kind")),
+            title=title, facet="line", color="fusion kind", metric_label="fusions")
     ratio = _fused_ratio(d)
     groups = d.items.filter(pl.col("category") == "fused_group").sort("count", descending=True).head(20)
-    return {"kinds_chart": kinds_chart, "sections": [s for s in (
-                _trend_section(d, "fusion.count", "Inductor fused groups", pl.col("kind") == "inductor_ir"),) if s],
+    return {"kinds_chart": kinds_chart, "sections": _sections(d, FUSION_SECTIONS),
             "ratio_chart": ratio, "groups": [{"program": r["program"], "group": r["label"], "count": r["count"],
                                              "bytes": human_bytes(r["bytes"]) if r["bytes"] is not None else ""}
                                             for r in groups.iter_rows(named=True)],
@@ -306,19 +485,12 @@ def _fused_ratio(d: SiteData) -> dict | None:
         pl.when(moved.fill_null(True)).then(pl.lit("changed")).otherwise(pl.lit("unchanged")).alias("verdict")))
     shown, title = _top_lines(both.group_by("line").agg(pl.all().last()),
                               "Fused-node ratio (Inductor: fused members / nodes before fusion)")
-    return charts.trend_chart(both.filter(pl.col("line").is_in(shown.implode())), title=title, metric_label="ratio")
+    return charts.trend_chart(_opened_marks(d, both.filter(pl.col("line").is_in(shown.implode())), ""), title=title,
+                              metric_label="ratio")
 
 
 def kernels_page(d: SiteData) -> dict:
-    sections = [s for s in (
-        _trend_section(d, "kernel.launches", "Kernel launches (XLA, after optimizations)", pl.col("stage") == "after_optimizations"),
-        _trend_section(d, "kernel.custom_calls", "Custom calls", pl.col("stage") == "after_optimizations"),
-        _trend_section(d, "kernel.collectives", "Collectives (before optimizations)", pl.col("stage") == "before_optimizations"),
-        _trend_section(d, "kernel.generated", "Inductor generated kernels", pl.col("kind") == "inductor_output_code"),
-        _trend_section(d, "kernel.extern", "Inductor extern kernels", pl.col("kind") == "inductor_ir"),
-        _trend_section(d, "kernel.user_triton", "User Triton kernels", pl.col("kind") == "inductor_ir"),
-        _trend_section(d, "kernel.fallback", "Inductor fallback kernels", pl.col("kind") == "inductor_ir"),
-    ) if s]
+    sections = _sections(d, KERNEL_SECTIONS)
     latest = d.trends.filter(pl.col("run_id") == d.latest)
     fallbacks = latest.filter(pl.col("metric").str.starts_with("kernel.fallback.") & (pl.col("value") > 0))
     targets = latest.filter(pl.col("metric").str.starts_with("kernel.custom_call.") & (pl.col("stage") == "after_optimizations"))
@@ -341,11 +513,8 @@ def onnx_page(d: SiteData, last_runs: int = ONNX_RUNS) -> dict:
         cells = {(r["metric"].removeprefix("onnx.step."), r["run_id"]): r["value"] for r in rows.iter_rows(named=True)}
         names = sorted({s for s, _ in cells})
         matrices.append({"program": program, "runs": runs, "rows": [
-            {"step": s, "cells": [STEP_SYMBOL.get(cells.get((s, r)), "⚪") for r in runs]} for s in names]})
-    sections = [s for s in (
-        _trend_section(d, "onnx.graph_nodes", "ONNX graph nodes"),
-        _trend_section(d, "onnx.max_abs_diff", "Accuracy: max absolute difference (ONNX Runtime vs PyTorch)"),
-    ) if s]
+            {"step": s, "cells": [STEP_CELL.get(cells.get((s, r)), STEP_CELL[None]) for r in runs]} for s in names]})
+    sections = _sections(d, ONNX_SECTIONS)
     ops = d.onnx_ops.sort("count", descending=True).head(25)
     errors = [{"program": r["program"], "title": f"{r['exception_type'] or 'error'} ({r['section']})",
                "message": (r["message"] or "").strip()} for r in d.onnx_errors.iter_rows(named=True)]
@@ -357,16 +526,9 @@ def onnx_page(d: SiteData, last_runs: int = ONNX_RUNS) -> dict:
 
 def commit_range(d: SiteData, good: str | None, bad: str | None) -> Markup:
     """``a1b2c3 → d4e5f6``, commits as links and a compare link when the settings give templates."""
-    def one(commit: str | None) -> Markup:
-        if not commit:
-            return md_text("?")
-        if not d.commit_url:
-            return code(commit)
-        return Markup("[{}]({})").format(code(commit), d.commit_url.format(commit=quote(commit, safe="")))
-
-    text = one(good) + Markup(" → ") + one(bad)
+    text = _commit(d, good) + Markup(" → ") + _commit(d, bad)
     if d.compare_url and good and bad:
-        text += Markup(" ([compare]({}))").format(d.compare_url.format(base=quote(good, safe=""), head=quote(bad, safe="")))
+        text += Markup(" ([compare]({}))").format(Markup(d.compare_url.format(base=url_path(good), head=url_path(bad))))
     return text
 
 
@@ -453,19 +615,21 @@ def incidents_index(d: SiteData) -> dict:
 
 def run_pages(d: SiteData):
     """(run_id, context) of the page of each run of the window, newest first."""
-    parts = {name: getattr(d, name).partition_by("run_id", as_dict=True)
-             for name in ("regressions", "rollups", "events", "diffs")}
+    names = ("regressions", "rollups", "events", "diffs") + (("dump_paths",) if d.dump_paths is not None else ())
+    parts = {name: getattr(d, name).partition_by("run_id", as_dict=True) for name in names}
     empty = {name: getattr(d, name).clear() for name in parts}
     for run in d.window.sort("started_at", "run_id", descending=True).iter_rows(named=True):
         part = {name: parts[name].get((run["run_id"],), empty[name]) for name in parts}
         reg = part["regressions"]
+        paths = dict(part["dump_paths"].group_by("series").agg(pl.col("path").min()).iter_rows()) if "dump_paths" in part else {}
         yield run["run_id"], {
-            "run": run,
+            "run": run, **_run_info(d, run),
             "rollups": _table(part["rollups"].drop("run_id", "started_at")),
             "regressions": [_regression_row(d, r, "runs") for r in reg.head(MAX_RUN_ROWS).iter_rows(named=True)],
             "regression_count": reg.height,
             "events": _table(part["events"].filter(pl.col("event") != "first_run").select("job", "series", "event", "detail")),
-            "diffs": _table(part["diffs"].select("job", "program", "kind", "stage", "description").head(MAX_RUN_ROWS)),
+            "diffs": [{**r, "dump": dump_link(d, paths.get(r["series"]))} for r in part["diffs"].select(
+                "job", "program", "series", "kind", "stage", "description").head(MAX_RUN_ROWS).iter_rows(named=True)],
             "diff_count": part["diffs"].height,
             **_verdict(d, run["run_id"], here="runs"),
         }
@@ -475,7 +639,14 @@ def _regression_row(d: SiteData, r: dict, here: str) -> dict:
     return {"series": r["series"], "link": d.series_link(r["series"], here), "metric": r["metric"],
             "baseline": human_value(r["metric"], r["baseline"]), "value": human_value(r["metric"], r["value"]),
             "change": f"{human_delta(r['metric'], r['change'])} ({human_ratio(r['change_ratio'])})",
-            "rule": r["rule"], "since": r["regressed_since"]}
+            "rule": r["rule"], "since": r["regressed_since"], "incident": _incident_of(d, r, here)}
+
+
+def _incident_of(d: SiteData, r: dict, here: str) -> Markup | None:
+    """The page of the incident a regression row belongs to: the one that opened on its
+    series and metric in the run the regression started (None when none has a page)."""
+    incident = d.opened_incidents.get((r["series"], r["metric"], r["regressed_since"]))
+    return incident_link(incident, here) if incident else None
 
 
 def accepts_page(d: SiteData) -> dict:
@@ -496,7 +667,10 @@ def series_pages(d: SiteData):
     every metric over the window, the latest value of each."""
     rows = d.trends.filter(pl.col("series").is_in(list(d.series_pages)))
     latest = rows.sort("started_at", "run_id").group_by("series", "metric").agg(pl.all().last()).sort("series", "metric")
-    specs = charts.small_multiples_by(rows, "series")
+    specs = charts.small_multiples_by(_opened_marks(d, rows, "series"), "series")
+    last_dump = {} if d.dump_paths is None else dict(
+        d.dump_paths.join(latest.sort("started_at").group_by("series").agg(pl.col("run_id").last()), on=["series", "run_id"])
+        .group_by("series").agg(pl.col("path").min()).iter_rows())
     seen = {} if d.series_catalog is None else dict(d.series_catalog.select("series", "runs").iter_rows())
     patterns = [a for a in d.accepts.iter_rows(named=True) if a.get("series") is not None]
     for (series,), part in sorted(latest.partition_by("series", as_dict=True).items()):
@@ -508,6 +682,7 @@ def series_pages(d: SiteData):
                        "baseline": human_value(r["metric"], r["baseline"]), "verdict": r["verdict"], "rule": r["rule"]}
                       for r in part.iter_rows(named=True)],
             "metrics_chart": specs[series], "runs": seen.get(series, 0), "history_runs": d.history_runs,
+            "dump": dump_link(d, last_dump.get(series)), "last_run": part.sort("started_at").get_column("run_id")[-1],
             "window_runs": d.window.height,
             "accepts": [a for a in patterns if fnmatch.fnmatchcase(series, a["series"])],  # its own and its patterns'
         }

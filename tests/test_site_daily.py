@@ -1,0 +1,259 @@
+"""The site as a daily tool, in headless Chromium at 1400 px, at 420 px and in dark mode.
+
+One site is built from the sample warehouse (module-scoped), with a commit URL, a compare
+URL and a bucket URL template set. A handful of pages are opened once in each of three
+browser contexts (a wide screen, a phone, a wide screen whose system prefers dark) through
+the harness (tests/browser.py), with a probe that reads back what a reader sees: the
+labels of last night's points, the marks where incidents opened, where each table's first
+column sits against the viewport and its scroll box, the ONNX step words, the colour
+scheme. The tests then assert on those reports. Screenshots of the overview, an incident,
+a series and a run page at both widths go to tests/artifacts/ (daily_<page>_<width>.png);
+``DUMPSCOPE_UPDATE_README_SHOT=1`` also refreshes the README's picture of the overview
+(tests/artifacts/readme_overview.png, the one artifact in git).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.browser import serve_directory
+from transforms.site.pages import series_file
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+README_SHOT = ARTIFACTS / "readme_overview.png"
+SERIES = series_file("jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment").replace(".md", ".html")
+RUN = "runs/2026-11-20.html"
+MODES = {"wide": (1400, "light"), "phone": (420, "light"), "dark": (1400, "dark")}
+INCIDENT = "incident"  # stands for the page of incident I-f515e5b1 (its file name ends in a hash)
+PAGES = {  # mode -> pages opened in it
+    "wide": ("index.html", INCIDENT, SERIES, RUN, "memory.html", "fusion.html", "kernels.html", "onnx.html",
+             "series/index.html"),
+    "phone": ("index.html", INCIDENT, SERIES, RUN, "kernels.html", "onnx.html"),
+    "dark": ("index.html", "kernels.html", "onnx.html"),
+}
+SHOTS = {"index.html": "overview", INCIDENT: "incident", SERIES: "series", RUN: "run"}
+BUCKET_URL = "https://bucket.example/browse/{path}"
+
+# What the reader sees: read in the page once its charts drew.
+_PROBE = """() => {
+  const inside = (box, outer) => box.left >= outer.left - 1 && box.right <= outer.right + 1;
+  const viewport = {left: 0, right: window.innerWidth};
+  const charts = Array.from(document.querySelectorAll('.ds-chart')).map((el) => {
+    const count = (cls) => Array.from(el.querySelectorAll(`svg g.${cls}`)).reduce((n, g) => n + g.childElementCount, 0);
+    const axis = el.querySelector('svg .role-axis-label text');
+    return {
+      label: el.getAttribute('aria-label'),
+      last: count('ds_last_marks'),
+      labels: Array.from(el.querySelectorAll('svg g.ds_label_marks text')).map((t) => t.textContent),
+      opened: count('ds_opened_marks'),
+      axis_fill: axis ? getComputedStyle(axis).fill : null,
+    };
+  });
+  const tables = Array.from(document.querySelectorAll('article table')).map((table) => {
+    const box = table.closest('.md-typeset__scrollwrap, .ds-scroll') || table.parentElement;
+    const outer = box.getBoundingClientRect();
+    const bounds = {left: Math.max(outer.left, 0), right: Math.min(outer.right, window.innerWidth)};
+    const first = Array.from(table.querySelectorAll('tr > :first-child'));
+    const last = Array.from(table.querySelectorAll('tr > :last-child'));
+    return {
+      head: table.querySelector('tr').innerText.slice(0, 60),
+      first_inside: first.every((c) => inside(c.getBoundingClientRect(), bounds)),
+      first_width: Math.min(...first.map((c) => c.getBoundingClientRect().width)),
+      last_inside: last.every((c) => inside(c.getBoundingClientRect(), bounds)),
+      scrolls: box.scrollWidth > box.clientWidth + 1,
+    };
+  });
+  const body = getComputedStyle(document.body);
+  return {
+    charts, tables,
+    scheme: document.body.getAttribute('data-md-color-scheme'),
+    background: body.backgroundColor,
+    toggle: document.querySelectorAll('form[data-md-component="palette"] input').length,
+    page_overflow: document.documentElement.scrollWidth - window.innerWidth,
+    status: (document.querySelector('.ds-status') || {}).innerText || '',
+    onnx: Array.from(document.querySelectorAll('table.ds-matrix td[class]')).map((td) => td.textContent),
+    text: document.body.innerText,
+  };
+}"""
+
+
+@pytest.fixture(scope="module")
+def daily_site(sample_warehouse, tmp_path_factory):
+    """The sample site, with commits and dumps linked (flows.site reads these settings)."""
+    from flows.site import build_site
+
+    settings = SimpleNamespace(site_history_runs=90, commit_url="https://git.example/c/{commit}",
+                               compare_url="https://git.example/compare/{base}...{head}", site_bucket_url=BUCKET_URL)
+    return build_site(sample_warehouse, tmp_path_factory.mktemp("daily") / "site", settings)
+
+
+@contextlib.contextmanager
+def _context(browser, width: int, scheme: str):
+    """The harness's shared tab swapped, for the block, for one of a context with this
+    viewport and colour scheme (Playwright's ``color_scheme``: what the system prefers)."""
+    from tests.browser import _CSP_INIT_JS
+
+    context = browser._browser.new_context(viewport={"width": width, "height": 1000}, color_scheme=scheme)
+    context.add_init_script(_CSP_INIT_JS)
+    shared, browser._page = browser._page, context.new_page()
+    try:
+        yield browser._page
+    finally:
+        browser._page = shared
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def reports(daily_site, browser):
+    """(mode, page) -> the harness's PageReport (probe included), each page opened once."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    incident = next((daily_site.out / "incidents").glob("i-f515e5b1-*.html")).relative_to(daily_site.out).as_posix()
+    out = {}
+    with serve_directory(daily_site.out) as base:
+        for mode, (width, scheme) in MODES.items():
+            with _context(browser, width, scheme) as tab:
+                for page in PAGES[mode]:
+                    path = incident if page == INCIDENT else page
+                    shot = ARTIFACTS / f"daily_{SHOTS[page]}_{width}.png" if page in SHOTS and mode != "dark" else None
+                    out[mode, page] = browser.open_page(base + path, probe=_PROBE, screenshot=shot)
+                if mode == "wide":
+                    out["click"] = _click_last_point(tab, base + "kernels.html")
+    if os.environ.get("DUMPSCOPE_UPDATE_README_SHOT"):
+        shutil.copyfile(ARTIFACTS / "daily_overview_1400.png", README_SHOT)
+    return out
+
+
+def _click_last_point(tab, url: str) -> str:
+    """Where a click on last night's point of the first kernels chart leads."""
+    tab.goto(url)
+    point = tab.locator(".ds-chart svg g.ds_last_marks path").first
+    point.wait_for()
+    point.click(force=True)
+    tab.wait_for_url(re.compile(r".*/runs/.*\.html$"), timeout=5000)
+    href = tab.url
+    tab.goto("about:blank")
+    return href
+
+
+def test_pages_open_without_errors_and_every_chart_draws(reports):
+    for key, report in reports.items():
+        if key == "click":
+            continue
+        assert report.console_errors == [] and report.csp_violations == [], (key, report.console_errors)
+        assert report.undrawn_charts == 0 and all(n > 0 for n in report.chart_marks), (key, report.chart_marks)
+
+
+def test_every_trend_chart_rings_and_labels_last_night(reports):
+    for (mode, page), report in ((k, r) for k, r in reports.items() if k != "click"):
+        for chart in report.probe["charts"]:
+            if chart["label"] == "Allocations by kind":  # bars of the latest run, not a trend
+                continue
+            assert chart["last"] > 0 and len(chart["labels"]) == chart["last"], (mode, page, chart)
+    kernels = {c["label"]: c for c in reports["wide", "kernels.html"].probe["charts"]}
+    # kernel.launches of the three XLA programs in run 2026-11-20: jit_eval_metrics, jit_train_step, jit__fun.
+    assert sorted(kernels["Kernel launches (XLA, after optimizations)"]["labels"], key=int) == ["12", "39", "46"]
+    memory = {c["label"]: c for c in reports["wide", "memory.html"].probe["charts"]}
+    # memory.temp_bytes in 2026-11-20: 131,584, 306,440 and 32,976 bytes (jit_train_step, jit__fun, jit_eval_metrics).
+    assert sorted(memory["Temp bytes"]["labels"]) == ["128.5 KiB", "299.3 KiB", "32.2 KiB"]
+    series = reports["wide", SERIES].probe["charts"]
+    assert len(series) == 1 and {"449.6 KiB", "299.3 KiB"} <= set(series[0]["labels"])  # jit__fun's total and temp bytes
+
+
+def test_incidents_are_marked_where_they_opened_and_a_point_opens_its_run(reports):
+    kernels = {c["label"]: c for c in reports["wide", "kernels.html"].probe["charts"]}
+    # Incidents I-f61c3b88 and I-84ab3494 opened with kernel.launches steps in 2026-11-19 (jit_train_step,
+    # jit_eval_metrics), I-f515e5b1 with jit__fun's: one triangle each, none on the runs after.
+    assert kernels["Kernel launches (XLA, after optimizations)"]["opened"] == 3
+    assert reports["click"].endswith("/runs/2026-11-20.html")
+
+
+def test_a_chart_with_nothing_to_show_is_not_drawn(daily_site, reports):
+    kernels = reports["wide", "kernels.html"].probe
+    assert "Custom calls" not in {c["label"] for c in kernels["charts"]}
+    assert "Every program shows 0 for kernel.custom_calls in the runs shown: nothing to draw." in kernels["text"]
+    fusion = {c["label"] for c in reports["wide", "fusion.html"].probe["charts"]}
+    assert "XLA fusions by kind" in fusion  # the small multiples: one panel per program
+
+
+def test_tables_keep_their_first_column_in_view(reports):
+    for (mode, page), report in ((k, r) for k, r in reports.items() if k != "click"):
+        for table in report.probe["tables"]:
+            assert table["first_inside"], (mode, page, table)
+            assert table["first_width"] > (60 if mode == "phone" else 80), (mode, page, table)  # no letter-per-line column
+        assert report.probe["page_overflow"] <= 0, (mode, page, report.probe["page_overflow"])
+    # At 1400 px the series index and the ingest health fit whole: no column is cut off.
+    for page, head in (("series/index.html", "series"), ("index.html", "job\tdumps")):
+        tables = [t for t in reports["wide", page].probe["tables"] if t["head"].startswith(head)]
+        assert tables and all(t["last_inside"] and not t["scrolls"] for t in tables), (page, tables)
+    # On a phone a run's regressions scroll sideways inside their box, the series column staying.
+    run = [t for t in reports["phone", RUN].probe["tables"] if t["head"].startswith("series\tmetric")]
+    assert run and run[0]["scrolls"] and run[0]["first_inside"]
+
+
+def test_onnx_steps_say_passed_or_failed_in_words(reports):
+    for mode in MODES:
+        cells = reports[mode, "onnx.html"].probe["onnx"]
+        words = {c.split(" ", 1)[1] for c in cells}
+        assert words == {"passed", "failed", "skipped"}, (mode, words)
+        assert cells.count("❌ failed") == 1 and cells.count("✅ passed") > 0
+
+
+def test_the_site_follows_the_system_colour_scheme(reports):
+    def luminance(css: str) -> float:
+        r, g, b = (int(v) for v in re.findall(r"\d+", css)[:3])
+        return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+    for page in PAGES["dark"]:
+        dark, light = reports["dark", page].probe, reports["wide", page].probe
+        assert (dark["scheme"], light["scheme"]) == ("slate", "default"), page
+        assert luminance(dark["background"]) < 0.3 < 0.9 < luminance(light["background"]), page
+        assert dark["toggle"] == 2 == light["toggle"]  # the toggle stays
+        for chart in dark["charts"]:  # the charts are drawn in the dark theme: light axis labels
+            assert chart["axis_fill"] is None or luminance(chart["axis_fill"]) > 0.6, (page, chart)
+
+
+def test_every_page_says_how_old_it_is(reports, daily_site):
+    for (mode, page), report in ((k, r) for k, r in reports.items() if k != "click"):
+        status = report.probe["status"]
+        assert re.fullmatch(r"Latest run 2026-11-20, started 2026-11-20 02:00 UTC \(\d+ days ago\), commit 1a8e6b4 · "
+                            r"site built \d{4}-\d\d-\d\d \d\d:\d\d UTC \((just now|\d+ min ago)\)", status), (page, status)
+
+
+def test_run_pages_and_the_overview_show_tags_commits_and_dump_links(daily_site, reports):
+    overview = reports["wide", "index.html"].probe["text"]
+    assert "Tags: nightly cpu mlp-3x128 mean-centering" in " ".join(overview.split())
+    html = (daily_site.out / "index.html").read_text()
+    assert '<a href="https://git.example/c/1a8e6b4"><code>1a8e6b4</code></a>' in html
+    run = (daily_site.out / "runs" / "2026-11-19.html").read_text()
+    assert '<a href="https://git.example/c/c71f0d2"><code>c71f0d2</code></a>' in run
+    assert "mlp-3x96" in run and "median-centering" in run
+    # The run's structural changes each name their dump by bucket path, linked through the template.
+    path = "2026-11-19/jax-jit/module_0002.jit_eval_metrics.cpu_after_optimizations-buffer-assignment.txt.gz"
+    assert f'href="{BUCKET_URL.format(path=path)}"' in run
+    series = (daily_site.out / SERIES).read_text()
+    assert ('href="https://bucket.example/browse/2026-11-20/jax-pmap/'
+            'module_0000.jit__fun.cpu_after_optimizations-buffer-assignment.txt.gz"') in series
+
+
+def test_a_dump_link_escapes_every_segment_of_the_path():
+    from transforms.site.pages import dump_link
+
+    hostile = '2026-11-20 <img src=x onerror=alert(1)>/job"a&b/../x?y#z.txt'
+    link = dump_link(SimpleNamespace(bucket_url=BUCKET_URL), hostile)
+    assert link == ('<a class="ds-dump" href="https://bucket.example/browse/2026-11-20%20%3Cimg%20src%3Dx%20onerror%3Dalert'
+                    '%281%29%3E/job%22a%26b/../x%3Fy%23z.txt"><code>2026-11-20 &#60;img src=x onerror=alert(1)&#62;/<wbr>'
+                    'job&#34;a&#38;b/<wbr>.<wbr>.<wbr>/<wbr>x?y&#35;z.<wbr>txt</code></a>')
+    assert dump_link(SimpleNamespace(bucket_url=None), "a/b.txt") == "<code>a/<wbr>b.<wbr>txt</code>"
+
+
+def test_screenshots_are_written(reports):
+    for name in SHOTS.values():
+        for width in (1400, 420):
+            assert (ARTIFACTS / f"daily_{name}_{width}.png").stat().st_size > 20_000, (name, width)
