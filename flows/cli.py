@@ -362,6 +362,37 @@ def serve(
         "state_path": str(warehouse.resolve().with_suffix(".settle.json")), "wait_for_lock": True})
 
 
+@app.command()
+def check(
+    directory: Annotated[Path, typer.Argument(help="Dumps of a change, laid out as one night's jobs: DIR/<job>/... "
+                                              "(like one run directory of the bucket; DIR/run.json optional).")],
+    against: Annotated[Optional[str], typer.Option("--against", help="The run to compare with (default: the latest).")] = None,
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file (opened read-only).")] = Path("data/warehouse.duckdb"),
+    fmt: Annotated[str, typer.Option("--format", help="text, markdown (a pull-request comment) or json (a list of objects).")] = "text",
+    fail_on: Annotated[Optional[str], typer.Option(
+        "--fail-on", help="new: exit with status 4 when the change would open a regression or failure "
+        "(a damaged dump counts; new programs do not).")] = None,
+    settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
+) -> None:
+    """What a change would open against last night, before it lands (writes nothing)."""
+    from flows.check import FORMATS, CheckError, check_dir, render
+
+    if fmt not in FORMATS:
+        raise typer.BadParameter(f"use {', '.join(FORMATS)}", param_hint="--format")
+    if fail_on not in (None, "new"):
+        raise typer.BadParameter("use new", param_hint="--fail-on")
+    conf = _check_settings(settings)
+    try:
+        result = check_dir(directory, warehouse, against=against, settings=conf)
+    except CheckError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(render(result, directory, fmt))
+    if fail_on and result.failing:
+        typer.echo(f"{len(result.failing)} new incident(s) (regressions or failures)", err=True)
+        raise typer.Exit(4)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

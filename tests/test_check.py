@@ -1,0 +1,217 @@
+"""`dumpscope check DIR`: a change's dumps against the sample warehouse, before it lands.
+
+The candidate directories are copies of the sample's real nights; each designed change
+edits the real dump text. Expected figures come from the warehouse (read-only) and from
+parsing the edited dump, never typed in.
+"""
+
+import gzip
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from transforms.parse import parse_dump
+
+ROOT = Path(__file__).parents[1]
+BUCKET = ROOT / "data" / "sample_bucket"
+LAST_NIGHT = "2026-11-20"
+EVAL_HLO = "jax-jit/module_0002.jit_eval_metrics.cpu_after_optimizations.txt.gz"
+EVAL_SERIES = "jax-jit/jit_eval_metrics/xla_hlo/after_optimizations"
+PMAP_BUFFERS = "jax-pmap/module_0000.jit__fun.cpu_after_optimizations-buffer-assignment.txt.gz"
+ROOT_LINE = "  ROOT %tuple.3 = (f32[], f32[]) tuple(%multiply_negate_fusion, %reduce_multiply_fusion)"
+# One more collective in the real module: an all-reduce of the metric the program returns.
+WITH_ALL_REDUCE = ("  %all-reduce = f32[] all-reduce(%reduce_multiply_fusion), channel_id=1, replica_groups={{0,1}}, "
+                   "to_apply=%region_5.8\n"
+                   "  ROOT %tuple.3 = (f32[], f32[]) tuple(%multiply_negate_fusion, %all-reduce)")
+
+
+def check(warehouse: Path, directory: Path, *args: str):
+    return CliRunner().invoke(app, ["check", str(directory), "--warehouse", str(warehouse), *args])
+
+
+def check_json(warehouse: Path, directory: Path, *args: str) -> list[dict]:
+    out = check(warehouse, directory, "--format", "json", *args)
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+def night_copy(tmp_path: Path, night: str = LAST_NIGHT) -> Path:
+    return Path(shutil.copytree(BUCKET / night, tmp_path / "pr"))
+
+
+def edit_gz(path: Path, old: str, new: str) -> None:
+    text = gzip.decompress(path.read_bytes()).decode()
+    assert text.count(old) == 1
+    path.write_bytes(gzip.compress(text.replace(old, new).encode()))
+
+
+def parsed_metrics(path: Path) -> dict[str, float]:
+    with path.open("rb") as raw:
+        return parse_dump(raw, str(path)).summary.metrics
+
+
+def stored_value(warehouse: Path, run_id: str, series: str, metric: str) -> float | None:
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        rows = con.execute("""SELECT m.value FROM metrics m JOIN dump_series s USING (path)
+                              WHERE s.run_id = ? AND s.series = ? AND m.metric = ?""", [run_id, series, metric]).fetchall()
+    return rows[0][0] if rows else None
+
+
+def snapshot(warehouse: Path) -> tuple[str, list[str]]:
+    """The warehouse file's sha256 and the names of every file beside it."""
+    return (hashlib.sha256(warehouse.read_bytes()).hexdigest(),
+            sorted(str(p.relative_to(warehouse.parent)) for p in warehouse.parent.rglob("*")))
+
+
+def tree(directory: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(directory)), p.stat().st_size) for p in directory.rglob("*") if p.is_file())
+
+
+def test_an_unchanged_night_opens_nothing_and_writes_nothing(sample_warehouse, tmp_path):
+    pr = night_copy(tmp_path)
+    before, files = snapshot(sample_warehouse), tree(pr)
+    out = check(sample_warehouse, pr, "--fail-on", "new")
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith(f"dumpscope check {pr} against run {LAST_NIGHT} (commit 1a8e6b4): 0 new incident(s) ")
+    assert "Would open" not in out.stdout and "New programs" not in out.stdout
+    assert check_json(sample_warehouse, pr) == []
+    assert snapshot(sample_warehouse) == before
+    assert tree(pr) == files  # nothing written into DIR either
+
+
+def test_an_extra_all_reduce_is_one_new_regression_of_that_program(sample_warehouse, tmp_path):
+    pr = night_copy(tmp_path)
+    edit_gz(pr / EVAL_HLO, ROOT_LINE, WITH_ALL_REDUCE)
+    after = parsed_metrics(pr / EVAL_HLO)
+    before = snapshot(sample_warehouse)
+
+    got = check_json(sample_warehouse, pr)
+    assert len(got) == 1
+    incident = got[0]
+    assert {k: incident[k] for k in ("change", "job", "program", "kind", "metrics", "last_good_run")} == {
+        "change": "opens", "job": "jax-jit", "program": "jit_eval_metrics", "kind": "regression",
+        "metrics": ["kernel.collective.all-reduce", "kernel.collectives"], "last_good_run": LAST_NIGHT}
+    steps = {s["metric"]: s for s in incident["steps"]}
+    assert set(steps) == {"kernel.collective.all-reduce", "kernel.collectives"}
+    # Last night's module had no collective (the parser omits a zero per-op count: 0 then).
+    assert stored_value(sample_warehouse, LAST_NIGHT, EVAL_SERIES, "kernel.collectives") == 0
+    assert stored_value(sample_warehouse, LAST_NIGHT, EVAL_SERIES, "kernel.collective.all-reduce") is None
+    assert after["kernel.collectives"] == after["kernel.collective.all-reduce"] == 1
+    for metric, step in steps.items():
+        assert (step["series"], step["dump_kind"], step["stage"], step["step"]) == (
+            EVAL_SERIES, "xla_hlo", "after_optimizations", "regression")
+        assert (step["before"], step["after"], step["change"]) == (0, after[metric], after[metric])
+    assert incident["headline"] == ("jax-jit / jit_eval_metrics: kernel.collective.all-reduce 0 → 1 (+1); "
+                                    "kernel.collectives 0 → 1 (+1)")
+
+    text = check(sample_warehouse, pr)
+    assert text.exit_code == 0  # without --fail-on, a regression is reported, not failed
+    assert "regression  jax-jit / jit_eval_metrics" in text.stdout
+    assert "      kernel.collectives 0 → 1 (+1)  [xla_hlo after_optimizations]" in text.stdout
+    failing = check(sample_warehouse, pr, "--fail-on", "new")
+    assert failing.exit_code == 4 and "1 new incident(s) (regressions or failures)" in failing.stderr
+    markdown = check(sample_warehouse, pr, "--format", "markdown")
+    assert markdown.exit_code == 0
+    assert f"### Dumpscope check against run <code>{LAST_NIGHT}</code> (commit <code>1a8e6b4</code>)" in markdown.stdout
+    assert "- **regression** jax-jit / jit_eval_metrics\n    - kernel.collective.all-reduce 0 → 1 (+1) (xla_hlo after_optimizations)" \
+        in markdown.stdout
+    assert snapshot(sample_warehouse) == before
+
+
+def test_a_new_program_is_listed_as_new_not_as_a_regression(sample_warehouse, tmp_path):
+    pr = night_copy(tmp_path)
+    (pr / "jax-sharded").mkdir()
+    shutil.copy(pr / "jax-pmap/module_0000.jit__fun.cpu_after_optimizations.txt.gz", pr / "jax-sharded")
+    got = check_json(sample_warehouse, pr)
+    assert got == [{"incident_id": None, "change": "new_program", "job": "jax-sharded", "program": "jit__fun",
+                    "kind": "new_program", "headline": "jax-sharded / jit__fun: new program, not in the warehouse",
+                    "metrics": [], "series": ["jax-sharded/jit__fun/xla_hlo/after_optimizations"], "steps": []}]
+    out = check(sample_warehouse, pr, "--fail-on", "new")
+    assert out.exit_code == 0, out.output
+    assert "New programs (not in the warehouse, no baseline):\n  jax-sharded / jit__fun: " \
+           "jax-sharded/jit__fun/xla_hlo/after_optimizations" in out.stdout
+
+
+def test_a_damaged_dump_is_a_failure_naming_the_file(sample_warehouse, tmp_path):
+    pr = night_copy(tmp_path)
+    cut = pr / PMAP_BUFFERS.removesuffix(".gz")
+    text = gzip.decompress((pr / PMAP_BUFFERS).read_bytes())
+    cut.write_bytes(text[: len(text) // 2])
+    (pr / PMAP_BUFFERS).unlink()
+    with cut.open("rb") as raw:
+        expected = parse_dump(raw, str(cut)).summary
+    assert str(expected.status) == "partial" and expected.errors
+
+    got = check_json(sample_warehouse, pr)
+    assert [(r["job"], r["program"], r["kind"], r["metrics"]) for r in got] == [
+        ("jax-pmap", "jit__fun", "failure", ["dump.status"])]
+    [step] = got[0]["steps"]
+    assert step["series"] == "jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment"
+    assert step["detail"] == f"{cut}: " + "\n".join(expected.errors)
+    assert got[0]["headline"] == "jax-pmap / jit__fun: xla_buffer_assignment dump stopped parsing"
+    out = check(sample_warehouse, pr, "--fail-on", "new")
+    assert out.exit_code == 4
+    assert f"Damaged dumps:\n  partial     {expected.errors[0]}" in out.stdout
+
+
+def test_a_damaged_dump_of_a_new_program_still_fails_the_check(sample_warehouse, tmp_path):
+    pr = night_copy(tmp_path)
+    (pr / "jax-new").mkdir()
+    empty = pr / "jax-new" / "module_0000.jit_step.cpu_after_optimizations.txt"
+    empty.write_bytes(b"")
+    got = check_json(sample_warehouse, pr)
+    failures = [r for r in got if r["kind"] == "failure"]
+    assert [(r["job"], r["program"], r["steps"][0]["detail"].split(": ")[0]) for r in failures] == [
+        ("jax-new", "jit_step", str(empty))]
+    assert check(sample_warehouse, pr, "--fail-on", "new").exit_code == 4
+
+
+def test_against_an_earlier_run_gives_what_the_nightly_opened_the_next_night(sample_warehouse, tmp_path):
+    """2026-11-19's dumps against 2026-11-18 open exactly the incidents the nightly opened at 2026-11-19."""
+    pr = night_copy(tmp_path, "2026-11-19")
+    got = check_json(sample_warehouse, pr, "--against", "2026-11-18")
+    with duckdb.connect(str(sample_warehouse), read_only=True) as con:
+        nightly = con.execute("""SELECT job, program, kind, metrics, headline, last_good_run FROM incidents
+                                 WHERE opened_run = '2026-11-19'""").fetchall()
+    assert nightly  # the sample's 2026-11-19 opens several incidents
+    assert sorted((r["job"], r["program"], r["kind"], r["metrics"], r["headline"], r["last_good_run"]) for r in got) \
+        == sorted((j, p, k, list(m), h, g) for j, p, k, m, h, g in nightly)
+
+
+def test_a_hostile_job_name_is_escaped_in_markdown(sample_warehouse, tmp_path):
+    pr = night_copy(tmp_path)
+    job = "evil<img src=x onerror=alert(1)>|[x](javascript:y)"
+    (pr / job).mkdir()
+    shutil.copy(pr / "jax-pmap/module_0000.jit__fun.cpu_after_optimizations.txt.gz", pr / job)
+    out = check(sample_warehouse, pr, "--format", "markdown")
+    assert out.exit_code == 0, out.output
+    assert "<img" not in out.stdout and "](javascript" not in out.stdout and "|" not in out.stdout
+    assert "- evil&#60;img src=x onerror=alert(1)&#62;&#124;&#91;x&#93;(javascript:y) / jit&#95;&#95;fun: " in out.stdout
+
+
+def test_bad_arguments_and_a_missing_run(sample_warehouse, tmp_path):
+    pr = night_copy(tmp_path)
+    missing = check(sample_warehouse, pr, "--against", "2026-01-01")
+    assert missing.exit_code == 1 and "no run '2026-01-01' in the warehouse" in missing.stderr
+    assert check(sample_warehouse, pr, "--format", "html").exit_code == 2
+    assert check(sample_warehouse, pr, "--fail-on", "open").exit_code == 2
+    nothing = check(tmp_path / "none.duckdb", pr)
+    assert nothing.exit_code == 1 and "no warehouse at" in nothing.stderr
+    assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_the_command_as_a_user_runs_it(sample_warehouse, tmp_path):
+    pr = night_copy(tmp_path)
+    edit_gz(pr / EVAL_HLO, ROOT_LINE, WITH_ALL_REDUCE)
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "check", str(pr), "--warehouse", str(sample_warehouse),
+                          "--fail-on", "new"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 4, out.stderr
+    assert "1 new incident(s) (1 regression(s), 0 failure(s), 0 improvement(s); 0 fixed" in out.stdout
