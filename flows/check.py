@@ -26,8 +26,9 @@ Also listed:
   is unknown) becomes a ``failure`` entry of its own, so that a change that breaks a
   dump never passes a check.
 
-``check_dir`` raises ``CheckError`` (one line for people) when the warehouse or the
-reference run does not exist, or DIR is not a directory. Names in the output come from
+``check_dir`` raises ``CheckError`` (one line for people) when the warehouse does not
+exist or is no DuckDB file, or DIR is not a directory; ``NoSuchRun`` (a ``CheckError``)
+when ``against`` names no run. Names in the output come from
 dumps and paths: Markdown goes through ``transforms.escape``, terminal text has its
 control characters made visible.
 """
@@ -66,7 +67,11 @@ _DUMP_COLUMNS = ("path", "run_id", "job", "kind", "stage", "program", "status", 
 
 
 class CheckError(Exception):
-    """No warehouse, no such run, no such directory: one line for people."""
+    """No warehouse (or not a DuckDB file), no such directory: one line for people."""
+
+
+class NoSuchRun(CheckError):
+    """``against`` names no run of the warehouse (a bad argument)."""
 
 
 @dataclass
@@ -136,7 +141,7 @@ def _history_runs(con, against: str | None) -> tuple[pl.DataFrame, list[dict]]:
     if against is not None:
         at = order.filter(pl.col("run_id") == against)
         if at.is_empty():
-            raise CheckError(f"no run {against!r} in the warehouse")
+            raise NoSuchRun(f"no run {against!r} in the warehouse (latest: {order.get_column('run_id')[-1]})")
         order = order.filter(pl.col("run_seq") <= at.get_column("run_seq")[0])
     accepts = frame_of(con, "SELECT series, run_id, metric, accepted_at, accepted_by, note, incident_id FROM accepts")
     return order, accepts.to_dicts()

@@ -375,7 +375,7 @@ def check(
     settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
 ) -> None:
     """What a change would open against last night, before it lands (writes nothing)."""
-    from flows.check import FORMATS, CheckError, check_dir, render
+    from flows.check import FORMATS, CheckError, NoSuchRun, check_dir, render
 
     if fmt not in FORMATS:
         raise typer.BadParameter(f"use {', '.join(FORMATS)}", param_hint="--format")
@@ -384,9 +384,9 @@ def check(
     conf = _check_settings(settings)
     try:
         result = check_dir(directory, warehouse, against=against, settings=conf)
-    except CheckError as exc:
+    except CheckError as exc:  # NoSuchRun: --against names no run (a bad argument)
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2 if isinstance(exc, NoSuchRun) else 1) from None
     typer.echo(render(result, directory, fmt))
     if fail_on and result.failing:
         typer.echo(f"{len(result.failing)} new incident(s) (regressions or failures)", err=True)

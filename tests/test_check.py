@@ -200,12 +200,17 @@ def test_a_hostile_job_name_is_escaped_in_markdown(sample_warehouse, tmp_path):
 def test_bad_arguments_and_a_missing_run(sample_warehouse, tmp_path):
     pr = night_copy(tmp_path)
     missing = check(sample_warehouse, pr, "--against", "2026-01-01")
-    assert missing.exit_code == 1 and "no run '2026-01-01' in the warehouse" in missing.stderr
+    assert missing.exit_code == 2
+    assert missing.stderr == f"error: no run '2026-01-01' in the warehouse (latest: {LAST_NIGHT})\n"
     assert check(sample_warehouse, pr, "--format", "html").exit_code == 2
     assert check(sample_warehouse, pr, "--fail-on", "open").exit_code == 2
     nothing = check(tmp_path / "none.duckdb", pr)
     assert nothing.exit_code == 1 and "no warehouse at" in nothing.stderr
     assert not (tmp_path / "none.duckdb").exists()
+    not_duckdb = tmp_path / "text.duckdb"
+    not_duckdb.write_text("not a warehouse")
+    assert check(not_duckdb, pr).exit_code == 1 and not_duckdb.read_text() == "not a warehouse"
+    assert check(sample_warehouse, tmp_path / "missing-dir").exit_code == 1
 
 
 def test_the_command_as_a_user_runs_it(sample_warehouse, tmp_path):
