@@ -9,9 +9,11 @@ closing every incident of the matching series open there. Both are checked, logg
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import getpass
 import re
+import shlex
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -46,15 +48,25 @@ def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_
     run_id = run_id or runs[0]
     by_id = INCIDENT_ID.fullmatch(target) is not None
     if by_id:
-        _check_incident(con, target)
+        _check_incident(con, target, run_id, runs)
     else:
         _check_series(con, target, run_id)
+    if metric is not None:
+        _check_metric(con, target, by_id, run_id, metric)
     before = _open_ids(con, run_id)
     row = [None if by_id else target, run_id, metric, note, getpass.getuser(), _now(), target if by_id else None]
     con.execute("INSERT INTO accepts (series, run_id, metric, note, accepted_by, accepted_at, incident_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", row)
     aggregate(con, settings)
     closed = sorted(before - _open_ids(con, run_id))
+    if by_id and target not in closed and not con.execute(
+            "SELECT count(*) FROM incident_steps WHERE incident_id = ? AND closed_run = ? AND closed_how = 'accepted'"
+            " AND metric = coalesce(?, metric)", [target, run_id, metric]).fetchone()[0]:
+        # Raised inside the writer: the accept is discarded, not logged as done.
+        job, program = con.execute("SELECT job, program FROM incidents WHERE incident_id = ?", [target]).fetchone()
+        raise AcceptRefused(f"accepting incident {target} at run {run_id!r} closes nothing (an incident is accepted "
+                            f"in a run after the one it opened in); accept its program's series there instead: "
+                            f"dumpscope accept {shlex.quote(f'{job}/{program}/*')} {shlex.quote(run_id)}")
     flagged = [s for (s,) in con.execute("SELECT series FROM regressions WHERE run_id = ?", [run_id]).fetchall()]
     left = len(flagged) if by_id else sum(fnmatch.fnmatchcase(s, target) for s in flagged)
     return Accepted(target, run_id, closed, left)
@@ -74,12 +86,33 @@ def _open_ids(con, run_id: str) -> set[str]:
              AND (c.run_id IS NULL OR (c.started_at, c.run_id) > (r.started_at, r.run_id))""", [run_id]).fetchall()}
 
 
-def _check_incident(con, incident: str) -> None:
-    row = con.execute("SELECT closed_run, closed_how FROM incidents WHERE incident_id = ?", [incident]).fetchall()
+def _check_incident(con, incident: str, run_id: str, runs: list[str]) -> None:
+    row = con.execute("SELECT closed_run, closed_how, opened_run FROM incidents WHERE incident_id = ?", [incident]).fetchall()
     if not row:
         raise AcceptRefused(f"no incident {incident!r}; list them with `dumpscope incidents --status all`")
-    if row[0][0] is not None:
-        raise AcceptRefused(f"incident {incident} is already closed ({row[0][1]} in run {row[0][0]})")
+    closed_run, closed_how, opened_run = row[0]
+    if closed_run is not None:
+        raise AcceptRefused(f"incident {incident} is already closed ({closed_how} in run {closed_run})")
+    if runs.index(run_id) > runs.index(opened_run):  # runs: latest first
+        raise AcceptRefused(f"incident {incident} opened in run {opened_run!r}, after run {run_id!r}: "
+                            f"accept it at {opened_run} or a later run")
+
+
+def _check_metric(con, target: str, by_id: bool, run_id: str, metric: str) -> None:
+    """``--metric`` names a figure of what is accepted: a metric of the incident, or one the
+    matching series have in the run (else the accept would be logged and change nothing)."""
+    if by_id:
+        names = [m for (m,) in con.execute("SELECT DISTINCT metric FROM incident_steps WHERE incident_id = ? ORDER BY metric",
+                                           [target]).fetchall()]
+        where = f"incident {target}"
+    else:
+        rows = con.execute("SELECT DISTINCT s.series, m.metric FROM metrics m JOIN dump_series s USING (path) "
+                           "WHERE s.run_id = ?", [run_id]).fetchall()
+        names = sorted({m for s, m in rows if fnmatch.fnmatchcase(s, target)})
+        where = f"the series matching {target!r} in run {run_id!r}"
+    if metric not in names:
+        close = difflib.get_close_matches(metric, names, n=5, cutoff=0)
+        raise AcceptRefused(f"no metric {metric!r} in {where}; closest: {', '.join(close) or 'none'}")
 
 
 def _check_series(con, pattern: str, run_id: str) -> None:
@@ -89,4 +122,5 @@ def _check_series(con, pattern: str, run_id: str) -> None:
     close = [r[0] for r in con.execute(
         "SELECT DISTINCT series FROM dump_series ORDER BY jaro_winkler_similarity(series, ?) DESC, series LIMIT 3",
         [pattern]).fetchall()]
-    raise AcceptRefused(f"no series matching {pattern!r} has dumps in run {run_id!r}; closest series: {', '.join(close)}")
+    hint = " (an incident id is I- and 8 hex digits: `dumpscope incidents`)" if pattern.startswith("I-") else ""
+    raise AcceptRefused(f"no series matching {pattern!r} has dumps in run {run_id!r}{hint}; closest series: {', '.join(close)}")

@@ -20,6 +20,9 @@ app = typer.Typer(
     "into a DuckDB warehouse and a report site.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Help and error texts are plain text: rich markup would eat "[series]" and "[[rule]]"
+    # (the settings file's sections) and any "[...]" of a value quoted in an error.
+    rich_markup_mode=None,
 )
 
 
@@ -194,14 +197,26 @@ def _memory_limit(flag: Optional[str], loaded, settings_path: Optional[Path]) ->
         raise typer.Exit(2) from None
 
 
+def _check_warehouse(warehouse: Path) -> None:
+    """Exit 1 with one line unless ``warehouse`` is a DuckDB file."""
+    from flows.warehouse.store import storage_version_number
+
+    if not warehouse.exists():
+        typer.echo(f"error: no warehouse at {warehouse} (run `dumpscope run` first)", err=True)
+        raise typer.Exit(1)
+    try:
+        storage_version_number(warehouse)
+    except (OSError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
 @contextmanager
 def _writer(warehouse: Path, wait: bool):
     """The warehouse as its one writer; exits 1 when it does not exist, 3 when busy."""
     from flows.warehouse.store import Warehouse, WarehouseBusy
 
-    if not warehouse.exists():
-        typer.echo(f"error: no warehouse at {warehouse} (run `dumpscope run` first)", err=True)
-        raise typer.Exit(1)
+    _check_warehouse(warehouse)
     try:
         with Warehouse(warehouse, wait=wait) as con:
             yield con
@@ -266,7 +281,7 @@ def incidents(
     warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
 ) -> None:
     """The incidents of a run: what got worse, in which program, since when, and why."""
-    from flows.incidents import IncidentsError, STATUSES, list_incidents, print_incidents
+    from flows.incidents import IncidentsError, NoSuchRun, STATUSES, list_incidents, print_incidents
 
     if status not in STATUSES:
         raise typer.BadParameter(f"use one of {', '.join(STATUSES)}", param_hint="--status")
@@ -276,7 +291,7 @@ def incidents(
         run, rows = list_incidents(warehouse, run_id, status)
     except IncidentsError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2 if isinstance(exc, NoSuchRun) else 1) from None
     print_incidents(run, status, rows, fmt)
 
 
@@ -289,13 +304,13 @@ def diff(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per change.")] = False,
 ) -> None:
     """What changed between two runs: structure (fusions, collectives, allocations...) and metrics."""
-    from flows.diff import diff_warehouse, print_diff
+    from flows.diff import DiffRefused, diff_warehouse, print_diff
 
     try:
         result = diff_warehouse(warehouse, run_a, run_b, series)
-    except ValueError as exc:
+    except ValueError as exc:  # DiffRefused: a run or a --series pattern that names nothing
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2 if isinstance(exc, DiffRefused) else 1) from None
     print_diff(result, run_a, run_b, as_json=as_json)
 
 
@@ -309,9 +324,7 @@ def site(
     from flows.site import build_site
 
     conf = _check_settings(settings)
-    if not warehouse.exists():
-        typer.echo(f"error: no warehouse at {warehouse} (run `dumpscope run` first)", err=True)
-        raise typer.Exit(1)
+    _check_warehouse(warehouse)
     result = build_site(warehouse, out, conf)
     typer.echo(f"site: {result.out} ({result.pages} pages, {result.charts} charts; "
                + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()) + ")")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import sys
@@ -16,8 +17,14 @@ from transforms.trends.diffs import EVIDENCE_COLUMNS, PAIR_COLUMNS, diff_pairs, 
 from transforms.units import human_delta, human_ratio, human_value
 
 
+class DiffRefused(ValueError):
+    """The arguments name nothing to compare (a run that does not exist, a pattern that
+    matches no series); the message says what is wrong and what exists."""
+
+
 def diff_warehouse(warehouse: Path, run_a: str, run_b: str, pattern: str | None = None) -> pl.DataFrame:
-    """``diff_runs`` on the published warehouse; every failure is a ValueError with one line for people."""
+    """``diff_runs`` on the published warehouse; every failure is a ValueError with one
+    line for people (DiffRefused when the arguments are wrong)."""
     try:
         con = connect_readonly(warehouse)
     except (FileNotFoundError, duckdb.Error) as exc:
@@ -42,11 +49,18 @@ def diff_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, pattern: s
     for run in (run_a, run_b):
         if run not in known:
             latest = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 5").fetchall()]
-            raise ValueError(f"no run {run!r} in the warehouse; latest runs: {', '.join(latest)}")
+            raise DiffRefused(f"no run {run!r} in the warehouse; latest runs: {', '.join(latest)}")
     series = frame_of(con, """SELECT s.*, d.status FROM dump_series s JOIN dumps d USING (path)
                               WHERE s.run_id IN (?, ?) AND d.status IN ('ok', 'partial')""", [run_a, run_b])
     if pattern:
+        every = series
         series = series.filter(pl.col("series").map_elements(lambda s: fnmatch.fnmatchcase(s, pattern), return_dtype=pl.Boolean))
+        if series.is_empty():
+            # Not "no differences": nothing was compared. Show what the pattern could have been.
+            names = sorted(set(every.get_column("series").to_list()))
+            some = difflib.get_close_matches(pattern, names, n=5, cutoff=0) or names[:5]
+            raise DiffRefused(f"no series matching {pattern!r} has a parsed dump in run {run_a!r} or {run_b!r}; "
+                              f"series there include: {', '.join(some) or 'none'}")
     a = series.filter(pl.col("run_id") == run_a)
     b = series.filter(pl.col("run_id") == run_b)
     both = b.join(a.select("series", pl.col("path").alias("before_path")), on="series")

@@ -10,6 +10,7 @@ import duckdb
 import polars as pl
 
 from flows import verdict
+from flows.query import print_table
 from flows.warehouse.store import connect_readonly
 
 STATUSES = ("new", "open", "fixed", "accepted", "improvements", "all")
@@ -21,12 +22,19 @@ class IncidentsError(Exception):
     """No warehouse, no such run: one line for people."""
 
 
+class NoSuchRun(IncidentsError):
+    """``--run`` names a run the warehouse does not have (a bad argument, not a failure)."""
+
+
 def list_incidents(warehouse: Path, run_id: str | None, status: str) -> tuple[str | None, list[dict]]:
     try:
         con = connect_readonly(warehouse)
     except (FileNotFoundError, duckdb.Error) as exc:
         raise IncidentsError(str(exc)) from None
     try:
+        if run_id is not None and not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall():
+            latest = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 5").fetchall()]
+            raise NoSuchRun(f"no run {run_id!r} in the warehouse; latest runs: {', '.join(latest) or 'none yet'}")
         if status == "all":
             frame = verdict.all_incidents(con).with_columns(pl.lit(None, pl.String).alias("status"),
                                                             pl.lit(None, pl.Int64).alias("age_runs"))
@@ -36,10 +44,6 @@ def list_incidents(warehouse: Path, run_id: str | None, status: str) -> tuple[st
             if latest is None:
                 return None, []
             run_id = latest[0]
-        try:
-            verdict.run_commit(con, run_id)
-        except ValueError as exc:
-            raise IncidentsError(str(exc)) from None
         frame = verdict.incidents_at(con, run_id)
         return run_id, frame.filter(pl.col("status").is_in(verdict.STATUSES[status])).select(COLUMNS).to_dicts()
     finally:
@@ -51,16 +55,9 @@ def print_incidents(run_id: str | None, status: str, rows: list[dict], fmt: str)
         json.dump(rows, sys.stdout, default=str, ensure_ascii=False)
         sys.stdout.write("\n")
         return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     where = f"run {run_id}" if run_id else "every run"
-    out = Table("id", "status", "kind", "program", "opened", "commits", "headline",
-                title=f"{len(rows)} incident(s), {status}, {where}", title_justify="left")
-    for r in rows:
-        # Text(), not markup: names from dumps print verbatim ("f32[8,128]", "[series]").
-        out.add_row(*(Text(str(v)) for v in (
-            r["incident_id"], r["status"] or (r["closed_how"] or "open"), r["kind"], f"{r['job']} / {r['program']}",
-            r["opened_run"], f"{r['last_good_commit'] or '?'} → {r['first_bad_commit'] or '?'}", r["headline"])))
-    Console(width=200).print(out)
+    print_table(["id", "status", "kind", "program", "opened", "commits", "headline"],
+                [(r["incident_id"], r["status"] or (r["closed_how"] or "open"), r["kind"], f"{r['job']} / {r['program']}",
+                  r["opened_run"], f"{r['last_good_commit'] or '?'} → {r['first_bad_commit'] or '?'}", r["headline"])
+                 for r in rows],
+                title=f"{len(rows)} incident(s), {status}, {where}")

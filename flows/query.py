@@ -52,10 +52,25 @@ def print_rows(names: list[str], rows: list[tuple], fmt: str) -> None:
         w.writerow(names)
         w.writerows(rows)
     else:
-        from rich.console import Console
-        from rich.table import Table
+        print_table(names, rows)
 
-        out = Table(*names)
-        for r in rows:
-            out.add_row(*("" if v is None else str(v) for v in r))
-        Console().print(out)
+
+def print_table(names: list[str], rows: list[tuple], title: str | None = None) -> None:
+    """Rows as a rich table, every header, cell and the title verbatim: ``Text``, never
+    markup, since values come from dumps and paths (``float32[s0, 128]`` is data, and
+    ``[/stage]`` in a column comment is not a closing tag)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    out = Table(title=None if title is None else Text(title), title_justify="left")
+    for name in names:
+        out.add_column(Text(name), overflow="fold")  # wrapped on a narrow screen, never cut with "…"
+    for r in rows:
+        out.add_row(*(Text("" if v is None else str(v)) for v in r))
+    console = Console()
+    if not console.is_terminal:
+        # Piped or redirected there is no screen to fit: rows keep their natural width
+        # rather than folding values over lines at 80 columns.
+        console = Console(width=max(80, Console(width=1 << 20).measure(out).maximum))
+    console.print(out)
