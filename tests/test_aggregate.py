@@ -34,10 +34,12 @@ def test_derived_tables_hold_the_known_answers(sample_warehouse):
         SELECT 'latest', count(*) FROM regressions WHERE run_id = '2026-11-20' UNION ALL
         SELECT 'diffs', count(*) FROM diffs UNION ALL
         SELECT 'items', count(*) FROM dump_items""").rows())
-    assert counts == {"series": 25, "trends": 806, "regressions": 114, "latest": 40, "diffs": 569, "items": 874}
+    # 2 metrics x 24 HLO dumps more than before the array-only entry metrics (memory.entry_*_array_bytes),
+    # which step with memory.entry_*_bytes (9 + 12 regressions, 7 of them in the latest run).
+    assert counts == {"series": 25, "trends": 854, "regressions": 135, "latest": 47, "diffs": 569, "items": 874}
     # First run: every row new, nothing flagged.
     first = query(sample_warehouse, "SELECT verdict, count(*) n FROM metric_trends WHERE run_id = '2026-11-17' GROUP BY ALL")
-    assert first.rows() == [("new", 204)]
+    assert first.rows() == [("new", 216)]  # 204 + the two array-only entry metrics of 6 HLO dumps
     # Exact figures of one regression: the pmap program's temp bytes, 11-20 against the median of 3 nights.
     row = query(sample_warehouse, """SELECT value, previous_value, baseline, change, rule, regressed_since FROM regressions
         WHERE series = 'jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment' AND metric = 'memory.temp_bytes'
@@ -85,7 +87,8 @@ def test_accept_stops_the_flag_and_is_logged(sample_warehouse, tmp_path):
     assert query(target, f"SELECT count(*) FROM regressions WHERE series = '{series}' AND run_id = '2026-11-20'").item() == 0
     assert query(target, "SELECT series, run_id, metric, note FROM accepts").rows() == [(series, "2026-11-20", None, "bigger model")]
     # Other series keep theirs; an unknown series is refused with the closest names.
-    assert query(target, "SELECT count(*) FROM regressions WHERE run_id = '2026-11-20'").item() == 35
+    assert query(target, "SELECT count(*) FROM regressions WHERE run_id = '2026-11-20'").item() == 47 - 5  # the latest's 47 but the series'
+
     bad = runner.invoke(app, ["accept", "jax-pmap/jit__fun/xla_buffer_assignmnt", "2026-11-20", "--warehouse", str(target)])
     assert bad.exit_code != 0 and series in bad.output
 

@@ -27,9 +27,16 @@ BATCH_ROWS = 65_536
 
 # Vocabulary shared downstream (trends key diff items on it): XLA opcodes that are
 # collectives, kept here so that trends never import a parser to learn them.
+# kernel.collectives: one count per collective operation, on the instruction that starts it. The
+# opcodes are XLA's (xla/hlo/ir/hlo_opcode.h); "<op>-start" of an op without an opcode of its own is
+# the async syntax sugar XLA prints for async-start wrapping <op> (hlo_parser.cc ParseOpcode). Not
+# counted: the -done/-update halves, and async-start/-update/-done themselves (the collective they
+# wrap is printed in its own async computation and counted there, once).
+COLLECTIVE_OPS = ("all-reduce", "all-gather", "all-to-all", "ragged-all-to-all", "reduce-scatter",
+                  "collective-permute", "collective-broadcast")
 COLLECTIVES = frozenset({
-    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "all-reduce-start",
-    "all-gather-start", "collective-permute-start", "ragged-all-to-all", "collective-broadcast"})
+    *COLLECTIVE_OPS, "all-reduce-start", "all-gather-start", "collective-permute-start", "send", "recv",
+    *(f"{op}-start" for op in ("all-to-all", "ragged-all-to-all", "reduce-scatter", "collective-broadcast"))})
 
 
 class DumpKind(enum.StrEnum):

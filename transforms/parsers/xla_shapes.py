@@ -25,6 +25,7 @@ from typing import NamedTuple
 import polars as pl
 
 from transforms.parsers.hlo_lines import normalize_shape
+from transforms.records import COLLECTIVE_OPS, COLLECTIVES  # defined once, with the rule of kernel.collectives
 
 # Bits per element. Sub-byte types are packed (XLA's E(n) layouts say so explicitly
 # after layout assignment; before it the packing is implied).
@@ -190,16 +191,6 @@ rng-bit-generator rng-get-and-update-state round-nearest-afz round-nearest-even 
 shift-left shift-right-arithmetic shift-right-logical sign sine slice sqrt stochastic-convert subtract tan tanh
 transpose triangular-solve xor infeed outfeed send send-done recv recv-done all-reduce-done all-gather-done
 collective-permute-done batch-norm-grad batch-norm-inference batch-norm-training""".split())  # noqa: SIM905
-# kernel.collectives: one count per collective operation, on the instruction that starts it. The
-# opcodes are XLA's (xla/hlo/ir/hlo_opcode.h); "<op>-start" of an op without an opcode of its own is
-# the async syntax sugar XLA prints for async-start wrapping <op> (hlo_parser.cc ParseOpcode). Not
-# counted: the -done/-update halves, and async-start/-update/-done themselves (the collective they
-# wrap is printed in its own async computation and counted there, once).
-COLLECTIVE_OPS = ("all-reduce", "all-gather", "all-to-all", "ragged-all-to-all", "reduce-scatter",
-                  "collective-permute", "collective-broadcast")
-COLLECTIVES = frozenset({
-    *COLLECTIVE_OPS, "all-reduce-start", "all-gather-start", "collective-permute-start", "send", "recv",
-    *(f"{op}-start" for op in ("all-to-all", "ragged-all-to-all", "reduce-scatter", "collective-broadcast"))})
 EXECUTES = frozenset({"call", "while", "conditional"})  # the callee runs as part of the caller's schedule
 # Where each opcode names its computations, as XLA prints it (", attr=").
 CALL_ATTRS: dict[str, tuple[tuple[str, str], ...]] = {
