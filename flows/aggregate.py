@@ -33,7 +33,8 @@ from transforms.trends.series import SERIES_SCHEMA, assign_series, compile_overr
 DEFAULT_SETTINGS = Path("dumpscope.toml")
 # Bump when the aggregation's output changes for the same input: warehouses
 # aggregated by an older version are re-aggregated by the next night, new dumps or not.
-AGGREGATE_VERSION = 3  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content
+AGGREGATE_VERSION = 4  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content;
+# 4: diffs carry both dumps' paths, excerpts, their rank and rescale marks
 
 
 def load_settings(path: Path | None) -> Settings:

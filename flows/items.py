@@ -20,6 +20,7 @@ are not given the bucket) no excerpt is read.
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from dataclasses import dataclass, field
@@ -27,7 +28,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import polars as pl
-from prefect import task
 
 from transforms.escape import sql_literal
 from transforms.parse import DEFAULT_LIMITS
@@ -114,9 +114,13 @@ def _lines(raw) -> Iterable[str]:
         return
 
 
-@task(name="structural-items")
-def compute_batch_task(batch_dir: Path, source: DumpSource | None = None) -> Path:
-    return compute_batch(batch_dir, source)
+@functools.cache
+def compute_batch_task():
+    """``compute_batch`` as the Prefect task ``structural-items``, made on first use: commands
+    that only read (``dumpscope check``) import this module without loading Prefect."""
+    from prefect import task
+
+    return task(name="structural-items")(compute_batch)
 
 
 def in_process(dirs: list[Path]) -> list[Path]:
@@ -135,7 +139,7 @@ def items_runner(at_once: int = 2, source: DumpSource | None = None) -> ItemsRun
     def run(dirs: list[Path]) -> list[Path]:
         out: list[Path] = []
         for start in range(0, len(dirs), at_once):
-            futures = [compute_batch_task.submit(d, source) for d in dirs[start : start + at_once]]
+            futures = [compute_batch_task().submit(d, source) for d in dirs[start : start + at_once]]
             out += [f.result() for f in futures]
         return out
 

@@ -37,7 +37,7 @@ from prefect.futures import as_completed
 from flows.warehouse import store as wh
 from flows.aggregate import aggregate, compact_records, load_settings, needs_aggregate
 from flows.report import write_night_report
-from flows.items import items_runner
+from flows.items import DumpSource, items_runner
 from flows.resources import MemoryBudget, peak_mib
 from flows.bucket import BucketNotFound, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows import storage_secrets, verdict
@@ -444,7 +444,8 @@ def nightly(
     # Nothing new: no writer, no lock, no copy of the warehouse (the no-op night stays cheap).
     stale = not (outcomes or runs) and needs_aggregate(warehouse, load_settings(settings_path))
     loaded = (load(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()),
-                   staging_dir, memory_limit, run_items=items_runner(MemoryBudget(memory_limit).items_workers))
+                   staging_dir, memory_limit, run_items=items_runner(MemoryBudget(memory_limit).items_workers,
+                                                   source=DumpSource(bucket, storage_options)))  # excerpts: read from the dumps
               if outcomes or runs or stale else LoadResult())
     summary.rows_loaded, summary.new_incidents, summary.notified = loaded.rows, loaded.new_incidents, loaded.notified
     summary.publish_bytes, summary.caught_up = loaded.publish_bytes, loaded.caught_up

@@ -154,10 +154,12 @@ def test_items_batches_of_any_size_give_the_same_items(sample_warehouse, tmp_pat
         small = items.export_batches(con, todo, tmp_path / "many", max_rows=500)
     assert len(whole) == 1 and len(small) > 5
     order = ["items_key", "category", "key"]
-    one = items.computed(whole, items.in_process(whole)).sort(order)
-    many = items.computed(small, items.in_process(small)).sort(order)
+    run = items.reading(items.DumpSource(str(Path(__file__).parents[1] / "data" / "sample_bucket")))  # as the nightly: excerpts too
+    one = items.computed(whole, run(whole)).sort(order)
+    many = items.computed(small, run(small)).sort(order)
     assert one.equals(many)
     assert one.equals(stored.select(diff_mod.CONTENT_ITEM_SCHEMA.names()).sort(order))
+    assert one.get_column("excerpt").is_not_null().sum() > 200
 
 
 def test_run_takes_a_memory_limit_and_writes_its_summary_as_json(prefect, tmp_path):

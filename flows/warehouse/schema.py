@@ -140,7 +140,8 @@ QUALIFY row_number() OVER (
     "dump_items": (
         "The structural items of each dump path (content_items through dump_series.items_key): fusions, collectives, allocations, fused groups, ONNX steps...; a dump without items has one row of category 'none'.",
         """
-SELECT s.path, d.dump_id, d.parser_version, c.category, c.key, c.label, c.count, c.bytes, c.value, c.detail
+SELECT s.path, d.dump_id, d.parser_version, c.category, c.key, c.label, c.count, c.bytes, c.value, c.detail,
+       c.excerpt_lines, c.excerpt, c.excerpt_from
 FROM dump_series s JOIN dumps d USING (path) JOIN content_items c USING (items_key)
 """,
     ),
@@ -182,7 +183,8 @@ WHERE (o.started_at, o.run_id) <= (r.started_at, r.run_id)
 VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
     "latest_metrics": ("job", "kind", "stage", "program", "metric", "value", "run_id", "started_at", "dump_id", "path"),
     "metric_series": ("started_at", "run_id", "commit", "job", "kind", "stage", "program", "metric", "value", "dump_id", "path"),
-    "dump_items": ("path", "dump_id", "parser_version", "category", "key", "label", "count", "bytes", "value", "detail"),
+    "dump_items": ("path", "dump_id", "parser_version", "category", "key", "label", "count", "bytes", "value", "detail",
+                   "excerpt_lines", "excerpt", "excerpt_from"),
 }
 
 
