@@ -168,7 +168,9 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
             USING (run_id, job)
         LEFT JOIN (SELECT run_id, job, count(DISTINCT series) AS regressed_series, count(*) AS regressions FROM regressions
                    GROUP BY ALL) t USING (run_id, job)""")
-    con.execute("""INSERT INTO diffs
+    con.execute("""INSERT INTO diffs (run_id, previous_run_id, series, job, program, kind, stage, category, key, label, change,
+                              count_before, count_after, bytes_before, bytes_after, value_before, value_after, detail,
+                              description)
         SELECT run_id, lag_run, series, job, program, kind, stage, cat, 'k' || i, cat || ' f32[' || (i * 64) || ']', 'grew',
                1, 1, 1024 * version, 1024 * (version + 1), NULL, NULL, 'model.py:' || (10 + i),
                cat || ' f32[' || (i * 64) || '] grew (+1.0 KiB)'

@@ -89,8 +89,11 @@ def daily_site(sample_warehouse, tmp_path_factory):
     """The sample site, with commits and dumps linked (flows.site reads these settings)."""
     from flows.site import build_site
 
-    settings = SimpleNamespace(site_history_runs=90, commit_url="https://git.example/c/{commit}",
-                               compare_url="https://git.example/compare/{base}...{head}", site_bucket_url=BUCKET_URL)
+    from transforms.trends.rules import parse_settings
+
+    settings = parse_settings('commit_url = "https://git.example/c/{commit}"\n'
+                              'compare_url = "https://git.example/compare/{base}...{head}"\n'
+                              f'[site]\nbucket_url = "{BUCKET_URL}"\n')
     return build_site(sample_warehouse, tmp_path_factory.mktemp("daily") / "site", settings)
 
 

@@ -124,7 +124,7 @@ def test_charts_hold_the_window_only(site, data):
             if points and "t" in points[0]:
                 counted += 1
                 assert min(p["t"] for p in points) >= first, page
-                lines = {(p["k"]) for p in points}
+                lines = {(p.get("p"), p["k"]) for p in points}  # a line per panel (program) and key
                 assert len(points) <= WINDOW * len(lines), page
     assert counted >= 20
     incidents = {p.name for p in (site.out / "incidents").glob("i-*.html")}

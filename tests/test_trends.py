@@ -200,3 +200,18 @@ def test_a_night_from_the_stored_state_gives_the_rows_of_the_whole_history(basel
         expected = full.filter(pl.col("run_id").str.slice(1).cast(pl.Int64) > from_seq)
         order = ["run_id", "metric"]
         assert night.sort(order).equals(expected.sort(order)), from_seq
+
+
+@pytest.mark.parametrize("text", ['commit_url = "{commit.__class__}"', 'commit_url = "{commit!r}"', 'commit_url = "{"',
+                                  'compare_url = "{base}...{tail}"', '[site]\nbucket_url = "https://b/{path:>9}"',
+                                  '[site]\nbucket_url = "https://b/{0}"', '[site]\nbucket_url = 3'])
+def test_link_templates_take_only_their_plain_fields(text):
+    """str.format would evaluate attributes, indexes and specs: a template may name its fields, nothing else."""
+    with pytest.raises(ValueError, match="using only"):
+        parse_settings(text)
+
+
+def test_bucket_url_is_a_site_setting():
+    settings = parse_settings('[site]\nbucket_url = "https://console.example/b/{path}"\n')
+    assert settings.site_bucket_url == "https://console.example/b/{path}"
+    assert "console" not in repr(settings)  # not an input of the figures: the aggregation stamp ignores it

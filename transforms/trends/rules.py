@@ -27,6 +27,7 @@ Settings file (TOML, ``dumpscope.toml``)::
 
     [site]                            # the report site (dumpscope site, run --site)
     history_runs = 90                 # the last N runs: charts, run pages, incidents (0: every run)
+    bucket_url = "https://console.example/bucket/{path}"   # optional: dumps become links
 
     [warehouse]
     keep_records_runs = 1             # records rows kept for the contents of the last N runs (0: all)
@@ -118,6 +119,8 @@ class Settings:
     # [site] history_runs: how much the site shows (0: every run). Not an input of the
     # figures: left out of repr, which stamps the aggregation.
     site_history_runs: int = field(default=90, repr=False, compare=False)
+    # [site] bucket_url: "{path}" -> a dump's page in the bucket's console (dumps become links on the site).
+    site_bucket_url: str | None = field(default=None, repr=False, compare=False)
 
     def rule_for(self, series: str, metric: str) -> Rule:
         for rule in self.rules:
@@ -155,14 +158,7 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
     urls = {}
     for key, fields in (("commit_url", ("commit",)), ("compare_url", ("base", "head"))):
         if key in data:
-            value = data[key]
-            try:
-                ok = isinstance(value, str) and value.format(**{f: "x" for f in fields}) is not None
-            except (KeyError, IndexError, ValueError):
-                ok = False
-            if not ok:
-                raise ValueError(f"{source}: {key} must be a string using only {', '.join('{' + f + '}' for f in fields)}")
-            urls[key] = value
+            urls[key] = _url_template(data[key], key, fields, source)
     floors = data.get("floors", {})
     if not isinstance(floors, dict) or set(floors) - {"bytes", "count"} or not all(
             isinstance(v, (int, float)) and v >= 0 for v in floors.values()):
@@ -176,9 +172,10 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
         raise ValueError(f"{source}: [warehouse] takes keep_records_runs, an integer >= 0")
     site = data.get("site", {})
     history = site.get("history_runs", 90) if isinstance(site, dict) else None
-    if (not isinstance(site, dict) or set(site) - {"history_runs"} or not isinstance(history, int)
+    if (not isinstance(site, dict) or set(site) - {"history_runs", "bucket_url"} or not isinstance(history, int)
             or isinstance(history, bool) or history < 0):
-        raise ValueError(f"{source}: [site] takes history_runs, an integer >= 0 (0: every run)")
+        raise ValueError(f"{source}: [site] takes history_runs, an integer >= 0 (0: every run), and bucket_url")
+    bucket_url = _url_template(site["bucket_url"], "[site] bucket_url", ("path",), source) if "bucket_url" in site else None
     n = data.get("baseline_runs", 7)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"{source}: baseline_runs must be a positive integer, not {n!r}")
@@ -189,7 +186,21 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
                     rules=tuple(_rule(entry, source, i) for i, entry in enumerate(data.get("rule", []), 1)),
                     **urls, floor_bytes=float(floors.get("bytes", 1024)), floor_count=float(floors.get("count", 1)),
                     memory_limit=memory, keep_records_runs=keep,
-                    site_history_runs=history)
+                    site_history_runs=history, site_bucket_url=bucket_url)
+
+
+def _url_template(value: Any, key: str, fields: tuple[str, ...], source: str) -> str:
+    """A link template whose only replacement fields are ``fields``, plain: no attribute,
+    index, conversion or format spec (``str.format`` would evaluate them)."""
+    import string
+
+    try:
+        parsed = list(string.Formatter().parse(value)) if isinstance(value, str) else None
+    except ValueError:
+        parsed = None
+    if parsed is None or any(name is not None and (name not in fields or spec or conv) for _, name, spec, conv in parsed):
+        raise ValueError(f"{source}: {key} must be a string using only {', '.join('{' + f + '}' for f in fields)}")
+    return value
 
 
 def _rule(entry: Any, source: str, i: int) -> Rule:
