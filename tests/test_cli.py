@@ -1,11 +1,17 @@
-"""`dumpscope parse` end to end, as a user runs it."""
+"""The `dumpscope` command end to end, as a user runs it: parse on seeds, the daily
+commands (sql, diff, incidents, accept, --help) on the sample warehouse."""
 
 import gzip
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import duckdb
+import pytest
 
 from tests.conftest import SEEDS
 
@@ -65,3 +71,140 @@ def test_parse_takes_the_limits(tmp_path):
     got = json.loads(capped.stdout)
     assert capped.returncode == 1 and got["status"] == "failed"
     assert "line 4 is longer than max_line_bytes" in got["errors"][0] and "--max-line-bytes" in got["errors"][0]
+
+
+# The daily commands on the sample warehouse (tests/conftest.py), through typer's runner.
+
+def invoke(*args: str):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def writable(sample_warehouse: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "wh.duckdb"
+    shutil.copyfile(sample_warehouse, target)
+    return target
+
+
+def accepts_logged(warehouse: Path) -> int:
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        return con.execute("SELECT count(*) FROM accepts").fetchone()[0]
+
+
+VERBATIM_SQL = "SELECT 'float32[s0, 128]' AS shape, '[bold]x[/bold] [/<stage>]' AS \"[series]\""
+
+
+def test_sql_prints_values_verbatim_in_every_format(sample_warehouse):
+    w = str(sample_warehouse)
+    table = invoke("sql", VERBATIM_SQL, "--warehouse", w)
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert "┃ shape            ┃ [series]                  ┃" in lines
+    assert "│ float32[s0, 128] │ [bold]x[/bold] [/<stage>] │" in lines
+    csv_out = invoke("sql", "--format", "csv", VERBATIM_SQL, "--warehouse", w)
+    assert csv_out.output == 'shape,[series]\n"float32[s0, 128]",[bold]x[/bold] [/<stage>]\n'
+    as_json = invoke("sql", "--format", "json", VERBATIM_SQL, "--warehouse", w)
+    assert json.loads(as_json.output) == [{"shape": "float32[s0, 128]", "[series]": "[bold]x[/bold] [/<stage>]"}]
+
+
+def test_a_long_value_is_never_cut_when_piped(sample_warehouse):
+    long = "f32[" + ",".join(["1024"] * 40) + "]"
+    out = invoke("sql", f"SELECT '{long}' AS shape", "--warehouse", str(sample_warehouse))
+    assert f"│ {long} │" in out.output.splitlines()
+
+
+def test_diff_pattern_that_matches_nothing_is_an_error_not_no_differences(sample_warehouse):
+    w = str(sample_warehouse)
+    none = invoke("diff", "2026-11-19", "2026-11-20", "--series", "jax-pmap/jit__fun", "--warehouse", w)
+    assert none.exit_code == 2
+    assert none.output == (
+        "error: no series matching 'jax-pmap/jit__fun' has a parsed dump in run '2026-11-19' or '2026-11-20'; "
+        "series there include: jax-pmap/jit__fun/xla_hlo/after_optimizations, jax-pmap/jit__fun/xla_hlo/before_optimizations, "
+        "jax-pmap/jit__fun/xla_buffer_assignment/values, jax-pmap/jit__fun/xla_buffer_assignment/live_ranges, "
+        "jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment\n")
+    # A real no-change still says so and passes.
+    same = invoke("diff", "2026-11-20", "2026-11-20", "--series", "jax-pmap/*", "--warehouse", w)
+    assert (same.exit_code, same.output) == (0, "No differences between 2026-11-20 and 2026-11-20.\n")
+    missing = invoke("diff", "2026-11-19", "2099-01-01", "--warehouse", w)
+    assert (missing.exit_code, missing.output) == (
+        2, "error: no run '2099-01-01' in the warehouse; latest runs: 2026-11-20, 2026-11-19, 2026-11-18, 2026-11-17\n")
+
+
+def test_incidents_of_a_run_that_does_not_exist(sample_warehouse):
+    out = invoke("incidents", "--run", "2026-11-21", "--warehouse", str(sample_warehouse))
+    assert (out.exit_code, out.output) == (
+        2, "error: no run '2026-11-21' in the warehouse; latest runs: 2026-11-20, 2026-11-19, 2026-11-18, 2026-11-17\n")
+
+
+def test_accept_names_what_is_wrong(sample_warehouse, tmp_path):
+    w = writable(sample_warehouse, tmp_path)
+    refused = {
+        ("jax-pmap/*", "2026-11-21"):
+            "no run '2026-11-21' in the warehouse; latest runs: 2026-11-20, 2026-11-19, 2026-11-18, 2026-11-17",
+        ("I-00000000",): "no incident 'I-00000000'; list them with `dumpscope incidents --status all`",
+        ("I-f515e5b1", "2026-11-18"):
+            "incident I-f515e5b1 opened in run '2026-11-19', after run '2026-11-18': accept it at 2026-11-19 or a later run",
+        # At its opening run an incident id closes nothing today: refused, with what works.
+        ("I-f515e5b1", "2026-11-19"):
+            "accepting incident I-f515e5b1 at run '2026-11-19' closes nothing (an incident is accepted in a run after the "
+            "one it opened in); accept its program's series there instead: dumpscope accept 'jax-pmap/jit__fun/*' 2026-11-19",
+        ("I-f515e5b1", "--metric", "kernel.collective"):
+            "no metric 'kernel.collective' in incident I-f515e5b1; closest: kernel.collectives, kernel.collective.all-reduce, "
+            "kernel.launches, kernel.custom_calls, kernel.custom_call.xla.sdy.FuncResultSharding",
+        ("jax-pmap/*", "--metric", "memory.temp_byte"):
+            "no metric 'memory.temp_byte' in the series matching 'jax-pmap/*' in run '2026-11-20'; closest: memory.temp_bytes, "
+            "memory.total_bytes, memory.parameter_bytes, memory.alias_bytes, memory.live_out_bytes",
+    }
+    for args, message in refused.items():
+        out = invoke("accept", *args, "--warehouse", str(w))
+        assert (out.exit_code, out.output) == (2, f"error: {message}\n"), args
+    malformed = invoke("accept", "I-f515e5b", "--warehouse", str(w))
+    assert malformed.exit_code == 2
+    assert "no series matching 'I-f515e5b' has dumps in run '2026-11-20' (an incident id is I- and 8 hex digits" in malformed.output
+    assert accepts_logged(w) == 0  # nothing refused was logged
+    ok = invoke("accept", "I-f515e5b1", "--metric", "kernel.collectives", "--warehouse", str(w))
+    assert ok.exit_code == 0 and ok.output.startswith("accepted I-f515e5b1 at 2026-11-20 (kernel.collectives); ")
+    assert accepts_logged(w) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="flows/aggregate.py hands accepts to transforms/trends/incidents.py with the pattern "
+                   "under 'series', which reads 'series_pattern': a pattern restarts baselines but closes no incident")
+def test_accepting_a_pattern_closes_its_open_incidents(sample_warehouse, tmp_path):
+    w = writable(sample_warehouse, tmp_path)
+    out = invoke("accept", "jax-pmap/*", "--warehouse", str(w))
+    assert out.exit_code == 0 and "incidents closed: I-48d7e96d, I-f515e5b1;" in out.output
+
+
+def test_a_file_that_is_not_a_warehouse_is_one_line(tmp_path):
+    junk = tmp_path / "notes.duckdb"
+    junk.write_text("not a database\n")
+    for args in (["aggregate"], ["site", "--out", str(tmp_path / "site")], ["accept", "jax-pmap/*"]):
+        out = invoke(*args, "--warehouse", str(junk))
+        assert (out.exit_code, out.output) == (1, f"error: {junk} is not a DuckDB file\n"), args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.duckdb"]  # no standby copy, no lock left
+
+
+def bracketed_phrases(text: str) -> list[str]:
+    return re.findall(r"\S*\[[^\]]*\]+\S*", text or "")
+
+
+def test_help_keeps_every_bracket():
+    """Rich markup ate "[series]" and "[[rule]]" from the help: every command's help shows
+    each bracketed phrase of its docstring and options as written."""
+    import typer.main
+
+    from flows.cli import app
+
+    group = typer.main.get_command(app)
+    assert "[[rule]]" in invoke("run", "--help").output
+    checked = 0
+    for name, command in group.commands.items():
+        rendered = "".join(invoke(name, "--help").output.split())
+        for phrase in bracketed_phrases(command.help) + [p for param in command.params
+                                                           for p in bracketed_phrases(getattr(param, "help", None))]:
+            assert "".join(phrase.split()) in rendered, (name, phrase)
+            checked += 1
+    assert checked >= 5  # [series] and [[rule]] of each command taking --settings
