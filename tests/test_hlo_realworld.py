@@ -322,3 +322,19 @@ def test_partial_always_says_why():
         for cut in cuts:
             s = parse_dump(io.BytesIO(data[:cut]), name).summary
             assert s.status is Status.OK or s.errors, (name, cut, s.status)
+
+
+def test_small_dictionaries_give_the_same_rows(monkeypatch):
+    """The shape and metadata dictionaries are dropped between batches when they outgrow their
+    cap (memory stays flat on a big module): rows made after a drop are the same rows."""
+    import transforms.parsers.xla_hlo as parser
+
+    text = gzip.decompress((CORPUS / "hlo_llama31_8b_bf16_1x8.hlo.gz").read_bytes())
+    name = "hlo_llama31_8b_bf16_1x8.hlo"
+    kept = parse_dump(io.BytesIO(text), name).tables["hlo_instructions"]
+    monkeypatch.setattr(parser, "BATCH_ROWS", 4_096)
+    monkeypatch.setattr(parser, "_MAX_META_CACHE", 10)
+    monkeypatch.setattr(parser, "_MAX_CACHE", 10)
+    dropped = parse_dump(io.BytesIO(text), name).tables["hlo_instructions"]
+    assert kept.height == dropped.height == 31_855
+    assert dropped.equals(kept)

@@ -76,6 +76,7 @@ _SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFram
 _NO_META = (None, None, None, None)
 _CONTINUES = frozenset(",([{=")  # a line ending in one of these goes on (XLA never prints such a line)
 _MAX_ERRORS, _MAX_CACHE = 100, 200_000
+_MAX_META_CACHE = 20_000  # ~10 MiB of metadata texts and tuples kept from one batch to the next
 _FIELDS = {k: re.compile(rf"\b{k}=(\d+)") for k in ("file_location_id", "file_name_id", "line")}
 
 
@@ -719,8 +720,10 @@ class _Parser:
             sparse["called"].str.split(",").alias("called_computations"), sparse["custom_call_target"],
             meta["op_type"], meta["op_name"], meta["source_file"], meta["source_line"],
             (run["lineno"] + pl.int_range(n, eager=True)).cast(_I32).alias("lineno")])
-        for store in (self.shapes, self.metas):
-            if len(store.values) > _MAX_CACHE:
+        # The dictionaries live across batches (a module repeats its shapes and metadata), bounded:
+        # distinct metadata texts grow with a big module (~0.5 KiB each with their key), shapes hardly.
+        for store, most in ((self.shapes, _MAX_CACHE), (self.metas, _MAX_META_CACHE)):
+            if len(store.values) > most:
                 store.reset()
         self.new_batch(next_lineno)
         return TableBatch("hlo_instructions", frame)
