@@ -64,9 +64,8 @@ def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_
             " AND metric = coalesce(?, metric)", [target, run_id, metric]).fetchone()[0]:
         # Raised inside the writer: the accept is discarded, not logged as done.
         job, program = con.execute("SELECT job, program FROM incidents WHERE incident_id = ?", [target]).fetchone()
-        raise AcceptRefused(f"accepting incident {target} at run {run_id!r} closes nothing (an incident is accepted "
-                            f"in a run after the one it opened in); accept its program's series there instead: "
-                            f"dumpscope accept {shlex.quote(f'{job}/{program}/*')} {shlex.quote(run_id)}")
+        raise AcceptRefused(f"accepting incident {target} at run {run_id!r} closes nothing; accept its program's "
+                            f"series there instead: dumpscope accept {shlex.quote(f'{job}/{program}/*')} {shlex.quote(run_id)}")
     flagged = [s for (s,) in con.execute("SELECT series FROM regressions WHERE run_id = ?", [run_id]).fetchall()]
     left = len(flagged) if by_id else sum(fnmatch.fnmatchcase(s, target) for s in flagged)
     return Accepted(target, run_id, closed, left)

@@ -127,7 +127,26 @@ def test_a_slow_creep_opens_where_it_passes_the_floor():
 
 def test_accept_by_series_pattern_restarts_the_baseline():
     values = {("jax/p/ba", "memory.temp_bytes"): [MIB, MIB, 2 * MIB, 2 * MIB, 2 * MIB, 2 * MIB, MIB, MIB]}
-    inc, _ = _incidents(values, accepts=[{"run_id": "r3", "series_pattern": "jax/*", "accepted_by": "bo", "note": None}])
+    inc, _ = _incidents(values, accepts=[{"run_id": "r3", "series": "jax/*", "accepted_by": "bo", "note": None}])
     # accepted at r3; the later return to 1 MiB is a step away from the new baseline: an improvement.
     assert inc.select("opened_run", "kind", "closed_run", "closed_how").rows() == [
         ("r2", "regression", "r3", "accepted"), ("r6", "improvement", None, None)]
+
+
+def test_accept_by_id_in_the_run_it_opened_in_closes_it_there():
+    """Last night's new incident, accepted by its id at last night: accepted at r2, its value the new
+    baseline (the return to 1 MiB at r6 is then an improvement); a failure the same way."""
+    values = {("jax/p/ba", "memory.temp_bytes"): [MIB, MIB, 2 * MIB, 2 * MIB, 2 * MIB, 2 * MIB, MIB, MIB]}
+    first, _ = _incidents(values)
+    opened = first.get_column("incident_id")[0]
+    accept = {"run_id": "r2", "incident_id": opened, "accepted_by": "bo", "note": "intended"}
+    inc, steps = _incidents(values, accepts=[accept])
+    assert inc.select("opened_run", "kind", "closed_run", "closed_how").rows() == [
+        ("r2", "regression", "r2", "accepted"), ("r6", "improvement", None, None)]
+    assert inc.get_column("incident_id")[0] == opened
+    assert steps.filter(pl.col("incident_id") == opened).get_column("closed_how").to_list() == ["accepted"]
+    statuses = {"s": ["ok", "ok", "failed", "failed", "failed", "ok", "ok", "ok"]}
+    failure, _ = _incidents({}, statuses)
+    fid = failure.get_column("incident_id")[0]
+    accepted, _ = _incidents({}, statuses, accepts=[{"run_id": "r2", "incident_id": fid, "accepted_by": "bo", "note": None}])
+    assert accepted.select("opened_run", "closed_run", "closed_how").rows() == [("r2", "r2", "accepted")]

@@ -8,8 +8,8 @@ metric) is walked in run order with a *step baseline*:
   a step: ``regression`` when it is worse (the rule's direction), ``improvement`` when
   better; metrics without a direction never open one;
 - an open step closes ``fixed`` in the run where the value is back within the floor of
-  its baseline, or ``accepted`` in the run someone accepted it at (then that run's
-  value is the new baseline); a further move while open updates it, it opens nothing;
+  its baseline, or ``accepted`` in the run someone accepted it at, the run it opened in
+  included (then that run's value is the new baseline); a further move while open updates it, it opens nothing;
 - below the floor nothing happens and the baseline stays: a slow creep opens a step in
   the run where it passes the floor, against the value it crept from.
 
@@ -180,7 +180,7 @@ def _accepted_at(accepts: list[dict], series: str, job: str, program: str, opene
             continue
         if a.get("incident_id") and opened_run is not None and a["incident_id"] == incident_id(job, program, opened_run):
             return i
-        if a.get("series_pattern") and fnmatch.fnmatchcase(series, a["series_pattern"]):
+        if a.get("series") and fnmatch.fnmatchcase(series, a["series"]):  # the accept log's pattern column
             return i
     return None
 
@@ -222,6 +222,10 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
             kind = "failure" if worse and _FAILURE_METRICS.match(metric) else "regression" if worse else "improvement"
             open_ = _Step(series, metric, kind, seq, base_seq, base, value, value)
             out.append(open_)
+            acc = _accepted_at(accepts, series, job, program, run_id, run_id, metric)
+            if acc is not None:  # accepted (by its id) in the run it opened in: closed there, its value the baseline
+                open_.closed_seq, open_.closed_how, open_.accept = seq, "accepted", acc
+                open_, base, base_seq = None, value, seq
         else:
             base_seq = seq  # the baseline's value stays; its last good run moves on
     return out
@@ -253,6 +257,10 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
                 metric = "dump.vanished" if status == "absent" else "dump.status"
                 open_ = _Step(series, metric, "failure", seq, last_ok, None, None, None, detail=detail)
                 out.append((job, program, open_))
+                acc = _accepted_at(accepts, series, job, program, run_ids[seq], run_ids[seq])
+                if acc is not None:  # accepted in the run it opened in
+                    open_.closed_seq, open_.closed_how, open_.accept = seq, "accepted", acc
+                    open_, last_ok = None, None
     return out
 
 
@@ -264,7 +272,7 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     ``observations``: series, job, program, kind, stage, metric, run_id, value — figures
     of dumps that parsed ok only. ``health``: series, job, program, (kind, stage,) run_id,
     status (ok, partial, failed, absent), detail. ``order``: run_id, run_seq, started_at, commit.
-    ``accepts``: dicts with run_id and incident_id or series_pattern (plus accepted_by, note).
+    ``accepts``: rows of the accept log: run_id and incident_id or series (a pattern), plus metric, accepted_by, note.
     ``ok`` (series, run_id): when given, only the observations of these series and runs
     are walked (a year of observations is millions of rows: they are narrowed to the
     four columns the walk needs before anything is copied). ``info`` (series, job, program,
