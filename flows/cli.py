@@ -378,7 +378,8 @@ def serve(
 @app.command()
 def check(
     directory: Annotated[Path, typer.Argument(help="Dumps of a change, laid out as one night's jobs: DIR/<job>/... "
-                                              "(like one run directory of the bucket; DIR/run.json optional).")],
+                                              "(like one run directory of the bucket; DIR/run.json optional).",
+                                              exists=True, file_okay=False, dir_okay=True)],  # else exit 2: a bad argument
     against: Annotated[Optional[str], typer.Option("--against", help="The run to compare with (default: the latest).")] = None,
     warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file (opened read-only).")] = Path("data/warehouse.duckdb"),
     fmt: Annotated[str, typer.Option("--format", help="text, markdown (a pull-request comment) or json (a list of objects).")] = "text",

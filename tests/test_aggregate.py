@@ -101,7 +101,7 @@ def test_diff_command(sample_warehouse):
     assert "all-reduce f32[128,128] appeared (×2, 128.0 KiB) at jax_jobs.py:162 (psum)" in res.output
     assert "kernel.collectives 7 → 9 (+2, +28.6 %)" in res.output
     missing = runner.invoke(app, ["diff", "2026-11-19", "2099-01-01", "--warehouse", str(sample_warehouse)])
-    assert missing.exit_code == 1 and "no run '2099-01-01'" in missing.output
+    assert missing.exit_code == 2 and "no run '2099-01-01'" in missing.output
 
 
 def test_summary_markdown_and_exit_status(sample_warehouse, prefect, tmp_path):

@@ -210,7 +210,7 @@ def test_bad_arguments_and_a_missing_run(sample_warehouse, tmp_path):
     not_duckdb = tmp_path / "text.duckdb"
     not_duckdb.write_text("not a warehouse")
     assert check(not_duckdb, pr).exit_code == 1 and not_duckdb.read_text() == "not a warehouse"
-    assert check(sample_warehouse, tmp_path / "missing-dir").exit_code == 1
+    assert check(sample_warehouse, tmp_path / "missing-dir").exit_code == 2  # a bad argument
 
 
 def test_the_command_as_a_user_runs_it(sample_warehouse, tmp_path):
