@@ -183,7 +183,7 @@ def _environment(data: pages.SiteData | None = None) -> jinja2.Environment:
         env.filters.pop(name, None)
     env.filters.update(e=escape.md_text, escape=escape.md_text, forceescape=escape.md_text, join=_join)
     env.globals.update(chart=chart, code=escape.code, pre=escape.pre, sql=escape.sql_literal, shell=escape.shell_word,
-                       breakable=pages.breakable, breakable_code=pages.breakable_code,
+                       breakable=escape.breakable, breakable_code=escape.breakable_code,
                        series_link=data.series_link if data else pages.series_link,
                        run_link=data.run_link if data else pages.run_link)
     env.globals["_chart_counter"] = counter

@@ -154,7 +154,7 @@ def test_a_hostile_dump_line_renders_as_text():
               "before_path": "r0/j/module.txt", "after_path": "r/j/</details><script>x</script>.txt",
               "lines_before": None, "lines_after": shown, "excerpt_before": None, "excerpt_after": excerpt}
     page = _environment().get_template("_evidence.md.j2").render(changes={"entries": [
-        {"line": change["description"], "changes": [change], "rescale": False, "sides": [
+        {"line": change["description"], "anchor": "change-0-0", "changes": [change], "rescale": False, "sides": [
             {"name": "after", "path": change["after_path"], "lines": shown, "excerpt": excerpt, "note": None}]}]})
     assert "<script>" not in page and page.count("</details>") == 1 and page.count("<details") == 1
     assert "&#60;/details&#62;&#60;script&#62;alert(2)&#60;/script&#62;" in page

@@ -260,3 +260,42 @@ def test_screenshots_are_written(reports):
     for name in SHOTS.values():
         for width in (1400, 420):
             assert (ARTIFACTS / f"daily_{name}_{width}.png").stat().st_size > 20_000, (name, width)
+
+
+_EVIDENCE_PROBE = """() => {
+  const block = (el) => el && el.tagName === 'DETAILS'
+    ? {excerpt: el.querySelectorAll('pre').length, said: el.innerText.includes('lines') || el.innerText.includes('rescaled')}
+    : null;
+  const cause = document.getElementById('cause');
+  const items = [];
+  for (let el = cause && cause.nextElementSibling; el && !/^H[23]$/.test(el.tagName); el = el.nextElementSibling) {
+    el.querySelectorAll('li').forEach((li) => {
+      const a = li.querySelector('a[href^="#"]');
+      const id = a ? a.getAttribute('href').slice(1) : null;
+      items.push({text: li.innerText, id, target: id !== null && document.getElementById(id) !== null,
+                  block: block(id && document.getElementById(id))});
+    });
+  }
+  const blocks = Array.from(document.querySelectorAll('details.ds-evidence')).map(block);
+  return {items, blocks};
+}"""
+
+
+def test_every_incident_and_diff_item_leads_to_its_excerpt_on_the_page(daily_site, browser):
+    """Each line of an incident's cause links to the block of its change on the same page (the
+    "... and N more" tail to the evidence section), and every change block on incident and diff
+    pages holds the dump lines it comes from (or says which lines, when the dump could not be read)."""
+    pages = sorted(p.relative_to(daily_site.out).as_posix() for p in (daily_site.out / "incidents").glob("i-*.html"))
+    excerpts = 0
+    with serve_directory(daily_site.out) as base:
+        for page in pages + ["diff.html"]:
+            found = browser.open_page(base + page, probe=_EVIDENCE_PROBE).probe
+            for item in found["items"]:
+                assert item["target"], (page, item)
+                assert item["block"] is not None or item["id"] == "evidence", (page, item)
+                assert item["id"] != "evidence" or item["text"].startswith("…"), (page, item)
+            assert all(b["excerpt"] or b["said"] for b in found["blocks"]), page
+            excerpts += sum(b["excerpt"] > 0 for b in found["blocks"])
+            if page != "diff.html":
+                assert found["items"], page  # every incident of the sample has a cause
+    assert len(pages) == 11 and excerpts > 100

@@ -69,7 +69,7 @@ from urllib.parse import quote
 
 from markupsafe import Markup
 
-__all__ = ["Markup", "block_text", "code", "finalize", "html_attr", "json_script", "md_text", "pre",
+__all__ = ["Markup", "block_text", "breakable", "breakable_code", "code", "finalize", "html_attr", "json_script", "md_text", "pre",
            "shell_word", "slug", "sql_literal", "url_path"]
 
 _REF = {c: f"&#{ord(c)};" for c in "&<>\"'\\`*[]{}|#~"}
@@ -183,3 +183,21 @@ def shell_word(value: object) -> str:
 def finalize(value: object) -> Markup:
     """The site's Jinja ``finalize``: ``Markup`` passes, anything else is ``md_text``."""
     return value if isinstance(value, Markup) else md_text(value)
+
+
+# ---------------------------------------------------------------- Markdown text that may wrap
+
+_BREAK_AFTER = re.compile(r"([./_])")
+
+
+def breakable(value: object) -> Markup:
+    """``md_text(value)`` that may wrap after each ``.``, ``/`` and ``_`` (``<wbr>``): a metric,
+    series or path in a narrow table column wraps there instead of one letter per line. The
+    characters follow the escaping: no character reference holds one, and every ``_`` left
+    stands between two letters or digits, so it cannot open emphasis."""
+    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", str(md_text(value))))
+
+
+def breakable_code(value: object) -> Markup:
+    """``breakable`` as inline code."""
+    return Markup("<code>") + breakable(value) + Markup("</code>")

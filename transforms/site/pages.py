@@ -18,13 +18,12 @@ to build them follow the setting and the size of a night, not the length of the 
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass
 from functools import cached_property
 
 import polars as pl
 
-from transforms.escape import Markup, code, md_text, slug, url_path
+from transforms.escape import Markup, breakable_code, code, md_text, slug, url_path
 from transforms.trends.night_report import counts, counts_line
 from transforms.trends.diffs import change_entries
 from transforms.site import charts
@@ -181,22 +180,6 @@ def _value_cell(metric: str, value, delta, previous) -> Markup:
     ratio = f" ({human_ratio(delta / previous)})" if delta and previous else ""
     small = Markup("<br><small>{}</small>").format(md_text(change + ratio)) if change else ""
     return md_text(human_value(metric, value)) + small
-
-
-_BREAK_AFTER = re.compile(r"([./_])")
-
-
-def breakable(value: object) -> Markup:
-    """``md_text(value)`` that may wrap after each ``.``, ``/`` and ``_`` (``<wbr>``): a metric,
-    series or path in a narrow table column wraps there instead of one letter per line. The
-    characters follow the escaping: no character reference holds one, and every ``_`` left
-    stands between two letters or digits, so it cannot open emphasis."""
-    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", str(md_text(value))))
-
-
-def breakable_code(value: object) -> Markup:
-    """``breakable`` as inline code."""
-    return Markup("<code>") + breakable(value) + Markup("</code>")
 
 
 def _commit(d: SiteData, commit: str | None) -> Markup:
@@ -589,14 +572,15 @@ def incident_pages(d: SiteData):
             "change": human_delta(s["metric"], s["change"]) if s["change"] is not None else "",
             "closed": s["closed_run"] or "", "detail": s["detail"] or ""} for s in rows.iter_rows(named=True)]
         yield r["incident_id"], {
-            "i": r, "steps": table, "cause_lines": (r["cause"] or "").splitlines(),
+            "i": r, "steps": table,
             "range": commit_range(d, r["last_good_commit"], r["first_bad_commit"]),
             "opened_link": _known_run(d, r["opened_run"], "incidents"),
             "good_link": _known_run(d, r["last_good_run"], "incidents"),
             "closed_link": _known_run(d, r["closed_run"], "incidents"),
             "diff": _incident_diff(d, r, "incidents"),
-            "evidence": _evidence(d.diffs.filter((pl.col("run_id") == r["opened_run"]) & (pl.col("job") == r["job"])
-                                                 & (pl.col("program") == r["program"]))),
+            "evidence": (evidence := _evidence(d.diffs.filter(
+                (pl.col("run_id") == r["opened_run"]) & (pl.col("job") == r["job"]) & (pl.col("program") == r["program"])))),
+            "causes": _cause_links((r["cause"] or "").splitlines(), evidence),
         }
 
 
@@ -757,5 +741,21 @@ def _evidence(diffs: pl.DataFrame) -> list[dict]:
                 "excerpt": excerpt, "note": None if excerpt else _NO_EXCERPT["read" if lines else "lines"]}
 
     return [{"series": s, "entries": [
-        {**e, "sides": [x for x in (side(e["changes"][0], "before"), side(e["changes"][0], "after")) if x]}
-        for e in change_entries(rows)]} for (s,), rows in diffs.group_by("series", maintain_order=True)]
+        {**e, "anchor": f"change-{i}-{k}",
+         "sides": [x for x in (side(e["changes"][0], "before"), side(e["changes"][0], "after")) if x]}
+        for k, e in enumerate(change_entries(rows))]}
+        for i, ((s,), rows) in enumerate(diffs.group_by("series", maintain_order=True))]
+
+
+def _cause_links(cause_lines: list[str], evidence: list[dict]) -> list[dict]:
+    """Each line of an incident's cause with the anchor of its change's block on the page
+    (the cause lines are those changes' descriptions); a line no block shows (the "… and N
+    more" tail) leads to the evidence section; without evidence (no diff stored) none links."""
+    anchors: dict[str, str] = {}
+    for changes in evidence:
+        for e in changes["entries"]:
+            anchors.setdefault(e["line"], e["anchor"])
+            for c in e["changes"]:
+                anchors.setdefault(c["description"], e["anchor"])
+    # Markup: the anchors are made here from numbers, and "#" must reach Markdown as it is.
+    return [{"text": line, "href": Markup(f"#{anchors.get(line, 'evidence')}") if evidence else None} for line in cause_lines]
