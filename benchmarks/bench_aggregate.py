@@ -94,7 +94,7 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, programs: int = PRO
         p.unlink(missing_ok=True)
     with wh.Warehouse(tmp) as con:
         wh.upsert_runs(con, runs)
-        for table, frame in (("dumps", dump_rows), ("metrics", metrics), ("content_items", items)):
+        for table, frame in (("dumps", dump_rows), ("metrics", metrics), ("content_item_rows", items)):
             con.register("_in", frame.to_arrow())
             cols = ", ".join(f'"{c}"' for c in frame.columns)  # by name: tables gain columns
             con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _in")

@@ -213,9 +213,10 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
             'k' || i, 'fusion.' || i || ' · {{}} · f32[' || (64 * i) || ']', 1 + i, 1024 * (i + 1), NULL, 'model.py:' || i
         FROM {dumps} d JOIN range(10) t(i) ON true"""
     cols = "category, key, label, count, bytes, value, detail"
-    if con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'content_items'").fetchone()[0]:
+    rows = con.execute("SELECT table_name FROM duckdb_tables() WHERE table_name IN ('content_item_rows', 'content_items')").fetchall()
+    if rows:  # items per content: content_item_rows (schema 9), content_items before
         con.execute("UPDATE dump_series SET items_key = d.dump_id FROM dumps d WHERE d.path = dump_series.path")
-        con.execute(f"INSERT INTO content_items (items_key, {cols}) " + items.format(
+        con.execute(f"INSERT INTO {sorted(r for (r,) in rows)[0]} (items_key, {cols}) " + items.format(
             key="d.dump_id", dumps="(SELECT DISTINCT dump_id, kind FROM dumps)").replace("SELECT d.dump_id, 1,", "SELECT d.dump_id,"))
         items = "10 items a content (content_items)"
     else:

@@ -33,7 +33,7 @@ def warehouse(sample_warehouse, tmp_path_factory) -> Path:
     target = tmp_path_factory.mktemp("evidence") / "wh.duckdb"
     shutil.copyfile(sample_warehouse, target)
     with wh.Warehouse(target) as con:
-        con.execute("DELETE FROM content_items")
+        con.execute("DELETE FROM content_item_rows")
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # every run again
         aggregate(con, run_items=items.reading(items.DumpSource(str(BUCKET))))
     return target
@@ -158,3 +158,17 @@ def test_a_hostile_dump_line_renders_as_text():
             {"name": "after", "path": change["after_path"], "lines": shown, "excerpt": excerpt, "note": None}]}]})
     assert "<script>" not in page and page.count("</details>") == 1 and page.count("<details") == 1
     assert "&#60;/details&#62;&#60;script&#62;alert(2)&#60;/script&#62;" in page
+
+
+def test_each_excerpt_text_is_stored_once(warehouse):
+    """Versions of a program repeat most of their excerpts: the text is kept once (excerpt_texts,
+    by its sha256), the items name it, and the view content_items reads it back."""
+    import hashlib
+
+    got = query(warehouse, """SELECT (SELECT count(*) FROM excerpt_texts) AS texts,
+                                     (SELECT count(DISTINCT excerpt) FROM content_items) AS distinct_shown,
+                                     (SELECT count(excerpt_id) FROM content_item_rows) AS items_with_one""").row(0, named=True)
+    # The sample's four nights: 842 items with an excerpt show 664 texts (178 repeat an earlier one).
+    assert got == {"texts": 664, "distinct_shown": 664, "items_with_one": 842}
+    some = query(warehouse, "SELECT excerpt_id, excerpt FROM excerpt_texts ORDER BY excerpt_id LIMIT 20").rows()
+    assert all(i == hashlib.sha256(t.encode()).hexdigest() for i, t in some)

@@ -97,7 +97,7 @@ def test_compaction_keeps_only_the_latest_runs_records_and_every_figure_exact(pr
     assert _count(full, "SELECT count(*) FROM hlo_instructions") > _count(compacted, "SELECT count(*) FROM hlo_instructions")
     a, b = snapshot(compacted), snapshot(full)
     derived = ["dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals",
-               "content_items", "diffs", "incidents", "incident_steps", "metrics", "dumps"]
+               "content_item_rows", "excerpt_texts", "diffs", "incidents", "incident_steps", "metrics", "dumps"]
     for table in derived:
         assert a[table] == b[table], table
 

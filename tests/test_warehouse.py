@@ -126,7 +126,7 @@ def test_every_table_view_and_column_is_commented(tmp_path, batch):
         tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w' AND comment IS NULL").fetchall()
         assert tables == []
         views = dict(con.execute("SELECT view_name, comment FROM duckdb_views() WHERE database_name = 'w' AND NOT internal").fetchall())
-        assert set(views) == {"latest_metrics", "metric_series", "dump_items"} and all(views.values())
+        assert set(views) == {"latest_metrics", "metric_series", "dump_items", "content_items"} and all(views.values())
         assert set(all_tables()) | set(ws.CORE_TABLES) <= {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w'").fetchall()}
 
 

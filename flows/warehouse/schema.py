@@ -28,7 +28,7 @@ from typing import Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 def quote_ident(name: str) -> str:
@@ -137,6 +137,13 @@ QUALIFY row_number() OVER (
     ORDER BY r.started_at DESC NULLS LAST, m.run_id DESC, m.path) = 1
 """,
     ),
+    "content_items": (
+        "Structural items of each dump content (fusions, collectives, allocations, fused groups, ONNX steps...), one row per (items_key, category, key), with the dump lines they come from; computed once per content and kept for ever (content_item_rows, their excerpt texts kept once in excerpt_texts). The view dump_items gives them per dump path.",
+        """
+SELECT r.items_key, r.category, r.key, r.label, r.count, r.bytes, r.value, r.detail, r.excerpt_lines, t.excerpt, r.excerpt_from
+FROM content_item_rows r LEFT JOIN excerpt_texts t USING (excerpt_id)
+""",
+    ),
     "dump_items": (
         "The structural items of each dump path (content_items through dump_series.items_key): fusions, collectives, allocations, fused groups, ONNX steps...; a dump without items has one row of category 'none'.",
         """
@@ -183,6 +190,8 @@ WHERE (o.started_at, o.run_id) <= (r.started_at, r.run_id)
 VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
     "latest_metrics": ("job", "kind", "stage", "program", "metric", "value", "run_id", "started_at", "dump_id", "path"),
     "metric_series": ("started_at", "run_id", "commit", "job", "kind", "stage", "program", "metric", "value", "dump_id", "path"),
+    "content_items": ("items_key", "category", "key", "label", "count", "bytes", "value", "detail", "excerpt_lines", "excerpt",
+                      "excerpt_from"),
     "dump_items": ("path", "dump_id", "parser_version", "category", "key", "label", "count", "bytes", "value", "detail",
                    "excerpt_lines", "excerpt", "excerpt_from"),
 }
@@ -230,6 +239,10 @@ MIGRATIONS: list[Migration] = [
             # Every column named: a table lacking one (not a file a release wrote) is refused.
             f"INSERT INTO {table} SELECT {', '.join(quote_ident(c) for c in CORE_TABLES[table][1])} FROM _{table}_v7",
             f"DROP TABLE _{table}_v7"))),
+    # Excerpt texts are kept once (excerpt_texts); the items' rows move to content_item_rows and
+    # content_items becomes a view joining them (a warehouse without the table yet: nothing to move).
+    Migration(9, "content items stored with their excerpt texts once", (
+        "ALTER TABLE IF EXISTS content_items RENAME TO content_item_rows",)),
 ]
 
 
@@ -246,7 +259,8 @@ def derived_tables() -> dict[str, tuple[pl.Schema, dict[str, str]]]:
         "series_events": (rollups.EVENT_SCHEMA, rollups.EVENT_DOCS),
         "run_rollups": (rollups.ROLLUP_SCHEMA, rollups.ROLLUP_DOCS),
         "job_totals": (rollups.TOTAL_SCHEMA, rollups.TOTAL_DOCS),
-        "content_items": (diffs.CONTENT_ITEM_SCHEMA, diffs.CONTENT_ITEM_DOCS),
+        "content_item_rows": (diffs.STORED_ITEM_SCHEMA, diffs.STORED_ITEM_DOCS),
+        "excerpt_texts": (diffs.EXCERPT_TEXT_SCHEMA, diffs.EXCERPT_TEXT_DOCS),
         "diffs": (diffs.DIFF_SCHEMA, diffs.DIFF_DOCS),
         "incidents": (incidents.INCIDENT_SCHEMA, incidents.INCIDENT_DOCS),
         "incident_steps": (incidents.STEP_SCHEMA, incidents.STEP_DOCS),

@@ -61,6 +61,21 @@ CONTENT_ITEM_DOCS = {c: d for c, d in ITEM_DOCS.items() if c != "path"} | {
     "excerpt": f"Those lines of the dump, read from the bucket when the items were computed: at most {evidence.MAX_ITEM_LINES} lines and {evidence.MAX_ITEM_CHARS} characters, lines past {evidence.MAX_LINE_CHARS} characters cut with a marker, ranges separated by a '{evidence.GAP}' line. Dump text, not trusted. NULL when the dump could not be read (gone from the bucket, no bucket given, items computed before excerpts were kept) or past the per-dump cap of {evidence.MAX_DUMP_LINES} lines.",
     "excerpt_from": "Bucket path of the dump the excerpt was read from (any path holding the content); NULL without excerpt.",
 }
+# How content items are stored: the excerpt text once in excerpt_texts (the versions of a
+# program share most of their fusion bodies and allocations: one text, many items), each
+# item naming it by excerpt_id; the view content_items joins them back (CONTENT_ITEM_SCHEMA).
+STORED_ITEM_SCHEMA = pl.Schema({c: t for c, t in CONTENT_ITEM_SCHEMA.items() if c != "excerpt"} | {"excerpt_id": pl.String})
+STORED_ITEM_DOCS = {c: d for c, d in CONTENT_ITEM_DOCS.items() if c != "excerpt"} | {
+    "": "Structural items of each dump content as stored, one row per (items_key, category, key), their excerpt text by id (excerpt_texts); read them through the view content_items.",
+    "excerpt_id": "The excerpt's text in excerpt_texts (sha256 of the text); NULL when no excerpt was read.",
+}
+EXCERPT_TEXT_SCHEMA = pl.Schema({"excerpt_id": pl.String, "excerpt": pl.String})
+EXCERPT_TEXT_DOCS = {
+    "": "Excerpt texts of content items, each once (many versions of a program show the same fusion body or allocation).",
+    "excerpt_id": "sha256 of the text, hex.",
+    "excerpt": CONTENT_ITEM_DOCS["excerpt"],
+}
+
 # Records tables each dump kind's items are computed from.
 ITEM_TABLES = {
     "xla_hlo": ("hlo_instructions", "hlo_computations"),
