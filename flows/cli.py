@@ -343,13 +343,21 @@ def watch(
     import time
 
     _prefect_defaults()
+    from flows.bucket import BucketNotFound
     from flows.nightly import nightly
 
     done = 0
     while True:
         started = time.monotonic()
-        nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, marker=marker, wait_for_lock=True,
-                state_path=warehouse.with_suffix(".settle.json"))
+        try:
+            nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, marker=marker, wait_for_lock=True,
+                    state_path=warehouse.with_suffix(".settle.json"))
+        except BucketNotFound as exc:
+            if not done:  # at the first look: a wrong --bucket, said once, like `run`
+                typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(2) from None
+            # Later (a mount or the network gone for a while): said, and looked at again next time.
+            typer.echo(f"warning: {exc}; looking again in {interval:g} s", err=True)
         done += 1
         if iterations and done >= iterations:
             return

@@ -169,3 +169,36 @@ def test_dump_rewritten_in_place_at_the_same_size_is_reloaded(prefect, tmp_path)
     again = _night(bucket, warehouse)
     [(after, version)] = _query(warehouse, "SELECT dump_id, source_version FROM dumps")
     assert again.new == 1 and after != before and version == str(st.st_mtime_ns + 1_000)
+
+
+def test_watch_on_a_missing_bucket_says_so_and_keeps_watching_once_it_was_there(prefect, tmp_path, fast_discover_retries,
+                                                                                monkeypatch):
+    """At the first look a missing bucket is a wrong --bucket: exit 2, one line. A bucket that
+    goes missing later (a mount gone for a while) is a warning, and the watch goes on."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    missing = str(tmp_path / "no-such-bucket")
+    args = ["watch", "--warehouse", str(tmp_path / "wh.duckdb"), "--interval", "0", "--settle", "0"]
+    first = CliRunner().invoke(app, [*args, "--bucket", missing, "--iterations", "3"])
+    assert first.exit_code == 2 and f"error: no bucket at {missing}\n" in first.output, first.output
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    looks = []
+    from flows import nightly as n
+
+    real = n.nightly
+
+    def look(**kw):  # there at the first look, gone at the second, back at the third
+        looks.append(1)
+        if len(looks) == 2:
+            bucket.rename(tmp_path / "away")
+        elif len(looks) == 3:
+            (tmp_path / "away").rename(bucket)
+        return real(**kw)
+
+    monkeypatch.setattr(n, "nightly", look)
+    later = CliRunner().invoke(app, [*args, "--bucket", str(bucket), "--iterations", "3"])
+    assert later.exit_code == 0, later.output + repr(later.exception)
+    assert len(looks) == 3 and f"warning: no bucket at {bucket}; looking again in 0 s\n" in later.output
