@@ -237,6 +237,8 @@ def test_run_pages_and_the_overview_show_tags_commits_and_dump_links(daily_site,
     run = (daily_site.out / "runs" / "2026-11-19.html").read_text()
     assert '<a href="https://git.example/c/c71f0d2"><code>c71f0d2</code></a>' in run
     assert "mlp-3x96" in run and "median-centering" in run
+    runs = (daily_site.out / "runs" / "index.html").read_text()  # every run's commit links too
+    assert all(f'<a href="https://git.example/c/{c}"><code>{c}</code></a>' in runs for c in ("1a8e6b4", "c71f0d2"))
     # The run's structural changes each name their dump by bucket path, linked through the template.
     path = "2026-11-19/jax-jit/module_0002.jit_eval_metrics.cpu_after_optimizations-buffer-assignment.txt.gz"
     assert f'href="{BUCKET_URL.format(path=path)}"' in run

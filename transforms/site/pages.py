@@ -701,10 +701,11 @@ def runs_index(d: SiteData) -> dict:
     runs = d.runs.sort("started_at", "run_id", descending=True).join(totals, on="run_id", how="left", maintain_order="left")
     shown, older = [], []
     for r in runs.iter_rows(named=True):
+        commit = _commit(d, r["commit"]) if r["commit"] else ""  # a link to its page when commit_url is set
         if r["run_id"] in d.run_pages:
-            shown.append({**r, "link": run_link(r["run_id"], "runs")})
+            shown.append({**r, "commit": commit, "link": run_link(r["run_id"], "runs")})
         else:
-            older.append({**r, "anchor": run_anchor(r["run_id"])})
+            older.append({**r, "commit": commit, "anchor": run_anchor(r["run_id"])})
     return {"runs": shown, "older": older, "history_runs": d.history_runs}
 
 
