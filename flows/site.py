@@ -80,8 +80,8 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
         with_series = "JOIN dump_series s USING (path)"
         cols = ", ".join(f't."{c}"' for c in TREND_COLUMNS)
         # Incidents that matter in the window: open at its end, or opened or closed in it.
-        incidents = q(f"SELECT * FROM incidents WHERE closed_run IS NULL OR opened_run IN (SELECT unnest(?::VARCHAR[])) "
-                      f"OR closed_run IN (SELECT unnest(?::VARCHAR[]))", [shown, shown])
+        incidents = q("SELECT * FROM incidents WHERE closed_run IS NULL OR opened_run IN (SELECT unnest(?::VARCHAR[])) "
+                      "OR closed_run IN (SELECT unnest(?::VARCHAR[]))", [shown, shown])
         data = pages.SiteData(
             runs=runs,
             history_runs=history,
