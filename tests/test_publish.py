@@ -9,6 +9,7 @@ that does not match) falls back to a full copy and still ends right.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,19 @@ print("open", flush=True)
 sys.stdin.readline()
 print(con.execute("SELECT count(*) FROM night").fetchall()[0][0], flush=True)
 """
+
+
+@contextlib.contextmanager
+def _reader(path: Path):
+    """A reader in another process holding ``path`` open; yields ``count()``: the rows of
+    its ``night`` table, read through that same connection (the reader then exits)."""
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "open"
+        yield lambda: int(reader.communicate("count\n", timeout=60)[0].strip())
+    finally:
+        reader.kill()
 
 
 def _wchar() -> int:
@@ -118,21 +132,47 @@ def test_a_reader_holding_the_old_generation_makes_the_writer_copy(tmp_path):
     warehouse = _filled(tmp_path, 1_000)
     with wh.Warehouse(warehouse) as con:
         con.execute("INSERT INTO night VALUES (1, 'one')")
-    standby = tmp_path / "wh.duckdb.standby"
     # A reader in another process that opened yesterday's file and still holds it.
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(standby)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert reader.stdout.readline().strip() == "open"
+    with _reader(tmp_path / "wh.duckdb.standby") as count:
         w = wh.Warehouse(warehouse)
         with w as con:
             con.execute("INSERT INTO night VALUES (2, 'two')")
         assert w.caught_up == "copy"
-        out, _ = reader.communicate("count\n", timeout=60)
-        assert out.strip() == "0"  # its file is intact: yesterday's night table, empty
-    finally:
-        reader.kill()
+        assert count() == 1  # its file is intact: the standby as it opened it, level with night one
     assert snapshot(warehouse)["night"] == ["(1, 'one')", "(2, 'two')"]
+
+
+def test_the_standby_is_level_after_each_publish_so_the_next_night_replays_nothing(tmp_path):
+    warehouse = _filled(tmp_path, 1_000)
+    w = wh.Warehouse(warehouse)
+    with w as con:
+        con.execute("INSERT INTO night VALUES (1, 'one')")
+    assert w.leveled == "replay"
+    standby = tmp_path / "wh.duckdb.standby"
+    assert snapshot(standby) == snapshot(warehouse)
+    journal = tmp_path / "wh.duckdb.journal"
+    assert [p.name for p in journal.iterdir()] == ["journal.json"]  # the night's files went with its replay
+    start = _wchar()
+    assert _noop_publish(warehouse) == "replay"
+    assert _wchar() - start < 2 << 20  # no catching up: DuckDB's checkpoint and the journal only
+
+
+def test_a_reader_of_the_old_generation_at_publish_time_leaves_the_leveling_to_the_next_night(tmp_path):
+    warehouse = _filled(tmp_path, 1_000)
+    # A reader that opened the published file before the night's swap: the old generation.
+    with _reader(warehouse) as count:
+        w = wh.Warehouse(warehouse)
+        with w as con:
+            con.execute("INSERT INTO night VALUES (1, 'one')")
+        assert w.leveled == "held by a reader"
+        assert count() == 0  # its file is intact: the generation before the night
+    # The reader is gone: the next writer replays the night onto the standby, as before.
+    w = wh.Warehouse(warehouse)
+    with w as con:
+        con.execute("INSERT INTO night VALUES (2, 'two')")
+    assert w.caught_up == "replay" and w.leveled == "replay"
+    assert snapshot(warehouse)["night"] == ["(1, 'one')", "(2, 'two')"]
+    assert snapshot(tmp_path / "wh.duckdb.standby") == snapshot(warehouse)
 
 
 def test_a_hand_replaced_warehouse_is_copied_not_replayed_onto(tmp_path):

@@ -2,10 +2,11 @@
 
 - ``Warehouse(path)`` is the single writer: an exclusive ``flock`` on ``<path>.lock``
   (``wait=False`` raises ``WarehouseBusy`` naming the holder's pid). It works on a
-  standby copy that it brings level by replaying the last night's journal
-  (``flows.warehouse.journal``), and on success CHECKPOINTs it and swaps it in with
-  ``os.replace``: the bytes a publish writes follow the night, not the history. On an
-  exception (or a kill) the published file is untouched.
+  standby copy, and on success CHECKPOINTs it and swaps it in with ``os.replace``; then,
+  still holding the lock, it replays the night's journal (``flows.warehouse.journal``)
+  onto the old generation, so the next writer finds its standby level: the bytes a
+  publish writes follow the night, not the history. On an exception (or a kill) the
+  published file is untouched.
 - ``connect_readonly(path)`` for readers: they see the last published file and never
   block the writer (the swap replaces the directory entry; open readers keep theirs).
 - Files are written with storage compatibility v1.5.0, so the DuckDB 1.5 shell
@@ -20,6 +21,7 @@ import fcntl
 import os
 import shutil
 import struct
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -96,7 +98,19 @@ def connect_readonly(path: Path | str, *, locked: bool = False, budget: MemoryBu
     if not path.exists():
         raise FileNotFoundError(f"no warehouse at {path} (run `dumpscope run` first)")
     config = (budget.duckdb_config() if budget else {}) | (LOCKED_DOWN if locked else {})
-    return duckdb.connect(str(path), read_only=True, config=config)
+    for attempt in range(_OPEN_ATTEMPTS):
+        try:
+            return duckdb.connect(str(path), read_only=True, config=config)
+        except duckdb.IOException as exc:
+            # Opened the generation a publish had just replaced, as the writer took it to
+            # level it: the path names the new file now.
+            if "lock" not in str(exc).lower() or attempt == _OPEN_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+_OPEN_ATTEMPTS = 5
 
 
 def storage_version_number(path: Path | str) -> int:
@@ -123,8 +137,11 @@ class Warehouse:
     does not match — copy the published file whole. Leaving: CHECKPOINT, seal tonight's
     journal, and swap: the standby becomes the published file (``os.replace``: readers see
     the old file or the new one, never half) and the old published file becomes the
-    standby, through a hard link. Bytes written per night: the night's changes twice
-    (tonight's, then tomorrow's replay) and its journal; never the whole file.
+    standby, through a hard link. Then ``_level_standby`` replays tonight's journal onto
+    that standby at once (its files go; an empty journal stays), so the next writer's
+    catch-up costs nothing and a night's work follows its own changes, not the last
+    night's; a reader still holding the old generation leaves it to the next writer.
+    Bytes written per night: the night's changes twice and its journal; never the whole file.
     """
 
     def __init__(self, path: Path | str, *, wait: bool = True, budget: MemoryBudget | None = None):
@@ -140,6 +157,8 @@ class Warehouse:
         self.con: duckdb.DuckDBPyConnection | None = None
         self.recorder: journal.Recorder | None = None
         self.caught_up = ""  # how the standby was brought level: "replay", "copy" or "new"
+        self.leveled = ""  # after the publish: "replay" (the standby is level), else why not
+        self.level_seconds = 0.0
 
     def __enter__(self) -> journal.Recorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -147,6 +166,7 @@ class Warehouse:
         try:
             legacy = self.path.with_name(self.path.name + ".next")  # the full-copy writer's leftovers
             _remove(legacy, _wal(legacy))
+            shutil.rmtree(self.path.with_name(self.path.name + ".journal.spent"), ignore_errors=True)
             self.con = self._catch_up()
             self.dirty.touch()
             shutil.rmtree(self.next_journal, ignore_errors=True)
@@ -210,7 +230,53 @@ class Warehouse:
         except BaseException:
             self._discard()
             raise
-        self._unlock()
+        try:
+            started = time.perf_counter()
+            self.leveled = self._level_standby() if sealed else "no journal"
+            self.level_seconds = time.perf_counter() - started
+        finally:
+            self._unlock()
+
+    def _level_standby(self) -> str:
+        """Replay tonight's journal onto the standby (the old generation) now, under the
+        lock, and leave an empty journal naming both files. Returns "replay", or why the
+        next writer has to (a reader holds the old generation: DuckDB refuses the writer),
+        or "failed" (the standby is marked dirty: the next writer copies)."""
+        body = journal.read(self.journal_dir)
+        if body is None:
+            return "no journal"
+        if not body.get("steps"):
+            return "replay"
+        try:
+            con = self._connect(self.standby)
+        except duckdb.Error:
+            return "held by a reader"
+        self.dirty.touch()
+        try:
+            journal.replay(con, self.journal_dir, body)
+            level = table_counts(con, every=True) == body["counts"]
+            con.execute("CHECKPOINT")
+        except (journal.JournalError, duckdb.Error):
+            level = False
+        finally:
+            con.close()
+        if not level:
+            return "failed"
+        with open(self.standby, "rb") as f:
+            os.fsync(f.fileno())
+        shutil.rmtree(self.next_journal, ignore_errors=True)
+        self.next_journal.mkdir(parents=True)
+        journal.write_json(self.next_journal / "journal.json", {
+            "format": journal.FORMAT, "steps": [], "counts": body["counts"],
+            "published": _identity(self.path), "standby": _identity(self.standby)})
+        spent = self.path.with_name(self.path.name + ".journal.spent")
+        shutil.rmtree(spent, ignore_errors=True)
+        os.replace(self.journal_dir, spent)  # a crash between these two: no journal, the next writer copies
+        os.replace(self.next_journal, self.journal_dir)
+        _remove(self.dirty)
+        _fsync_dir(self.path.parent)
+        shutil.rmtree(spent, ignore_errors=True)
+        return "replay"
 
     def _swap(self, sealed: bool, counts: dict[str, int]) -> None:
         old = self.path.with_name(self.path.name + ".old")
@@ -223,6 +289,8 @@ class Warehouse:
             os.replace(old, self.standby)
         else:  # the first publish: a new warehouse is small, its standby a plain copy
             shutil.copyfile(self.path, self.standby)
+            shutil.rmtree(self.next_journal, ignore_errors=True)  # nothing to replay: not its files either
+            self.next_journal.mkdir(parents=True)
             journal.write_json(self.next_journal / "journal.json", {"format": journal.FORMAT, "steps": [], "counts": counts})
         _remove(self.dirty)
         shutil.rmtree(self.journal_dir, ignore_errors=True)
