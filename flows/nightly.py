@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -74,8 +74,9 @@ class NightSummary:
     run_errors: list[str] = field(default_factory=list)  # what was wrong with run.json files
     seconds: dict[str, float] = field(default_factory=dict)
 
-    publish_bytes: int = 0  # bytes the writer wrote (DuckDB file, journal) from catching up to the swap
+    publish_bytes: int = 0  # bytes the writer wrote (DuckDB file, journal) from catching up to leveling the standby
     caught_up: str = ""  # how the writer's standby was brought level: replay, copy or new
+    leveled: str = ""  # after the publish: replay (the next night's standby is level), else why not
     peak_mib: dict[str, float] = field(default_factory=dict)  # the flow process's peak RSS after each stage
     written_mib: dict[str, float] = field(default_factory=dict)  # MiB the writer had written at each stage's end
 
@@ -87,7 +88,7 @@ class NightSummary:
     def markdown(self) -> str:
         lines = ["| | |", "| --- | ---: |"] + [
             f"| {k} | {v} |" for k, v in asdict(self).items()
-            if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up", "peak_mib", "written_mib")
+            if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up", "leveled", "peak_mib", "written_mib")
         ] + [f"| incidents {k} | {v} |" for k, v in self.incidents.items()]
         lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
         if self.failures:
@@ -213,6 +214,7 @@ class LoadResult:
     seconds: dict[str, float] = field(default_factory=dict)  # catch_up, load, aggregate stages, publish
     publish_bytes: int = 0
     caught_up: str = ""
+    leveled: str = ""
     peak_mib: dict[str, float] = field(default_factory=dict)  # this process's peak RSS at the end of each stage
     written_mib: dict[str, float] = field(default_factory=dict)  # MiB written since the writer started, at each stage's end
 
@@ -277,7 +279,10 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
             result.staging_dropped = _drop_loaded_staging(con, staging_dir)
         lap("announce")
     lap("publish")
-    result.publish_bytes, result.caught_up = _bytes_written() - written, writer.caught_up
+    # The publish lap holds the leveling of the standby (tonight's journal replayed onto it).
+    result.seconds["publish"] -= writer.level_seconds
+    result.seconds["level"] = writer.level_seconds
+    result.publish_bytes, result.caught_up, result.leveled = _bytes_written() - written, writer.caught_up, writer.leveled
     return result
 
 
@@ -420,10 +425,15 @@ def nightly(
 
     t1 = time.perf_counter()
     workers = workers or os.cpu_count() or 2
-    chunks = _chunks(new, 4 * workers)
+    # Contents the warehouse holds, under tonight's paths: hashed here, in threads, and no
+    # parse process is started for them (on Dask, or from object storage, the workers do it).
+    recognised = [] if on_dask else _recognise_held(bucket, storage_options, new, staging_dir, held, workers)
+    taken = {r.obj.path for r in recognised}
+    rest = [o for o in new if o.path not in taken]
+    chunks = _chunks(rest, 4 * workers)
     futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask, limits=limits,
                                   held=held) for c in chunks]
-    outcomes = [o for chunk in _with_progress(futures, total=len(new)) for o in chunk]
+    outcomes = recognised + [o for chunk in _with_progress(futures, total=len(rest)) for o in chunk]
     _shut_down_pool()  # its workers' memory is not needed for the rest of the night
     parse_peak = peak_mib()
     summary.seconds["parse"] = time.perf_counter() - t1
@@ -448,7 +458,7 @@ def nightly(
                                                    source=DumpSource(bucket, storage_options)))  # excerpts: read from the dumps
               if outcomes or runs or stale else LoadResult())
     summary.rows_loaded, summary.new_incidents, summary.notified = loaded.rows, loaded.new_incidents, loaded.notified
-    summary.publish_bytes, summary.caught_up = loaded.publish_bytes, loaded.caught_up
+    summary.publish_bytes, summary.caught_up, summary.leveled = loaded.publish_bytes, loaded.caught_up, loaded.leveled
     summary.seconds["load"] = time.perf_counter() - t2
     summary.seconds.update({f"load.{k}": v for k, v in loaded.seconds.items()})
     summary.peak_mib = {"parse": parse_peak} | {f"load.{k}": v for k, v in loaded.peak_mib.items()}
@@ -484,6 +494,20 @@ def _with_progress(futures: list, total: int):
             chunk = f.result()
             progress.advance(bar, len(chunk))
             yield chunk
+
+
+def _recognise_held(bucket: str, storage_options: dict | None, objects: list[BucketObject], staging_dir: Path,
+                    held: dict[str, dict], workers: int) -> list[Outcome]:
+    """Outcomes of the objects whose content the warehouse holds (``staging.recognise_held``),
+    for a local bucket; the others are left to the parse workers."""
+    if not held or not objects:
+        return []
+    fs, _ = connect(bucket, storage_options)
+    if "file" not in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        return []
+    with ThreadPoolExecutor(max_workers=workers) as threads:
+        found = threads.map(lambda o: staging.recognise_held(fs, o, staging_dir, held), objects)
+        return [Outcome(o, r) for o, r in zip(objects, found) if r is not None]
 
 
 def _chunks(items: list, n: int) -> list[list]:

@@ -103,6 +103,33 @@ def stage_object(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: 
         return _parse_into(spool, obj, staging, sha, size, limits)  # type: ignore[arg-type]
 
 
+def recognise_held(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: str | os.PathLike,
+                   held: dict[str, dict]) -> StagedResult | None:
+    """``stage_object``'s answer for a content the warehouse holds, found by hashing the
+    object as it streams (no spool written), or None: not held, or not readable as
+    listed (then ``stage_object`` reads it again, and says what is wrong). Most of a
+    night is held contents under new paths: this is that night's whole parse stage.
+    For local buckets (a second read of a new content is cheap there); threads run it
+    in parallel, since hashlib and file reads release the GIL."""
+    digest, size, head = hashlib.sha256(), 0, b""
+    try:
+        with open_object(fs, obj) as src:
+            while chunk := src.read(_CHUNK):
+                if len(head) < HEAD_BYTES + 1024:
+                    head += chunk[: HEAD_BYTES + 1024 - len(head)]
+                digest.update(chunk)
+                size += len(chunk)
+    except (OSError, BucketReadError):
+        return None
+    known = held.get(digest.hexdigest())
+    if size != obj.size or known is None:
+        return None
+    kind = kind_of(obj.path, LineReader(io.BytesIO(head)).head)
+    if known["kind"] != kind or known["parser_version"] != parser_version(kind):
+        return None
+    return StagedResult(digest.hexdigest(), Path(staging_dir) / digest.hexdigest(), known, parsed=False)
+
+
 def held_summary(kind: str, stage: str | None, program: str | None, status: str, error: str | None,
                  parser_version: int) -> dict[str, Any]:
     """A staged summary for a content the warehouse holds (``stage_object``'s ``held``):
