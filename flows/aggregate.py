@@ -141,8 +141,12 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     # Figures of partial or failed dumps are left out of trends: a cut file is not a
     # compiler change (the incidents report it as a failure about the dump).
     usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+    # Jobs whose new runs repeat their run before keep their stored incidents: the walk
+    # (and the history it reads) is only for the jobs that changed.
+    repeating = _repeating_jobs(con, series, dumps, order, from_seq, accepts)
+    walked = pl.col("job").is_in(pl.Series(sorted(repeating), dtype=pl.String).implode()).not_()
     # A night reads the figures lean (millions of rows at a year): four columns, the names once per series.
-    observations = _observations(con, usable, slim=from_seq > 0)
+    observations = _observations(con, usable.filter(walked) if repeating else usable, slim=from_seq > 0)
     info = usable.select("series", "job", pl.col("series_program").alias("program"), "kind", "stage").unique("series")
     lap("read")
 
@@ -150,14 +154,14 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     prior = _prior_trends(con, order, from_seq)
     # A night: the trends need each pair's last baseline_runs rows before it, not the history.
     recent = observations if prior is None else _observations(
-        con, usable, order=order, from_seq=from_seq, keep_before=settings.baseline_runs + 1)
+        con, usable, order=order, from_seq=from_seq, keep_before=settings.baseline_runs + 1, prior=prior)
     trend = trends.metric_trends(recent, runs, by_series, settings, from_seq=from_seq, prior=prior)
     del recent, usable
     lap("trends")
-    health = program_health(series, dumps, order)
+    health = program_health(series.filter(walked), dumps.filter(walked), order)
     ok = health.filter(pl.col("status") == "ok").select(pl.col("series", "run_id").cast(pl.Categorical))
     incidents, steps = _incidents(observations, health, order, accepts.to_dicts(), settings, ok=ok,
-                                  info=info.with_columns(pl.all().cast(pl.Categorical)),  # categoricals: no string per row
+                                  info=info.filter(walked).with_columns(pl.all().cast(pl.Categorical)),  # categoricals: no string per row
                                   batch_rows=budget.incidents_batch_rows)
     del observations  # the largest frame: gone before the rest is computed
     lap("incidents")
@@ -201,7 +205,7 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
             con.execute(f"DELETE FROM {ws.quote_ident(name)} WHERE run_id IN (SELECT run_id FROM _dirty)")
             result.rows[name] = insert_frame(con, name, frame)
         con.unregister("_dirty")
-        result.rows["incidents"], result.rows["incident_steps"] = _write_incidents(con, incidents, steps)
+        result.rows["incidents"], result.rows["incident_steps"] = _write_incidents(con, incidents, steps, repeating)
         watermark = dumps.get_column("ingested_at").max()
         con.execute("INSERT OR REPLACE INTO schema_info VALUES ('aggregated_with', ?), ('aggregated_through', ?)",
                     [stamp, watermark.isoformat(sep=" ")])
@@ -246,6 +250,54 @@ def _incidents(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataF
             health.filter(pl.col("job").cast(pl.String).is_in(names.implode())), order, accepts, settings, floors,
             ok=ok.join(series, on="series", how="semi"), info=part_info))
     return incident_mod.in_order(pl.concat([p[0] for p in parts]), pl.concat([p[1] for p in parts]))
+
+
+def _repeating_jobs(con, series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame, from_seq: int | None,
+                    accepts: pl.DataFrame) -> set[str]:
+    """Jobs whose every run from ``from_seq`` on repeats the job's run before it exactly:
+    the same series, each with dumps of the same statuses and the same figures. Their
+    incidents and steps cannot change — a value equal to the one before changes no step
+    (``incidents.walk_metric``), an equal status neither, and a job's incidents are its
+    own — so they are kept as stored. Only for a night of new runs after the aggregated
+    ones (no run grew since, none is named by an accept); else the empty set."""
+    if not from_seq:
+        return set()
+    seq = order.select("run_id", "run_seq")
+    job_runs = dumps.select("job", "run_id", "ingested_at").join(seq, on="run_id")
+    watermark = con.execute("SELECT value FROM schema_info WHERE key = 'aggregated_through'").fetchall()
+    tonight = job_runs.filter(pl.col("run_seq") >= from_seq)
+    accepted = accepts.join(seq.filter(pl.col("run_seq") >= from_seq), on="run_id", how="semi")
+    if not watermark or not accepted.is_empty() or (
+            tonight.get_column("ingested_at").min() <= datetime.fromisoformat(watermark[0][0])):
+        return set()
+    runs = job_runs.select("job", "run_seq").unique()
+    before = (runs.filter(pl.col("run_seq") < from_seq).group_by("job").agg(pl.col("run_seq").max())
+              .join(tonight.select("job").unique(), on="job", how="semi"))
+    compared = pl.concat([before, runs.filter(pl.col("run_seq") >= from_seq)]).join(before.select("job"), on="job", how="semi")
+    paths = (series.select("path", "run_id", "job", "series").join(seq, on="run_id")
+             .join(compared, on=["job", "run_seq"], how="semi")
+             .join(dumps.select("path", "status"), on="path"))
+    con.register("_paths", paths.select("path").to_arrow())
+    try:
+        figures = frame_of(con, "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _paths)")
+    finally:
+        con.unregister("_paths")
+    # One text per dump and per figure (series, status, metric, value): a run's state is
+    # their sorted list, compared with the job's run before.
+    state = pl.concat([
+        paths.select("job", "run_seq", pl.concat_str("series", pl.lit("\x00"), "status").alias("k")),
+        paths.join(figures, on="path").select(
+            "job", "run_seq", pl.concat_str("series", pl.lit("\x00"), "status", pl.lit("\x00"), "metric", pl.lit("\x00"),
+                                            pl.col("value").cast(pl.String).fill_null("null")).alias("k")),
+    ]).group_by("job", "run_seq").agg(pl.col("k").sort()).sort("job", "run_seq")
+    changed: set[str] = set()
+    previous: dict[str, list[str]] = {}
+    for job, _, keys in state.iter_rows():
+        if job in previous and previous[job] != keys:
+            changed.add(job)
+        previous[job] = keys
+    idle = set(dumps.get_column("job").unique()) - set(tonight.get_column("job").unique())  # no new run: nothing new
+    return idle | (set(before.get_column("job")) - changed)
 
 
 def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: list[str] | None = None) -> int:
@@ -324,10 +376,22 @@ def program_health(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFram
     return pl.concat([present, absent.select(present.columns)]).sort("series", "run_id")
 
 
-def _write_incidents(con: duckdb.DuckDBPyConnection, incidents: pl.DataFrame, steps: pl.DataFrame) -> tuple[int, int]:
+def _write_incidents(con: duckdb.DuckDBPyConnection, incidents: pl.DataFrame, steps: pl.DataFrame,
+                     kept_jobs: set[str] = frozenset()) -> tuple[int, int]:
     """Incidents are few and their lifecycle can change in any earlier run (an accept, a
-    fix): both tables are rewritten whole. Each incident gets its cause from ``diffs``."""
+    fix): both tables are rewritten whole, in ``incidents.in_order``. Each computed
+    incident gets its cause from ``diffs``; those of ``kept_jobs`` (not walked again) are
+    read back as stored."""
     incidents = incidents.with_columns(_causes(con, incidents, steps))
+    if kept_jobs:
+        con.register("_kept_jobs", pl.DataFrame({"job": sorted(kept_jobs)}, schema={"job": pl.String}).to_arrow())
+        try:
+            stored = [frame_of(con, f"SELECT {', '.join(ws.quote_ident(c) for c in frame.columns)} FROM {name} "
+                                    "WHERE job IN (SELECT job FROM _kept_jobs)").cast(dict(frame.schema))
+                      for name, frame in (("incidents", incidents), ("incident_steps", steps))]
+        finally:
+            con.unregister("_kept_jobs")
+        incidents, steps = incident_mod.in_order(pl.concat([incidents, stored[0]]), pl.concat([steps, stored[1]]))
     for name, frame in (("incidents", incidents), ("incident_steps", steps)):
         con.execute(f"DELETE FROM {ws.quote_ident(name)}")
         insert_frame(con, name, frame)
@@ -409,12 +473,16 @@ def _first_dirty_run(con, stamp: str, dumps: pl.DataFrame, order: pl.DataFrame) 
 
 
 def _observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None, from_seq: int = 0,
-                  keep_before: int = 0, slim: bool = False) -> pl.DataFrame:
+                  keep_before: int = 0, slim: bool = False, prior: pl.DataFrame | None = None) -> pl.DataFrame:
     """Metric rows with their series, as categoricals: DuckDB joins and returns only
     numbers (millions of rows), the names come back by position. With ``order``: only the
     rows of runs from ``from_seq`` on and each (series, metric)'s last ``keep_before``
     non-null rows before them, chosen by DuckDB (within its memory limit). ``slim``: only
-    run_id, series, metric and value (``_series_info`` has the rest, once per series)."""
+    run_id, series, metric and value (``_series_info`` has the rest, once per series).
+
+    ``prior`` (series, metric: every pair stored before ``from_seq``) lets a night read only
+    its last ``keep_before`` runs: a pair of a series the night has, short of
+    ``keep_before`` rows there, is read from every run (the same rows either way)."""
     index = series.select("path").with_row_index("dump_idx")
     window = ""
     if order is not None:
@@ -426,14 +494,28 @@ def _observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = Non
                   f"(PARTITION BY d.series_code, i.metric_idx, d.run_seq >= {int(from_seq)} ORDER BY d.run_seq DESC) "
                   f"<= {int(keep_before)}")
     metric_names = con.sql("SELECT DISTINCT metric FROM metrics ORDER BY metric").pl().with_row_index("metric_idx")
-    con.register("_dump_idx", index.to_arrow())
-    con.register("_metric_idx", metric_names.to_arrow())
-    try:
-        values = con.sql(f"""SELECT d.dump_idx, i.metric_idx, m.value FROM metrics m
-                             JOIN _dump_idx d USING (path) JOIN _metric_idx i USING (metric) {window}""").pl()
-    finally:
-        con.unregister("_dump_idx")
-        con.unregister("_metric_idx")
+
+    def read(rows: pl.DataFrame) -> pl.DataFrame:
+        con.register("_dump_idx", rows.to_arrow())
+        con.register("_metric_idx", metric_names.to_arrow())
+        try:
+            return con.sql(f"""SELECT d.dump_idx, i.metric_idx, m.value FROM metrics m
+                               JOIN _dump_idx d USING (path) JOIN _metric_idx i USING (metric) {window}""").pl()
+        finally:
+            con.unregister("_dump_idx")
+            con.unregister("_metric_idx")
+
+    if index.is_empty():
+        values = pl.DataFrame(schema={"dump_idx": pl.UInt32, "metric_idx": pl.UInt32, "value": pl.Float64})
+    elif order is not None and prior is not None and keep_before and from_seq > keep_before:
+        values = read(index.filter(pl.col("run_seq") >= from_seq - keep_before))
+        short = _short_pairs(values, index, series, metric_names, prior, from_seq, keep_before)
+        if not short.is_empty():
+            again = index.join(short, on="series_code", how="semi")
+            values = pl.concat([values.join(again.select("dump_idx"), on="dump_idx", how="anti"),
+                                read(again).cast(values.schema)])
+    else:
+        values = read(index)
     names = series.select("run_id", "series", *(() if slim else ("job", "kind", "stage", pl.col("series_program").alias("program"))))
     names = names.with_columns(pl.all().cast(pl.Categorical))
     metric = metric_names.get_column("metric").cast(pl.Categorical)
@@ -441,6 +523,25 @@ def _observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = Non
     return values.select(
         *(names.get_column(c).gather(at) for c in names.columns),
         metric.gather(values.get_column("metric_idx")).alias("metric"), "value")
+
+
+def _short_pairs(values: pl.DataFrame, index: pl.DataFrame, series: pl.DataFrame, metric_names: pl.DataFrame,
+                 prior: pl.DataFrame, from_seq: int, keep_before: int) -> pl.DataFrame:
+    """Series (series_code) of the night with a pair — read in the last ``keep_before`` runs,
+    or stored before (``prior``) — that has fewer than ``keep_before`` rows in those runs
+    before the night: its older rows may be among its last ``keep_before``."""
+    runs = index.select("dump_idx", "run_seq", "series_code")
+    rows = values.join(runs, on="dump_idx")
+    tonight = runs.filter(pl.col("run_seq") >= from_seq).select("series_code").unique()
+    codes = series.select("series", pl.col("series").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("series_code")).unique()
+    stored = (prior.select(pl.col("series").cast(pl.String), pl.col("metric").cast(pl.String))
+              .join(codes.with_columns(pl.col("series").cast(pl.String)), on="series")
+              .join(metric_names.with_columns(pl.col("metric_idx").cast(pl.UInt32)), on="metric")
+              .select("series_code", pl.col("metric_idx").cast(rows.schema["metric_idx"])))
+    pairs = pl.concat([rows.select("series_code", "metric_idx"), stored]).unique().join(tonight, on="series_code", how="semi")
+    have = rows.filter(pl.col("run_seq") < from_seq).group_by("series_code", "metric_idx").len()
+    short = pairs.join(have, on=["series_code", "metric_idx"], how="left").filter(pl.col("len").fill_null(0) < keep_before)
+    return short.select("series_code").unique()
 
 
 def _prior_trends(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame | None:

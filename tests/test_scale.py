@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -206,3 +207,102 @@ def test_incidents_computed_job_by_job_are_the_incidents_of_the_whole(sample_war
     assert len(calls) == jobs == 4  # one walk per job of the bucket
     for t in tables:
         assert parts[t].drop("cause", strict=False).equals(whole[t].drop("cause", strict=False)), t
+
+
+def _derived(warehouse: Path) -> dict[str, pl.DataFrame]:
+    """The incidents, and the night's rows of the other derived tables. (A full
+    re-aggregation also writes rows of 0 into the runs before a fallback-kernel count
+    first appeared; a night never rewrites those runs: compared from the night on.)"""
+    tables = ("metric_trends", "regressions", "job_totals", "run_rollups", "series_events")
+    with wh.connect_readonly(warehouse) as con:
+        return {t: con.sql(f"SELECT * FROM {t}").pl().sort(pl.all()) for t in ("incidents", "incident_steps")} | {
+            t: con.sql(f"SELECT * FROM {t} WHERE run_id = '2026-11-21'").pl().sort(pl.all()) for t in tables}
+
+
+def test_a_night_that_repeats_the_last_run_keeps_the_incidents_without_walking_the_history(four_nights, tmp_path, monkeypatch):
+    """An unchanged night (every dump byte-identical to the run before) cannot move an
+    incident: no job's history is read or walked, and every derived table is what a
+    full re-aggregation computes."""
+    bucket, warehouse = four_nights
+    work = tmp_path / "wh.duckdb"
+    shutil.copyfile(warehouse, work)
+    assert _count(work, "SELECT count(*) FROM incidents") >= 5
+    walked = []
+    seen = aggregate_mod.incident_mod.compute
+    monkeypatch.setattr(aggregate_mod.incident_mod, "compute",
+                        lambda obs, health, *a, **k: walked.append(health.height) or seen(obs, health, *a, **k))
+    _night(_copy_bucket(bucket, tmp_path), work, "2026-11-21", source=NIGHTS[-1])
+    assert walked == [0]  # one call, with no job in it
+    night = _derived(work)
+    with wh.Warehouse(work) as con:
+        con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # every run, every job, again
+        aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+    assert walked[-1] > 0
+    full = _derived(work)
+    assert night["metric_trends"].height > 100
+    for table, frame in full.items():
+        assert night[table].equals(frame), table
+
+
+def test_a_night_that_changes_one_job_walks_that_job_only(four_nights, tmp_path, monkeypatch):
+    """The last sample night again, with one job's HLO dump changed (a longer entry
+    parameter): that job is walked, the others keep their stored incidents; the tables are
+    those of a full re-aggregation."""
+    bucket, warehouse = four_nights
+    work = tmp_path / "wh.duckdb"
+    shutil.copyfile(warehouse, work)
+    copy = _copy_bucket(bucket, tmp_path)
+    shutil.copytree(SAMPLE / NIGHTS[-1], copy / "2026-11-21")
+    meta = json.loads((copy / "2026-11-21" / "run.json").read_text())
+    (copy / "2026-11-21" / "run.json").write_text(json.dumps(meta | {"started_at": "2026-11-21T03:00:00Z"}))
+    jobs = sorted(p.name for p in (copy / "2026-11-21").iterdir() if p.is_dir())
+    changed = copy / "2026-11-21" / "jax-jit" / "module_0002.jit_eval_metrics.cpu_after_optimizations.txt.gz"
+    text = gzip.decompress(changed.read_bytes()).decode()
+    param = "%params_0___b__.1 = f32[128]{0} parameter(0)"  # an entry parameter twice as long: +512 bytes
+    assert text.count(param) == 1
+    changed.write_bytes(gzip.compress(text.replace(param, param.replace("f32[128]", "f32[256]")).encode()))
+    walked = []
+    seen = aggregate_mod.incident_mod.compute
+    monkeypatch.setattr(aggregate_mod.incident_mod, "compute",
+                        lambda obs, health, *a, **k: walked.append(set(health.get_column("job").cast(pl.String)))
+                        or seen(obs, health, *a, **k))
+    from flows.nightly import nightly
+    nightly(bucket=str(copy), warehouse=work, workers=1)
+    job = changed.relative_to(copy / "2026-11-21").parts[0]
+    assert len(jobs) >= 3 and walked == [{job}]
+    night = _derived(work)
+    with wh.Warehouse(work) as con:
+        con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")
+        aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+    full = _derived(work)
+    assert night["metric_trends"].height > 100
+    for table, frame in full.items():
+        assert night[table].equals(frame), table
+
+
+@pytest.mark.parametrize("keep_before", [1, 2])
+def test_a_night_reads_the_figures_of_its_last_runs_and_gets_the_rows_of_every_run(four_nights, keep_before):
+    """The trends' window (each pair's last rows before the night) read from the last
+    runs only, then from every run for the series short of rows there: the same rows as
+    reading every run, for every night of the sample (series come and go in it)."""
+    from transforms.trends import metric_trends as trends
+
+    _, warehouse = four_nights
+    with wh.connect_readonly(warehouse) as con:
+        dumps = aggregate_mod.frame_of(con, "SELECT path, run_id, job, kind, stage, program, status, error, dump_id, "
+                                            "parser_version, ingested_at FROM dumps")
+        runs = aggregate_mod.frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
+        order = trends.run_order(runs)
+        settings = aggregate_mod.load_settings(None)
+        checked = 0
+        for from_seq in range(keep_before + 1, order.height):
+            series = aggregate_mod._series(con, dumps, runs, order, from_seq, settings)
+            usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+            prior = aggregate_mod._prior_trends(con, order, from_seq)
+            every = aggregate_mod._observations(con, usable, order=order, from_seq=from_seq, keep_before=keep_before)
+            last = aggregate_mod._observations(con, usable, order=order, from_seq=from_seq, keep_before=keep_before,
+                                               prior=prior)
+            text = [pl.col(c).cast(pl.String) for c in every.columns if c != "value"]
+            assert last.with_columns(text).sort(pl.all()).equals(every.with_columns(text).sort(pl.all())), from_seq
+            checked += every.height
+    assert checked > 300
