@@ -289,3 +289,25 @@ def test_a_killed_staging_leaves_leftovers_that_clean_staging_leftovers_removes(
     assert list((out / ".tmp").glob("*/hlo_instructions.parquet"))  # what the kill left
     assert staging.clean_staging_leftovers(out) >= 1
     assert list((out / ".tmp").iterdir()) == [] and sorted(p.name for p in out.iterdir()) == [".tmp"]
+
+
+def test_a_held_content_is_recognised_by_hashing_alone_and_anything_else_is_left_to_stage_object(bucket, tmp_path):
+    """``recognise_held`` (the nightly's threads, for contents the warehouse holds): the
+    same answer ``stage_object`` gives for a held content, and None whenever that one
+    would have to look further — not held, another kind under this name, another
+    parser version, or bytes that are not what the listing said."""
+    data = _seed_gz()
+    sha = hashlib.sha256(data).hexdigest()
+    obj = _put(bucket, SAMPLE_GZ, data)
+    summary = staging.held_summary("xla_hlo", "after_optimizations", "jit_train_step", "ok", None,
+                                   parser_version(DumpKind.XLA_HLO))
+    held = {sha: summary}
+    got = staging.recognise_held(bucket[1], obj, tmp_path, held)
+    assert got == stage_object(bucket[1], obj, tmp_path, held=held)
+    assert got.sha256 == sha and not got.parsed and got.summary["held"]
+    assert staging.recognise_held(bucket[1], obj, tmp_path, {}) is None
+    assert staging.recognise_held(bucket[1], obj, tmp_path, {sha: summary | {"kind": "xla_buffers"}}) is None
+    assert staging.recognise_held(bucket[1], obj, tmp_path, {sha: summary | {"parser_version": 0}}) is None
+    _put(bucket, SAMPLE_GZ, data + b"more")  # the object grew after it was listed
+    assert staging.recognise_held(bucket[1], obj, tmp_path, held) is None
+    assert staging.staged_contents(tmp_path) == set()  # nothing staged
