@@ -178,9 +178,12 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     lap("rollups")
 
     with_ids = series.join(dumps.select("path", "dump_id", "parser_version", "status"), on="path")
-    keys = diff_mod.items_keys(with_ids)
-    rows["dump_series"] = series.join(keys, on="path", how="left")
     pairs = diff_mod.consecutive_pairs(with_ids, order, from_seq)
+    # Keys of the night's dumps (their dump_series rows) and of the dumps they are compared
+    # with; a key depends on its own run's dumps only.
+    keyed_runs = pl.concat([dirty, pairs.select(pl.col("previous_run_id").alias("run_id"))]).unique()
+    keys = diff_mod.items_keys(with_ids.join(keyed_runs, on="run_id", how="semi"))
+    rows["dump_series"] = series.join(keys, on="path", how="left")
     involved = pl.concat([with_ids.join(dirty, on="run_id", how="semi").select("path"),
                           pairs.select(pl.col("before_path").alias("path"))]).unique()
     wanted = keys.join(involved, on="path", how="semi").filter(pl.col("items_key").is_not_null())
@@ -319,18 +322,23 @@ def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: l
         done = """SELECT d.dump_id FROM dumps d JOIN dump_series s USING (path)
                   WHERE s.items_key IN (SELECT DISTINCT items_key FROM content_item_rows)"""
         # Only tonight's newly superseded contents are named (the list grows by a night's
-        # changes for ever; a listed content has no records rows left to delete).
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE _compacting AS
-                        SELECT DISTINCT dump_id FROM ({done}) WHERE dump_id NOT IN ({kept})
-                        EXCEPT SELECT dump_id FROM compacted_contents""")
+        # changes for ever; a listed content has no records rows left to delete). Chosen
+        # here, written as a list: the journal replays the list, not the search.
+        compacting = frame_of(con, f"""SELECT DISTINCT dump_id FROM ({done}) WHERE dump_id NOT IN ({kept})
+                                       EXCEPT SELECT dump_id FROM compacted_contents ORDER BY dump_id""")
+    finally:
+        con.unregister("_also_keep")
+    if compacting.is_empty():
+        return 0
+    con.register("_compacting", compacting.to_arrow())
+    try:
         con.execute("INSERT INTO compacted_contents SELECT dump_id FROM _compacting")
         gone = 0
         for table in all_tables():
             gone += con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id IN "
                                 "(SELECT dump_id FROM _compacting)").fetchall()[0][0]
-        con.execute("DROP TABLE _compacting")
     finally:
-        con.unregister("_also_keep")
+        con.unregister("_compacting")
     return gone
 
 
@@ -564,8 +572,14 @@ def _previous_totals(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:
     clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
     con.register("_clean", clean.to_arrow())
     try:
-        return frame_of(con, """SELECT * FROM job_totals WHERE run_id IN (SELECT run_id FROM _clean)
-                                QUALIFY row_number() OVER (PARTITION BY job, kind, stage, metric ORDER BY started_at DESC, run_id DESC) = 1""")
+        # The latest start per key first (a hash aggregate), then its row: a window sorted
+        # over every stored total was a third of an unchanged night's aggregation at a year.
+        return frame_of(con, """WITH clean AS (SELECT * FROM job_totals WHERE run_id IN (SELECT run_id FROM _clean)),
+                                latest AS (SELECT job, kind, stage, metric, max(started_at) AS started_at FROM clean GROUP BY ALL)
+                                SELECT c.* FROM clean c JOIN latest l ON c.job IS NOT DISTINCT FROM l.job
+                                  AND c.kind IS NOT DISTINCT FROM l.kind AND c.stage IS NOT DISTINCT FROM l.stage
+                                  AND c.metric IS NOT DISTINCT FROM l.metric AND c.started_at IS NOT DISTINCT FROM l.started_at
+                                QUALIFY row_number() OVER (PARTITION BY c.job, c.kind, c.stage, c.metric ORDER BY c.run_id DESC) = 1""")
     finally:
         con.unregister("_clean")
 

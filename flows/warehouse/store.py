@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import struct
@@ -390,13 +391,23 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | Non
                 con.execute(sql)
             version = step.version
             con.execute(ws.set_version_sql(version))
-        for sql in ws.records_sync_sql(all_tables(), _existing_columns(con)):
+        ddl = ws.records_sync_sql(all_tables(), _existing_columns(con))
+        for sql in ddl:
             con.execute(sql)
         derived = {name: schema for name, (schema, _) in ws.derived_tables().items()}
-        for sql in ws.records_sync_sql(derived, _existing_columns(con), identity=False):
+        more = ws.records_sync_sql(derived, _existing_columns(con), identity=False)
+        for sql in more:
             con.execute(sql)
-        for sql in ws.views_sql() + ws.comments_sql(all_tables(), all_table_docs()):
-            con.execute(sql)
+        # Views and comments (hundreds of statements) only when they would change: every
+        # writer runs this, and each statement is journaled and replayed.
+        documents = ws.views_sql() + ws.comments_sql(all_tables(), all_table_docs())
+        digest = hashlib.sha256("\n".join(documents).encode()).hexdigest()
+        stored = con.execute("SELECT value FROM schema_info WHERE key = 'documented_with'").fetchall()
+        views = con.execute("SELECT count(*) FROM duckdb_views() WHERE NOT internal").fetchall()[0][0]
+        if steps or ddl or more or stored != [(digest,)] or views != len(ws.VIEWS):
+            for sql in documents:
+                con.execute(sql)
+            con.execute("INSERT OR REPLACE INTO schema_info VALUES ('documented_with', ?)", [digest])
         con.commit()
     except BaseException:
         con.rollback()
