@@ -14,7 +14,9 @@ the warehouse when their objects leave the bucket (checked after night 2).
 1. night 1 (one line), then night 2: REPORTED;
 2. a year of history synthesised into the warehouse (``synthesise_year``): 362 runs, the
    nights 3-364, each a copy of night 2 as 10 %-changed nights would leave it;
-3. night 365, a real warm-up night (its line only), then night 366: REPORTED.
+3. night 365, a real warm-up night (its line only), then night 366: REPORTED;
+4. night 367: night 366's files again, byte for byte, under a new run (an unchanged
+   night): REPORTED.
 
 For each reported night: peak RSS of the whole process tree (psutil, polled every 50 ms,
 summed over the tree), wall seconds, the flow's seconds per stage (from --summary-json,
@@ -67,6 +69,7 @@ GiB = 1 << 30
 # Targets of issue 13 (measured below, never assumed).
 TARGET_RSS = 2 * GiB
 TARGET_WORK_S = 45.0
+TARGET_UNCHANGED_S = 5.0
 TARGET_GROWTH = 5 * MiB
 TARGET_SITE_S = 20.0
 TARGET_SITE_BYTES = 100 * 10**6
@@ -196,13 +199,19 @@ def disk_used(paths: list[Path]) -> int:
     return total
 
 
-def run_night(k: int, flags: dict, timeout: float, report: bool) -> dict:
-    """Write night k as the bucket's only run, run dumpscope on it, measure."""
+def run_night(k: int, flags: dict, timeout: float, report: bool, contents_of: int | None = None) -> dict:
+    """Write night k as the bucket's only run, run dumpscope on it, measure. ``contents_of``:
+    night k's run holds that night's files, byte for byte (an unchanged night)."""
     t0 = time.perf_counter()
     for old in BUCKET.glob("*"):
         if old.is_dir() and old.name != wl.run_id(k):
             shutil.rmtree(old)
-    made = wl.night(k, BUCKET)
+    made = wl.night(contents_of or k, BUCKET)
+    if contents_of:
+        shutil.rmtree(BUCKET / wl.run_id(k), ignore_errors=True)
+        (BUCKET / wl.run_id(contents_of)).rename(BUCKET / wl.run_id(k))
+        (BUCKET / wl.run_id(k) / "run.json").write_text(json.dumps(wl.run_json(k)))
+        made["changed_from_previous"] = 0
     gen_s = time.perf_counter() - t0
     summary_file = WORK / f"summary-night{k}.json"
     summary_file.unlink(missing_ok=True)
@@ -435,7 +444,7 @@ def warehouse_runs() -> dict:
     return {"runs": runs, "dumps_per_run": per_run}
 
 
-def targets(n2: dict, n366: dict) -> list[dict]:
+def targets(n2: dict, n366: dict, n367: dict) -> list[dict]:
     def work(r):  # the flow's own seconds: Prefect's start-up is outside it
         return r["summary"].get("seconds", {}).get("total")
 
@@ -459,6 +468,19 @@ def targets(n2: dict, n366: dict) -> list[dict]:
         out.append({"target": f"night {k}: site <= 20 s and <= 100 MB",
                     "measured": f"{'n/a' if site_s is None else f'{site_s:.1f} s'}, {r['site_bytes'] / 1e6:.1f} MB, {r['site_files']} files",
                     "pass": ok_run and site_s is not None and site_s <= TARGET_SITE_S and r["site_bytes"] <= TARGET_SITE_BYTES})
+    secs = n367["summary"].get("seconds", {})
+    ingest = None if secs.get("total") is None else secs["total"] - secs.get("site", 0.0)
+    out.append({"target": "night 367 (unchanged: night 366's bytes under a new run): <= 5 s of work beyond Prefect start-up "
+                          "(flow total without the site build, which has its own target)",
+                "measured": "n/a" if ingest is None else f"{ingest:.1f} s (flow total {secs['total']:.1f} s, site {secs.get('site', 0):.1f} s)",
+                "pass": n367["returncode"] == 0 and not n367["timed_out"] and ingest is not None and ingest <= TARGET_UNCHANGED_S})
+    site_s = secs.get("site")
+    out.append({"target": "night 367: site <= 20 s and <= 100 MB",
+                "measured": f"{'n/a' if site_s is None else f'{site_s:.1f} s'}, {n367['site_bytes'] / 1e6:.1f} MB",
+                "pass": site_s is not None and site_s <= TARGET_SITE_S and n367["site_bytes"] <= TARGET_SITE_BYTES})
+    out.append({"target": "night 367 (unchanged): warehouse growth <= 5 MB (its run's rows only)",
+                "measured": f"{n367['warehouse_growth_bytes'] / MiB:+.1f} MiB",
+                "pass": n367["warehouse_growth_bytes"] <= TARGET_GROWTH})
     (p2, what), (p366, _) = publish(n2), publish(n366)
     out.append({"target": "publish bytes not growing from night 2 to night 366 (<= 1.25 x night 2)",
                 "measured": f"{p2 / MiB:.1f} -> {p366 / MiB:.1f} MiB ({what})", "pass": p366 <= 1.25 * p2})
@@ -470,7 +492,7 @@ def targets(n2: dict, n366: dict) -> list[dict]:
 
 def print_table(result: dict) -> None:
     n = {r["night"]: r for r in result["nights"]}
-    rep = [n[2], n[366]]
+    rep = [n[2], n[366], n[367]]
     stages = sorted({s for r in rep for s in r["summary"].get("seconds", {})})
 
     def row(label, f):
@@ -498,9 +520,9 @@ def print_table(result: dict) -> None:
         row("summary from", lambda r: r["summary_source"]),
     ]
     w = max(len(r[0]) for r in rows)
-    print(f"\n{'':<{w}}  {'night 2':>24}  {'night 366':>24}")
-    for label, a, b in rows:
-        print(f"{label:<{w}}  {a:>24}  {b:>24}")
+    print(f"\n{'':<{w}}  {'night 2':>24}  {'night 366':>24}  {'night 367 (unchanged)':>24}")
+    for label, a, b, c in rows:
+        print(f"{label:<{w}}  {a:>24}  {b:>24}  {c:>24}")
     print("\ntargets (issue 13):")
     for t in result["targets"]:
         print(f"  {'PASS' if t['pass'] else 'FAIL'}  {t['target']}: {t['measured']}")
@@ -563,12 +585,13 @@ def main() -> None:
 
     nights.append(run_night(365, flags, args.night_timeout, report=False))
     nights.append(run_night(366, flags, args.night_timeout, report=True))
+    nights.append(run_night(367, flags, args.night_timeout, report=True, contents_of=366))
     final = warehouse_runs() if WAREHOUSE.exists() else {"runs": 0, "dumps_per_run": {}}
-    all_kept = final["runs"] == 366 and final["dumps_per_run"].get(wl.run_id(1), 0) == len(wl.files())
-    print(f"after night 366 the warehouse holds {final['runs']} runs and {final['dumps_per_run'].get(wl.run_id(1), 0)} "
+    all_kept = final["runs"] == 367 and final["dumps_per_run"].get(wl.run_id(1), 0) == len(wl.files())
+    print(f"after night 367 the warehouse holds {final['runs']} runs and {final['dumps_per_run'].get(wl.run_id(1), 0)} "
           f"dumps of night 1 (the bucket held only the night's own run each night)", flush=True)
     if not all_kept:
-        notes.append(f"after night 366 the warehouse holds {final['runs']} runs (366 expected) and "
+        notes.append(f"after night 367 the warehouse holds {final['runs']} runs (367 expected) and "
                      f"{final['dumps_per_run'].get(wl.run_id(1), 0)} dumps of night 1")
     by = {r["night"]: r for r in nights}
     for r in nights:
@@ -582,7 +605,7 @@ def main() -> None:
               "flags": flags, "workload": {"files": len(wl.files()), "jobs": wl.N_JOBS, "changed_per_night": wl.n_changed()},
               "older_runs_kept_in_warehouse": older_kept and all_kept, "warehouse_runs_after_night2": kept["runs"],
               "warehouse_runs_after_night366": final["runs"],
-              "synthesis": synth, "nights": nights, "targets": targets(by[2], by[366]), "notes": notes,
+              "synthesis": synth, "nights": nights, "targets": targets(by[2], by[366], by[367]), "notes": notes,
               "bench_seconds": time.perf_counter() - t_start}
     result_path = args.result
     result_path.parent.mkdir(parents=True, exist_ok=True)
