@@ -130,6 +130,31 @@ def test_every_table_view_and_column_is_commented(tmp_path, batch):
         assert set(all_tables()) | set(ws.CORE_TABLES) <= {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w'").fetchall()}
 
 
+def test_views_and_comments_are_written_when_they_change_not_by_every_writer(tmp_path, monkeypatch):
+    """Every writer checks the schema; the hundreds of COMMENT and view statements are
+    written (and journaled, and replayed onto the standby) only when their text changed."""
+    db = tmp_path / "w.duckdb"
+
+    def documents_written() -> list[str]:
+        with Warehouse(db) as rec:
+            sqls = [step["sql"] for group in rec.steps for step in group.get("tx", [group])]
+        return [sql for sql in sqls if sql.startswith(("COMMENT", "CREATE OR REPLACE VIEW"))]
+
+    assert len(documents_written()) > 100  # a new warehouse
+    assert documents_written() == []  # nothing changed since
+    docs = ws.comments_sql
+
+    def reworded(tables, table_docs):
+        return [sql.replace("Metric name", "The name of the metric") for sql in docs(tables, table_docs)]
+
+    monkeypatch.setattr(ws, "comments_sql", reworded)
+    assert len(documents_written()) > 100
+    with connect_readonly(db) as con:
+        assert con.execute("SELECT comment FROM duckdb_columns() WHERE table_name = 'metrics' AND column_name = 'metric'"
+                           ).fetchall()[0][0].startswith("The name of the metric")
+    assert documents_written() == []
+
+
 def test_views_answer(tmp_path, batch):
     db = tmp_path / "w.duckdb"
     load(db, batch)
