@@ -93,7 +93,7 @@ def stage_object(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: 
         spool.seek(0)
         # The kind depends on the path too. From a copy of the first bytes: a reader of the
         # spool itself would close it. gzip never grows data: they hold the whole head.
-        kind = kind_of(obj.path, LineReader(io.BytesIO(spool.read(HEAD_BYTES + 1024))).head)
+        kind = kind_of(obj.path, LineReader(io.BytesIO(spool.read(HEAD_BYTES + 1024)), head_only=True).head)
         known = (held or {}).get(sha)
         if known is not None and known["kind"] == kind and known["parser_version"] == parser_version(kind):
             return StagedResult(sha, staging / sha, known, parsed=False)
@@ -124,7 +124,7 @@ def recognise_held(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir
     known = held.get(digest.hexdigest())
     if size != obj.size or known is None:
         return None
-    kind = kind_of(obj.path, LineReader(io.BytesIO(head)).head)
+    kind = kind_of(obj.path, LineReader(io.BytesIO(head), head_only=True).head)
     if known["kind"] != kind or known["parser_version"] != parser_version(kind):
         return None
     return StagedResult(digest.hexdigest(), Path(staging_dir) / digest.hexdigest(), known, parsed=False)

@@ -139,3 +139,26 @@ def test_a_cut_gzip_gives_every_byte_it_holds(cut):
     packed = gzip.compress(SEED_HLO)[:cut]
     decodable = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(packed)
     assert "".join(LineReader(io.BytesIO(packed))).encode() == decodable
+
+
+def _head_cases() -> list[bytes]:
+    """Compressed heads as stage_object cuts them (HEAD_BYTES + 1024): every gzip dump of the
+    sample bucket and the corpus, two gzip members, a stream cut inside its first member."""
+    from pathlib import Path
+
+    from transforms.reading import HEAD_BYTES
+
+    root = Path(__file__).parents[1] / "data"
+    heads = [p.read_bytes()[: HEAD_BYTES + 1024] for p in sorted(root.rglob("*.gz"))]
+    text = b"".join(b"%%fusion.%d = f32[128,%d]{1,0} add(p0, p1)\n" % (i, i) for i in range(20_000))
+    heads.append(gzip.compress(text[:30_000]) + gzip.compress(text[30_000:]))
+    heads.append(gzip.compress(text)[:5_000])
+    return heads
+
+
+def test_a_head_only_reader_sees_the_head_a_whole_reader_sees():
+    """``head_only`` (telling a dump's kind) inflates a head's worth; the head is the same."""
+    heads = _head_cases()
+    assert len(heads) > 100
+    for raw in heads:
+        assert LineReader(io.BytesIO(raw), head_only=True).head == LineReader(io.BytesIO(raw)).head

@@ -93,12 +93,14 @@ class LineReader:
     """
 
     def __init__(self, raw: BinaryIO, *, max_line_bytes: int | None = None, max_bytes: int | None = None,
-                 max_seconds: float | None = None):
+                 max_seconds: float | None = None, head_only: bool = False):
         buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw, _BUFFER)  # type: ignore[arg-type]
         self.compressed = buffered.peek(2)[:2] == GZIP_MAGIC
         stream: BinaryIO = buffered
         if self.compressed:
-            stream = io.BufferedReader(_Inflate(buffered), _BUFFER)  # type: ignore[arg-type]
+            # ``head_only`` (to tell a dump's kind): inflate a head's worth, not a chunk's;
+            # the head is the same either way (one raw read, cut at HEAD_BYTES).
+            stream = io.BufferedReader(_Inflate(buffered), HEAD_BYTES if head_only else _BUFFER)  # type: ignore[arg-type]
         self._bytes = stream
         self.max_line_bytes, self.max_bytes = max_line_bytes, max_bytes
         self.max_seconds = max_seconds
