@@ -165,7 +165,7 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
                                   batch_rows=budget.incidents_batch_rows)
     del observations  # the largest frame: gone before the rest is computed
     lap("incidents")
-    events = rollups.series_events(dumps, series, order)
+    events = rollups.series_events(dumps, series, order, from_seq)
     dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
     rows = {
         "dump_series": series,

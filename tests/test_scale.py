@@ -306,3 +306,40 @@ def test_a_night_reads_the_figures_of_its_last_runs_and_gets_the_rows_of_every_r
             assert last.with_columns(text).sort(pl.all()).equals(every.with_columns(text).sort(pl.all())), from_seq
             checked += every.height
     assert checked > 300
+
+
+def test_a_nights_events_come_from_its_runs_and_the_runs_before_them(four_nights, tmp_path):
+    """``series_events`` of a night reads only the runs that decide its events; for every
+    night of the sample (and a fifth run in which a job is missing, a series vanished, one
+    came back and one is new), the same rows as computing every run's events."""
+    from transforms.trends import metric_trends as trends
+    from transforms.trends import rollups
+
+    _, warehouse = four_nights
+    with wh.connect_readonly(warehouse) as con:
+        dumps = aggregate_mod.frame_of(con, "SELECT path, run_id, job, kind, stage, program, status, error, dump_id, "
+                                            "parser_version, ingested_at FROM dumps")
+        runs = aggregate_mod.frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
+        series = con.sql("SELECT * FROM dump_series").pl()
+    last = runs.get_column("run_id").max()
+    # A fifth run: the last one without its first job, without one series, and with a series of run one.
+    first_job = dumps.get_column("job").min()
+    gone = series.filter((pl.col("run_id") == last) & (pl.col("job") != first_job)).get_column("series").min()
+    back = series.filter(pl.col("run_id") == runs.get_column("run_id").min()).join(
+        series.filter(pl.col("run_id") == last), on="series", how="anti").head(1)
+    fifth = series.filter((pl.col("run_id") == last) & (pl.col("job") != first_job) & (pl.col("series") != gone))
+    fifth = pl.concat([fifth, back.filter(pl.col("job") != first_job)]).with_columns(
+        pl.lit("2026-11-30").alias("run_id"), ("2026-11-30/" + pl.col("path")).alias("path"))
+    fresh = fifth.head(1).with_columns(pl.col("series") + "-renamed")  # and a series never seen: new
+    fifth = pl.concat([fifth.slice(1), fresh])
+    dumps = pl.concat([dumps, dumps.join(fifth.select(pl.col("path").str.slice(11).alias("path")), on="path", how="semi")
+                       .with_columns(pl.lit("2026-11-30").alias("run_id"), ("2026-11-30/" + pl.col("path")).alias("path"))])
+    series = pl.concat([series, fifth])
+    runs = pl.concat([runs, runs.tail(1).with_columns(pl.lit("2026-11-30").alias("run_id"),
+                                                       pl.col("started_at") + pl.duration(days=10))])
+    order = trends.run_order(runs)
+    every = rollups.series_events(dumps, series, order)
+    assert set(every.get_column("event").cast(pl.String)) >= {"first_run", "new_series", "vanished", "job_missing"}
+    for from_seq in range(1, order.height):
+        night = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
+        assert rollups.series_events(dumps, series, order, from_seq).equals(every.join(night, on="run_id", how="semi")), from_seq
