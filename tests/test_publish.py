@@ -184,3 +184,28 @@ def test_a_hand_replaced_warehouse_is_copied_not_replayed_onto(tmp_path):
         con.execute("INSERT INTO night VALUES (3, 'three')")
     assert w.caught_up == "copy"
     assert len(snapshot(warehouse)["history"]) == 10
+
+
+def test_a_leveling_that_breaks_leaves_the_night_published_and_the_next_writer_copies(tmp_path, monkeypatch):
+    warehouse = _filled(tmp_path, 1_000)
+
+    replay = wh.journal.replay
+
+    def broken(con, directory, body):  # the catch-up (nothing to replay) works; the leveling breaks
+        if body["steps"]:
+            raise OSError("disk full")
+        replay(con, directory, body)
+
+    monkeypatch.setattr(wh.journal, "replay", broken)
+    w = wh.Warehouse(warehouse)
+    with w as con:
+        con.execute("INSERT INTO night VALUES (1, 'one')")
+    assert w.leveled == "failed (OSError: disk full)"
+    assert snapshot(warehouse)["night"] == ["(1, 'one')"]  # published all the same
+    monkeypatch.undo()
+    w = wh.Warehouse(warehouse)
+    with w as con:
+        con.execute("INSERT INTO night VALUES (2, 'two')")
+    assert w.caught_up == "copy" and w.leveled == "replay"
+    assert snapshot(warehouse)["night"] == ["(1, 'one')", "(2, 'two')"]
+    assert snapshot(tmp_path / "wh.duckdb.standby") == snapshot(warehouse)

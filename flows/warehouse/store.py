@@ -233,7 +233,11 @@ class Warehouse:
             raise
         try:
             started = time.perf_counter()
-            self.leveled = self._level_standby() if sealed else "no journal"
+            try:
+                self.leveled = self._level_standby() if sealed else "no journal"
+            except Exception as exc:  # noqa: BLE001 - the night is published; the next writer copies
+                self.dirty.touch()
+                self.leveled = f"failed ({type(exc).__name__}: {exc})"
             self.level_seconds = time.perf_counter() - started
         finally:
             self._unlock()
