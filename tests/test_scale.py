@@ -22,6 +22,7 @@ import polars as pl
 import pytest
 
 from flows import aggregate as aggregate_mod
+from flows import history
 from flows.warehouse import store as wh
 from tests.test_concurrency import SAMPLE, snapshot
 
@@ -296,11 +297,11 @@ def test_a_night_reads_the_figures_of_its_last_runs_and_gets_the_rows_of_every_r
         settings = aggregate_mod.load_settings(None)
         checked = 0
         for from_seq in range(keep_before + 1, order.height):
-            series = aggregate_mod._series(con, dumps, runs, order, from_seq, settings)
+            series = history.series_of(con, dumps, runs, order, from_seq, settings)
             usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
-            prior = aggregate_mod._prior_trends(con, order, from_seq)
-            every = aggregate_mod._observations(con, usable, order=order, from_seq=from_seq, keep_before=keep_before)
-            last = aggregate_mod._observations(con, usable, order=order, from_seq=from_seq, keep_before=keep_before,
+            prior = history.prior_trends(con, order, from_seq)
+            every = history.observations(con, usable, order=order, from_seq=from_seq, keep_before=keep_before)
+            last = history.observations(con, usable, order=order, from_seq=from_seq, keep_before=keep_before,
                                                prior=prior)
             text = [pl.col(c).cast(pl.String) for c in every.columns if c != "value"]
             assert last.with_columns(text).sort(pl.all()).equals(every.with_columns(text).sort(pl.all())), from_seq

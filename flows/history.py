@@ -1,0 +1,222 @@
+"""What a night's aggregation reads of the warehouse's history: its window, not the history.
+
+A night rewrites the derived rows of its own runs; what it needs of the runs before them
+is read here, each as narrowly as the figures allow (issue 13): the stored series of
+earlier runs, each (series, metric)'s last values before the night (from the night's last
+runs; from every run only for series short of values there), the stored state trends and
+job totals continue from, and the jobs whose new run repeats their last (not walked
+again). Reads only: DuckDB in, polars out; may import polars, DuckDB and ``transforms``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import duckdb
+import polars as pl
+
+from transforms.trends.rules import Settings
+from transforms.trends.series import SERIES_SCHEMA, assign_series, compile_overrides
+
+
+def frame_of(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:
+    """The rows of ``sql`` (its ``params`` bound, never formatted in) as a polars frame."""
+    return con.sql(sql, params=params).pl() if params else con.sql(sql).pl()
+
+
+def run_overrides(runs: pl.DataFrame) -> dict[str, dict[str, str]]:
+    """run_id -> run.json's "series" mapping (kept in runs.extra)."""
+    out = {}
+    for run_id, extra in runs.select("run_id", "extra").iter_rows():
+        try:
+            mapping = json.loads(extra or "{}").get("series")
+        except (ValueError, AttributeError):
+            mapping = None
+        if isinstance(mapping, dict):
+            out[run_id] = {str(k): str(v) for k, v in mapping.items()}
+    return out
+
+
+def first_dirty_run(con, stamp: str, dumps: pl.DataFrame, order: pl.DataFrame) -> int | None:
+    """run_seq from which derived rows must be rewritten; None when nothing changed."""
+    state = dict(con.execute("SELECT key, value FROM schema_info WHERE key IN ('aggregated_with', 'aggregated_through')").fetchall())
+    if state.get("aggregated_with") != stamp or "aggregated_through" not in state:
+        return 0
+    through = datetime.fromisoformat(state["aggregated_through"])
+    fresh = dumps.filter(pl.col("ingested_at") > through).select("run_id").unique()
+    seqs = order.join(fresh, on="run_id", how="semi").get_column("run_seq")
+    return None if seqs.is_empty() else int(seqs.min())
+
+
+def series_of(con, dumps: pl.DataFrame, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int,
+              settings: Settings) -> pl.DataFrame:
+    """Every dump path's series. A series depends on its run alone (and the settings,
+    unchanged when from_seq > 0): the stored rows of the runs before ``from_seq`` are
+    read back, only the night's runs are named again."""
+    overrides = compile_overrides(settings.series_patterns)
+    if from_seq <= 0:
+        return assign_series(dumps, run_overrides(runs), overrides)
+    dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
+    clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
+    con.register("_clean", clean.to_arrow())
+    try:
+        stored = frame_of(con, f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
+                               "WHERE run_id IN (SELECT run_id FROM _clean)")
+    finally:
+        con.unregister("_clean")
+    fresh = assign_series(dumps.join(dirty, on="run_id", how="semi"), run_overrides(runs.join(dirty, on="run_id", how="semi")),
+                          overrides)
+    return pl.concat([stored.cast(dict(SERIES_SCHEMA)), fresh]).sort("path")
+
+
+def repeating_jobs(con, series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame, from_seq: int | None,
+                   accepts: pl.DataFrame) -> set[str]:
+    """Jobs whose every run from ``from_seq`` on repeats the job's run before it exactly:
+    the same series, each with dumps of the same statuses and the same figures. Their
+    incidents and steps cannot change — a value equal to the one before changes no step
+    (``incidents.walk_metric``), an equal status neither, and a job's incidents are its
+    own — so they are kept as stored. Only for a night of new runs after the aggregated
+    ones (no run grew since, none is named by an accept); else the empty set."""
+    if not from_seq:
+        return set()
+    seq = order.select("run_id", "run_seq")
+    job_runs = dumps.select("job", "run_id", "ingested_at").join(seq, on="run_id")
+    watermark = con.execute("SELECT value FROM schema_info WHERE key = 'aggregated_through'").fetchall()
+    tonight = job_runs.filter(pl.col("run_seq") >= from_seq)
+    accepted = accepts.join(seq.filter(pl.col("run_seq") >= from_seq), on="run_id", how="semi")
+    if not watermark or not accepted.is_empty() or (
+            tonight.get_column("ingested_at").min() <= datetime.fromisoformat(watermark[0][0])):
+        return set()
+    runs = job_runs.select("job", "run_seq").unique()
+    before = (runs.filter(pl.col("run_seq") < from_seq).group_by("job").agg(pl.col("run_seq").max())
+              .join(tonight.select("job").unique(), on="job", how="semi"))
+    compared = pl.concat([before, runs.filter(pl.col("run_seq") >= from_seq)]).join(before.select("job"), on="job", how="semi")
+    paths = (series.select("path", "run_id", "job", "series").join(seq, on="run_id")
+             .join(compared, on=["job", "run_seq"], how="semi")
+             .join(dumps.select("path", "status"), on="path"))
+    con.register("_paths", paths.select("path").to_arrow())
+    try:
+        figures = frame_of(con, "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _paths)")
+    finally:
+        con.unregister("_paths")
+    # One text per dump and per figure (series, status, metric, value): a run's state is
+    # their sorted list, compared with the job's run before.
+    state = pl.concat([
+        paths.select("job", "run_seq", pl.concat_str("series", pl.lit("\x00"), "status").alias("k")),
+        paths.join(figures, on="path").select(
+            "job", "run_seq", pl.concat_str("series", pl.lit("\x00"), "status", pl.lit("\x00"), "metric", pl.lit("\x00"),
+                                            pl.col("value").cast(pl.String).fill_null("null")).alias("k")),
+    ]).group_by("job", "run_seq").agg(pl.col("k").sort()).sort("job", "run_seq")
+    changed: set[str] = set()
+    previous: dict[str, list[str]] = {}
+    for job, _, keys in state.iter_rows():
+        if job in previous and previous[job] != keys:
+            changed.add(job)
+        previous[job] = keys
+    idle = set(dumps.get_column("job").unique()) - set(tonight.get_column("job").unique())  # no new run: nothing new
+    return idle | (set(before.get_column("job")) - changed)
+
+
+def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None, from_seq: int = 0,
+                 keep_before: int = 0, slim: bool = False, prior: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Metric rows with their series, as categoricals: DuckDB joins and returns only
+    numbers (millions of rows), the names come back by position. With ``order``: only the
+    rows of runs from ``from_seq`` on and each (series, metric)'s last ``keep_before``
+    non-null rows before them, chosen by DuckDB (within its memory limit). ``slim``: only
+    run_id, series, metric and value (``_series_info`` has the rest, once per series).
+
+    ``prior`` (series, metric: every pair stored before ``from_seq``) lets a night read only
+    its last ``keep_before`` runs: a pair of a series the night has, short of
+    ``keep_before`` rows there, is read from every run (the same rows either way)."""
+    index = series.select("path").with_row_index("dump_idx")
+    window = ""
+    if order is not None:
+        index = index.with_columns(
+            series.select(pl.col("run_id").replace_strict(order.get_column("run_id"), order.get_column("run_seq"),
+                                                          return_dtype=pl.Int64).alias("run_seq"),
+                          pl.col("series").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("series_code")))
+        window = (f"WHERE m.value IS NOT NULL QUALIFY d.run_seq >= {int(from_seq)} OR row_number() OVER "
+                  f"(PARTITION BY d.series_code, i.metric_idx, d.run_seq >= {int(from_seq)} ORDER BY d.run_seq DESC) "
+                  f"<= {int(keep_before)}")
+    metric_names = con.sql("SELECT DISTINCT metric FROM metrics ORDER BY metric").pl().with_row_index("metric_idx")
+
+    def read(rows: pl.DataFrame) -> pl.DataFrame:
+        con.register("_dump_idx", rows.to_arrow())
+        con.register("_metric_idx", metric_names.to_arrow())
+        try:
+            return con.sql(f"""SELECT d.dump_idx, i.metric_idx, m.value FROM metrics m
+                               JOIN _dump_idx d USING (path) JOIN _metric_idx i USING (metric) {window}""").pl()
+        finally:
+            con.unregister("_dump_idx")
+            con.unregister("_metric_idx")
+
+    if index.is_empty():
+        values = pl.DataFrame(schema={"dump_idx": pl.UInt32, "metric_idx": pl.UInt32, "value": pl.Float64})
+    elif order is not None and prior is not None and keep_before and from_seq > keep_before:
+        values = read(index.filter(pl.col("run_seq") >= from_seq - keep_before))
+        short = _short_pairs(values, index, series, metric_names, prior, from_seq, keep_before)
+        if not short.is_empty():
+            again = index.join(short, on="series_code", how="semi")
+            values = pl.concat([values.join(again.select("dump_idx"), on="dump_idx", how="anti"),
+                                read(again).cast(values.schema)])
+    else:
+        values = read(index)
+    names = series.select("run_id", "series", *(() if slim else ("job", "kind", "stage", pl.col("series_program").alias("program"))))
+    names = names.with_columns(pl.all().cast(pl.Categorical))
+    metric = metric_names.get_column("metric").cast(pl.Categorical)
+    at = values.get_column("dump_idx")
+    return values.select(
+        *(names.get_column(c).gather(at) for c in names.columns),
+        metric.gather(values.get_column("metric_idx")).alias("metric"), "value")
+
+
+def _short_pairs(values: pl.DataFrame, index: pl.DataFrame, series: pl.DataFrame, metric_names: pl.DataFrame,
+                 prior: pl.DataFrame, from_seq: int, keep_before: int) -> pl.DataFrame:
+    """Series (series_code) of the night with a pair — read in the last ``keep_before`` runs,
+    or stored before (``prior``) — that has fewer than ``keep_before`` rows in those runs
+    before the night: its older rows may be among its last ``keep_before``."""
+    runs = index.select("dump_idx", "run_seq", "series_code")
+    rows = values.join(runs, on="dump_idx")
+    tonight = runs.filter(pl.col("run_seq") >= from_seq).select("series_code").unique()
+    codes = series.select("series", pl.col("series").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("series_code")).unique()
+    stored = (prior.select(pl.col("series").cast(pl.String), pl.col("metric").cast(pl.String))
+              .join(codes.with_columns(pl.col("series").cast(pl.String)), on="series")
+              .join(metric_names.with_columns(pl.col("metric_idx").cast(pl.UInt32)), on="metric")
+              .select("series_code", pl.col("metric_idx").cast(rows.schema["metric_idx"])))
+    pairs = pl.concat([rows.select("series_code", "metric_idx"), stored]).unique().join(tonight, on="series_code", how="semi")
+    have = rows.filter(pl.col("run_seq") < from_seq).group_by("series_code", "metric_idx").len()
+    short = pairs.join(have, on=["series_code", "metric_idx"], how="left").filter(pl.col("len").fill_null(0) < keep_before)
+    return short.select("series_code").unique()
+
+
+def prior_trends(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame | None:
+    """Each (series, metric)'s stored row at its last run before ``from_seq``: the state the
+    night's trends continue from (None when everything is rewritten)."""
+    if from_seq <= 0:
+        return None
+    clean = order.filter(pl.col("run_seq") < from_seq).select("run_id", "run_seq")
+    con.register("_clean", clean.to_arrow())
+    try:  # a grouped arg_max_null (NULL kept), not a window: DuckDB keeps one row per pair, not the table sorted
+        return frame_of(con, """SELECT t.series, t.metric, arg_max_null(t.verdict::VARCHAR, c.run_seq) AS verdict,
+                                       arg_max_null(t.regressed_since, c.run_seq) AS regressed_since
+                                FROM metric_trends t JOIN _clean c USING (run_id) GROUP BY ALL""")
+    finally:
+        con.unregister("_clean")
+
+
+def previous_totals(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:
+    """Stored job totals of the last clean run, which the first dirty run compares with."""
+    clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
+    con.register("_clean", clean.to_arrow())
+    try:
+        # The latest start per key first (a hash aggregate), then its row: a window sorted
+        # over every stored total was a third of an unchanged night's aggregation at a year.
+        return frame_of(con, """WITH clean AS (SELECT * FROM job_totals WHERE run_id IN (SELECT run_id FROM _clean)),
+                                latest AS (SELECT job, kind, stage, metric, max(started_at) AS started_at FROM clean GROUP BY ALL)
+                                SELECT c.* FROM clean c JOIN latest l ON c.job IS NOT DISTINCT FROM l.job
+                                  AND c.kind IS NOT DISTINCT FROM l.kind AND c.stage IS NOT DISTINCT FROM l.stage
+                                  AND c.metric IS NOT DISTINCT FROM l.metric AND c.started_at IS NOT DISTINCT FROM l.started_at
+                                QUALIFY row_number() OVER (PARTITION BY c.job, c.kind, c.stage, c.metric ORDER BY c.run_id DESC) = 1""")
+    finally:
+        con.unregister("_clean")
