@@ -139,6 +139,10 @@ def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None
         window = (f"WHERE m.value IS NOT NULL QUALIFY d.run_seq >= {int(from_seq)} OR row_number() OVER "
                   f"(PARTITION BY d.series_code, i.metric_idx, d.run_seq >= {int(from_seq)} ORDER BY d.run_seq DESC) "
                   f"<= {int(keep_before)}")
+    if index.is_empty():  # no job walked: nothing to read (not even the metric names, a scan of every row)
+        return series.select("run_id", "series", *(() if slim else ("job", "kind", "stage", pl.col("series_program").alias("program"))),
+                             pl.lit(None, pl.String).alias("metric"), pl.lit(None, pl.Float64).alias("value")
+                             ).clear().with_columns(pl.exclude("value").cast(pl.Categorical))
     metric_names = con.sql("SELECT DISTINCT metric FROM metrics ORDER BY metric").pl().with_row_index("metric_idx")
 
     def read(rows: pl.DataFrame) -> pl.DataFrame:
@@ -151,9 +155,7 @@ def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None
             con.unregister("_dump_idx")
             con.unregister("_metric_idx")
 
-    if index.is_empty():
-        values = pl.DataFrame(schema={"dump_idx": pl.UInt32, "metric_idx": pl.UInt32, "value": pl.Float64})
-    elif order is not None and prior is not None and keep_before and from_seq > keep_before:
+    if order is not None and prior is not None and keep_before and from_seq > keep_before:
         values = read(index.filter(pl.col("run_seq") >= from_seq - keep_before))
         short = _short_pairs(values, index, series, metric_names, prior, from_seq, keep_before)
         if not short.is_empty():

@@ -91,11 +91,9 @@ def stage_object(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: 
     with tempfile.SpooledTemporaryFile(SPOOL_MEMORY, dir=_tmp_root(staging)) as spool:
         sha, size = _spool(fs, obj, spool)
         spool.seek(0)
-        # The kind depends on the path too. From a copy of the first bytes: a reader of the
-        # spool itself would close it. gzip never grows data: they hold the whole head.
-        kind = kind_of(obj.path, LineReader(io.BytesIO(spool.read(HEAD_BYTES + 1024)), head_only=True).head)
-        known = (held or {}).get(sha)
-        if known is not None and known["kind"] == kind and known["parser_version"] == parser_version(kind):
+        # From a copy of the first bytes: a reader of the spool itself would close it.
+        kind = _kind(obj, spool.read(HEAD_BYTES + 1024))
+        if (known := _held_as(kind, (held or {}).get(sha))) is not None:
             return StagedResult(sha, staging / sha, known, parsed=False)
         if (done := find_staged(staging, sha, kind, limits)) is not None:
             return done
@@ -111,23 +109,38 @@ def recognise_held(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir
     night is held contents under new paths: this is that night's whole parse stage.
     For local buckets (a second read of a new content is cheap there); threads run it
     in parallel, since hashlib and file reads release the GIL."""
-    digest, size, head = hashlib.sha256(), 0, b""
+    head = _Head()
     try:
-        with open_object(fs, obj) as src:
-            while chunk := src.read(_CHUNK):
-                if len(head) < HEAD_BYTES + 1024:
-                    head += chunk[: HEAD_BYTES + 1024 - len(head)]
-                digest.update(chunk)
-                size += len(chunk)
-    except (OSError, BucketReadError):
+        sha, _ = _spool(fs, obj, head)
+    except BucketReadError:
         return None
-    known = held.get(digest.hexdigest())
-    if size != obj.size or known is None:
+    if sha not in held or (known := _held_as(_kind(obj, head.bytes), held[sha])) is None:
         return None
-    kind = kind_of(obj.path, LineReader(io.BytesIO(head), head_only=True).head)
-    if known["kind"] != kind or known["parser_version"] != parser_version(kind):
-        return None
-    return StagedResult(digest.hexdigest(), Path(staging_dir) / digest.hexdigest(), known, parsed=False)
+    return StagedResult(sha, Path(staging_dir) / sha, known, parsed=False)
+
+
+class _Head:
+    """A spool that keeps only what ``_kind`` reads."""
+
+    def __init__(self) -> None:
+        self.bytes = b""
+
+    def write(self, chunk: bytes) -> None:
+        if len(self.bytes) < HEAD_BYTES + 1024:
+            self.bytes += chunk[: HEAD_BYTES + 1024 - len(self.bytes)]
+
+
+def _kind(obj: BucketObject, first: bytes) -> DumpKind:
+    """The kind of ``obj`` from its first HEAD_BYTES + 1024 bytes (gzip never grows data:
+    they hold the whole head) and its name."""
+    return kind_of(obj.path, LineReader(io.BytesIO(first), head_only=True).head)
+
+
+def _held_as(kind: DumpKind, known: dict | None) -> dict | None:
+    """The held summary if the warehouse holds this content as ``kind`` by its current parser."""
+    if known is not None and known["kind"] == kind and known["parser_version"] == parser_version(kind):
+        return known
+    return None
 
 
 def held_summary(kind: str, stage: str | None, program: str | None, status: str, error: str | None,

@@ -271,17 +271,22 @@ class Warehouse:
             os.fsync(f.fileno())
         shutil.rmtree(self.next_journal, ignore_errors=True)
         self.next_journal.mkdir(parents=True)
-        journal.write_json(self.next_journal / "journal.json", {
-            "format": journal.FORMAT, "steps": [], "counts": body["counts"],
-            "published": _identity(self.path), "standby": _identity(self.standby)})
-        spent = self.path.with_name(self.path.name + ".journal.spent")
-        shutil.rmtree(spent, ignore_errors=True)
-        os.replace(self.journal_dir, spent)  # a crash between these two: no journal, the next writer copies
-        os.replace(self.next_journal, self.journal_dir)
+        self._install_journal({"format": journal.FORMAT, "steps": [], "counts": body["counts"]})
         _remove(self.dirty)
         _fsync_dir(self.path.parent)
-        shutil.rmtree(spent, ignore_errors=True)
         return "replay"
+
+    def _install_journal(self, body: dict) -> None:
+        """``body``, with the identities both files have now, as the journal beside the
+        warehouse (written in ``.journal.next``, then put in place of the one there)."""
+        journal.write_json(self.next_journal / "journal.json",
+                           body | {"published": _identity(self.path), "standby": _identity(self.standby)})
+        spent = self.path.with_name(self.path.name + ".journal.spent")
+        shutil.rmtree(spent, ignore_errors=True)
+        if self.journal_dir.exists():
+            os.replace(self.journal_dir, spent)  # a crash between these two: no journal, the next writer copies
+        os.replace(self.next_journal, self.journal_dir)
+        shutil.rmtree(spent, ignore_errors=True)
 
     def _swap(self, sealed: bool, counts: dict[str, int]) -> None:
         old = self.path.with_name(self.path.name + ".old")
@@ -300,11 +305,7 @@ class Warehouse:
         _remove(self.dirty)
         shutil.rmtree(self.journal_dir, ignore_errors=True)
         if sealed:
-            facts = journal.read(self.next_journal) or {}
-            facts["published"] = _identity(self.path)
-            facts["standby"] = _identity(self.standby)
-            journal.write_json(self.next_journal / "journal.json", facts)
-            os.replace(self.next_journal, self.journal_dir)
+            self._install_journal(journal.read(self.next_journal) or {})
         else:
             shutil.rmtree(self.next_journal, ignore_errors=True)
         _fsync_dir(self.path.parent)
