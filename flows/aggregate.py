@@ -109,45 +109,43 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
         result.peak_mib[name] = peak_mib()
         clock = now
 
-    dumps = frame_of(con, "SELECT path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at FROM dumps")
     runs = frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
     accepts = frame_of(con, "SELECT series, run_id, metric, accepted_at, accepted_by, note, incident_id FROM accepts")
     order = trends.run_order(runs)
     stamp = aggregate_stamp(settings, accepts)
-    from_seq = history.first_dirty_run(con, stamp, dumps, order)
+    from_seq = history.first_dirty_run(con, stamp, order)
     result.from_run = None if from_seq is None else order.get_column("run_id")[from_seq] if from_seq < order.height else None
     if from_seq is None or from_seq >= order.height:
         lap("read")
         return result
-    series = history.series_of(con, dumps, runs, order, from_seq, settings)
+    # A night reads its window of runs, not the history (dumps and series of half a million
+    # paths at a year); the jobs it walks for incidents read theirs a group at a time.
+    dumps, series = history.night_frames(con, runs, order, from_seq, settings)
     # Figures of partial or failed dumps are left out of trends: a cut file is not a
     # compiler change (the incidents report it as a failure about the dump).
     usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
     # Jobs whose new runs repeat their run before keep their stored incidents: the walk
     # (and the history it reads) is only for the jobs that changed.
     repeating = history.repeating_jobs(con, series, dumps, order, from_seq, accepts)
-    walked = pl.col("job").is_in(pl.Series(sorted(repeating), dtype=pl.String).implode()).not_()
-    # A night reads the figures lean (millions of rows at a year): four columns, the names once per series.
-    observations = history.observations(con, usable.filter(walked) if repeating else usable, slim=from_seq > 0)
-    info = usable.select("series", "job", pl.col("series_program").alias("program"), "kind", "stage").unique("series")
+    walked = sorted(set(dumps.get_column("job").unique()) - repeating)
     lap("read")
 
     by_series = accepts.filter(pl.col("series").is_not_null()).select("series", "run_id", "metric")
     prior = history.prior_trends(con, order, from_seq)
     # A night: the trends need each pair's last baseline_runs rows before it, not the history.
-    recent = observations if prior is None else history.observations(
-        con, usable, order=order, from_seq=from_seq, keep_before=settings.baseline_runs + 1, prior=prior)
+    recent = history.observations(con, usable) if prior is None else history.observations(
+        con, usable, order=order, from_seq=from_seq, keep_before=settings.baseline_runs + 1, prior=prior,
+        elsewhere=lambda names: history.stored_usable(con, names, order, from_seq))
     trend = trends.metric_trends(recent, runs, by_series, settings, from_seq=from_seq, prior=prior)
     del recent, usable
     lap("trends")
-    health = program_health(series.filter(walked), dumps.filter(walked), order)
-    ok = health.filter(pl.col("status") == "ok").select(pl.col("series", "run_id").cast(pl.Categorical))
-    incidents, steps = _incidents(observations, health, order, accepts.to_dicts(), settings, ok=ok,
-                                  info=info.filter(walked).with_columns(pl.all().cast(pl.Categorical)),  # categoricals: no string per row
+    incidents, steps = _incidents(con, walked, series, order, from_seq, accepts.to_dicts(), settings,
                                   batch_rows=budget.incidents_batch_rows)
-    del observations  # the largest frame: gone before the rest is computed
     lap("incidents")
-    events = rollups.series_events(dumps, series, order, from_seq)
+    older = None if from_seq <= 0 else history.seen_before(
+        con, series.join(order.filter(pl.col("run_seq") >= from_seq), on="run_id", how="semi").get_column("series"),
+        order, from_seq)
+    events = rollups.series_events(dumps, series, order, from_seq, seen_before=older)
     dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
     rows = {
         "dump_series": series,
@@ -191,7 +189,7 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
             result.rows[name] = insert_frame(con, name, frame)
         con.unregister("_dirty")
         result.rows["incidents"], result.rows["incident_steps"] = _write_incidents(con, incidents, steps, repeating)
-        watermark = dumps.get_column("ingested_at").max()
+        watermark = con.execute("SELECT max(ingested_at) FROM dumps").fetchall()[0][0]
         con.execute("INSERT OR REPLACE INTO schema_info VALUES ('aggregated_with', ?), ('aggregated_through', ?)",
                     [stamp, watermark.isoformat(sep=" ")])
         con.commit()
@@ -202,38 +200,38 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     return result
 
 
-def _incidents(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFrame, accepts: list[dict],
-               settings: Settings, *, ok: pl.DataFrame, info: pl.DataFrame, batch_rows: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``incidents.compute`` over groups of jobs of at most ``batch_rows`` observations
-    (one job can exceed it): an incident is one program's, and a program belongs to one
-    job, so the parts are the whole. The walk's frames are a few times the observations
-    it is given: a year of them at once was the night's peak."""
+def _incidents(con: duckdb.DuckDBPyConnection, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame,
+               from_seq: int, accepts: list[dict], settings: Settings, *, batch_rows: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``incidents.compute`` over the whole history of these jobs, in groups of jobs of at
+    most ``batch_rows`` figures (one job can exceed it), each group's history read on its
+    own: an incident is one program's, and a program belongs to one job, so the parts are
+    the whole, and the night's memory follows the group, not the history. ``series``
+    holds the runs from ``from_seq`` on, named tonight."""
     floors = incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count)
-    series_job = info.select("series", "job")
-    rows_per_job = (observations.group_by("series").len()
-                    .join(series_job, on="series").group_by("job").agg(pl.col("len").sum()))
-    jobs = (health.select(pl.col("job").cast(pl.String)).unique()
-            .join(rows_per_job.with_columns(pl.col("job").cast(pl.String)), on="job", how="full", coalesce=True)
-            .with_columns(pl.col("len").fill_null(0)).sort("job"))
+    sizes = history.observed_rows(con, jobs) if jobs else {}
     groups: list[list[str]] = [[]]
     held = 0
-    for job, rows in jobs.iter_rows():
+    for job in jobs:
+        rows = sizes.get(job, 0)
         if groups[-1] and held + rows > batch_rows:
             groups.append([])
             held = 0
         groups[-1].append(job)
         held += rows
-    if len(groups) == 1:
-        return incident_mod.compute(observations, health, order, accepts, settings, floors, ok=ok, info=info)
     parts = []
     for group in groups:
-        names = pl.Series(group, dtype=pl.String)
-        part_info = info.filter(pl.col("job").cast(pl.String).is_in(names.implode()))
-        series = part_info.select("series")
-        parts.append(incident_mod.compute(
-            observations.join(series, on="series", how="semi"),
-            health.filter(pl.col("job").cast(pl.String).is_in(names.implode())), order, accepts, settings, floors,
-            ok=ok.join(series, on="series", how="semi"), info=part_info))
+        group_series, group_dumps = history.job_history(con, group, series, order, from_seq)
+        usable = group_series.join(group_dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+        health = program_health(group_series, group_dumps, order)
+        ok = health.filter(pl.col("status") == "ok").select(pl.col("series", "run_id").cast(pl.Categorical))
+        info = (usable.select("series", "job", pl.col("series_program").alias("program"), "kind", "stage").unique("series")
+                .with_columns(pl.all().cast(pl.Categorical)))  # categoricals: no string per row
+        observations = history.observations(con, usable, slim=True)
+        del group_series, group_dumps, usable
+        parts.append(incident_mod.compute(observations, health, order, accepts, settings, floors, ok=ok, info=info))
+        del observations
+    if len(parts) == 1:
+        return parts[0]
     return incident_mod.in_order(pl.concat([p[0] for p in parts]), pl.concat([p[1] for p in parts]))
 
 

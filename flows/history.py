@@ -11,6 +11,7 @@ again). Reads only: DuckDB in, polars out; may import polars, DuckDB and ``trans
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 
 import duckdb
@@ -38,36 +39,107 @@ def run_overrides(runs: pl.DataFrame) -> dict[str, dict[str, str]]:
     return out
 
 
-def first_dirty_run(con, stamp: str, dumps: pl.DataFrame, order: pl.DataFrame) -> int | None:
+DUMP_COLUMNS = "path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at"
+
+
+def first_dirty_run(con, stamp: str, order: pl.DataFrame) -> int | None:
     """run_seq from which derived rows must be rewritten; None when nothing changed."""
     state = dict(con.execute("SELECT key, value FROM schema_info WHERE key IN ('aggregated_with', 'aggregated_through')").fetchall())
     if state.get("aggregated_with") != stamp or "aggregated_through" not in state:
         return 0
     through = datetime.fromisoformat(state["aggregated_through"])
-    fresh = dumps.filter(pl.col("ingested_at") > through).select("run_id").unique()
+    fresh = frame_of(con, "SELECT DISTINCT run_id FROM dumps WHERE ingested_at > ?", [through])
     seqs = order.join(fresh, on="run_id", how="semi").get_column("run_seq")
     return None if seqs.is_empty() else int(seqs.min())
 
 
-def series_of(con, dumps: pl.DataFrame, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int,
-              settings: Settings) -> pl.DataFrame:
-    """Every dump path's series. A series depends on its run alone (and the settings,
-    unchanged when from_seq > 0): the stored rows of the runs before ``from_seq`` are
-    read back, only the night's runs are named again."""
+def _with(con, frames: dict[str, pl.DataFrame], sql: str, params: list | None = None) -> pl.DataFrame:
+    """``sql`` over the registered ``frames`` (names starting with an underscore)."""
+    for name, frame in frames.items():
+        con.register(name, frame.to_arrow())
+    try:
+        return frame_of(con, sql, params)
+    finally:
+        for name in frames:
+            con.unregister(name)
+
+
+def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, settings: Settings
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(dumps, series) of the runs a night's aggregation looks at, not of the history: the
+    runs from ``from_seq`` on and the ``baseline_runs + 1`` before them (trends, events),
+    each job's last run before them (repeating jobs, events) and each of the night's
+    series' last usable run before them (diff pairs). With ``from_seq`` 0, every run.
+
+    A series depends on its run alone (and the settings, unchanged when from_seq > 0):
+    the stored rows of the runs before ``from_seq`` are read back, only the night's runs
+    are named again. Jobs walked for incidents read their whole history (``job_history``)."""
     overrides = compile_overrides(settings.series_patterns)
     if from_seq <= 0:
-        return assign_series(dumps, run_overrides(runs), overrides)
-    dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
+        dumps = frame_of(con, f"SELECT {DUMP_COLUMNS} FROM dumps")
+        return dumps, assign_series(dumps, run_overrides(runs), overrides)
+    seq = order.select("run_id", "run_seq")
+    dirty = seq.filter(pl.col("run_seq") >= from_seq).select("run_id")
+    tonight = _with(con, {"_runs": dirty}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
+    fresh = assign_series(tonight, run_overrides(runs.join(dirty, on="run_id", how="semi")), overrides)
+    back = max(1, settings.baseline_runs + 1)
+    older = _with(con, {"_order": seq, "_tonight": fresh.select("series").unique()}, f"""
+        SELECT run_id FROM _order WHERE run_seq < {int(from_seq)} AND run_seq >= {int(from_seq) - back}
+        UNION SELECT arg_max(o.run_id, o.run_seq) FROM (SELECT DISTINCT job, run_id FROM dumps) d JOIN _order o USING (run_id)
+              WHERE o.run_seq < {int(from_seq)} GROUP BY d.job
+        UNION SELECT arg_max(o.run_id, o.run_seq) FROM dump_series s JOIN dumps d USING (path) JOIN _order o ON o.run_id = s.run_id
+              WHERE d.status IN ('ok', 'partial') AND o.run_seq < {int(from_seq)}
+                AND s.series IN (SELECT series FROM _tonight) GROUP BY s.series""")
+    dumps = pl.concat([_with(con, {"_runs": older}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
+                       .cast(dict(tonight.schema)), tonight])
+    stored = _with(con, {"_runs": older}, f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
+                                          "WHERE run_id IN (SELECT run_id FROM _runs)")
+    return dumps, pl.concat([stored.cast(dict(SERIES_SCHEMA)), fresh]).sort("path")
+
+
+def job_history(con, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame, from_seq: int
+                ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(series, dumps) of every run of these jobs, for the incidents walk: the dumps and the
+    stored series of the runs before ``from_seq`` from the warehouse, the night's series
+    (``series``, which holds every run from ``from_seq`` on) as named tonight."""
+    names = pl.DataFrame({"job": jobs}, schema={"job": pl.String})
+    dumps = _with(con, {"_jobs": names}, "SELECT path, run_id, job, kind, stage, program, status, error FROM dumps "
+                                         "WHERE job IN (SELECT job FROM _jobs)")
+    seq = order.select("run_id", "run_seq")
+    clean = seq.filter(pl.col("run_seq") < from_seq).select("run_id")
+    stored = _with(con, {"_jobs": names, "_runs": clean}, f"""
+        SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series
+        WHERE job IN (SELECT job FROM _jobs) AND run_id IN (SELECT run_id FROM _runs)""")
+    fresh = series.join(seq.filter(pl.col("run_seq") >= from_seq).select("run_id"), on="run_id", how="semi").join(
+        names, on="job", how="semi")
+    return pl.concat([stored.cast(dict(SERIES_SCHEMA)), fresh.select(SERIES_SCHEMA.names())]).sort("path"), dumps
+
+
+def observed_rows(con, jobs: list[str]) -> dict[str, int]:
+    """How many figures of ok dumps each of these jobs has over its history (what sizes the
+    incidents walk's groups)."""
+    names = pl.DataFrame({"job": jobs}, schema={"job": pl.String})
+    rows = _with(con, {"_jobs": names}, """SELECT d.job, count(*) AS n FROM metrics m JOIN dumps d USING (path)
+                                           WHERE d.status = 'ok' AND d.job IN (SELECT job FROM _jobs) GROUP BY d.job""")
+    return dict(rows.iter_rows())
+
+
+def stored_usable(con, names: pl.Series, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:
+    """Stored series rows, runs before ``from_seq``, of these series whose dump parsed ok."""
     clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
-    con.register("_clean", clean.to_arrow())
-    try:
-        stored = frame_of(con, f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
-                               "WHERE run_id IN (SELECT run_id FROM _clean)")
-    finally:
-        con.unregister("_clean")
-    fresh = assign_series(dumps.join(dirty, on="run_id", how="semi"), run_overrides(runs.join(dirty, on="run_id", how="semi")),
-                          overrides)
-    return pl.concat([stored.cast(dict(SERIES_SCHEMA)), fresh]).sort("path")
+    stored = _with(con, {"_names": names.cast(pl.String).to_frame("series"), "_runs": clean}, f"""
+        SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series
+        WHERE series IN (SELECT series FROM _names) AND run_id IN (SELECT run_id FROM _runs)
+          AND path IN (SELECT path FROM dumps WHERE status = 'ok')""")
+    return stored.cast(dict(SERIES_SCHEMA))
+
+
+def seen_before(con, names: pl.Series, order: pl.DataFrame, from_seq: int) -> pl.Series:
+    """Those of ``names`` (series) that a run before ``from_seq`` has."""
+    clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
+    return _with(con, {"_names": names.cast(pl.String).unique().to_frame("series"), "_runs": clean}, """
+        SELECT DISTINCT series FROM dump_series
+        WHERE series IN (SELECT series FROM _names) AND run_id IN (SELECT run_id FROM _runs)""").get_column("series")
 
 
 def repeating_jobs(con, series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame, from_seq: int | None,
@@ -119,7 +191,8 @@ def repeating_jobs(con, series: pl.DataFrame, dumps: pl.DataFrame, order: pl.Dat
 
 
 def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None, from_seq: int = 0,
-                 keep_before: int = 0, slim: bool = False, prior: pl.DataFrame | None = None) -> pl.DataFrame:
+                 keep_before: int = 0, slim: bool = False, prior: pl.DataFrame | None = None,
+                 elsewhere: Callable[[pl.Series], pl.DataFrame] | None = None) -> pl.DataFrame:
     """Metric rows with their series, as categoricals: DuckDB joins and returns only
     numbers (millions of rows), the names come back by position. With ``order``: only the
     rows of runs from ``from_seq`` on and each (series, metric)'s last ``keep_before``
@@ -128,14 +201,22 @@ def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None
 
     ``prior`` (series, metric: every pair stored before ``from_seq``) lets a night read only
     its last ``keep_before`` runs: a pair of a series the night has, short of
-    ``keep_before`` rows there, is read from every run (the same rows either way)."""
-    index = series.select("path").with_row_index("dump_idx")
+    ``keep_before`` rows there, is read from every run (the same rows either way).
+    ``elsewhere`` (series names -> their rows that ``series`` may lack): where a night whose
+    ``series`` holds only its window finds those series' other runs."""
     window = ""
+
+    def numbered(rows: pl.DataFrame, first: int = 0) -> pl.DataFrame:
+        index = rows.select("path").with_row_index("dump_idx", offset=first)
+        if order is None:
+            return index
+        return index.with_columns(
+            rows.select(pl.col("run_id").replace_strict(order.get_column("run_id"), order.get_column("run_seq"),
+                                                        return_dtype=pl.Int64).alias("run_seq"),
+                        pl.col("series").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("series_code")))
+
+    index = numbered(series)
     if order is not None:
-        index = index.with_columns(
-            series.select(pl.col("run_id").replace_strict(order.get_column("run_id"), order.get_column("run_seq"),
-                                                          return_dtype=pl.Int64).alias("run_seq"),
-                          pl.col("series").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("series_code")))
         window = (f"WHERE m.value IS NOT NULL QUALIFY d.run_seq >= {int(from_seq)} OR row_number() OVER "
                   f"(PARTITION BY d.series_code, i.metric_idx, d.run_seq >= {int(from_seq)} ORDER BY d.run_seq DESC) "
                   f"<= {int(keep_before)}")
@@ -159,6 +240,13 @@ def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None
         values = read(index.filter(pl.col("run_seq") >= from_seq - keep_before))
         short = _short_pairs(values, index, series, metric_names, prior, from_seq, keep_before)
         if not short.is_empty():
+            if elsewhere is not None:  # their runs outside the window, numbered after the rows read so far
+                names = series.get_column("series").gather(index.join(short, on="series_code", how="semi")
+                                                           .get_column("dump_idx")).unique()
+                extra = elsewhere(names).join(series.select("path"), on="path", how="anti")
+                extra = extra.select(series.columns).cast(dict(series.schema))
+                index = pl.concat([index, numbered(extra, first=series.height)])
+                series = pl.concat([series, extra])
             again = index.join(short, on="series_code", how="semi")
             values = pl.concat([values.join(again.select("dump_idx"), on="dump_idx", how="anti"),
                                 read(again).cast(values.schema)])

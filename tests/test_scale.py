@@ -282,31 +282,39 @@ def test_a_night_that_changes_one_job_walks_that_job_only(four_nights, tmp_path,
 
 
 @pytest.mark.parametrize("keep_before", [1, 2])
-def test_a_night_reads_the_figures_of_its_last_runs_and_gets_the_rows_of_every_run(four_nights, keep_before):
-    """The trends' window (each pair's last rows before the night) read from the last
-    runs only, then from every run for the series short of rows there: the same rows as
-    reading every run, for every night of the sample (series come and go in it)."""
+def test_a_night_reads_the_figures_of_its_window_and_gets_the_rows_of_every_run(four_nights, keep_before):
+    """A night holds the dumps and series of its window of runs only (``night_frames``);
+    the trends' rows (each pair's last rows before the night) are read from its last runs,
+    then from every run for the series short of rows there (their other runs from the
+    warehouse): the same rows as reading every run, for every night of the sample (series
+    come and go in it)."""
+    import dataclasses
+
     from transforms.trends import metric_trends as trends
 
     _, warehouse = four_nights
     with wh.connect_readonly(warehouse) as con:
-        dumps = aggregate_mod.frame_of(con, "SELECT path, run_id, job, kind, stage, program, status, error, dump_id, "
-                                            "parser_version, ingested_at FROM dumps")
         runs = aggregate_mod.frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
         order = trends.run_order(runs)
-        settings = aggregate_mod.load_settings(None)
-        checked = 0
+        settings = dataclasses.replace(aggregate_mod.load_settings(None), baseline_runs=keep_before - 1)
+        all_dumps, all_series = history.night_frames(con, runs, order, 0, settings)
+        assert all_series.equals(con.sql("SELECT * EXCLUDE (items_key) FROM dump_series ORDER BY path").pl())
+        every_ok = all_series.join(all_dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+        checked, narrower, elsewhere = 0, 0, []
         for from_seq in range(keep_before + 1, order.height):
-            series = history.series_of(con, dumps, runs, order, from_seq, settings)
+            dumps, series = history.night_frames(con, runs, order, from_seq, settings)
+            assert series.equals(all_series.join(dumps.select("path"), on="path", how="semi")), from_seq
+            narrower += dumps.height < all_dumps.height
             usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
             prior = history.prior_trends(con, order, from_seq)
-            every = history.observations(con, usable, order=order, from_seq=from_seq, keep_before=keep_before)
-            last = history.observations(con, usable, order=order, from_seq=from_seq, keep_before=keep_before,
-                                               prior=prior)
+            every = history.observations(con, every_ok, order=order, from_seq=from_seq, keep_before=keep_before)
+            last = history.observations(
+                con, usable, order=order, from_seq=from_seq, keep_before=keep_before, prior=prior,
+                elsewhere=lambda names: elsewhere.append(names.len()) or history.stored_usable(con, names, order, from_seq))
             text = [pl.col(c).cast(pl.String) for c in every.columns if c != "value"]
             assert last.with_columns(text).sort(pl.all()).equals(every.with_columns(text).sort(pl.all())), from_seq
             checked += every.height
-    assert checked > 300
+    assert checked > 300 and narrower >= 1 and sum(elsewhere) >= 1
 
 
 def test_a_nights_events_come_from_its_runs_and_the_runs_before_them(four_nights, tmp_path):

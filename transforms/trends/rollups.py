@@ -71,13 +71,16 @@ TOTAL_DOCS = {
 }
 
 
-def series_events(dumps: pl.DataFrame, series: pl.DataFrame, order: pl.DataFrame, from_seq: int = 0) -> pl.DataFrame:
+def series_events(dumps: pl.DataFrame, series: pl.DataFrame, order: pl.DataFrame, from_seq: int = 0,
+                  seen_before: pl.Series | None = None) -> pl.DataFrame:
     """``dumps``: path, run_id, job, kind, status, error. ``series``: path, run_id, job,
     series (``assign_series``). ``order``: ``trends.run_order``. ``from_seq``: the events
     of the runs from that one on are wanted (the others may be left out): only those
-    runs, the run before them and each job's run before them are looked at."""
+    runs, the run before them and each job's run before them are looked at.
+    ``seen_before``: the series some run before ``from_seq`` has, when ``series`` holds
+    only the runs above (else taken from ``series``)."""
     if from_seq > 0:
-        return _recent_events(dumps, series, order, from_seq)
+        return _recent_events(dumps, series, order, from_seq, seen_before)
     seq = order.select("run_id", "run_seq", "started_at")
     job_runs = dumps.select("job", "run_id").unique().join(seq, on="run_id").sort("job", "run_seq")
     job_runs = job_runs.with_columns(pl.col("run_id").shift(1).over("job").alias("prev_run"))
@@ -121,7 +124,8 @@ def series_events(dumps: pl.DataFrame, series: pl.DataFrame, order: pl.DataFrame
     return out.select(EVENT_SCHEMA.names()).cast(dict(EVENT_SCHEMA)).sort("started_at", "run_id", "job", "event", "series", "path", nulls_last=False)
 
 
-def _recent_events(dumps: pl.DataFrame, series: pl.DataFrame, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:
+def _recent_events(dumps: pl.DataFrame, series: pl.DataFrame, order: pl.DataFrame, from_seq: int,
+                   seen_before: pl.Series | None) -> pl.DataFrame:
     """``series_events`` of the runs from ``from_seq`` on, from the runs that decide them:
     those runs, the run before them (job_missing) and each job's last run before them
     (first_run, vanished); a series is new where no earlier run had it."""
@@ -130,10 +134,11 @@ def _recent_events(dumps: pl.DataFrame, series: pl.DataFrame, order: pl.DataFram
     last_before = (job_runs.filter(pl.col("run_seq") < from_seq).group_by("job").agg(pl.col("run_seq").max())
                    .join(seq, on="run_seq").select("run_id"))
     wanted = pl.concat([seq.filter(pl.col("run_seq") >= from_seq - 1).select("run_id"), last_before]).unique()
-    older = series.join(seq.filter(pl.col("run_seq") < from_seq), on="run_id", how="semi").select("series").unique()
+    older = (series.join(seq.filter(pl.col("run_seq") < from_seq), on="run_id", how="semi").get_column("series")
+             if seen_before is None else seen_before)
     events = series_events(dumps.join(wanted, on="run_id", how="semi"), series.join(wanted, on="run_id", how="semi"), order)
     tonight = events.join(seq.filter(pl.col("run_seq") >= from_seq), on="run_id", how="semi")
-    known = (pl.col("event") == "new_series") & pl.col("series").is_in(older.get_column("series").implode())
+    known = (pl.col("event") == "new_series") & pl.col("series").is_in(older.unique().implode())
     return tonight.filter(~known.fill_null(False))
 
 
