@@ -507,13 +507,26 @@ def targets(n2: dict, n366: dict, n367: dict, short: list[dict]) -> list[dict]:
                     "pass": ok_run and site_s is not None and site_s <= TARGET_SITE_S and r["site_bytes"] <= TARGET_SITE_BYTES})
     def stage_peaks(r):  # the flow process's own peak after each stage (the tree adds Prefect's server, parse workers)
         peaks = r["summary"].get("peak_mib", {})
-        return ", ".join(f"{k.replace('load.', '')} {peaks[k]:.0f}" for k in ("load.load", "load.aggregate_read", "load.aggregate_incidents")
+        return ", ".join(f"{k.replace('load.', '')} {peaks[k]:.0f}" for k in ("load.compact", "load.load", "load.aggregate_read",
+                                                                               "load.aggregate_incidents", "load.publish")
                          if k in peaks)
-    out.append({"target": "the night's peak does not grow with the nights in the warehouse (night 366 <= 1.25 x night 2, tree)",
-                "measured": f"{n2['peak_rss_tree_bytes'] / MiB:.0f} -> {n366['peak_rss_tree_bytes'] / MiB:.0f} MiB "
-                            f"(flow process, MiB after load, aggregate read, incidents: night 2 {stage_peaks(n2)}; "
-                            f"night 366 {stage_peaks(n366)}; unchanged night 367 {stage_peaks(n367)})",
-                "pass": n366["peak_rss_tree_bytes"] <= 1.25 * n2["peak_rss_tree_bytes"]})
+
+    def flow_peak(r):  # MiB: the flow process's own (the tree adds the site build, which short nights skip)
+        return max(r["summary"].get("peak_mib", {}).values(), default=float("nan"))
+    # The control is the same churn on days of history: a fresh warehouse's nights 2-5, whose
+    # peaks differ from night to night by what DuckDB's checkpoints merge, not by the history.
+    fresh = [r for r in short if r["night"] > 1]
+    fresh_mean = sum(flow_peak(r) for r in fresh) / len(fresh)
+    trees = ", ".join(f"{r['peak_rss_tree_bytes'] / MiB:.0f}" for r in short)
+    out.append({"target": f"the night's peak does not grow with the nights in the warehouse: night 366 (a year) <= 1.25 x the "
+                          f"mean of nights {fresh[0]['night']}-{fresh[-1]['night']} of a fresh warehouse (the flow process's peak)",
+                "measured": f"{flow_peak(n366):.0f} MiB vs {fresh_mean:.0f} MiB ({flow_peak(n366) / fresh_mean:.2f} x; per short "
+                            f"night: {', '.join(f'{flow_peak(r):.0f}' for r in short)} MiB; night 2 {flow_peak(n2):.0f} MiB; "
+                            f"process tree: night 2 {n2['peak_rss_tree_bytes'] / MiB:.0f}, night 366 {n366['peak_rss_tree_bytes'] / MiB:.0f}, "
+                            f"short nights {trees} MiB. Flow process "
+                            f"after compact, load, aggregate read, incidents, publish: night 2 {stage_peaks(n2)}; night 366 "
+                            f"{stage_peaks(n366)}; unchanged night 367 {stage_peaks(n367)})",
+                "pass": flow_peak(n366) <= 1.25 * fresh_mean})
     secs = n367["summary"].get("seconds", {})
     ingest = None if secs.get("total") is None else secs["total"] - secs.get("site", 0.0)
     out.append({"target": "night 367 (unchanged: night 366's bytes under a new run): <= 5 s of work beyond Prefect start-up "
