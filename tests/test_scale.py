@@ -15,7 +15,6 @@ import gzip
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -245,6 +244,27 @@ def test_a_night_that_repeats_the_last_run_keeps_the_incidents_without_walking_t
         assert night[table].equals(frame), table
 
 
+def _fifth_night(bucket: Path, tmp_path: Path, drop_job: bool = False) -> tuple[Path, str]:
+    """A copy of ``bucket`` plus run 2026-11-21: the last sample night again with one job's
+    HLO dump changed (an entry parameter twice as long: +512 bytes), and with
+    ``drop_job`` without another job (it is missing) and without one dump of the changed
+    job (its series vanished). Returns the bucket and the changed job."""
+    copy = _copy_bucket(bucket, tmp_path)
+    night = copy / "2026-11-21"
+    shutil.copytree(SAMPLE / NIGHTS[-1], night)
+    meta = json.loads((night / "run.json").read_text())
+    (night / "run.json").write_text(json.dumps(meta | {"started_at": "2026-11-21T03:00:00Z"}))
+    changed = night / "jax-jit" / "module_0002.jit_eval_metrics.cpu_after_optimizations.txt.gz"
+    text = gzip.decompress(changed.read_bytes()).decode()
+    param = "%params_0___b__.1 = f32[128]{0} parameter(0)"
+    assert text.count(param) == 1
+    changed.write_bytes(gzip.compress(text.replace(param, param.replace("f32[128]", "f32[256]")).encode()))
+    if drop_job:
+        shutil.rmtree(min(p for p in night.iterdir() if p.is_dir() and p.name != "jax-jit"))
+        (night / "jax-jit" / "module_0000.jit_train_step.before_optimizations.txt.gz").unlink()
+    return copy, "jax-jit"
+
+
 def test_a_night_that_changes_one_job_walks_that_job_only(four_nights, tmp_path, monkeypatch):
     """The last sample night again, with one job's HLO dump changed (a longer entry
     parameter): that job is walked, the others keep their stored incidents; the tables are
@@ -252,16 +272,8 @@ def test_a_night_that_changes_one_job_walks_that_job_only(four_nights, tmp_path,
     bucket, warehouse = four_nights
     work = tmp_path / "wh.duckdb"
     shutil.copyfile(warehouse, work)
-    copy = _copy_bucket(bucket, tmp_path)
-    shutil.copytree(SAMPLE / NIGHTS[-1], copy / "2026-11-21")
-    meta = json.loads((copy / "2026-11-21" / "run.json").read_text())
-    (copy / "2026-11-21" / "run.json").write_text(json.dumps(meta | {"started_at": "2026-11-21T03:00:00Z"}))
+    copy, job = _fifth_night(bucket, tmp_path)
     jobs = sorted(p.name for p in (copy / "2026-11-21").iterdir() if p.is_dir())
-    changed = copy / "2026-11-21" / "jax-jit" / "module_0002.jit_eval_metrics.cpu_after_optimizations.txt.gz"
-    text = gzip.decompress(changed.read_bytes()).decode()
-    param = "%params_0___b__.1 = f32[128]{0} parameter(0)"  # an entry parameter twice as long: +512 bytes
-    assert text.count(param) == 1
-    changed.write_bytes(gzip.compress(text.replace(param, param.replace("f32[128]", "f32[256]")).encode()))
     walked = []
     seen = aggregate_mod.incident_mod.compute
     monkeypatch.setattr(aggregate_mod.incident_mod, "compute",
@@ -269,7 +281,6 @@ def test_a_night_that_changes_one_job_walks_that_job_only(four_nights, tmp_path,
                         or seen(obs, health, *a, **k))
     from flows.nightly import nightly
     nightly(bucket=str(copy), warehouse=work, workers=1)
-    job = changed.relative_to(copy / "2026-11-21").parts[0]
     assert len(jobs) >= 3 and walked == [{job}]
     night = _derived(work)
     with wh.Warehouse(work) as con:
@@ -352,3 +363,49 @@ def test_a_nights_events_come_from_its_runs_and_the_runs_before_them(four_nights
     for from_seq in range(1, order.height):
         night = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
         assert rollups.series_events(dumps, series, order, from_seq).equals(every.join(night, on="run_id", how="semi")), from_seq
+
+
+@pytest.fixture(scope="module")
+def narrow_nights(prefect, tmp_path_factory) -> tuple[Path, Path, Path]:
+    """The sample nights aggregated with a baseline of one run: a night's window (its run and
+    the two before) leaves the first run out."""
+    where = tmp_path_factory.mktemp("narrow")
+    bucket, warehouse, settings = where / "bucket", where / "wh.duckdb", where / "narrow.toml"
+    settings.write_text("baseline_runs = 1\n")
+    for night in NIGHTS:
+        _night(bucket, warehouse, night, settings=settings)
+    return bucket, warehouse, settings
+
+
+def test_a_night_that_reads_only_its_window_writes_what_a_full_re_aggregation_writes(narrow_nights, tmp_path, monkeypatch):
+    """A fifth night with one job changed (one of its series vanished) and another job gone,
+    on a warehouse whose window is narrower than its history: the night reads the dumps of
+    its window only, walks the changed job over its whole history, and every derived table
+    (and the incidents, the vanished series' among them) is what a full re-aggregation
+    writes."""
+    from flows.nightly import nightly
+
+    bucket, warehouse, settings = narrow_nights
+    work = tmp_path / "wh.duckdb"
+    shutil.copyfile(warehouse, work)
+    copy, job = _fifth_night(bucket, tmp_path, drop_job=True)
+    read_runs = []
+    frames = history.night_frames
+    monkeypatch.setattr(history, "night_frames",
+                        lambda *a, **k: (lambda f: read_runs.append(f[0].get_column("run_id").n_unique()) or f)(frames(*a, **k)))
+    nightly(bucket=str(copy), warehouse=work, workers=1, settings_path=settings)
+    assert read_runs == [3]  # of 5: the night and the two runs before it
+    with wh.connect_readonly(work) as con:
+        events = con.sql("SELECT event::VARCHAR AS event FROM series_events WHERE run_id = '2026-11-21'").pl().get_column("event")
+        vanished = con.sql("SELECT count(*) FROM incident_steps WHERE opened_run = '2026-11-21' AND job = ? "
+                           "AND metric = 'dump.vanished'", params=[job]).fetchall()[0][0]
+    assert {"job_missing", "vanished"} <= set(events) and vanished == 1
+    night = _derived(work)
+    with wh.Warehouse(work) as con:
+        con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")
+        aggregate_mod.aggregate(con, aggregate_mod.load_settings(settings))
+    assert read_runs[-1] == 5
+    full = _derived(work)
+    assert night["metric_trends"].height > 100 and night["incidents"].height >= 5
+    for table, frame in full.items():
+        assert night[table].equals(frame), table
