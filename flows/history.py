@@ -1,11 +1,13 @@
 """What a night's aggregation reads of the warehouse's history: its window, not the history.
 
 A night rewrites the derived rows of its own runs; what it needs of the runs before them
-is read here, each as narrowly as the figures allow (issue 13): the stored series of
-earlier runs, each (series, metric)'s last values before the night (from the night's last
-runs; from every run only for series short of values there), the stored state trends and
-job totals continue from, and the jobs whose new run repeats their last (not walked
-again). Reads only: DuckDB in, polars out; may import polars, DuckDB and ``transforms``.
+is read here, each as narrowly as the figures allow (issue 13): the dumps and series of
+the night's window of runs (``night_frames``), each (series, metric)'s last values before
+the night (from the night's last runs; from every run only for series short of values
+there), the stored state trends and job totals continue from, the jobs whose new run
+repeats their last (not walked again), and the whole history of the jobs that are walked,
+a group of jobs at a time (``job_history``). Reads only: DuckDB in, polars out; may import
+polars, DuckDB and ``transforms``.
 """
 
 from __future__ import annotations
