@@ -5,9 +5,11 @@ the CPU fixtures are held to what XLA's own API said about the same compilation
 (``api_figures.json``, written by tests/fixtures/xla_hlo/make_fixtures.py).
 """
 
+import gzip
 import io
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 from tests.conftest import FIXTURES, SEEDS
 from tests.helpers import collect
 from transforms.parsers import xla_hlo as hlo
+from transforms.parsers import xla_shapes
 from transforms.records import DumpKind, DumpSummary, ParseError
 from transforms.parsers.xla_shapes import ShapeInfo, shape_info
 
@@ -298,6 +301,90 @@ ENTRY %e (x: f32[]) -> f32[] {
     t, s = run_text(text)
     got = t["hlo_instructions"].select("op_name", "source_line").rows()
     assert got == [("a}b", 1), ("a}c", 2), ("a}b", 1)] and not s.errors
+
+
+# The metadata reading before stack_frame_id had a group of its own in the pattern: the keys past
+# XLA's fixed order (op_type, op_name, source_file, source_line) were searched for in the rest.
+_Q = r'"([^"\\]*(?:\\.[^"\\]*)*)"'
+_SEARCHED = re.compile(rf"metadata=\{{\s*(?:op_type={_Q}\s*)?(?:op_name={_Q}\s*)?(?:source_file={_Q}\s*)?"
+                       rf"(?:source_line=(\d+)\s*)?([^\"}}]*(?:\"[^\"\\\\]*(?:\\\\.[^\"\\\\]*)*\"[^\"}}]*)*)\}}")
+
+
+def _searched(text: str):
+    m = _SEARCHED.match(text)
+    if m is None:
+        return None
+    op_type, op_name, source_file, source_line, rest = m.groups()
+    frame = None
+    if rest and "=" in rest:
+        keys = xla_shapes._METADATA_KEY
+        op_type = op_type or ((x := keys["op_type"].search(rest)) and x[1])
+        op_name = op_name or ((x := keys["op_name"].search(rest)) and x[1])
+        source_file = source_file or ((x := keys["source_file"].search(rest)) and x[1])
+        ints = dict(xla_shapes._METADATA_INT.findall(rest))
+        source_line = source_line or ints.get("source_line")
+        frame = int(ints["stack_frame_id"]) if "stack_frame_id" in ints else None
+    unescape = xla_shapes.c_unescape
+    return unescape(op_type), unescape(op_name), unescape(source_file), int(source_line) if source_line else None, frame
+
+
+def test_metadata_read_as_the_keyword_search_reads_it():
+    """read_metadata takes "stack_frame_id=N" after the fixed keys without searching the rest; every
+    metadata text of the corpus and the fixtures, and odd hand-written ones, read as the search read them."""
+    texts = {'metadata={op_type="" op_name="" stack_frame_id=3}', 'metadata={op_name="a" stack_frame_id=1 stack_frame_id=2}',
+             'metadata={op_name="a" stack_frame_id=1 op_type="t"}', 'metadata={stack_frame_id=7 source_line=3}',
+             'metadata={op_name="p[\\\'w\\\']" stack_frame_id=12  }', 'metadata={op_name="a"\tstack_frame_id=4}',
+             'metadata={op_type="x" op_name="y" source_file="f.py" source_line=9 stack_frame_id=2}',
+             'metadata={op_name="a" stack_frame_id=}', 'metadata={op_name="a" stack_frame_id=5x}'}
+    roots = [FIXTURES.parents[1] / "data" / "corpus", FIXTURES]
+    for path in (p for r in roots for p in r.rglob("*") if p.is_file() and p.suffix in (".gz", ".txt", ".hlo")):
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8", "replace")
+        texts.update(re.findall(r"metadata=\{[^}]*\}", text))
+    assert len(texts) > 7_000  # the corpus holds thousands (TORAX alone ~6,000, most with stack_frame_id)
+    for text in sorted(texts):
+        assert xla_shapes.read_metadata(text) == _searched(text), text
+
+
+def test_stack_frames_resolve_against_the_tables_as_they_stand():
+    """meta() remembers what it read from the stack frame tables; a table row stored later (a frame or
+    a file location redefined between computations) is what the next metadata text resolves through."""
+    text = """HloModule m
+
+FileNames
+1 "a.py"
+2 "b.py"
+
+FileLocations
+1 {file_name_id=1 line=10}
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=0}
+
+f {
+  ROOT x = f32[] parameter(0), metadata={op_name="x" stack_frame_id=1}
+}
+
+1 {file_location_id=2 parent_frame_id=0}
+FileLocations
+2 {file_name_id=2 line=20}
+
+g {
+  ROOT y = f32[] parameter(0), metadata={op_name="y" stack_frame_id=1}
+}
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=0}
+FileLocations
+1 {file_name_id=2 line=30}
+
+ENTRY e {
+  ROOT z = f32[] parameter(0), metadata={op_name="z" stack_frame_id=1}
+}
+"""
+    t, s = run_text(text)
+    got = t["hlo_instructions"].select("name", "source_file", "source_line").rows()
+    assert got == [("x", "a.py", 10), ("y", "b.py", 20), ("z", "b.py", 30)] and not s.errors
 
 
 def test_async_and_while_roles():

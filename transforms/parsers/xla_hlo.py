@@ -27,7 +27,11 @@ prefix of the full file's instruction rows (a last line cut mid-way is dropped) 
 Speed: per-row Python operations are what costs, so the common instruction line is
 split with str methods, each distinct shape or metadata text is parsed once (rows keep
 dictionary ids, gathered per batch in polars), and only rows that name computations
-or carry a fusion kind / custom-call target are looked at further.
+or carry a fusion kind / custom-call target are looked at further. Newer JAX modules
+hold thousands of distinct metadata texts naming a few thousand stack frames: what a
+frame and a file location resolve to is remembered per module until a table row is
+stored. What is left is ~0.7 us of Python per instruction line and ~2 us per
+computation (README, "Speed", says where it goes).
 """
 
 from __future__ import annotations
@@ -138,8 +142,8 @@ class _Comp:
 
 
 class _Module:
-    __slots__ = ("comps", "entry", "entry_marked", "fusions", "headerless", "index", "is_scheduled", "lineno", "name",
-                 "names_used", "section", "tables")
+    __slots__ = ("comps", "entry", "entry_marked", "frame_locs", "fusions", "headerless", "index", "is_scheduled",
+                 "lineno", "loc_sources", "name", "names_used", "section", "tables")
 
     def __init__(self, name: str, index: int, lineno: int, is_scheduled: bool):
         self.name, self.index, self.lineno, self.is_scheduled = name, index, lineno, is_scheduled
@@ -151,6 +155,16 @@ class _Module:
         self.names_used: set[str] = set()  # names its rows were written out under (batches before its end)
         self.section: str | None = None
         self.tables: dict[str, dict[int, object]] = {s: {} for s in _SECTIONS}  # stack frame tables by id
+        # What meta() read from the tables, by stack frame and by file location (thousands of distinct
+        # metadata texts share them); emptied whenever a table row is stored, so it never outlives one.
+        self.frame_locs: dict[int, int | None] = {}
+        self.loc_sources: dict[int, tuple[object, int | None]] = {}
+
+    def table_row(self, key: int, value: object) -> None:
+        self.tables[self.section][key] = value
+        if self.frame_locs:
+            self.frame_locs.clear()
+            self.loc_sources.clear()
 
 
 class _Dictionary:
@@ -268,10 +282,10 @@ class _Parser:
                     continue
                 elif "0" <= line[:1] <= "9" and (mod := self.module) is not None and mod.section and \
                         (raw := line.partition(" "))[0].isdigit() and raw[2][:1] in ('"', "{"):
-                    mod.tables[mod.section][int(raw[0])] = (raw[2],)  # a stack frame table row, read when used
+                    mod.table_row(int(raw[0]), (raw[2],))  # a stack frame table row, read when used
                     continue
                 elif line[-2:] == "{\n" and line[:9] != "HloModule" and self.module is not None and \
-                        "//" not in line and line.rfind("/*") <= line.rfind("*/"):
+                        ("/" not in line or "//" not in line and line.rfind("/*") <= line.rfind("*/")):
                     self.open_comp(line.strip(), k + self.shift)
                     indent = " "
                     continue
@@ -310,9 +324,10 @@ class _Parser:
                     shape, rest = rest.split(None, 1)
                 if shape[0] == "(" or line[last] in continues:  # a tuple shape; a statement that goes on
                     raise ValueError
-                op, paren, rest = rest.partition("(")
+                i = rest.find("(")  # the operands start at i + 1 (not copied out: most rows never look at them)
+                op = rest[:i] if i >= 0 else rest
                 special = op not in simple
-                if special and not (paren and hlo_text.OPCODE.fullmatch(op)):
+                if special and not (i >= 0 and hlo_text.OPCODE.fullmatch(op)):
                     raise ValueError
             except ValueError:
                 self.careful(line, k + self.shift, prev)
@@ -332,16 +347,16 @@ class _Parser:
             sid = shape_ids.get(shape)
             if sid is None:
                 sid = self.shapes.add(hlo_text.shape_info(shape), shape)
-            p = rest.find("metadata={")
+            p = rest.find("metadata={", i + 1) if i >= 0 else -1
             if p < 0:
                 mid = 0
             else:
                 key = rest[p : rest.find("}", p) + 1]
                 mid = meta_ids.get(key)
-                if mid is None or rest.find("//", 0, p) >= 0:  # new, or a comment before it
+                if mid is None or rest.find("//", i + 1, p) >= 0:  # new, or a comment before it
                     mid = self.meta(key, rest, p)
             if special:
-                self.special(op, rest if p < 0 else rest[:p], n)
+                self.special(op, rest[i + 1 :] if p < 0 else rest[i + 1 : p], n)
             add_name(name)
             add_op(op)
             add_sid(sid)
@@ -543,7 +558,7 @@ class _Parser:
         elif s in _SECTIONS:
             mod.section = s
         elif s[0].isdigit() and mod.section and (record := hlo_text.read_record(s)):
-            mod.tables[mod.section][record[0]] = record[1]
+            mod.table_row(record[0], record[1])
         else:
             self.error(lineno, f"unrecognized line: {s[:80]!r}")
         return False
@@ -611,14 +626,14 @@ class _Parser:
             return
         # one flag byte a row: counting a computation's structural rows is then bytes.count (C), not Python
         structural = bytes(map(hlo_text.STRUCTURAL.__contains__, ops))
-        one_module = all(mod is self.module for _, mod, _, _ in ranges)
+        one_module = not ranges or ranges[0][1] is self.module  # modules only follow one another
         fusions = None if one_module else bytes(map("fusion".__eq__, ops))
         if one_module:
             self.module.fusions += ops.count("fusion")
-        if not hlo_text.COLLECTIVES.isdisjoint(ops):
+        if not hlo_text.COLLECTIVES.isdisjoint(ops):  # one pass (C), not one list.count per collective opcode
             counts = self.counts["kernel.collective"]
-            for op in hlo_text.COLLECTIVES.intersection(ops):
-                counts[op] = counts.get(op, 0) + ops.count(op)
+            for op, k in Counter(filter(hlo_text.COLLECTIVES.__contains__, ops)).items():
+                counts[op] = counts.get(op, 0) + k
         infos, sids = self.shapes.values, self.sids
         for comp, mod, start, end in ranges:
             if start == end:
@@ -657,6 +672,8 @@ class _Parser:
             for needle, attr in needles:
                 if (i := head.find(needle)) >= 0 and (v := _CALL_VALUE.match(head, i + len(needle))):
                     found.append((attr, v[0]))
+        if not found:  # most collectives name no computation
+            return
         called, edges = [], self.comp.edges
         for attr, value in found:
             for callee in value[1:-1].split(",") if value[0] == "{" else (value,):
@@ -675,11 +692,19 @@ class _Parser:
             return 0
         op_type, op_name, source_file, source_line, frame = got
         if source_file is None and frame is not None:  # newer JAX: resolve the innermost stack frame
-            tables = self.module.tables
-            loc = _field(tables["StackFrames"], frame, "file_location_id")
+            mod = self.module
+            tables = mod.tables
+            loc = mod.frame_locs.get(frame, False)
+            if loc is False:
+                loc = mod.frame_locs[frame] = _field(tables["StackFrames"], frame, "file_location_id")
             if loc in tables["FileLocations"]:
-                source_file = _row(tables["FileNames"], _field(tables["FileLocations"], loc, "file_name_id"))
-                source_line = source_line or _field(tables["FileLocations"], loc, "line")
+                where = mod.loc_sources.get(loc)
+                if where is None:
+                    where = mod.loc_sources[loc] = (_row(tables["FileNames"], _field(tables["FileLocations"], loc,
+                                                                                     "file_name_id")),
+                                                    _field(tables["FileLocations"], loc, "line"))
+                source_file = where[0]
+                source_line = source_line or where[1]
             self.frame_keys.add(key)
         return self.metas.add((op_type, op_name, source_file, source_line), key if cache else None)
 
@@ -688,9 +713,8 @@ class _Parser:
         self.settle()
         n = len(self.names)
         runs = [r for r, nxt in zip(self.runs, self.runs[1:] + [(n,)]) if nxt[0] > r[0]]
-        run_ids: list[int] = []
-        for k, ((start, *_), (stop, *_)) in enumerate(zip(runs, runs[1:] + [(n,)])):
-            run_ids += [k] * (stop - start)
+        starts = [r[0] for r in runs]
+        lengths = pl.Series([stop - start for start, stop in zip(starts, starts[1:] + [n])], dtype=pl.UInt32)
         for _, _, m, _ in runs:
             if m.headerless:
                 m.names_used.add(m.name)
@@ -698,7 +722,7 @@ class _Parser:
         run = pl.DataFrame({"module": [m.name for _, _, m, _ in runs], "module_index": [m.index for _, _, m, _ in runs],
                             "computation": [c for _, _, _, c in runs], "lineno": [line - start for start, line, _, _ in runs]},
                            schema={"module": _S, "module_index": _I32, "computation": _S, "lineno": _I64})
-        run = run.gather(pl.Series(run_ids, dtype=pl.UInt32))
+        run = run.gather(pl.select(pl.int_range(len(runs), dtype=pl.UInt32).repeat_by(lengths).explode()).to_series())
         for metric, values in (("fusion.count", self.kinds), ("kernel.custom_call", self.targets)):
             counts = self.counts[metric]
             for key, k in Counter(values.values()).items():

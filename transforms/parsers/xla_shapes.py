@@ -20,6 +20,7 @@ table), which is how ``CompiledMemoryStats`` sizes arguments and outputs.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import NamedTuple
 
 import polars as pl
@@ -62,6 +63,7 @@ def element_bits(dtype: str) -> int | None:
     return bits
 
 
+@lru_cache(maxsize=4096)  # a tuple of hundreds of elements repeats a few array shapes
 def _leaf(dtype: str, dims: str, layout: str | None) -> tuple[int | None, int | None]:
     elements = 1
     if dims:
@@ -211,6 +213,7 @@ _ROLE_BY_ATTR = {"condition": "while_condition", "body": "while_body", "branch_c
                  "select": "reducer", "scatter": "reducer"}
 
 
+@lru_cache(maxsize=1024)  # asked once per edge; a module has thousands of edges and a few (op, attr) pairs
 def role(op: str, attr: str) -> str:
     """What a computation is to the instruction naming it with ``attr``."""
     if r := _ROLE_BY_ATTR.get(attr):
@@ -232,8 +235,10 @@ _INS = re.compile(r"\s*(ROOT )?%?([^\s=]+) = ([^\s({]+(?:\{[^}\s]*\})?|\(.*?\)) 
 _INS_LOOSE = re.compile(r"\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*([^\s({]+(?:\{[^}]*\})?|\(.*?\))\s+([\w.-]+)\s*\(")
 OPCODE = re.compile(r"[\w.-]+")
 _Q = r'"([^"\\]*(?:\\.[^"\\]*)*)"'  # a C-escaped string; unrolled, as per-character alternation is slow
+# stack_frame_id (newer JAX) comes after the keys above; a block holding nothing else needs no search of the rest.
 _METADATA = re.compile(rf"metadata=\{{\s*(?:op_type={_Q}\s*)?(?:op_name={_Q}\s*)?(?:source_file={_Q}\s*)?"
-                       rf"(?:source_line=(\d+)\s*)?([^\"}}]*(?:\"[^\"\\]*(?:\\.[^\"\\]*)*\"[^\"}}]*)*)\}}")
+                       rf"(?:source_line=(\d+)\s*)?(?P<rest>(?:stack_frame_id=(\d+)\s*)?"
+                       rf"(?P<tail>[^\"}}]*(?:\"[^\"\\]*(?:\\.[^\"\\]*)*\"[^\"}}]*)*))\}}")
 _METADATA_KEY = {k: re.compile(rf"\b{k}={_Q}") for k in ("op_type", "op_name", "source_file")}
 _METADATA_INT = re.compile(r"\b(source_line|stack_frame_id)=(\d+)")
 QUOTED = re.compile(_Q)
@@ -314,17 +319,21 @@ def read_metadata(text: str, pos: int = 0) -> tuple[str | None, str | None, str 
     m = _METADATA.match(text, pos)
     if m is None:
         return None
-    op_type, op_name, source_file, source_line, rest = m.groups()
+    op_type, op_name, source_file, source_line, rest, frame_id, tail = m.groups()
     frame = None
-    if rest and "=" in rest:
+    if frame_id is not None and not tail:  # "stack_frame_id=N" alone after the keys: what JAX prints
+        frame = int(frame_id)
+        op_type, op_name, source_file = op_type or None, op_name or None, source_file or None  # as the search gives
+    elif rest and "=" in rest:
         op_type = op_type or ((x := _METADATA_KEY["op_type"].search(rest)) and x[1])
         op_name = op_name or ((x := _METADATA_KEY["op_name"].search(rest)) and x[1])
         source_file = source_file or ((x := _METADATA_KEY["source_file"].search(rest)) and x[1])
         ints = dict(_METADATA_INT.findall(rest))
         source_line = source_line or ints.get("source_line")
         frame = int(ints["stack_frame_id"]) if "stack_frame_id" in ints else None
-    return (c_unescape(op_type), c_unescape(op_name), c_unescape(source_file),
-            int(source_line) if source_line else None, frame)
+    if text.find("\\", m.start(), m.end()) >= 0:  # escapes to undo (rare)
+        op_type, op_name, source_file = c_unescape(op_type), c_unescape(op_name), c_unescape(source_file)
+    return op_type, op_name, source_file, int(source_line) if source_line else None, frame
 
 
 def c_unescape(text: str | None) -> str | None:
