@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 import duckdb
 
 from flows.aggregate import aggregate
+from flows.resources import MemoryBudget
 from transforms.trends.rules import Settings
 
 INCIDENT_ID = re.compile(r"I-[0-9a-f]{8}")
@@ -38,8 +39,8 @@ class Accepted:
 
 
 def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_id: str | None = None,
-           metric: str | None = None, note: str | None = None) -> Accepted:
-    """Log the accept and re-aggregate, inside the caller's writer."""
+           metric: str | None = None, note: str | None = None, budget: MemoryBudget | None = None) -> Accepted:
+    """Log the accept and re-aggregate (within ``budget``), inside the caller's writer."""
     runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC").fetchall()]
     if not runs:
         raise AcceptRefused("the warehouse has no runs yet")
@@ -57,7 +58,7 @@ def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_
     row = [None if by_id else target, run_id, metric, note, getpass.getuser(), _now(), target if by_id else None]
     con.execute("INSERT INTO accepts (series, run_id, metric, note, accepted_by, accepted_at, incident_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", row)
-    aggregate(con, settings)
+    aggregate(con, settings, budget=budget)
     closed = sorted(before - _open_ids(con, run_id))
     if by_id and target not in closed and not con.execute(
             "SELECT count(*) FROM incident_steps WHERE incident_id = ? AND closed_run = ? AND closed_how = 'accepted'"

@@ -14,6 +14,7 @@ import hashlib
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     def lap(name: str) -> None:
         nonlocal clock
         now = time.perf_counter()
-        result.seconds[name] = now - clock
+        result.seconds[name] = result.seconds.get(name, 0.0) + now - clock
         result.peak_mib[name] = peak_mib()
         clock = now
 
@@ -118,19 +119,57 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     if from_seq is None or from_seq >= order.height:
         lap("read")
         return result
+    # Many runs to rewrite (a new aggregation version, other settings, an accept) go a
+    # window of runs at a time, each pass as the night that ended there would have
+    # aggregated it (its rows read back by the next): memory follows the pass, not the history.
+    # A pass commits its rows (DuckDB holds a transaction's rows in memory): what readers
+    # see is the published file, which the writer replaces only after the last pass.
+    per_pass = runs_per_pass(con, order, budget)
+    starts = list(range(from_seq, order.height, per_pass))
+    for start in starts:
+        end = min(start + per_pass, order.height)
+        upto = order.filter(pl.col("run_seq") < end)
+        con.begin()
+        try:
+            _aggregate_runs(con, settings, budget, run_items, runs.join(upto.select("run_id"), on="run_id", how="semi"),
+                            accepts, upto, start, result, lap, walk=end == order.height, walk_every_job=len(starts) > 1)
+            if end == order.height:
+                watermark = con.execute("SELECT max(ingested_at) FROM dumps").fetchall()[0][0]
+                con.execute("INSERT OR REPLACE INTO schema_info VALUES ('aggregated_with', ?), ('aggregated_through', ?)",
+                            [stamp, watermark.isoformat(sep=" ")])
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+    lap("write")
+    return result
+
+
+def runs_per_pass(con: duckdb.DuckDBPyConnection, order: pl.DataFrame, budget: MemoryBudget) -> int:
+    """How many runs one aggregation pass rewrites: as many as hold ``pass_figures``,
+    counting the warehouse's figures per run."""
+    figures = con.execute("SELECT count(*) FROM metrics").fetchall()[0][0]
+    return max(1, budget.pass_figures // max(1, figures // max(1, order.height)))
+
+
+def _aggregate_runs(con: duckdb.DuckDBPyConnection, settings: Settings, budget: MemoryBudget,
+                    run_items: items.ItemsRunner | None, runs: pl.DataFrame, accepts: pl.DataFrame, order: pl.DataFrame,
+                    from_seq: int, result: AggregateResult, lap: Callable[[str], None], *, walk: bool,
+                    walk_every_job: bool) -> None:
+    """Rewrite the derived rows of the runs from ``from_seq`` to the last of ``order``
+    (``runs`` and ``order`` end there), inside the caller's transaction. ``walk``: the
+    incidents too (the last pass), of every job with ``walk_every_job``, else of the jobs
+    whose new runs do not repeat their last."""
+    accepted = accepts.join(order.select("run_id"), on="run_id", how="semi")
     # A night reads its window of runs, not the history (dumps and series of half a million
     # paths at a year); the jobs it walks for incidents read theirs a group at a time.
     dumps, series = history.night_frames(con, runs, order, from_seq, settings)
     # Figures of partial or failed dumps are left out of trends: a cut file is not a
     # compiler change (the incidents report it as a failure about the dump).
     usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
-    # Jobs whose new runs repeat their run before keep their stored incidents: the walk
-    # (and the history it reads) is only for the jobs that changed.
-    repeating = history.repeating_jobs(con, series, dumps, order, from_seq, accepts)
-    walked = sorted(set(dumps.get_column("job").unique()) - repeating)
     lap("read")
 
-    by_series = accepts.filter(pl.col("series").is_not_null()).select("series", "run_id", "metric")
+    by_series = accepted.filter(pl.col("series").is_not_null()).select("series", "run_id", "metric")
     prior = history.prior_trends(con, order, from_seq)
     # A night: the trends need each pair's last baseline_runs rows before it, not the history.
     recent = history.observations(con, usable) if prior is None else history.observations(
@@ -139,9 +178,6 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     trend = trends.metric_trends(recent, runs, by_series, settings, from_seq=from_seq, prior=prior)
     del recent, usable
     lap("trends")
-    incidents, steps = _incidents(con, walked, series, order, from_seq, accepts.to_dicts(), settings,
-                                  batch_rows=budget.incidents_batch_rows)
-    lap("incidents")
     older = None if from_seq <= 0 else history.seen_before(
         con, series.join(order.filter(pl.col("run_seq") >= from_seq), on="run_id", how="semi").get_column("series"),
         order, from_seq)
@@ -169,35 +205,40 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     wanted = keys.join(involved, on="path", how="semi").filter(pl.col("items_key").is_not_null())
     new_items = _new_items(con, wanted.join(with_ids, on="path").unique("items_key"), budget,
                            run_items or items.in_process)
-    result.items_computed = new_items.get_column("items_key").n_unique()
+    result.items_computed += new_items.get_column("items_key").n_unique()
     lap("items")
     pair_paths = pl.concat([pairs.get_column("before_path"), pairs.get_column("after_path")]).unique()
     pair_keys = keys.filter(pl.col("path").is_in(pair_paths.implode()) & pl.col("items_key").is_not_null())
     stored = _content_items(con, pair_keys.get_column("items_key").unique())
     items_by_path = pair_keys.join(pl.concat([stored, new_items]).unique(["items_key", "category", "key"]), on="items_key")
     rows["diffs"] = diff_mod.diff_pairs(pairs, items_by_path.drop("items_key"))
+    del items_by_path, stored
     lap("diffs")
 
-    con.begin()
-    try:
-        store_items(con, new_items)
+    store_items(con, new_items)
+    if walk:  # before the pass's series rows, as always: contents first named in it keep their records a night longer
         result.rows["compacted"] = compact_records(con, settings.keep_records_runs)
-        con.register("_dirty", dirty.to_arrow())
+    con.register("_dirty", dirty.to_arrow())
+    try:
         for name, frame in rows.items():
             frame = frame.join(dirty, on="run_id", how="semi")
             con.execute(f"DELETE FROM {ws.quote_ident(name)} WHERE run_id IN (SELECT run_id FROM _dirty)")
-            result.rows[name] = insert_frame(con, name, frame)
+            result.rows[name] = result.rows.get(name, 0) + insert_frame(con, name, frame)
+    finally:
         con.unregister("_dirty")
-        result.rows["incidents"], result.rows["incident_steps"] = _write_incidents(con, incidents, steps, repeating)
-        watermark = con.execute("SELECT max(ingested_at) FROM dumps").fetchall()[0][0]
-        con.execute("INSERT OR REPLACE INTO schema_info VALUES ('aggregated_with', ?), ('aggregated_through', ?)",
-                    [stamp, watermark.isoformat(sep=" ")])
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
+    del rows, trend, events, pairs, with_ids
     lap("write")
-    return result
+    if not walk:
+        return
+    # Jobs whose new runs repeat their run before keep their stored incidents: the walk
+    # (and the history it reads) is only for the jobs that changed.
+    repeating = set() if walk_every_job else history.repeating_jobs(con, series, dumps, order, from_seq, accepts)
+    walked = sorted(set(dumps.get_column("job").unique()) - repeating)
+    incidents, steps = _incidents(con, walked, series, order, from_seq, accepts.to_dicts(), settings,
+                                  batch_rows=budget.incidents_batch_rows)
+    lap("incidents")
+    result.rows["incidents"], result.rows["incident_steps"] = _write_incidents(con, incidents, steps, repeating)
+    lap("write")
 
 
 def _incidents(con: duckdb.DuckDBPyConnection, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame,

@@ -46,6 +46,10 @@ def _exit_in_order(signum: int, frame) -> None:
     raise SystemExit(128 + signum)
 
 
+MEMORY_HELP = ("Most memory the command may hold, e.g. 2GB (DuckDB and the Python side share it; a lower limit "
+               "is slower, never wrong). Default: memory_limit in the settings file, else none.")
+
+
 @app.command()
 def parse(
     files: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, readable=True, help="Dump files (.gz read transparently).")],
@@ -124,9 +128,7 @@ def run(
                                                 "A parse holds about this much memory at most.")] = 64 << 20,  # = transforms.parse.ParseLimits()
     max_dump_bytes: Annotated[int, typer.Option(help="Most text one dump may hold once decompressed (bytes).")] = 4 << 30,
     parse_seconds: Annotated[float, typer.Option(help="Longest one parse may take (seconds).")] = 600.0,
-    memory_limit: Annotated[Optional[str], typer.Option(
-        help="Most memory the night may hold, e.g. 2GB (DuckDB and the Python side share it; a lower limit "
-        "is slower, never wrong). Default: memory_limit in the settings file, else none.")] = None,
+    memory_limit: Annotated[Optional[str], typer.Option(help=MEMORY_HELP)] = None,
     summary_json: Annotated[Optional[Path], typer.Option(
         help="Also write the night's summary (counts, seconds per stage, bytes published) to this JSON file.")] = None,
 ) -> None:
@@ -212,13 +214,14 @@ def _check_warehouse(warehouse: Path) -> None:
 
 
 @contextmanager
-def _writer(warehouse: Path, wait: bool):
-    """The warehouse as its one writer; exits 1 when it does not exist, 3 when busy."""
+def _writer(warehouse: Path, wait: bool, budget=None):
+    """The warehouse as its one writer (DuckDB within ``budget``); exits 1 when it does not
+    exist, 3 when busy."""
     from flows.warehouse.store import Warehouse, WarehouseBusy
 
     _check_warehouse(warehouse)
     try:
-        with Warehouse(warehouse, wait=wait) as con:
+        with Warehouse(warehouse, wait=wait, budget=budget) as con:
             yield con
     except WarehouseBusy as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -230,13 +233,16 @@ def aggregate_cmd(
     warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
     settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another writer.")] = False,
+    memory_limit: Annotated[Optional[str], typer.Option(help=MEMORY_HELP)] = None,
 ) -> None:
     """Recompute trends, regressions, events and diffs (after editing the settings)."""
     from flows.aggregate import aggregate
+    from flows.resources import MemoryBudget
 
     conf = _check_settings(settings)
-    with _writer(warehouse, wait) as con:
-        result = aggregate(con, conf)
+    budget = MemoryBudget(_memory_limit(memory_limit, conf, settings))
+    with _writer(warehouse, wait, budget) as con:
+        result = aggregate(con, conf, budget=budget)
     if result.from_run is None:
         typer.echo("derived tables are up to date")
     for table, n in result.rows.items():
@@ -254,15 +260,18 @@ def accept(
     warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
     settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another writer.")] = True,
+    memory_limit: Annotated[Optional[str], typer.Option(help=MEMORY_HELP)] = None,
 ) -> None:
     """Record that a change was intended: the incident closes as accepted, the baseline restarts."""
     from flows.accept import AcceptRefused
     from flows.accept import accept as accept_change
+    from flows.resources import MemoryBudget
 
     conf = _check_settings(settings)
-    with _writer(warehouse, wait) as con:
+    budget = MemoryBudget(_memory_limit(memory_limit, conf, settings))
+    with _writer(warehouse, wait, budget) as con:
         try:
-            done = accept_change(con, conf, target, run_id, metric, note)
+            done = accept_change(con, conf, target, run_id, metric, note, budget=budget)
         except AcceptRefused as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None

@@ -71,16 +71,18 @@ def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, se
     """(dumps, series) of the runs a night's aggregation looks at, not of the history: the
     runs from ``from_seq`` on and the ``baseline_runs + 1`` before them (trends, events),
     each job's last run before them (repeating jobs, events) and each of the night's
-    series' last usable run before them (diff pairs). With ``from_seq`` 0, every run.
+    series' last usable run before them (diff pairs). With ``from_seq`` 0, every run. The
+    runs are those of ``order``, which may end before the warehouse's last run (a pass of
+    a re-aggregation, ``flows.aggregate``).
 
     A series depends on its run alone (and the settings, unchanged when from_seq > 0):
     the stored rows of the runs before ``from_seq`` are read back, only the night's runs
     are named again. Jobs walked for incidents read their whole history (``job_history``)."""
     overrides = compile_overrides(settings.series_patterns)
-    if from_seq <= 0:
-        dumps = frame_of(con, f"SELECT {DUMP_COLUMNS} FROM dumps")
-        return dumps, assign_series(dumps, run_overrides(runs), overrides)
     seq = order.select("run_id", "run_seq")
+    if from_seq <= 0:
+        dumps = _with(con, {"_runs": seq.select("run_id")}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
+        return dumps, assign_series(dumps, run_overrides(runs), overrides)
     dirty = seq.filter(pl.col("run_seq") >= from_seq).select("run_id")
     tonight = _with(con, {"_runs": dirty}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
     fresh = assign_series(tonight, run_overrides(runs.join(dirty, on="run_id", how="semi")), overrides)
@@ -105,9 +107,10 @@ def job_history(con, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame,
     stored series of the runs before ``from_seq`` from the warehouse, the night's series
     (``series``, which holds every run from ``from_seq`` on) as named tonight."""
     names = pl.DataFrame({"job": jobs}, schema={"job": pl.String})
-    dumps = _with(con, {"_jobs": names}, "SELECT path, run_id, job, kind, stage, program, status, error FROM dumps "
-                                         "WHERE job IN (SELECT job FROM _jobs)")
     seq = order.select("run_id", "run_seq")
+    dumps = _with(con, {"_jobs": names, "_runs": seq.select("run_id")},
+                  "SELECT path, run_id, job, kind, stage, program, status, error FROM dumps "
+                  "WHERE job IN (SELECT job FROM _jobs) AND run_id IN (SELECT run_id FROM _runs)")
     clean = seq.filter(pl.col("run_seq") < from_seq).select("run_id")
     stored = _with(con, {"_jobs": names, "_runs": clean}, f"""
         SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series

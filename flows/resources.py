@@ -11,6 +11,8 @@ per stage, not summed:
   that rewrites row groups with ``DUCKDB_SHARE`` spills them to the temp directory (on a
   year of big nights 4x the bytes it writes to the warehouse). Beyond its limit DuckDB
   spills to its temp directory;
+- a re-aggregation of many runs goes a window of runs at a time, each of at most
+  ``pass_figures`` figures;
 - the structural items of new content are computed in batches of at most
   ``items_batch_rows`` records rows, ``items_workers`` at a time: a lower budget makes
   more, smaller batches (slower, same items), never a larger frame.
@@ -35,6 +37,10 @@ ROWS_PER_GIB = 150_000
 # Observations (series, metric, run, value) the incidents walk takes at once per GiB:
 # its frames peaked at ~350 MiB for 5.5 million rows (a year of big nights) at once.
 OBSERVATIONS_PER_GIB = 1_000_000
+# Figures one aggregation pass rewrites per GiB (a re-aggregation of many runs goes a
+# window of runs at a time): the trends of 1.7 M figures held ~850 MiB and writing their
+# rows ~1 GiB more (a year of big nights, 99 runs in one pass).
+PASS_FIGURES_PER_GIB = 250_000
 
 
 def parse_memory(text: str | int | None) -> int | None:
@@ -84,6 +90,12 @@ class MemoryBudget:
         (~65 bytes a row at its peak on a year of big nights)."""
         python_share = (self.total or DEFAULT_BUDGET) * (1 - DUCKDB_SHARE)
         return max(100_000, int(python_share / (1 << 30) * OBSERVATIONS_PER_GIB))
+
+    @property
+    def pass_figures(self) -> int:
+        """Figures (metric rows) one aggregation pass rewrites at most (a pass takes at least one run)."""
+        python_share = (self.total or DEFAULT_BUDGET) * (1 - DUCKDB_SHARE)
+        return max(20_000, int(python_share / (1 << 30) * PASS_FIGURES_PER_GIB))
 
     @property
     def items_batch_rows(self) -> int:

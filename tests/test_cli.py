@@ -212,3 +212,25 @@ def test_a_new_incident_is_accepted_in_the_run_it_opened_in(sample_warehouse, tm
     with duckdb.connect(str(w), read_only=True) as con:
         assert con.execute("SELECT opened_run, closed_run, closed_how, accepted_note FROM incidents WHERE incident_id = ?",
                            ["I-f515e5b1"]).fetchall() == [("2026-11-19", "2026-11-19", "accepted", "intended")]
+
+
+def test_accept_and_aggregate_hold_the_memory_limit(sample_warehouse, tmp_path, monkeypatch):
+    """Both rewrite derived tables, as a night does: --memory-limit (else the settings
+    file's) reaches DuckDB and the aggregation's batches; a bad value is refused before any work."""
+    import flows.accept
+    import flows.aggregate
+
+    seen = []
+    for module in (flows.accept, flows.aggregate):
+        real = module.aggregate
+        monkeypatch.setattr(module, "aggregate", lambda con, settings, budget=None, _real=real, **k: seen.append(
+            (budget.total, con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])) or _real(
+            con, settings, budget=budget, **k))
+    w = writable(sample_warehouse, tmp_path)
+    assert invoke("accept", "jax-pmap/*", "--warehouse", str(w), "--memory-limit", "600MB").exit_code == 0
+    settings = tmp_path / "dumpscope.toml"
+    settings.write_text('memory_limit = "700MB"\n')
+    assert invoke("aggregate", "--warehouse", str(w), "--settings", str(settings)).exit_code == 0
+    assert seen == [(600 * 10**6, "286.0 MiB"), (700 * 10**6, "333.0 MiB")]  # DuckDB has half until the aggregation starts
+    bad = invoke("aggregate", "--warehouse", str(w), "--memory-limit", "lots")
+    assert bad.exit_code == 2 and "--memory-limit" in bad.output

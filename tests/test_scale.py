@@ -409,3 +409,33 @@ def test_a_night_that_reads_only_its_window_writes_what_a_full_re_aggregation_wr
     assert night["metric_trends"].height > 100 and night["incidents"].height >= 5
     for table, frame in full.items():
         assert night[table].equals(frame), table
+
+
+def test_a_re_aggregation_in_passes_of_one_run_writes_what_the_nights_wrote(four_nights, tmp_path, monkeypatch):
+    """Rewriting every run (a new aggregation version, other settings, an accept) goes a
+    window of runs at a time, each pass as the night that ended there: in passes of one
+    run, the sample's derived tables and incidents are the ones its four nights wrote."""
+    _, warehouse = four_nights
+    work = tmp_path / "wh.duckdb"
+    shutil.copyfile(warehouse, work)
+    tables = ("dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "diffs",
+              "incidents", "incident_steps")
+
+    def derived(path):
+        with wh.connect_readonly(path) as con:
+            return {t: con.sql(f"SELECT * FROM {t}").pl().sort(pl.all()) for t in tables}
+
+    nights = derived(work)
+    passes = []
+    frames = history.night_frames
+    monkeypatch.setattr(history, "night_frames", lambda con, runs, order, *a, **k: passes.append(order.height)
+                        or frames(con, runs, order, *a, **k))
+    monkeypatch.setattr(aggregate_mod, "runs_per_pass", lambda *a: 1)
+    with wh.Warehouse(work) as con:
+        con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # every run again
+        done = aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+    assert passes == [1, 2, 3, 4] and done.from_run == NIGHTS[0]
+    again = derived(work)
+    assert nights["incidents"].height >= 5 and nights["diffs"].height > 10
+    for t in tables:
+        assert again[t].equals(nights[t]), t
