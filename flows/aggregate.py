@@ -34,8 +34,9 @@ from transforms.trends.rules import Settings, parse_settings
 DEFAULT_SETTINGS = Path("dumpscope.toml")
 # Bump when the aggregation's output changes for the same input: warehouses
 # aggregated by an older version are re-aggregated by the next night, new dumps or not.
-AGGREGATE_VERSION = 4  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content;
-# 4: diffs carry both dumps' paths, excerpts, their rank and rescale marks
+AGGREGATE_VERSION = 5  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content;
+# 4: diffs carry both dumps' paths, excerpts, their rank and rescale marks; 5: an accepted pattern restarts the baselines
+# of the series it matches (it restarted none: trends matched the pattern as a series id)
 
 
 def load_settings(path: Path | None) -> Settings:
@@ -47,29 +48,35 @@ def load_settings(path: Path | None) -> Settings:
     return parse_settings(Path(path).read_text(encoding="utf-8"), source=str(path))
 
 
-def aggregate_stamp(settings: Settings, accepts: pl.DataFrame | None = None) -> str:
-    """What the derived tables were computed with (kept in schema_info): the
-    aggregation version, the settings, and the accept log's size and last entry."""
-    log = "" if accepts is None or accepts.is_empty() else f" accepts {accepts.height} {accepts.get_column('accepted_at').max()}"
-    return f"v{AGGREGATE_VERSION} {settings!r}{log}"
+def aggregate_stamp(settings: Settings) -> str:
+    """What the derived tables were computed with (kept in schema_info): the aggregation
+    version and the settings. A change of either rewrites every run."""
+    return f"v{AGGREGATE_VERSION} {settings!r}"
+
+
+def accepts_stamp(accepts: pl.DataFrame) -> str:
+    """The accept log the derived tables were computed with: its size and last entry. New
+    entries rewrite the runs from the earliest one they name (``history.first_dirty_run``)."""
+    return "" if accepts.is_empty() else f"{accepts.height} {accepts.get_column('accepted_at').max().isoformat()}"
 
 
 def needs_aggregate(warehouse: Path, settings: Settings) -> bool:
     """True when the published warehouse's derived tables are missing or were computed
-    by another aggregation version or other settings."""
+    by another aggregation version, other settings or another accept log."""
     from flows.warehouse.store import connect_readonly
 
     if not Path(warehouse).exists():
         return False
     con = connect_readonly(warehouse)
     try:
-        rows = con.execute("SELECT value FROM schema_info WHERE key = 'aggregated_with'").fetchall()
+        state = dict(con.execute("SELECT key, value FROM schema_info "
+                                 "WHERE key IN ('aggregated_with', 'aggregated_accepts')").fetchall())
         accepts = frame_of(con, "SELECT accepted_at FROM accepts")
     except duckdb.Error:
         return True
     finally:
         con.close()
-    return not rows or rows[0][0] != aggregate_stamp(settings, accepts)
+    return state.get("aggregated_with") != aggregate_stamp(settings) or state.get("aggregated_accepts") != accepts_stamp(accepts)
 
 
 @dataclass
@@ -113,8 +120,8 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     runs = frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
     accepts = frame_of(con, "SELECT series, run_id, metric, accepted_at, accepted_by, note, incident_id FROM accepts")
     order = trends.run_order(runs)
-    stamp = aggregate_stamp(settings, accepts)
-    from_seq = history.first_dirty_run(con, stamp, order)
+    stamp, accepted = aggregate_stamp(settings), accepts_stamp(accepts)
+    from_seq = history.first_dirty_run(con, stamp, order, accepts)
     result.from_run = None if from_seq is None else order.get_column("run_id")[from_seq] if from_seq < order.height else None
     if from_seq is None or from_seq >= order.height:
         lap("read")
@@ -135,8 +142,8 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
                             accepts, upto, start, result, lap, walk=end == order.height, walk_every_job=len(starts) > 1)
             if end == order.height:
                 watermark = con.execute("SELECT max(ingested_at) FROM dumps").fetchall()[0][0]
-                con.execute("INSERT OR REPLACE INTO schema_info VALUES ('aggregated_with', ?), ('aggregated_through', ?)",
-                            [stamp, watermark.isoformat(sep=" ")])
+                con.execute("INSERT OR REPLACE INTO schema_info VALUES ('aggregated_with', ?), ('aggregated_through', ?), "
+                            "('aggregated_accepts', ?)", [stamp, watermark.isoformat(sep=" "), accepted])
             con.commit()
         except BaseException:
             con.rollback()

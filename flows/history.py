@@ -44,14 +44,28 @@ def run_overrides(runs: pl.DataFrame) -> dict[str, dict[str, str]]:
 DUMP_COLUMNS = "path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at"
 
 
-def first_dirty_run(con, stamp: str, order: pl.DataFrame) -> int | None:
-    """run_seq from which derived rows must be rewritten; None when nothing changed."""
-    state = dict(con.execute("SELECT key, value FROM schema_info WHERE key IN ('aggregated_with', 'aggregated_through')").fetchall())
+def first_dirty_run(con, stamp: str, order: pl.DataFrame, accepts: pl.DataFrame) -> int | None:
+    """run_seq from which derived rows must be rewritten; None when nothing changed: the
+    earliest run with dumps loaded since the last aggregation, or named by an accept logged
+    since (an accept moves the baselines and incidents from its run on, never before it);
+    every run (0) for another aggregation version or settings, or an accept log that did not
+    only grow."""
+    state = dict(con.execute("SELECT key, value FROM schema_info WHERE key IN "
+                             "('aggregated_with', 'aggregated_through', 'aggregated_accepts')").fetchall())
     if state.get("aggregated_with") != stamp or "aggregated_through" not in state:
         return 0
     through = datetime.fromisoformat(state["aggregated_through"])
-    fresh = frame_of(con, "SELECT DISTINCT run_id FROM dumps WHERE ingested_at > ?", [through])
-    seqs = order.join(fresh, on="run_id", how="semi").get_column("run_seq")
+    dirty = frame_of(con, "SELECT DISTINCT run_id FROM dumps WHERE ingested_at > ?", [through])
+    known = state.get("aggregated_accepts", "")
+    if known:
+        count, _, last = known.partition(" ")
+        seen = accepts.filter(pl.col("accepted_at") <= datetime.fromisoformat(last))
+        if seen.height != int(count):
+            return 0
+        dirty = pl.concat([dirty, accepts.filter(pl.col("accepted_at") > datetime.fromisoformat(last)).select("run_id")])
+    else:
+        dirty = pl.concat([dirty, accepts.select("run_id")])
+    seqs = order.join(dirty, on="run_id", how="semi").get_column("run_seq")
     return None if seqs.is_empty() else int(seqs.min())
 
 

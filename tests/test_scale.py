@@ -439,3 +439,37 @@ def test_a_re_aggregation_in_passes_of_one_run_writes_what_the_nights_wrote(four
     assert nights["incidents"].height >= 5 and nights["diffs"].height > 10
     for t in tables:
         assert again[t].equals(nights[t]), t
+
+
+def test_an_accept_rewrites_from_its_run_what_a_full_re_aggregation_writes(sample_warehouse, tmp_path, monkeypatch):
+    """An accept moves baselines and incidents from its run on: it rewrites the runs from
+    there (here the last two of four), walks every job, and the derived tables and incidents
+    are what a full re-aggregation with the same accept log writes."""
+    from flows.accept import accept
+
+    work = tmp_path / "wh.duckdb"
+    shutil.copyfile(sample_warehouse, work)
+    tables = ("dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "diffs",
+              "incidents", "incident_steps")
+
+    def derived(path):
+        with wh.connect_readonly(path) as con:
+            return {t: con.sql(f"SELECT * FROM {t}").pl().sort(pl.all()) for t in tables}
+
+    passes = []
+    real = aggregate_mod._aggregate_runs
+    monkeypatch.setattr(aggregate_mod, "_aggregate_runs", lambda con, s, b, r, runs, acc, order, from_seq, *a, **k:
+                        passes.append(order.get_column("run_id")[from_seq]) or real(con, s, b, r, runs, acc, order, from_seq, *a, **k))
+    with wh.Warehouse(work) as con:
+        done = accept(con, aggregate_mod.load_settings(None), "jax-pmap/*", NIGHTS[2], note="intended")
+    assert passes == [NIGHTS[2]] and done.closed == ["I-48d7e96d", "I-f515e5b1"]
+    after = derived(work)
+    with wh.Warehouse(work) as con:
+        con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # every run again, same accept log
+        aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+    assert passes[-1] == NIGHTS[0]
+    full = derived(work)
+    assert after["metric_trends"].filter(pl.col("series").str.starts_with("jax-pmap/") & (pl.col("run_id") == NIGHTS[2])
+                                         & (pl.col("verdict").cast(pl.String) == "accepted")).height
+    for t in tables:
+        assert after[t].equals(full[t]), t

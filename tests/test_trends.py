@@ -57,6 +57,17 @@ def test_exact_deltas_baselines_and_flags():
     assert column(reg, "baseline") == [100, 100] and column(reg, "change") == [3, 3]
 
 
+def test_an_accepted_pattern_restarts_the_baselines_of_the_series_it_matches():
+    """`dumpscope accept 'jax-jit/*'` logs the pattern: every series it matches restarts
+    its baseline at the accepted run, the others keep theirs."""
+    other = "jax-pmap/jit_step/xla_buffer_assignment/buffer_assignment"
+    o = pl.concat([obs(S, "memory.temp_bytes", [100, 100, 150, 150]), obs(other, "memory.temp_bytes", [100, 100, 150, 150])])
+    accepts = pl.DataFrame({"series": ["jax-jit/*"], "run_id": ["r3"], "metric": [None]}, schema=NO_ACCEPTS.schema)
+    t = trend(o, 4, accepts)
+    assert column(t.filter(pl.col("series") == S), "verdict") == ["new", "unchanged", "accepted", "unchanged"]
+    assert column(t.filter(pl.col("series") == other), "verdict") == ["new", "unchanged", "regressed", "regressed"]
+
+
 def test_under_threshold_is_a_change_not_a_regression():
     t = trend(obs(S, "memory.temp_bytes", [1000, 1015, 1015]), 3)
     assert column(t, "verdict") == ["new", "changed", "unchanged"]

@@ -118,9 +118,9 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         },
     ),
     "schema_info": (
-        "Facts about the warehouse itself: schema_version holds the number of the last migration applied, aggregated_with what the derived tables were computed with (aggregation version and settings).",
+        "Facts about the warehouse itself: schema_version holds the number of the last migration applied, aggregated_with what the derived tables were computed with (aggregation version and settings), aggregated_through the last dump ingestion they include, aggregated_accepts the accept log they include (its size and last entry).",
         {
-            "key": ("VARCHAR PRIMARY KEY", "Name of the fact (schema_version, aggregated_with)."),
+            "key": ("VARCHAR PRIMARY KEY", "Name of the fact (schema_version, aggregated_with, aggregated_through, aggregated_accepts)."),
             "value": ("VARCHAR", "Its value, as text."),
         },
     ),

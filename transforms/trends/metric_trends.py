@@ -19,6 +19,8 @@ For each (series, metric), in run order (``runs.started_at``, then ``run_id``):
 
 from __future__ import annotations
 
+import fnmatch
+
 import polars as pl
 
 from transforms.trends.rules import ZERO_WHEN_ABSENT, Settings, rules_frame
@@ -86,8 +88,15 @@ def _epoch_starts(obs: pl.LazyFrame, accepts: pl.DataFrame, order: pl.DataFrame,
         "series", "metric", pl.col("run_seq").alias("accept_seq"))
     if acc.is_empty():
         return obs.with_columns(pl.lit(-1, pl.Int64).alias("epoch"))
-    # An accept of the whole series applies to each of its metrics.
+    # The accept log's series column is a series id or a shell pattern of them (incidents
+    # read it the same way, ``incidents._accepted_at``): each accept names the series it matches.
     keys = keys.with_columns(pl.col("series", "metric").cast(pl.String))
+    names = keys.get_column("series").unique().to_list()
+    matched = [(pattern, name) for pattern in acc.get_column("series").unique().to_list()
+               for name in fnmatch.filter(names, pattern)] if names else []
+    acc = acc.join(pl.DataFrame(matched, schema={"pattern": pl.String, "name": pl.String}, orient="row"),
+                   left_on="series", right_on="pattern").select(pl.col("name").alias("series"), "metric", "accept_seq")
+    # An accept of the whole series applies to each of its metrics.
     whole = acc.filter(pl.col("metric").is_null()).drop("metric").join(keys.select("sm", "series", "metric"), on="series")
     one = acc.filter(pl.col("metric").is_not_null()).join(keys.select("sm", "series", "metric"), on=["series", "metric"])
     starts = pl.concat([whole.select("sm", "accept_seq"), one.select("sm", "accept_seq")]).unique().sort("accept_seq")
