@@ -411,6 +411,16 @@ def test_a_night_that_reads_only_its_window_writes_what_a_full_re_aggregation_wr
         assert night[table].equals(frame), table
 
 
+DERIVED = ("dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "diffs",
+           "incidents", "incident_steps")
+
+
+def _every_derived(warehouse: Path) -> dict[str, pl.DataFrame]:
+    """Every row of every derived table and of the incidents, sorted."""
+    with wh.connect_readonly(warehouse) as con:
+        return {t: con.sql(f"SELECT * FROM {t}").pl().sort(pl.all()) for t in DERIVED}
+
+
 def test_a_re_aggregation_in_passes_of_one_run_writes_what_the_nights_wrote(four_nights, tmp_path, monkeypatch):
     """Rewriting every run (a new aggregation version, other settings, an accept) goes a
     window of runs at a time, each pass as the night that ended there: in passes of one
@@ -418,14 +428,7 @@ def test_a_re_aggregation_in_passes_of_one_run_writes_what_the_nights_wrote(four
     _, warehouse = four_nights
     work = tmp_path / "wh.duckdb"
     shutil.copyfile(warehouse, work)
-    tables = ("dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "diffs",
-              "incidents", "incident_steps")
-
-    def derived(path):
-        with wh.connect_readonly(path) as con:
-            return {t: con.sql(f"SELECT * FROM {t}").pl().sort(pl.all()) for t in tables}
-
-    nights = derived(work)
+    nights = _every_derived(work)
     passes = []
     frames = history.night_frames
     monkeypatch.setattr(history, "night_frames", lambda con, runs, order, *a, **k: passes.append(order.height)
@@ -435,10 +438,10 @@ def test_a_re_aggregation_in_passes_of_one_run_writes_what_the_nights_wrote(four
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # every run again
         done = aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
     assert passes == [1, 2, 3, 4] and done.from_run == NIGHTS[0]
-    again = derived(work)
+    again = _every_derived(work)
     assert nights["incidents"].height >= 5 and nights["diffs"].height > 10
-    for t in tables:
-        assert again[t].equals(nights[t]), t
+    for t, frame in nights.items():
+        assert again[t].equals(frame), t
 
 
 def test_an_accept_rewrites_from_its_run_what_a_full_re_aggregation_writes(sample_warehouse, tmp_path, monkeypatch):
@@ -449,13 +452,6 @@ def test_an_accept_rewrites_from_its_run_what_a_full_re_aggregation_writes(sampl
 
     work = tmp_path / "wh.duckdb"
     shutil.copyfile(sample_warehouse, work)
-    tables = ("dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "diffs",
-              "incidents", "incident_steps")
-
-    def derived(path):
-        with wh.connect_readonly(path) as con:
-            return {t: con.sql(f"SELECT * FROM {t}").pl().sort(pl.all()) for t in tables}
-
     passes = []
     real = aggregate_mod._aggregate_runs
     monkeypatch.setattr(aggregate_mod, "_aggregate_runs", lambda con, s, b, r, runs, acc, order, from_seq, *a, **k:
@@ -463,13 +459,13 @@ def test_an_accept_rewrites_from_its_run_what_a_full_re_aggregation_writes(sampl
     with wh.Warehouse(work) as con:
         done = accept(con, aggregate_mod.load_settings(None), "jax-pmap/*", NIGHTS[2], note="intended")
     assert passes == [NIGHTS[2]] and done.closed == ["I-48d7e96d", "I-f515e5b1"]
-    after = derived(work)
+    after = _every_derived(work)
     with wh.Warehouse(work) as con:
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # every run again, same accept log
         aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
     assert passes[-1] == NIGHTS[0]
-    full = derived(work)
+    full = _every_derived(work)
     assert after["metric_trends"].filter(pl.col("series").str.starts_with("jax-pmap/") & (pl.col("run_id") == NIGHTS[2])
                                          & (pl.col("verdict").cast(pl.String) == "accepted")).height
-    for t in tables:
-        assert after[t].equals(full[t]), t
+    for t, frame in full.items():
+        assert after[t].equals(frame), t
