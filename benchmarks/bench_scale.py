@@ -16,7 +16,7 @@ the warehouse when their objects leave the bucket (checked after night 2).
    nights 3-364, each a copy of night 2 as 10 %-changed nights would leave it;
 3. night 365, a real warm-up night (its line only), then night 366: REPORTED;
 4. night 367: night 366's files again, byte for byte, under a new run (an unchanged
-   night): REPORTED;
+   night): REPORTED; then ``dumpscope accept`` of one job's series at it (wall, peak RSS);
 5. a fresh warehouse (``work/short``) through real nights 1-5, without the site: what
    grows with the history and what a new warehouse does in its first nights.
 
@@ -452,6 +452,20 @@ def synthesise_year(records_runs: int) -> dict:
 # ---------------------------------------------------------------- checks and report
 
 
+def accept_at_a_year(timeout: float) -> dict:
+    """``dumpscope accept`` of one job's series at the latest run, on the year's warehouse:
+    a writer like the nightly, which rewrites from the accepted run on and walks every job."""
+    pattern = f"{wl.job_name(4)}/*"
+    argv = [str(DUMPSCOPE), "accept", pattern, "--warehouse", str(WAREHOUSE), "--note", "bench-scale",
+            "--memory-limit", MEMORY_LIMIT]
+    m = measure(argv, dict(os.environ), timeout)
+    print(f"accept {pattern} at a year: exit {m['returncode']}, wall {m['wall_s']:.1f} s, "
+          f"peak RSS {m['peak_rss_tree_bytes'] / MiB:.0f} MiB", flush=True)
+    if m["returncode"] != 0:
+        print(m["output"][-2000:], flush=True)
+    return {"pattern": pattern} | {k: v for k, v in m.items() if k != "output"}
+
+
 def warehouse_runs() -> dict:
     from flows.warehouse.store import connect_readonly
 
@@ -480,7 +494,7 @@ def short_history(flags: dict, timeout: float, work: Path) -> list[dict]:
         use_work(work)
 
 
-def targets(n2: dict, n366: dict, n367: dict, short: list[dict]) -> list[dict]:
+def targets(n2: dict, n366: dict, n367: dict, short: list[dict], accepted: dict) -> list[dict]:
     def work(r):  # the flow's own seconds: Prefect's start-up is outside it
         return r["summary"].get("seconds", {}).get("total")
 
@@ -559,6 +573,9 @@ def targets(n2: dict, n366: dict, n367: dict, short: list[dict]) -> list[dict]:
                           f"{first[0]['night']}-{first[-1]['night']}: compacted records are dead rows until DuckDB merges their row groups)",
                 "measured": ", ".join(f"{r['warehouse_growth_bytes'] / MiB:+.1f}" for r in first) + " MiB",
                 "pass": all(r["warehouse_growth_bytes"] <= TARGET_GROWTH for r in first)})
+    out.append({"target": "an accept at a year (a writer like the night) holds the memory setting: peak RSS <= 2 GiB",
+                "measured": f"{accepted['peak_rss_tree_bytes'] / MiB:.0f} MiB, {accepted['wall_s']:.1f} s",
+                "pass": accepted["returncode"] == 0 and accepted["peak_rss_tree_bytes"] <= TARGET_RSS})
     s2, s366 = n2["staging_bytes"], n366["staging_bytes"]
     out.append({"target": "staging bounded (night 366 <= 1.25 x night 2 + 1 MiB)",
                 "measured": f"{s2 / MiB:.1f} -> {s366 / MiB:.1f} MiB", "pass": s366 <= 1.25 * s2 + MiB})
@@ -661,6 +678,7 @@ def main() -> None:
     nights.append(run_night(365, flags, args.night_timeout, report=False))
     nights.append(run_night(366, flags, args.night_timeout, report=True))
     nights.append(run_night(367, flags, args.night_timeout, report=True, contents_of=366))
+    accepted = accept_at_a_year(args.night_timeout)
     final = warehouse_runs() if WAREHOUSE.exists() else {"runs": 0, "dumps_per_run": {}}
     print("a fresh warehouse, for what its first nights do:", flush=True)
     short = short_history(flags, args.night_timeout, args.work)
@@ -682,7 +700,7 @@ def main() -> None:
               "flags": flags, "workload": {"files": len(wl.files()), "jobs": wl.N_JOBS, "changed_per_night": wl.n_changed()},
               "older_runs_kept_in_warehouse": older_kept and all_kept, "warehouse_runs_after_night2": kept["runs"],
               "warehouse_runs_after_night366": final["runs"],
-              "synthesis": synth, "nights": nights, "short_history": short, "targets": targets(by[2], by[366], by[367], short), "notes": notes,
+              "synthesis": synth, "nights": nights, "short_history": short, "accept": accepted, "targets": targets(by[2], by[366], by[367], short, accepted), "notes": notes,
               "bench_seconds": time.perf_counter() - t_start}
     result_path = args.result
     result_path.parent.mkdir(parents=True, exist_ok=True)

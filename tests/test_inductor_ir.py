@@ -284,12 +284,14 @@ def _check_cut(text: str, full: dict[str, pl.DataFrame], cut: int) -> None:
 
 def _at_block_end(text: str, cut: int) -> bool:
     """The cut falls on the last line of a block (a blank line follows it in the full text):
-    at its end, or inside a loop-body line (which no row reads). Such a cut leaves a
-    complete shorter file that only lacks its final blank line."""
+    at its end, just before its newline, or inside a loop-body line (which no row reads).
+    Such a cut leaves a complete shorter file that only lacks its final blank line."""
     start = text.rfind("\n", 0, cut) + 1
     end = text.find("\n", cut)
     if cut == start:  # the last line read ended at the cut: the next one must be blank
         return text[cut : cut + 1] in ("\n", "")
+    if text[cut : cut + 1] == "\n":  # the whole line but its newline: a block's last line if a blank one follows
+        return text[cut + 1 : cut + 2] in ("\n", "")
     return text[start] == " " and (end < 0 or text[end + 1 : end + 2] in ("\n", ""))
 
 
