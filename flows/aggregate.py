@@ -36,7 +36,8 @@ DEFAULT_SETTINGS = Path("dumpscope.toml")
 # aggregated by an older version are re-aggregated by the next night, new dumps or not.
 AGGREGATE_VERSION = 5  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content;
 # 4: diffs carry both dumps' paths, excerpts, their rank and rescale marks; 5: an accepted pattern restarts the baselines
-# of the series it matches (it restarted none: trends matched the pattern as a series id)
+# of the series it matches (it restarted none: trends matched the pattern as a series id), and no trend row of 0 before a
+# count first appears (only a full re-aggregation wrote them, so they depended on how runs were aggregated)
 
 
 def load_settings(path: Path | None) -> Settings:

@@ -146,6 +146,11 @@ def metric_trends(observations: pl.DataFrame | pl.LazyFrame, runs: pl.DataFrame,
            .join(keys.select("series", "metric", "sm", "series_idx"), on=["series", "metric"])
            .join(order.select(pl.col("run_id").cast(pl.Categorical), "run_seq"), on="run_id")
            .select("sm", "series_idx", "run_seq", "value"))
+    # Counts the parsers omit when zero are 0 where their series was seen without them: the
+    # run before a first fallback kernel reads 0 (that run is a step from 0), but no row is
+    # written before a count's first appearance, so a run's rows never depend on whether
+    # later runs were aggregated with it (one night, a pass of many, or all at once).
+    first_seen = obs.group_by("sm").agg(pl.col("run_seq").min().alias("_first"))
     obs = _zeros_for_absent_counts(obs, keys)
     n = settings.baseline_runs
     windowed = prior is not None and from_seq > 0
@@ -229,6 +234,7 @@ def metric_trends(observations: pl.DataFrame | pl.LazyFrame, runs: pl.DataFrame,
         pl.when(base != 0).then((value - base) / base.abs()).alias("change_ratio"),
     )
     core = lazy.collect(engine="in-memory")  # the streaming engine is slower on these windows
+    core = core.join(first_seen, on="sm").filter(pl.col("run_seq") >= pl.col("_first")).drop("_first")
     core = core.with_columns(rules.get_column("rule").gather(core.get_column("sm")).alias("rule"))
     return _with_names(core, keys, info, order)
 
