@@ -257,18 +257,8 @@ def _incidents(con: duckdb.DuckDBPyConnection, jobs: list[str], series: pl.DataF
     the whole, and the night's memory follows the group, not the history. ``series``
     holds the runs from ``from_seq`` on, named tonight."""
     floors = incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count)
-    sizes = history.observed_rows(con, jobs) if jobs else {}
-    groups: list[list[str]] = [[]]
-    held = 0
-    for job in jobs:
-        rows = sizes.get(job, 0)
-        if groups[-1] and held + rows > batch_rows:
-            groups.append([])
-            held = 0
-        groups[-1].append(job)
-        held += rows
     parts = []
-    for group in groups:
+    for group in history.job_groups(con, jobs, batch_rows):
         group_series, group_dumps = history.job_history(con, group, series, order, from_seq)
         usable = group_series.join(group_dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
         health = program_health(group_series, group_dumps, order)

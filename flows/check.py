@@ -46,9 +46,11 @@ import duckdb
 import polars as pl
 from fsspec.implementations.local import LocalFileSystem
 
+from flows import history as history_mod
 from flows.aggregate import frame_of, load_settings, program_health
 from flows.bucket import BucketReadError, open_object, read_runs
 from flows.parse_files import json_value, number
+from flows.resources import MemoryBudget, parse_memory
 from flows.warehouse.store import connect_readonly
 from transforms.escape import code, md_text
 from transforms.layout import BucketObject, Role, escape_name, locate
@@ -93,39 +95,51 @@ class CheckResult:
 
 
 def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, settings: Settings | None = None,
-              limits: ParseLimits = DEFAULT_LIMITS) -> CheckResult:
-    """Compare the dumps under ``directory`` with the warehouse's run ``against`` (default: the latest)."""
+              limits: ParseLimits = DEFAULT_LIMITS, budget: MemoryBudget | None = None) -> CheckResult:
+    """Compare the dumps under ``directory`` with the warehouse's run ``against`` (default: the
+    latest). The history is read a group of the candidate's jobs at a time, each group of at
+    most ``budget.incidents_batch_rows`` stored figures (an incident is one program's, and a
+    program one job's): memory follows the group, not the history."""
     settings = settings if settings is not None else load_settings(None)
+    budget = budget or MemoryBudget(parse_memory(settings.memory_limit))
     if not directory.is_dir():
         raise CheckError(f"{directory} is not a directory")
     try:
-        con = connect_readonly(warehouse)
+        con = connect_readonly(warehouse, budget=budget)
     except (FileNotFoundError, duckdb.Error) as exc:
         raise CheckError(str(exc)) from None
     try:
-        order, accepts = _history_runs(con, against)
-        run_id = _fresh_run_id(order)
+        history_order, accepts = _history_runs(con, against)
+        run_id = _fresh_run_id(history_order)
         objects = _list_dir(directory, run_id)
         info = read_runs(LocalFileSystem(), objects).get(run_id)
         candidate, metrics, damaged = _parse(objects, limits)
-        history = _history_dumps(con, order, candidate.get_column("job").unique().to_list())
-        stored_series = _stored_series(con, history)
-        history_metrics = _metrics_of(con, history.filter(pl.col("status") == "ok").get_column("path"))
+        ref = history_order.row(-1, named=True)
+        order = pl.concat([history_order, pl.DataFrame(
+            {"run_seq": [ref["run_seq"] + 1], "run_id": [run_id], "started_at": [ref["started_at"] + timedelta(seconds=1)],
+             "commit": [info.commit if info else None]}, schema=history_order.schema)])
+        overrides = (info.extra or {}).get("series") if info else None
+        fresh = assign_series(candidate, {run_id: {str(k): str(v) for k, v in overrides.items()}}
+                              if isinstance(overrides, dict) else {}, compile_overrides(settings.series_patterns))
+        result = CheckResult(against=ref["run_id"], against_commit=ref["commit"],
+                             candidate_commit=info.commit if info else None, dumps=len(objects), damaged=damaged,
+                             run_errors=list(info.meta_errors) if info else [])
+        parts = []
+        for group in history_mod.job_groups(con, sorted(candidate.get_column("job").unique().to_list()), budget.incidents_batch_rows):
+            in_group = pl.col("job").is_in(pl.Series(group, dtype=pl.String).implode())
+            history = _history_dumps(con, history_order, group)
+            stored_series = _stored_series(con, history)
+            history_metrics = _metrics_of(con, history.filter(pl.col("status") == "ok").get_column("path"))
+            group_fresh, group_candidate = fresh.filter(in_group), candidate.filter(in_group)
+            result.new_programs += _new_programs(group_fresh, stored_series)
+            parts.append(_incidents(pl.concat([stored_series, group_fresh]), pl.concat([history, group_candidate]),
+                                    pl.concat([history_metrics, metrics.join(group_candidate.select("path"), on="path",
+                                                                             how="semi")]),
+                                    order, accepts, settings))
+            del history, stored_series, history_metrics
     finally:
         con.close()
-    ref = order.row(-1, named=True)
-    started = ref["started_at"] + timedelta(seconds=1)
-    order = pl.concat([order, pl.DataFrame({"run_seq": [ref["run_seq"] + 1], "run_id": [run_id], "started_at": [started],
-                                            "commit": [info.commit if info else None]}, schema=order.schema)])
-    overrides = (info.extra or {}).get("series") if info else None
-    fresh = assign_series(candidate, {run_id: {str(k): str(v) for k, v in overrides.items()}}
-                          if isinstance(overrides, dict) else {}, compile_overrides(settings.series_patterns))
-    series = pl.concat([stored_series, fresh])
-    dumps = pl.concat([history, candidate])
-    result = CheckResult(against=ref["run_id"], against_commit=ref["commit"], candidate_commit=info.commit if info else None,
-                         dumps=len(objects), damaged=damaged, run_errors=list(info.meta_errors) if info else [])
-    result.new_programs = _new_programs(fresh, stored_series)
-    incidents, steps = _incidents(series, dumps, pl.concat([history_metrics, metrics]), order, accepts, settings)
+    incidents, steps = incident_mod.in_order(pl.concat([p[0] for p in parts]), pl.concat([p[1] for p in parts]))
     result.opened = _described(incidents.filter(pl.col("opened_run") == run_id), steps, opened=True)
     result.fixed = _described(incidents.filter((pl.col("closed_run") == run_id) & (pl.col("closed_how") == "fixed")),
                               steps, opened=False)

@@ -404,17 +404,20 @@ def check(
         "--fail-on", help="new: exit with status 4 when the change would open a regression or failure "
         "(a damaged dump counts; new programs do not).")] = None,
     settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
+    memory_limit: Annotated[Optional[str], typer.Option(help=MEMORY_HELP)] = None,
 ) -> None:
     """What a change would open against last night, before it lands (writes nothing)."""
     from flows.check import FORMATS, CheckError, NoSuchRun, check_dir, render
+    from flows.resources import MemoryBudget
 
     if fmt not in FORMATS:
         raise typer.BadParameter(f"use {', '.join(FORMATS)}", param_hint="--format")
     if fail_on not in (None, "new"):
         raise typer.BadParameter("use new", param_hint="--fail-on")
     conf = _check_settings(settings)
+    budget = MemoryBudget(_memory_limit(memory_limit, conf, settings))
     try:
-        result = check_dir(directory, warehouse, against=against, settings=conf)
+        result = check_dir(directory, warehouse, against=against, settings=conf, budget=budget)
     except CheckError as exc:  # NoSuchRun: --against names no run (a bad argument)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2 if isinstance(exc, NoSuchRun) else 1) from None

@@ -134,13 +134,25 @@ def job_history(con, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame,
     return pl.concat([stored.cast(dict(SERIES_SCHEMA)), fresh.select(SERIES_SCHEMA.names())]).sort("path"), dumps
 
 
-def observed_rows(con, jobs: list[str]) -> dict[str, int]:
-    """How many figures of ok dumps each of these jobs has over its history (what sizes the
-    incidents walk's groups)."""
-    names = pl.DataFrame({"job": jobs}, schema={"job": pl.String})
-    rows = _with(con, {"_jobs": names}, """SELECT d.job, count(*) AS n FROM metrics m JOIN dumps d USING (path)
-                                           WHERE d.status = 'ok' AND d.job IN (SELECT job FROM _jobs) GROUP BY d.job""")
-    return dict(rows.iter_rows())
+def job_groups(con, jobs: list[str], batch_rows: int) -> list[list[str]]:
+    """The jobs, in order, in groups of at most ``batch_rows`` figures of ok dumps over their
+    history (a job may exceed it alone): what an incidents walk holds at once. An incident
+    is one program's, and a program one job's, so walking the groups one by one walks all."""
+    sizes = {}
+    if jobs:
+        names = pl.DataFrame({"job": jobs}, schema={"job": pl.String})
+        sizes = dict(_with(con, {"_jobs": names}, """
+            SELECT d.job, count(*) AS n FROM metrics m JOIN dumps d USING (path)
+            WHERE d.status = 'ok' AND d.job IN (SELECT job FROM _jobs) GROUP BY d.job""").iter_rows())
+    groups: list[list[str]] = [[]]
+    held = 0
+    for job in jobs:
+        if groups[-1] and held + sizes.get(job, 0) > batch_rows:
+            groups.append([])
+            held = 0
+        groups[-1].append(job)
+        held += sizes.get(job, 0)
+    return groups
 
 
 def stored_usable(con, names: pl.Series, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:

@@ -186,6 +186,22 @@ def test_against_an_earlier_run_gives_what_the_nightly_opened_the_next_night(sam
         == sorted((j, p, k, list(m), h, g) for j, p, k, m, h, g in nightly)
 
 
+def test_the_history_is_read_a_group_of_jobs_at_a_time(sample_warehouse, tmp_path, monkeypatch):
+    """A check reads the history of its jobs a group at a time (memory follows the group, not
+    the history): one job per group gives what one group gives, and the same incidents."""
+    import flows.check
+    from flows.resources import MemoryBudget
+
+    pr = night_copy(tmp_path, "2026-11-19")
+    whole = check_json(sample_warehouse, pr, "--against", "2026-11-18")
+    groups = []
+    real = flows.check._history_dumps
+    monkeypatch.setattr(flows.check, "_history_dumps", lambda con, order, jobs: groups.append(jobs) or real(con, order, jobs))
+    monkeypatch.setattr(MemoryBudget, "incidents_batch_rows", property(lambda self: 1))
+    assert check_json(sample_warehouse, pr, "--against", "2026-11-18") == whole
+    assert groups == [[job] for job in sorted(p.name for p in pr.iterdir() if p.is_dir())] and len(whole) >= 3
+
+
 def test_a_hostile_job_name_is_escaped_in_markdown(sample_warehouse, tmp_path):
     pr = night_copy(tmp_path)
     job = "evil<img src=x onerror=alert(1)>|[x](javascript:y)"
