@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import duckdb
-import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
