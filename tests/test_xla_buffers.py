@@ -361,7 +361,7 @@ def _boundary(kept: list[str], exempt_from: bool) -> bool:
     """A cut that leaves a smaller but well-formed file: after a value line, or after a used-value block."""
     tail = [line for line in kept if line.strip()]
     last = tail[-1] if tail else ""
-    return last.startswith(" value: ") or (exempt_from and last.startswith(" from instruction: "))
+    return last.startswith(" value: ") or (exempt_from and last.startswith(" from instruction:"))
 
 
 def _check_cut(kept: list[str], full: tuple, exempt_from: bool, lines: list[str]) -> None:
@@ -377,7 +377,7 @@ def _check_cut(kept: list[str], full: tuple, exempt_from: bool, lines: list[str]
     # final newline), or the 'from instruction' line that closes a used value (its rest is not read).
     last = kept[-1] if kept else "\n"
     whole_last = (last.endswith("\n") or last + "\n" == lines[len(kept) - 1]
-                  or (exempt_from and last.startswith(" from instruction: ")))
+                  or (exempt_from and last.startswith(" from instruction:")))  # as the parser tells it, cut at its colon too
     complete_lines = whole_last and all(line.endswith("\n") for line in kept[:-1])
     if lost and not (complete_lines and _boundary(kept, exempt_from)) and len(kept) > 1:
         assert s.truncated and s.errors
