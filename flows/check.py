@@ -230,36 +230,24 @@ def _summary(raw, name: str, limits: ParseLimits) -> DumpSummary:
     return summary
 
 
-def _read(con, sql: str, **tables: pl.DataFrame) -> pl.DataFrame:
-    """``sql`` over the warehouse with ``tables`` registered under their names (values
-    from DIR reach DuckDB as registered data, never as SQL text)."""
-    for name, frame in tables.items():
-        con.register(name, frame.to_arrow())
-    try:
-        return frame_of(con, sql)
-    finally:
-        for name in tables:
-            con.unregister(name)
-
-
 def _history_dumps(con, order: pl.DataFrame, jobs: list[str]) -> pl.DataFrame:
     """The dumps of these jobs in the runs of ``order``."""
-    return _read(con, f"SELECT {', '.join(_DUMP_COLUMNS)} FROM dumps WHERE run_id IN (SELECT run_id FROM _check_runs) "
-                      "AND job IN (SELECT job FROM _check_jobs)",
-                 _check_runs=order.select("run_id"), _check_jobs=pl.DataFrame({"job": jobs}, schema={"job": pl.String})
-                 ).cast({c: pl.String for c in _DUMP_COLUMNS})
+    return history_mod.read_with(
+        con, {"_check_runs": order.select("run_id"), "_check_jobs": pl.DataFrame({"job": jobs}, schema={"job": pl.String})},
+        f"SELECT {', '.join(_DUMP_COLUMNS)} FROM dumps WHERE run_id IN (SELECT run_id FROM _check_runs) "
+        "AND job IN (SELECT job FROM _check_jobs)").cast({c: pl.String for c in _DUMP_COLUMNS})
 
 
 def _stored_series(con, dumps: pl.DataFrame) -> pl.DataFrame:
     """The series the nightly gave these dumps (a series depends on its run alone)."""
-    return _read(con, f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
-                      "WHERE path IN (SELECT path FROM _check_paths)", _check_paths=dumps.select("path")
-                 ).cast(dict(SERIES_SCHEMA))
+    return history_mod.read_with(con, {"_check_paths": dumps.select("path")},
+                                 f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
+                                 "WHERE path IN (SELECT path FROM _check_paths)").cast(dict(SERIES_SCHEMA))
 
 
 def _metrics_of(con, paths: pl.Series) -> pl.DataFrame:
-    return _read(con, "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _check_paths)",
-                 _check_paths=pl.DataFrame({"path": paths}))
+    return history_mod.read_with(con, {"_check_paths": pl.DataFrame({"path": paths})},
+                                 "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _check_paths)")
 
 
 def _incidents(series: pl.DataFrame, dumps: pl.DataFrame, metrics: pl.DataFrame, order: pl.DataFrame,

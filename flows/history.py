@@ -69,8 +69,9 @@ def first_dirty_run(con, stamp: str, order: pl.DataFrame, accepts: pl.DataFrame)
     return None if seqs.is_empty() else int(seqs.min())
 
 
-def _with(con, frames: dict[str, pl.DataFrame], sql: str, params: list | None = None) -> pl.DataFrame:
-    """``sql`` over the registered ``frames`` (names starting with an underscore)."""
+def read_with(con, frames: dict[str, pl.DataFrame], sql: str, params: list | None = None) -> pl.DataFrame:
+    """``sql`` over the warehouse with ``frames`` registered under their names (names starting
+    with an underscore): values from outside reach DuckDB as registered data, never as SQL text."""
     for name, frame in frames.items():
         con.register(name, frame.to_arrow())
     try:
@@ -95,22 +96,22 @@ def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, se
     overrides = compile_overrides(settings.series_patterns)
     seq = order.select("run_id", "run_seq")
     if from_seq <= 0:
-        dumps = _with(con, {"_runs": seq.select("run_id")}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
+        dumps = read_with(con, {"_runs": seq.select("run_id")}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
         return dumps, assign_series(dumps, run_overrides(runs), overrides)
     dirty = seq.filter(pl.col("run_seq") >= from_seq).select("run_id")
-    tonight = _with(con, {"_runs": dirty}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
+    tonight = read_with(con, {"_runs": dirty}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
     fresh = assign_series(tonight, run_overrides(runs.join(dirty, on="run_id", how="semi")), overrides)
     back = max(1, settings.baseline_runs + 1)
-    older = _with(con, {"_order": seq, "_tonight": fresh.select("series").unique()}, f"""
+    older = read_with(con, {"_order": seq, "_tonight": fresh.select("series").unique()}, f"""
         SELECT run_id FROM _order WHERE run_seq < {int(from_seq)} AND run_seq >= {int(from_seq) - back}
         UNION SELECT arg_max(o.run_id, o.run_seq) FROM (SELECT DISTINCT job, run_id FROM dumps) d JOIN _order o USING (run_id)
               WHERE o.run_seq < {int(from_seq)} GROUP BY d.job
         UNION SELECT arg_max(o.run_id, o.run_seq) FROM dump_series s JOIN dumps d USING (path) JOIN _order o ON o.run_id = s.run_id
               WHERE d.status IN ('ok', 'partial') AND o.run_seq < {int(from_seq)}
                 AND s.series IN (SELECT series FROM _tonight) GROUP BY s.series""")
-    dumps = pl.concat([_with(con, {"_runs": older}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
+    dumps = pl.concat([read_with(con, {"_runs": older}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
                        .cast(dict(tonight.schema)), tonight])
-    stored = _with(con, {"_runs": older}, f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
+    stored = read_with(con, {"_runs": older}, f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
                                           "WHERE run_id IN (SELECT run_id FROM _runs)")
     return dumps, pl.concat([stored.cast(dict(SERIES_SCHEMA)), fresh]).sort("path")
 
@@ -122,11 +123,11 @@ def job_history(con, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame,
     (``series``, which holds every run from ``from_seq`` on) as named tonight."""
     names = pl.DataFrame({"job": jobs}, schema={"job": pl.String})
     seq = order.select("run_id", "run_seq")
-    dumps = _with(con, {"_jobs": names, "_runs": seq.select("run_id")},
+    dumps = read_with(con, {"_jobs": names, "_runs": seq.select("run_id")},
                   "SELECT path, run_id, job, kind, stage, program, status, error FROM dumps "
                   "WHERE job IN (SELECT job FROM _jobs) AND run_id IN (SELECT run_id FROM _runs)")
     clean = seq.filter(pl.col("run_seq") < from_seq).select("run_id")
-    stored = _with(con, {"_jobs": names, "_runs": clean}, f"""
+    stored = read_with(con, {"_jobs": names, "_runs": clean}, f"""
         SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series
         WHERE job IN (SELECT job FROM _jobs) AND run_id IN (SELECT run_id FROM _runs)""")
     fresh = series.join(seq.filter(pl.col("run_seq") >= from_seq).select("run_id"), on="run_id", how="semi").join(
@@ -141,7 +142,7 @@ def job_groups(con, jobs: list[str], batch_rows: int) -> list[list[str]]:
     sizes = {}
     if jobs:
         names = pl.DataFrame({"job": jobs}, schema={"job": pl.String})
-        sizes = dict(_with(con, {"_jobs": names}, """
+        sizes = dict(read_with(con, {"_jobs": names}, """
             SELECT d.job, count(*) AS n FROM metrics m JOIN dumps d USING (path)
             WHERE d.status = 'ok' AND d.job IN (SELECT job FROM _jobs) GROUP BY d.job""").iter_rows())
     groups: list[list[str]] = [[]]
@@ -158,7 +159,7 @@ def job_groups(con, jobs: list[str], batch_rows: int) -> list[list[str]]:
 def stored_usable(con, names: pl.Series, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:
     """Stored series rows, runs before ``from_seq``, of these series whose dump parsed ok."""
     clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
-    stored = _with(con, {"_names": names.cast(pl.String).to_frame("series"), "_runs": clean}, f"""
+    stored = read_with(con, {"_names": names.cast(pl.String).to_frame("series"), "_runs": clean}, f"""
         SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series
         WHERE series IN (SELECT series FROM _names) AND run_id IN (SELECT run_id FROM _runs)
           AND path IN (SELECT path FROM dumps WHERE status = 'ok')""")
@@ -168,7 +169,7 @@ def stored_usable(con, names: pl.Series, order: pl.DataFrame, from_seq: int) -> 
 def seen_before(con, names: pl.Series, order: pl.DataFrame, from_seq: int) -> pl.Series:
     """Those of ``names`` (series) that a run before ``from_seq`` has."""
     clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
-    return _with(con, {"_names": names.cast(pl.String).unique().to_frame("series"), "_runs": clean}, """
+    return read_with(con, {"_names": names.cast(pl.String).unique().to_frame("series"), "_runs": clean}, """
         SELECT DISTINCT series FROM dump_series
         WHERE series IN (SELECT series FROM _names) AND run_id IN (SELECT run_id FROM _runs)""").get_column("series")
 

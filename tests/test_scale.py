@@ -466,3 +466,39 @@ def test_an_accept_rewrites_from_its_run_what_a_full_re_aggregation_writes(sampl
                                          & (pl.col("verdict").cast(pl.String) == "accepted")).height
     for t, frame in full.items():
         assert after[t].equals(frame), t
+
+
+def test_a_re_aggregation_that_fails_after_a_committed_pass_publishes_nothing(four_nights, tmp_path, monkeypatch):
+    """Passes commit on the standby, not on the published file: a pass that fails after
+    another committed leaves readers the warehouse as it was, and the next writer, which
+    copies the published file, rewrites every run as if the failed one never ran."""
+    _, warehouse = four_nights
+    work = tmp_path / "wh.duckdb"
+    shutil.copyfile(warehouse, work)
+    before = _every_derived(work)
+    real, passes = aggregate_mod._aggregate_runs, []
+
+    def second_fails(*a, **k):
+        passes.append(1)
+        if len(passes) == 2:
+            raise RuntimeError("disk full")
+        return real(*a, **k)
+
+    monkeypatch.setattr(aggregate_mod, "runs_per_pass", lambda *a: 1)
+    monkeypatch.setattr(aggregate_mod, "_aggregate_runs", second_fails)
+    with pytest.raises(RuntimeError, match="disk full"):
+        with wh.Warehouse(work) as con:
+            con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")
+            aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+    assert len(passes) == 2 and _same(_every_derived(work), before)
+    with wh.connect_readonly(work) as con:
+        assert con.execute("SELECT count(*) FROM schema_info WHERE key = 'aggregated_with'").fetchall()[0][0] == 1
+    monkeypatch.setattr(aggregate_mod, "_aggregate_runs", real)
+    with wh.Warehouse(work) as con:
+        con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")
+        aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+    assert _same(_every_derived(work), before)
+
+
+def _same(a: dict[str, pl.DataFrame], b: dict[str, pl.DataFrame]) -> bool:
+    return a.keys() == b.keys() and all(a[t].equals(b[t]) for t in a)
