@@ -58,13 +58,14 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
 # Where the nights run (``--work``; ``use_work`` sets these): bucket, warehouse, site, Prefect home.
 WORK = OUT / "scale_bench"
-BUCKET = WAREHOUSE = STAGING = SITE = PREFECT_HOME = Path()
+BUCKET = WAREHOUSE = STAGING = RECORDS = SITE = PREFECT_HOME = Path()
 RESULT = OUT / "bench_scale.json"
 DUMPSCOPE = ROOT / ".venv" / "bin" / "dumpscope"
 WORKERS = 2
 MEMORY_LIMIT = "2GB"
 SYNTH_NIGHTS = range(3, 365)  # nights 3..364: with 1, 2, 365 and 366, one run a day for a year
-LEFT_ALONE = {"runs", "schema_info", "incidents", "incident_steps", "accepts", "notifications"}
+LEFT_ALONE = {"runs", "schema_info", "incidents", "incident_steps", "accepts", "notifications",
+              "records_files"}  # the records store: its files are made by _synthesise_records
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -83,10 +84,11 @@ TARGET_SITE_BYTES = 100 * 10**6
 
 
 def use_work(work: Path) -> None:
-    global WORK, BUCKET, WAREHOUSE, STAGING, SITE, PREFECT_HOME
+    global WORK, BUCKET, WAREHOUSE, STAGING, RECORDS, SITE, PREFECT_HOME
     WORK = work.resolve()
     BUCKET, WAREHOUSE, SITE, PREFECT_HOME = WORK / "bucket", WORK / "warehouse.duckdb", WORK / "site", WORK / "prefect"
     STAGING = WAREHOUSE.with_suffix(".staging")  # <warehouse without .duckdb>.staging
+    RECORDS = WAREHOUSE.with_name(WAREHOUSE.name + ".records")
 
 
 def lock_work():
@@ -177,6 +179,13 @@ def tree_bytes(path: Path) -> tuple[int, int]:
     return total, n
 
 
+def warehouse_bytes() -> int:
+    """What the warehouse holds: the published file and its records store (the Parquet
+    files of the records rows, ``<warehouse>.records/``)."""
+    size = WAREHOUSE.stat().st_size if WAREHOUSE.exists() else 0
+    return size + tree_bytes(RECORDS)[0]
+
+
 def beside_warehouse() -> dict:
     """Every file or directory named ``<warehouse>*``: bytes each."""
     out = {}
@@ -228,7 +237,7 @@ def run_night(k: int, flags: dict, timeout: float, report: bool, contents_of: in
     env = {k2: v for k2, v in os.environ.items() if not k2.startswith("PREFECT_")}
     env |= {"PREFECT_HOME": str(PREFECT_HOME), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PYTHONUNBUFFERED": "1",
             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
-    size_before = WAREHOUSE.stat().st_size if WAREHOUSE.exists() else 0
+    size_before = warehouse_bytes()
     load_before = os.getloadavg()[0]  # others' work on this 2-core machine slows the night down
     m = measure(argv, env, timeout)
     load_after = os.getloadavg()[0]
@@ -241,7 +250,7 @@ def run_night(k: int, flags: dict, timeout: float, report: bool, contents_of: in
     source = "summary-json" if summary else "printed summary"
     if not summary:
         summary = printed_summary(m["output"])
-    size_after = WAREHOUSE.stat().st_size if WAREHOUSE.exists() else 0
+    size_after = warehouse_bytes()
     missing = not WAREHOUSE.exists()
     log = WORK / f"night{k}.log"
     log.write_text(m["output"], encoding="utf-8")
@@ -434,6 +443,10 @@ def synthesise_year(records_runs: int) -> dict:
                       "ORDER BY v.new_id, x.rowid")
         con.unregister("_synth")
         con.unregister("_vers")
+        started = time.perf_counter()
+        made = _synthesise_records(con, vers)
+        statements.append({"sql": f"records store: {made} files of the kept synthetic versions",
+                           "seconds": time.perf_counter() - started})
         for t in cols:
             rows_after[t] = con.execute(f"SELECT count(*) FROM {_q(t)}").fetchall()[0][0]
         latest_ingest = con.execute("SELECT max(ingested_at) FROM dumps WHERE run_id <> ? AND run_id <> ?",
@@ -447,6 +460,32 @@ def synthesise_year(records_runs: int) -> dict:
             "seconds": total, "rows_before": rows_before, "rows_after": rows_after, "statements": statements,
             "aggregated_through": watermark, "synthetic_ingested_at_max": str(latest_ingest),
             "synthetic_runs_count_as_aggregated": aggregated}
+
+
+def _synthesise_records(con, vers: list[dict]) -> int:
+    """Records files of the synthetic versions whose records are kept: night 2's files of
+    the file's content, its rows under the version's id, listed in ``records_files``."""
+    import polars as pl
+
+    from flows.warehouse import records
+
+    root = records.root_of(con)
+    by_id: dict[str, list[tuple[str, str, int]]] = {}
+    for dump_id, table, name, n in con.execute("SELECT dump_id, table_name, file, rows FROM records_files").fetchall():
+        by_id.setdefault(dump_id, []).append((table, name, n))
+    listing = []
+    for v in vers:
+        if not v["records"]:
+            continue
+        for table, name, n in by_id.get(v["old_id"], []):
+            version, part = re.fullmatch(r".*\.v(\d+)\.(\d+)\.parquet", name).groups()
+            target = records.store_name(table, v["new_id"], int(version), int(part))
+            (root / target).parent.mkdir(parents=True, exist_ok=True)
+            pl.read_parquet(root / name).with_columns(pl.lit(v["new_id"]).alias("dump_id")).write_parquet(root / target)
+            listing.append((v["new_id"], table, target, n))
+    records.list_files(con, listing)
+    records.refresh_views(con)
+    return len(listing)
 
 
 # ---------------------------------------------------------------- checks and report

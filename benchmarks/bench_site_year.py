@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -86,11 +87,13 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
     """The warehouse (replaced); tests build smaller ones."""
     import duckdb
 
+    from flows.warehouse import records
     from flows.warehouse import store as wh
 
     tmp = path.with_name(path.name + ".tmp")
     for p in path.parent.glob(tmp.name + "*"):
         p.unlink() if p.is_file() else None
+    shutil.rmtree(records.root_for(tmp), ignore_errors=True)  # the file that named it goes with it
     with wh.Warehouse(tmp):  # the schema: core, records and derived tables, views, macros
         pass
     series, names = _frames(runs, jobs, per_job)
@@ -113,7 +116,7 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
                 "SELECT run_id, started_at, \"commit\", [], '{}', [] FROM r")
     con.execute(f"""INSERT INTO dumps (path, run_id, job, kind, stage, program, size_bytes, dump_id, parser_version, status,
                        error, ingested_at)
-        SELECT path, run_id, job, kind, stage, program, 100000 + hash(s, version) % 1000000, md5(s::VARCHAR || '-' || version),
+        SELECT path, run_id, job, kind, stage, program, 100000 + hash(s, version) % 1000000, sha256(s::VARCHAR || '-' || version),
             1, CASE WHEN hash(run, 'f') % {series.height} = s THEN 'failed' ELSE 'ok' END, NULL, started_at + INTERVAL 1 HOUR FROM sr2""")
     con.execute("""INSERT INTO dump_series (path, run_id, job, kind, stage, program, series_program, series)
                    SELECT path, run_id, job, kind, stage, program, program, series FROM sr2""")
@@ -222,13 +225,17 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
     else:
         con.execute(f"INSERT INTO dump_items (path, dump_id, parser_version, {cols}) " + items.format(key="d.path, d.dump_id", dumps="dumps"))
         items = "10 items a dump (dump_items)"
-    con.execute(f"""INSERT INTO buffer_allocations (dump_id, parser_version, allocation_index, size_bytes, kind)
-        SELECT d.dump_id, 1, i, 4096 * (i + 1) * (1 + hash(d.path) % 100), ['temp', 'parameter', 'output', 'constant'][1 + i % 4]
+    # Records of the latest run's contents, into the records store beside the file.
+    records.add_rows(con, "buffer_allocations", con.sql("""
+        SELECT DISTINCT d.dump_id, 1::SMALLINT AS parser_version, i::INTEGER AS allocation_index,
+            4096 * (i + 1) * (1 + hash(d.dump_id) % 100) AS size_bytes, ['temp', 'parameter', 'output', 'constant'][1 + i % 4] AS kind
         FROM dumps d JOIN range(20) t(i) ON true
-        WHERE d.kind = 'xla_buffer_assignment' AND d.run_id = (SELECT max(run_id) FROM runs)""")
-    con.execute(f"""INSERT INTO onnx_op_counts (dump_id, parser_version, source, op, count)
-        SELECT d.dump_id, 1, 'onnx_main_graph', ['MatMul', 'Add', 'Relu', 'Softmax', 'Gemm'][1 + i], 10 * (i + 1)
-        FROM dumps d JOIN range(5) t(i) ON true WHERE d.kind = 'onnx_report' AND d.run_id = (SELECT max(run_id) FROM runs)""")
+        WHERE d.kind = 'xla_buffer_assignment' AND d.run_id = (SELECT max(run_id) FROM runs) ORDER BY 1, 3""").pl())
+    records.add_rows(con, "onnx_op_counts", con.sql("""
+        SELECT DISTINCT d.dump_id, 1::SMALLINT AS parser_version, 'onnx_main_graph' AS source,
+            ['MatMul', 'Add', 'Relu', 'Softmax', 'Gemm'][1 + i] AS op, 10 * (i + 1) AS count
+        FROM dumps d JOIN range(5) t(i) ON true WHERE d.kind = 'onnx_report' AND d.run_id = (SELECT max(run_id) FROM runs)
+        ORDER BY 1, 4""").pl())
     counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in (
         "runs", "dumps", "metric_trends", "regressions", "job_totals", "run_rollups", "series_events", "diffs", "incidents",
         "incident_steps", "accepts")}

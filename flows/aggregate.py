@@ -24,6 +24,7 @@ import polars as pl
 from flows import history, items
 from flows.history import frame_of
 from flows.resources import MemoryBudget, peak_mib
+from flows.warehouse import records
 from flows.warehouse import schema as ws
 from transforms.trends import diffs as diff_mod
 from transforms.trends import incidents as incident_mod
@@ -282,8 +283,6 @@ def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: l
     stay in the bucket; a content that comes back is parsed again). Returns rows dropped."""
     if keep_runs <= 0:
         return 0
-    from transforms.parsers.formats import all_tables
-
     con.register("_also_keep", pl.DataFrame({"dump_id": also_keep or []}, schema={"dump_id": pl.String}).to_arrow())
     try:
         # An integer, not a parameter: LIMIT takes no parameters in a subquery.
@@ -303,11 +302,10 @@ def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: l
         return 0
     con.register("_compacting", compacting.to_arrow())
     try:
+        listed = records.listed(con)
         con.execute("INSERT INTO compacted_contents SELECT dump_id FROM _compacting")
-        gone = 0
-        for table in all_tables():
-            gone += con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id IN "
-                                "(SELECT dump_id FROM _compacting)").fetchall()[0][0]
+        gone = records.drop_contents(con, "SELECT dump_id FROM _compacting")  # their files go at the sweep
+        records.refresh_changed(con, listed)
     finally:
         con.unregister("_compacting")
     return gone

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable
 import polars as pl
 
 from transforms.escape import sql_literal
+from transforms.parsers.formats import all_tables
 from transforms.parse import DEFAULT_LIMITS
 from transforms.reading import LineReader, ReadLimitError
 from transforms.trends import diffs as diff_mod
@@ -155,16 +156,14 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
         todo.select("items_key", "kind"), on="items_key")
     tables = sorted({t for k in todo.get_column("kind").unique() for t in diff_mod.ITEM_TABLES.get(k, ())}
                     | ({"hlo_instructions"} if "xla_buffer_assignment" in todo.get_column("kind") else set()))
-    existing = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
-    tables = [t for t in tables if t in existing]
+    tables = [t for t in tables if t in all_tables()]
     con.register("_item_contents", contents.select("dump_id").unique().to_arrow())
-    try:
-        counts = pl.concat([frame_of(con, f'SELECT dump_id, count(*) AS n FROM "{t}" WHERE dump_id IN '
-                                          "(SELECT dump_id FROM _item_contents) GROUP BY dump_id") for t in tables]
-                           or [pl.DataFrame(schema={"dump_id": pl.String, "n": pl.Int64})], how="vertical_relaxed")
+    try:  # the rows each content's records files hold, as the store listed them
+        per_content = frame_of(con, """SELECT dump_id, sum(rows)::BIGINT AS n FROM records_files
+                                       WHERE list_contains(?, table_name) AND dump_id IN (SELECT dump_id FROM _item_contents)
+                                       GROUP BY dump_id""", [tables])
     finally:
         con.unregister("_item_contents")
-    per_content = counts.group_by("dump_id").agg(pl.col("n").sum())
     paths = _content_paths(con, todo.select("dump_id").unique())
     rows = contents.join(per_content, on="dump_id", how="left").group_by("items_key").agg(
         pl.col("n").fill_null(0).sum().alias("rows"))

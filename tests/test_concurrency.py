@@ -21,14 +21,17 @@ SAMPLE = ROOT / "data" / "sample_bucket"
 NIGHTS = ("2026-11-17", "2026-11-18", "2026-11-19")
 LAST = "2026-11-20"
 VOLATILE = {"ingested_at"}  # when a row was written: differs between any two runs
-VOLATILE_FACTS = ("aggregated_through",)  # schema_info: a time, likewise
+VOLATILE_FACTS = ("aggregated_through", "records_root")  # schema_info: a time, likewise; where the files are
 
 
 def snapshot(warehouse: Path) -> dict[str, list[str]]:
-    """Every table, row for row (sorted), without the write-time columns."""
+    """Every table and records view, row for row (sorted), without the write-time columns."""
+    from transforms.parsers.formats import all_tables
+
     with wh.connect_readonly(warehouse) as con:
         tables = [t for (t,) in con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name").fetchall()]
+        tables += sorted(all_tables())
         out = {}
         for table in tables:
             cols = [c for (c,) in con.execute(

@@ -126,8 +126,10 @@ def test_every_table_view_and_column_is_commented(tmp_path, batch):
         tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w' AND comment IS NULL").fetchall()
         assert tables == []
         views = dict(con.execute("SELECT view_name, comment FROM duckdb_views() WHERE database_name = 'w' AND NOT internal").fetchall())
-        assert set(views) == {"latest_metrics", "metric_series", "dump_items", "content_items"} and all(views.values())
-        assert set(all_tables()) | set(ws.CORE_TABLES) <= {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w'").fetchall()}
+        # The records tables are views over their Parquet files (flows.warehouse.records).
+        assert set(views) == {"latest_metrics", "metric_series", "dump_items", "content_items"} | set(all_tables())
+        assert all(views.values())
+        assert set(ws.CORE_TABLES) <= {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w'").fetchall()}
 
 
 def test_views_and_comments_are_written_when_they_change_not_by_every_writer(tmp_path, monkeypatch):
@@ -178,17 +180,35 @@ def test_migration_from_an_older_warehouse(tmp_path):
         with Warehouse(db) as con:
             load_dumps(con, [])
     assert db.read_bytes() == before
-    # A well-formed v1 file, opened by a release whose MIGRATIONS has a step 2.
-    db = tmp_path / "v1.duckdb"
-    with Warehouse(db) as con:
+    # A schema-9 file: its records rows in tables inside it, one table lacking a column.
+    db = tmp_path / "v9.duckdb"
+    with Warehouse(db):
+        pass
+    a, b = "a" * 64, "b" * 64
+    con = duckdb.connect(str(db))
+    con.execute("DROP VIEW hlo_modules")
+    con.execute("DROP TABLE records_files")
+    con.execute("CREATE TABLE hlo_modules (dump_id VARCHAR, parser_version SMALLINT, module VARCHAR, instructions INTEGER)")
+    con.execute("INSERT INTO hlo_modules VALUES (?, 3, 'm', 7), (?, 3, 'n', 9), (?, 3, 'o', 1)", [a, b, b])
+    con.execute(ws.set_version_sql(9))
+    con.close()
+    with Warehouse(db) as con:  # moves the rows out, a file per content
         assert schema_version(con) == ws.SCHEMA_VERSION
-        con.execute("ALTER TABLE hlo_modules DROP COLUMN module")
+    with connect_readonly(db) as con:
+        assert "hlo_modules" not in {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        assert con.execute("SELECT dump_id, module, instructions, fusions FROM hlo_modules ORDER BY module").fetchall() == [
+            (a, "m", 7, None), (b, "n", 9, None), (b, "o", 1, None)]
+        assert con.execute("SELECT dump_id, table_name, file, rows FROM records_files ORDER BY dump_id").fetchall() == [
+            (a, "hlo_modules", f"hlo_modules/{a}.v3.0.parquet", 1), (b, "hlo_modules", f"hlo_modules/{b}.v3.0.parquet", 2)]
+    assert sorted(p.name for p in (tmp_path / "v9.duckdb.records" / "hlo_modules").iterdir()) == [
+        f"{a}.v3.0.parquet", f"{b}.v3.0.parquet"]
+    # Opened by a release whose MIGRATIONS has one more step.
     step2 = ws.Migration(ws.SCHEMA_VERSION + 1, "test: dumps.note", ("ALTER TABLE dumps ADD COLUMN note VARCHAR", "COMMENT ON COLUMN dumps.note IS 'n'"))
     con = duckdb.connect(str(db))
     assert migrate(con, ws.MIGRATIONS + [step2]) == ws.SCHEMA_VERSION + 1
     cols = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'dumps'").fetchall()}
     assert "note" in cols
-    assert "module" in {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'hlo_modules'").fetchall()}
+    assert con.execute("SELECT count(*) FROM hlo_modules").fetchall() == [(3,)]
     assert schema_version(con) == ws.SCHEMA_VERSION + 1
     con.close()
     with pytest.raises(ws.SchemaTooNew, match="newer than this Dumpscope"):

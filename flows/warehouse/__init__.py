@@ -1,7 +1,8 @@
 """The DuckDB warehouse, owned by the flows: ``schema`` declares it (DDL, comments, views,
-migrations: pure SQL text built from the parsers' and trends' declared schemas) and
-``store`` opens it (one locked writer that publishes atomically, read-only readers).
+migrations: pure SQL text built from the parsers' and trends' declared schemas), ``store``
+opens it (one locked writer that publishes atomically, read-only readers) and
+``records`` keeps the records rows as Parquet files beside it, one per content and table.
 
 May import ``transforms`` (the declared schemas of parsers and trends); ``schema`` stays
-pure SQL text, ``store`` alone connects.
+pure SQL text; ``store`` and ``records`` touch the files.
 """

@@ -9,8 +9,8 @@ catching up costs what the last night wrote, never a copy of the whole history.
 - ``Recorder`` wraps the writer's DuckDB connection. Every statement that writes
   (INSERT, UPDATE, DELETE, CREATE, ALTER, DROP, COMMENT, CHECKPOINT) is recorded with its
   parameters once it succeeded; a rolled-back transaction's are dropped. Frames the
-  statement reads through ``register`` are saved as Parquet; staged Parquet files it
-  reads by path are hard-linked (``keep``), since staging is emptied after the night.
+  statement reads through ``register`` are saved as Parquet. (Records rows are files of
+  the records store, shared by both generations: the journal lists them, never copies.)
 - ``write``/``replay``: the journal directory (``journal.json`` plus those files).
 
 Replay is statement-based: the same statements on the same prior state give the same
@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -62,19 +61,10 @@ def _decode(value: Any, directory: Path) -> Any:
             return datetime.fromisoformat(value["$datetime"])
         if "$date" in value:
             return date.fromisoformat(value["$date"])
-        if "$kept" in value:  # a file ``keep`` linked into the journal, wherever it is now
+        if "$kept" in value:  # a staged file a schema-9 writer linked into its journal
             return str(directory / value["$kept"])
     if isinstance(value, list):
         return [_decode(v, directory) for v in value]
-    return value
-
-
-def _kept(value: Any, directory: str) -> Any:
-    """Paths of files kept in the journal, as names relative to it (it is renamed once sealed)."""
-    if isinstance(value, str) and value.startswith(directory):
-        return {"$kept": value[len(directory):]}
-    if isinstance(value, list):
-        return [_kept(v, directory) for v in value]
     return value
 
 
@@ -113,25 +103,12 @@ class Recorder:
                         pq.write_table(frame, path)
                         self._saved[name] = path.name
                     tables[name] = self._saved[name]
-            encoded = None if params is None else _kept(_encode(params), str(self.directory) + os.sep)
+            encoded = None if params is None else _encode(params)
             step = {"sql": sql, "params": encoded, "many": many, "tables": tables}
         except (JournalError, OSError) as exc:
             self.broken = str(exc)
             return
         (self._pending if self._pending is not None else self.steps).append(step)
-
-    def keep(self, files: list[str]) -> list[str]:
-        """Paths of copies of ``files`` the journal keeps (hard links): pass these to the
-        statement that reads them, so its replay finds them."""
-        out = []
-        for f in files:
-            target = self._file(Path(f).suffix)
-            try:
-                os.link(f, target)
-            except OSError:
-                shutil.copyfile(f, target)
-            out.append(str(target))
-        return out
 
     # -- the connection's surface
     def execute(self, sql: str, params: Any = None):

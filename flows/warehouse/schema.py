@@ -10,9 +10,10 @@ Two kinds of tables, two ways to evolve:
   the numbered ``MIGRATIONS``; ``SCHEMA_VERSION`` is the number of the last one, stored
   in ``schema_info``. Opening an older warehouse applies the missing migrations in
   order; a newer one is refused (``SchemaTooNew``).
-- Records tables follow their parsers: ``records_sync_sql`` creates missing tables
-  and adds missing columns (a parser that gains a column bumps its
-  ``PARSER_VERSION``, so its dumps get re-parsed and fill it).
+- Records tables follow their parsers. Their rows are Parquet files beside the warehouse
+  (``flows.warehouse.records``, listed in ``records_files``); each table is a view of its
+  declared columns over the files listed (a column a file lacks reads as NULL; a parser
+  that gains a column bumps its ``PARSER_VERSION``, so its dumps get re-parsed and fill it).
 - Derived tables (``derived_tables()``: trends, regressions, diffs...) are recomputed
   from the rest by every aggregation; they are declared and synced the same way,
   without the identity columns.
@@ -28,7 +29,7 @@ from typing import Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 def quote_ident(name: str) -> str:
@@ -107,6 +108,15 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "dump_id": ("VARCHAR NOT NULL", "The content (dumps.dump_id) whose records rows are gone; listed once."),
         },
     ),
+    "records_files": (
+        "The Parquet files holding the records rows (docs/scale.md): one row per file, one file per content, records table and part, under <warehouse>.records/ (schema_info.records_root). Each records table is a view reading exactly the files listed here.",
+        {
+            "dump_id": ("VARCHAR NOT NULL", "The content (dumps.dump_id) whose rows the file holds."),
+            "table_name": ("VARCHAR NOT NULL", "The records table (view) the file belongs to."),
+            "file": ("VARCHAR NOT NULL", "Path of the file under the records store: <table>/<dump_id>.v<parser_version>.<part>.parquet."),
+            "rows": ("BIGINT", "Rows in the file."),
+        },
+    ),
     "notifications": (
         "What was sent to whom (dumpscope run --notify): one row per run and target, so a run's new incidents are announced once.",
         {
@@ -118,9 +128,9 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         },
     ),
     "schema_info": (
-        "Facts about the warehouse itself: schema_version holds the number of the last migration applied, aggregated_with what the derived tables were computed with (aggregation version and settings), aggregated_through the last dump ingestion they include, aggregated_accepts the accept log they include (its size and last entry).",
+        "Facts about the warehouse itself: schema_version holds the number of the last migration applied, aggregated_with what the derived tables were computed with (aggregation version and settings), aggregated_through the last dump ingestion they include, aggregated_accepts the accept log they include (its size and last entry), records_root the directory of the records files.",
         {
-            "key": ("VARCHAR PRIMARY KEY", "Name of the fact (schema_version, aggregated_with, aggregated_through, aggregated_accepts)."),
+            "key": ("VARCHAR PRIMARY KEY", "Name of the fact (schema_version, aggregated_with, aggregated_through, aggregated_accepts, records_root)."),
             "value": ("VARCHAR", "Its value, as text."),
         },
     ),
@@ -243,6 +253,9 @@ MIGRATIONS: list[Migration] = [
     # content_items becomes a view joining them (a warehouse without the table yet: nothing to move).
     Migration(9, "content items stored with their excerpt texts once", (
         "ALTER TABLE IF EXISTS content_items RENAME TO content_item_rows",)),
+    # Records rows leave the file for Parquet files beside it (flows.warehouse.records):
+    # compacting them is an unlink. The writer moves the old tables' rows out (records.adopt).
+    Migration(10, "records rows as Parquet files listed in records_files", (_create_core("records_files"),)),
 ]
 
 
@@ -334,10 +347,7 @@ def comments_sql(tables: Mapping[str, pl.Schema], docs: Mapping[str, Mapping[str
         out.append(f"COMMENT ON TABLE {quote_ident(name)} IS {quote_literal(doc)}")
         out += [f"COMMENT ON COLUMN {quote_ident(name)}.{quote_ident(c)} IS {quote_literal(d)}" for c, (_, d) in cols.items()]
     for table, schema in tables.items():
-        tdocs = docs.get(table, {})
-        out.append(f"COMMENT ON TABLE {quote_ident(table)} IS {quote_literal(tdocs.get('', table))}")
-        col_docs = {c: d for c, (_, d) in IDENTITY_COLUMNS.items()} | {c: tdocs.get(c, c) for c in schema.names()}
-        out += [f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(c)} IS {quote_literal(d)}" for c, d in col_docs.items()]
+        out += records_comments_sql(table, schema, docs.get(table, {}))
     for table, (schema, tdocs) in derived_tables().items():
         out.append(f"COMMENT ON TABLE {quote_ident(table)} IS {quote_literal(tdocs[''])}")
         out += [f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(c)} IS {quote_literal(tdocs[c])}" for c in schema.names()]
@@ -351,6 +361,13 @@ def comments_sql(tables: Mapping[str, pl.Schema], docs: Mapping[str, Mapping[str
         out.append(f"COMMENT ON VIEW {quote_ident(view)} IS {quote_literal(doc)}")
         out += [f"COMMENT ON COLUMN {quote_ident(view)}.{quote_ident(c)} IS {quote_literal(known[c][1])}" for c in VIEW_COLUMNS[view]]
     return out
+
+
+def records_comments_sql(table: str, schema: pl.Schema, tdocs: Mapping[str, str]) -> list[str]:
+    """COMMENT ON statements for one records table (a view over its files)."""
+    out = [f"COMMENT ON VIEW {quote_ident(table)} IS {quote_literal(tdocs.get('', table))}"]
+    col_docs = {c: d for c, (_, d) in IDENTITY_COLUMNS.items()} | {c: tdocs.get(c, c) for c in schema.names()}
+    return out + [f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(c)} IS {quote_literal(d)}" for c, d in col_docs.items()]
 
 
 def views_sql() -> list[str]:

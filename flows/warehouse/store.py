@@ -11,8 +11,10 @@
   block the writer (the swap replaces the directory entry; open readers keep theirs).
 - Files are written with storage compatibility v1.5.0, so the DuckDB 1.5 shell
   (``duckdb-cli``) opens them (``storage_version_number`` <= ``MAX_STORAGE_VERSION_1_5``).
-- ``load_dumps(con, batch)``: one transaction per batch, records through Arrow,
-  keyed by ``dump_id``; loading the same batch again changes nothing.
+- ``load_dumps(con, batch)``: one transaction per batch, keyed by ``dump_id``; the
+  records rows go into the records store beside the file (``flows.warehouse.records``),
+  which the writer sweeps once both generations are level. Loading the same batch again
+  changes nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import polars as pl
 import pyarrow as pa
 
 from flows.resources import MemoryBudget
-from flows.warehouse import journal
+from flows.warehouse import journal, records
 from flows.warehouse import schema as ws
 from transforms.parsers.formats import all_table_docs, all_tables
 
@@ -98,10 +100,11 @@ def connect_readonly(path: Path | str, *, locked: bool = False, budget: MemoryBu
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no warehouse at {path} (run `dumpscope run` first)")
-    config = (budget.duckdb_config() if budget else {}) | (LOCKED_DOWN if locked else {})
+    config = budget.duckdb_config() if budget else {}
     for attempt in range(_OPEN_ATTEMPTS):
         try:
-            return duckdb.connect(str(path), read_only=True, config=config)
+            con = duckdb.connect(str(path), read_only=True, config=config)
+            return _lock_down(con) if locked else con
         except duckdb.IOException as exc:
             # Opened the generation a publish had just replaced, as the writer took it to
             # level it: the path names the new file now.
@@ -112,6 +115,26 @@ def connect_readonly(path: Path | str, *, locked: bool = False, budget: MemoryBu
 
 
 _OPEN_ATTEMPTS = 5
+
+
+def _lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """``LOCKED_DOWN``, except that the records views may read their own files (exactly
+    those: DuckDB checks ``allowed_paths`` by the whole path, for reads and writes)."""
+    try:
+        files = records.allowed_files(con) if _has_table(con, "records_files") else []
+        if files:
+            con.execute("SET allowed_paths = ?", [files])
+        for name, value in LOCKED_DOWN.items():
+            con.execute(f"SET {name} = {'true' if value else 'false'}")  # names and values: the constant above
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?",
+                            [name]).fetchall()[0][0])
 
 
 def storage_version_number(path: Path | str) -> int:
@@ -152,6 +175,7 @@ class Warehouse:
         self.journal_dir = self.path.with_name(self.path.name + ".journal")
         self.next_journal = self.path.with_name(self.path.name + ".journal.next")
         self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.records_root = records.root_for(self.path)
         self.wait = wait
         self.budget = budget or MemoryBudget()
         self._lock_file = None
@@ -160,6 +184,7 @@ class Warehouse:
         self.caught_up = ""  # how the standby was brought level: "replay", "copy" or "new"
         self.leveled = ""  # after the publish: "replay" (the standby is level), else why not
         self.level_seconds = 0.0
+        self.swept = 0  # records files unlinked after the publish
 
     def __enter__(self) -> journal.Recorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +197,7 @@ class Warehouse:
             self.dirty.touch()
             shutil.rmtree(self.next_journal, ignore_errors=True)
             self.recorder = journal.Recorder(self.con, self.next_journal)
-            migrate(self.recorder)
+            migrate(self.recorder, records_root=self.records_root)
         except BaseException:
             self._discard()
             raise
@@ -218,6 +243,7 @@ class Warehouse:
             assert self.con is not None and self.recorder is not None
             self.con.execute("CHECKPOINT")
             counts = table_counts(self.con, every=True)
+            listed = {name for names in records.listed(self.con).values() for name in names}
             self.con.close()
             self.con = None
             with open(self.standby, "rb") as f:
@@ -238,6 +264,8 @@ class Warehouse:
             except Exception as exc:  # noqa: BLE001 - the night is published; the next writer copies
                 self.dirty.touch()
                 self.leveled = f"failed ({type(exc).__name__}: {exc})"
+            if self.leveled == "replay":  # both generations list the same files: the others can go
+                self.swept = records.sweep(self.records_root, listed)
             self.level_seconds = time.perf_counter() - started
         finally:
             self._unlock()
@@ -385,8 +413,11 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     return int(row[0][0]) if row else 0
 
 
-def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | None = None) -> int:
-    """Bring the schema up to date in one transaction; returns the version reached."""
+def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | None = None, *,
+            records_root: Path | None = None) -> int:
+    """Bring the schema up to date in one transaction; returns the version reached.
+    ``records_root``: the records store (``Warehouse`` passes its own; else the one the
+    file names, or the one beside it)."""
     steps = ws.pending_migrations(schema_version(con), migrations)
     con.begin()
     try:
@@ -396,9 +427,7 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | Non
                 con.execute(sql)
             version = step.version
             con.execute(ws.set_version_sql(version))
-        ddl = ws.records_sync_sql(all_tables(), _existing_columns(con))
-        for sql in ddl:
-            con.execute(sql)
+        records.adopt(con, records_root or records.root_of(con))
         derived = {name: schema for name, (schema, _) in ws.derived_tables().items()}
         more = ws.records_sync_sql(derived, _existing_columns(con), identity=False)
         for sql in more:
@@ -408,8 +437,8 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | Non
         documents = ws.views_sql() + ws.comments_sql(all_tables(), all_table_docs())
         digest = hashlib.sha256("\n".join(documents).encode()).hexdigest()
         stored = con.execute("SELECT value FROM schema_info WHERE key = 'documented_with'").fetchall()
-        views = con.execute("SELECT count(*) FROM duckdb_views() WHERE NOT internal").fetchall()[0][0]
-        if steps or ddl or more or stored != [(digest,)] or views != len(ws.VIEWS):
+        views = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        if steps or more or stored != [(digest,)] or not set(ws.VIEWS) <= views:
             for sql in documents:
                 con.execute(sql)
             con.execute("INSERT OR REPLACE INTO schema_info VALUES ('documented_with', ?)", [digest])
@@ -488,26 +517,23 @@ def load_dumps(con: duckdb.DuckDBPyConnection, batch: list[StagedDump]) -> dict[
     copies = [d for d in batch if d.tables is None]
     ids = sorted({d.dump_id for d in parsed})
     paths = [d.path for d in batch]
-    tables = all_tables()
     inserted: dict[str, int] = {}
     con.begin()
     try:
+        listed = records.listed(con)
         con.register("_paths", pa.table({"path": pa.array(paths, pa.string())}))
         old_ids = [r[0] for r in con.execute("SELECT DISTINCT dump_id FROM dumps JOIN _paths USING (path) WHERE dump_id IS NOT NULL").fetchall()]
         if ids:
             con.register("_ids", pa.table({"dump_id": pa.array(ids, pa.string())}))
-            for table in tables:
-                con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id IN (SELECT dump_id FROM _ids)")
+            records.drop_contents(con, "SELECT dump_id FROM _ids")
             con.execute("DELETE FROM compacted_contents WHERE dump_id IN (SELECT dump_id FROM _ids)")  # records again
-        for table, schema in tables.items():
-            n = _insert_records(con, table, schema, [src for d in parsed for src in (d.tables or {}).get(table, [])])
-            if n:
-                inserted[table] = n
+        inserted = _place_records(con, parsed)
         _upsert_dumps(con, parsed, copies)
         _replace_metrics(con, parsed, copies)
         if ids:  # other paths of re-parsed content now hold the new version's results
             _refresh_other_paths(con)
         _drop_orphans(con, old_ids)
+        records.refresh_changed(con, listed)
         con.commit()
     except BaseException:
         con.rollback()
@@ -521,29 +547,24 @@ def load_dumps(con: duckdb.DuckDBPyConnection, batch: list[StagedDump]) -> dict[
     return inserted
 
 
-def _insert_records(con, table: str, schema: pl.Schema, sources: list[Path | pl.DataFrame]) -> int:
-    if not sources:
-        return 0
-    cols = list(ws.records_columns(schema))
-    col_sql = ", ".join(ws.quote_ident(c) for c in cols)
-    files = [str(s) for s in sources if isinstance(s, (str, Path))]
-    frames = [s for s in sources if isinstance(s, pl.DataFrame) and s.height]
-    n = 0
-    if frames:
-        arrow = pl.concat(frames, how="vertical_relaxed").to_arrow()
-        con.register("_frame", arrow)
-        try:
-            con.execute(f"INSERT INTO {ws.quote_ident(table)} ({col_sql}) SELECT {col_sql} FROM _frame")
-        finally:
-            con.unregister("_frame")
-        n += arrow.num_rows
-    if files:
-        if isinstance(con, journal.Recorder):  # staging is emptied after the night: the replay needs copies
-            files = con.keep(files)
-        n += con.execute(
-            f"INSERT INTO {ws.quote_ident(table)} ({col_sql}) SELECT {col_sql} FROM read_parquet(?)", [files]
-        ).fetchall()[0][0]
-    return n
+def _place_records(con, parsed: list[StagedDump]) -> dict[str, int]:
+    """The parsed contents' records into the store, listed in ``records_files``; rows per table."""
+    root = records.root_of(con)
+    tables = all_tables()
+    rows: list[tuple[str, str, str, int]] = []
+    done: set[str] = set()
+    for d in parsed:
+        if d.dump_id in done:  # the same bytes under two paths: one content, one set of files
+            continue
+        done.add(d.dump_id)
+        for table in tables:
+            for name, n in records.place(root, table, d.dump_id, d.parser_version or 0, (d.tables or {}).get(table, [])):
+                rows.append((d.dump_id, table, name, n))
+    records.list_files(con, rows)
+    inserted: dict[str, int] = {}
+    for _, table, _, n in rows:
+        inserted[table] = inserted.get(table, 0) + n
+    return inserted
 
 
 def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> None:
@@ -644,9 +665,8 @@ def _drop_orphans(con, old_ids: list[str]) -> None:
         return
     con.register("_old", pa.table({"dump_id": pa.array(old_ids, pa.string())}))
     try:
-        gone = "SELECT dump_id FROM _old WHERE dump_id NOT IN (SELECT dump_id FROM dumps WHERE dump_id IS NOT NULL)"
-        for table in all_tables():
-            con.execute(f"DELETE FROM {ws.quote_ident(table)} WHERE dump_id IN ({gone})")
+        records.drop_contents(con, "SELECT dump_id FROM _old WHERE dump_id NOT IN "
+                                   "(SELECT dump_id FROM dumps WHERE dump_id IS NOT NULL)")
     finally:
         con.unregister("_old")
 

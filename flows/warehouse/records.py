@@ -1,0 +1,291 @@
+"""Records rows as Parquet files beside the warehouse: one file per content and table.
+
+The records tables (``hlo_instructions``, ``buffer_*``, ``inductor_*``, ``onnx_*``: a
+parsed dump, row by row) are most of a warehouse's bytes, and a night replaces a tenth of
+them. Inside the DuckDB file a superseded content's rows are only marked deleted; DuckDB
+gives their blocks back at a later checkpoint, when merging row groups saves one, so a
+new warehouse grew by each night's new records (+19 to +36 MiB a big night) before it
+levelled off. Here a content's rows are a file of their own, and compacting them is an
+unlink: the store grows by what a night adds and shrinks by what it drops, at once.
+
+Layout, under ``<warehouse>.records/`` (``root_for``):
+``<table>/<dump_id>.v<parser_version>.<part>.parquet`` — a table name the code declares
+and a sha256 the writer computed, never a name from the bucket. The store files are hard
+links of the staged Parquet files (a copy across file systems), or frames written here.
+
+- ``records_files`` (a core table) lists the files of each content; it is the truth.
+- Each records table is a view reading exactly the files listed (``refresh_views``, by
+  absolute path under ``schema_info.records_root``), so a reader of one generation of
+  the warehouse sees that generation's records, never a night in progress.
+- A file no listing names any more (a content re-parsed, dropped, or compacted) is
+  unlinked by ``sweep``, which the writer runs once both generations of the file are
+  level (no reader can still hold the old one's list).
+- A warehouse file copied or moved without its store is *adopted* by its next writer
+  (``adopt``): the files are linked over from the store it names, and contents whose
+  files are gone are marked compacted (a dump bringing them back is parsed again).
+
+May import: duckdb, polars, pyarrow, ``flows.warehouse.schema``, ``transforms``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Iterable
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from flows.warehouse import schema as ws
+from transforms.escape import sql_literal
+from transforms.parsers.formats import all_table_docs, all_tables
+
+ROOT_KEY = "records_root"
+_CONTENT = re.compile(r"[0-9a-f]{64}\Z")
+_STORE_FILE = re.compile(r"[0-9a-f]{64}\.v\d+\.\d+\.parquet\Z")
+
+
+def root_for(warehouse: Path | str) -> Path:
+    """The records store of the warehouse file at ``warehouse`` (an absolute path)."""
+    path = Path(os.path.abspath(warehouse))
+    return path.with_name(path.name + ".records")
+
+
+def stored_root(con) -> Path | None:
+    row = con.execute("SELECT value FROM schema_info WHERE key = ?", [ROOT_KEY]).fetchall()
+    return Path(row[0][0]) if row and row[0][0] else None
+
+
+def root_of(con) -> Path:
+    """The store this warehouse names, else the one beside its file."""
+    root = stored_root(con)
+    if root is not None:
+        return root
+    (path,) = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
+    if not path:
+        raise ValueError("an in-memory warehouse has no records store")
+    return root_for(path)
+
+
+def store_name(table: str, dump_id: str, parser_version: int, part: int) -> str:
+    """A file's name relative to the store; refuses what the writer did not make."""
+    if table not in all_tables():
+        raise ValueError(f"not a records table: {table!r}")
+    if not _CONTENT.match(dump_id or ""):
+        raise ValueError(f"not a content id (sha256 hex): {dump_id!r}")
+    return f"{table}/{dump_id}.v{int(parser_version)}.{int(part)}.parquet"
+
+
+def place(root: Path, table: str, dump_id: str, parser_version: int,
+          sources: Iterable[Path | str | pl.DataFrame]) -> list[tuple[str, int]]:
+    """Put one content's rows of one table into the store: (name, rows) per non-empty part.
+    Staged files are hard-linked (never written again: staging only unlinks); frames are
+    written. Each file lands under its final name by one rename."""
+    out: list[tuple[str, int]] = []
+    for source in sources:
+        if isinstance(source, pl.DataFrame):
+            rows = source.height
+        else:
+            rows = pq.read_metadata(source).num_rows
+        if not rows:
+            continue
+        name = store_name(table, dump_id, parser_version, len(out))
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        if isinstance(source, pl.DataFrame):
+            source.write_parquet(tmp)
+        else:
+            try:
+                os.link(source, tmp)
+            except OSError:  # another file system
+                shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+        out.append((name, rows))
+    return out
+
+
+def list_files(con, files: list[tuple[str, str, str, int]]) -> None:
+    """Add (dump_id, table, store name, rows) rows to ``records_files``."""
+    if not files:
+        return
+    frame = pl.DataFrame(files, schema={"dump_id": pl.String, "table_name": pl.String, "file": pl.String,
+                                        "rows": pl.Int64}, orient="row")
+    con.register("_listed_files", frame.to_arrow())
+    try:
+        con.execute("INSERT INTO records_files SELECT dump_id, table_name, file, rows FROM _listed_files")
+    finally:
+        con.unregister("_listed_files")
+
+
+def add_rows(con, table: str, frame: pl.DataFrame) -> int:
+    """``frame`` (rows of ``table`` with their ``dump_id`` and ``parser_version``) into the
+    store, a file per content, listed and viewed: for tools that make records themselves
+    (the benchmarks' synthetic histories). Returns the files written."""
+    root = root_of(con)
+    before = listed(con)
+    listing = []
+    for (dump_id, version), rows in frame.group_by("dump_id", "parser_version", maintain_order=True):
+        for name, n in place(root, table, dump_id, version or 0, [rows]):
+            listing.append((dump_id, table, name, n))
+    list_files(con, listing)
+    refresh_changed(con, before)
+    return len(listing)
+
+
+def listed(con, tables: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """table -> the store names its view reads, in order."""
+    out: dict[str, list[str]] = {t: [] for t in (all_tables() if tables is None else tables)}
+    for table, name in con.execute("SELECT table_name, file FROM records_files ORDER BY table_name, file").fetchall():
+        if table in out:
+            out[table].append(name)
+    return out
+
+
+def view_sql(table: str, columns: dict[str, str], files: list[str], present: dict[str, str]) -> str:
+    """The view of ``table``: its declared ``columns`` (name -> DuckDB type) read from
+    ``files`` (absolute paths); a column no file has (``present``) reads as NULL."""
+    def column(name: str, sql_type: str) -> str:
+        source = ws.quote_ident(name) if name in present else "NULL"
+        return f"CAST({source} AS {sql_type}) AS {ws.quote_ident(name)}"
+
+    select = ", ".join(column(c, t) for c, t in columns.items())
+    if not files:
+        return f"CREATE OR REPLACE VIEW {ws.quote_ident(table)} AS SELECT {select} LIMIT 0"
+    listing = "[" + ", ".join(sql_literal(f) for f in files) + "]"
+    return (f"CREATE OR REPLACE VIEW {ws.quote_ident(table)} AS SELECT {select} "
+            f"FROM read_parquet({listing}, union_by_name = true)")
+
+
+def refresh_views(con, tables: Iterable[str] | None = None) -> None:
+    """(Re)define the views of ``tables`` (every records table: None) from ``records_files``,
+    with their comments (a replaced view loses them)."""
+    declared = all_tables()
+    docs = all_table_docs()
+    root = root_of(con)
+    for table, names in listed(con, tables).items():
+        files = [str(root / n) for n in names]
+        columns = ws.records_columns(declared[table])
+        present: dict[str, str] = {}
+        if files:
+            listing = "[" + ", ".join(sql_literal(f) for f in files) + "]"
+            present = {name: kind for name, kind, *_ in con.execute(
+                f"DESCRIBE SELECT * FROM read_parquet({listing}, union_by_name = true)").fetchall()}
+        con.execute(view_sql(table, columns, files, present))
+        for sql in ws.records_comments_sql(table, declared[table], docs.get(table, {})):
+            con.execute(sql)
+
+
+def refresh_changed(con, before: dict[str, list[str]]) -> None:
+    """Redefine the views whose listing differs from ``before`` (a ``listed`` of earlier)."""
+    after = listed(con)
+    changed = [t for t, names in after.items() if names != before.get(t)]
+    if changed:
+        refresh_views(con, changed)
+
+
+def drop_contents(con, contents_sql: str) -> int:
+    """Unlist the files of the contents ``contents_sql`` (a query of dump_id) selects;
+    returns their rows. The files go at the next ``sweep``."""
+    rows = con.execute(f"SELECT coalesce(sum(rows), 0) FROM records_files WHERE dump_id IN ({contents_sql})").fetchall()[0][0]
+    con.execute(f"DELETE FROM records_files WHERE dump_id IN ({contents_sql})")
+    return int(rows)
+
+
+def sweep(root: Path, keep: set[str]) -> int:
+    """Unlink the store files ``keep`` (store names) does not hold, and leftover temp
+    files. Only for the writer, once no generation of the warehouse lists other files."""
+    removed = 0
+    if not root.is_dir():
+        return 0
+    for table_dir in root.iterdir():
+        if not table_dir.is_dir() or table_dir.name not in all_tables():
+            continue
+        for f in table_dir.iterdir():
+            stray_tmp = f.name.startswith(".") and f.name.endswith(".tmp")
+            if (stray_tmp or _STORE_FILE.match(f.name)) and f"{table_dir.name}/{f.name}" not in keep:
+                f.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
+def adopt(con, root: Path) -> None:
+    """Make ``root`` this warehouse's store (``schema_info.records_root``): move records
+    tables of an older schema out of the file, bring over the files of a store the
+    warehouse named elsewhere (a copied or moved file), and define every view."""
+    root.mkdir(parents=True, exist_ok=True)
+    legacy = [t for (t,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name").fetchall()
+        if t in all_tables()]
+    for table in legacy:
+        _move_out(con, root, table)
+    before = stored_root(con)
+    if before is not None and before != root:
+        _bring_over(con, before, root)
+    if before != root:
+        con.execute("INSERT OR REPLACE INTO schema_info VALUES (?, ?)", [ROOT_KEY, str(root)])
+    views = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    if legacy or before != root or not set(all_tables()) <= views:
+        refresh_views(con)
+
+
+def _move_out(con, root: Path, table: str) -> None:
+    """A records table of schema 9 or before, as store files (one per content), then dropped."""
+    staging = root / ".legacy" / table
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    versions = dict(con.execute(
+        f"SELECT dump_id, max(parser_version) FROM {ws.quote_ident(table)} WHERE dump_id IS NOT NULL GROUP BY dump_id").fetchall())
+    if versions:
+        # Not journaled (COPY is not a write to the file): the replay finds the files in place.
+        con.execute(f"COPY (SELECT * FROM {ws.quote_ident(table)} WHERE dump_id IS NOT NULL) TO {sql_literal(str(staging))} "
+                    "(FORMAT parquet, PARTITION_BY (dump_id), WRITE_PARTITION_COLUMNS true, OVERWRITE true)")
+    rows: list[tuple[str, str, str, int]] = []
+    for dump_id, version in sorted(versions.items()):
+        if not _CONTENT.match(dump_id):
+            continue  # not a content the writer hashed: nothing to name it by
+        parts = sorted((staging / f"dump_id={dump_id}").glob("*.parquet"))
+        for name, n in place(root, table, dump_id, version or 0, parts):
+            rows.append((dump_id, table, name, n))
+    shutil.rmtree(staging, ignore_errors=True)
+    list_files(con, rows)
+    con.execute(f"DROP TABLE {ws.quote_ident(table)}")
+
+
+def _bring_over(con, before: Path, root: Path) -> None:
+    missing: set[str] = set()
+    for dump_id, name in con.execute("SELECT dump_id, file FROM records_files").fetchall():
+        target, source = root / name, before / name
+        if target.exists():
+            continue
+        if not source.exists():
+            missing.add(dump_id)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
+    if not missing:
+        return
+    # Their rows are gone with the other store: compacted, as if by age (parsed again if they come back).
+    con.register("_records_missing", pl.DataFrame({"dump_id": sorted(missing)}).to_arrow())
+    try:
+        con.execute("DELETE FROM records_files WHERE dump_id IN (SELECT dump_id FROM _records_missing)")
+        con.execute("""INSERT INTO compacted_contents SELECT dump_id FROM _records_missing
+                       WHERE dump_id NOT IN (SELECT dump_id FROM compacted_contents)""")
+    finally:
+        con.unregister("_records_missing")
+
+
+def allowed_files(con) -> list[str]:
+    """Absolute paths of every file the views read (what a locked-down reader may open)."""
+    root = root_of(con)
+    return [str(root / n) for (n,) in con.execute("SELECT file FROM records_files ORDER BY file").fetchall()]
+
+
+__all__ = ["ROOT_KEY", "add_rows", "adopt", "allowed_files", "drop_contents", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for",
+           "root_of", "stored_root", "store_name", "sweep", "view_sql"]

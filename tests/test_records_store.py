@@ -1,0 +1,159 @@
+"""The records store (flows.warehouse.records): records rows as Parquet files beside the
+warehouse, one per content and table; each records table a view of exactly the files its
+generation lists; files unlisted are unlinked once no generation can read them."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from flows.warehouse import records
+from flows.warehouse.store import StagedDump, Warehouse, connect_readonly, load_dumps
+from transforms.parse import parse_dump
+
+ROOT = Path(__file__).resolve().parent.parent
+SEEDS = sorted((ROOT / "tests/fixtures/seeds").glob("*.txt"))
+
+
+def staged(raw: bytes, name: str, path: str) -> StagedDump:
+    dump_id = hashlib.sha256(raw).hexdigest()
+    parsed = parse_dump(io.BytesIO(raw), name, dump_id=dump_id)
+    return StagedDump.from_parsed(parsed, path=path, run_id="r1", job="job", size_bytes=len(raw), dump_id=dump_id)
+
+
+@pytest.fixture(scope="module")
+def hlo() -> tuple[StagedDump, StagedDump]:
+    """The same path with two contents: a seed HLO module, then one constant changed."""
+    seed = next(s for s in SEEDS if s.read_bytes().startswith(b"HloModule"))
+    raw = seed.read_bytes()
+    changed = raw.replace(b"constant(", b"constant( ", 1)
+    assert changed != raw
+    return staged(raw, seed.name, "r1/job/module.txt"), staged(changed, seed.name, "r1/job/module.txt")
+
+
+READER = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+print("open", flush=True)
+sys.stdin.readline()
+print(*con.execute("SELECT count(*), min(dump_id) FROM hlo_instructions").fetchall()[0], flush=True)
+"""
+
+
+def store_files(db: Path) -> set[str]:
+    root = records.root_for(db)
+    return {f"{p.parent.name}/{p.name}" for p in root.glob("*/*") if p.is_file()}
+
+
+def rows_of(d: StagedDump, table: str) -> int:
+    return sum(f.height for f in (d.tables or {}).get(table, []))
+
+
+def test_records_are_files_the_views_read_and_unlisted_files_go_once_no_generation_lists_them(tmp_path, hlo):
+    first, second = hlo
+    db = tmp_path / "w.duckdb"
+    with Warehouse(db) as con:
+        load_dumps(con, [first])
+    listed = store_files(db)
+    assert listed and all(name.split("/")[1].startswith(first.dump_id) for name in listed)
+    with connect_readonly(db) as con:
+        assert con.execute("SELECT count(*), min(dump_id) FROM hlo_instructions").fetchall() == [
+            (rows_of(first, "hlo_instructions"), first.dump_id)]
+        assert {f for (f,) in con.execute("SELECT file FROM records_files").fetchall()} == listed
+    # The path's bytes change while a reader (another process) holds this generation: its files stay for it.
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "open"
+        writer = Warehouse(db)
+        with writer as con:
+            load_dumps(con, [second])
+        assert writer.leveled == "held by a reader" and writer.swept == 0
+        assert listed <= store_files(db)
+        assert reader.communicate("go\n", timeout=60)[0].split() == [str(rows_of(first, "hlo_instructions")), first.dump_id]
+    finally:
+        reader.kill()
+    with connect_readonly(db) as con:  # the new generation reads only the new content
+        assert con.execute("SELECT count(*), min(dump_id) FROM hlo_instructions").fetchall() == [
+            (rows_of(second, "hlo_instructions"), second.dump_id)]
+    # The next writer levels both generations, then unlinks what neither lists.
+    writer = Warehouse(db)
+    with writer:
+        pass
+    assert writer.leveled == "replay" and writer.swept == len(listed)
+    assert all(name.split("/")[1].startswith(second.dump_id) for name in store_files(db))
+    with connect_readonly(db) as con:
+        assert {f for (f,) in con.execute("SELECT file FROM records_files").fetchall()} == store_files(db)
+
+
+def test_loading_the_same_content_again_keeps_one_set_of_files(tmp_path, hlo):
+    first, _ = hlo
+    db = tmp_path / "w.duckdb"
+    for _ in range(2):
+        with Warehouse(db) as con:
+            load_dumps(con, [first])
+    with connect_readonly(db) as con:
+        assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(rows_of(first, "hlo_instructions"),)]
+        assert con.execute("SELECT count(*) FROM records_files").fetchall()[0][0] == len(store_files(db))
+
+
+def test_a_copied_warehouse_brings_its_records_and_one_without_them_marks_them_compacted(tmp_path, hlo):
+    first, _ = hlo
+    db = tmp_path / "w.duckdb"
+    with Warehouse(db) as con:
+        load_dumps(con, [first])
+    n = rows_of(first, "hlo_instructions")
+    copy = tmp_path / "copy" / "w.duckdb"
+    copy.parent.mkdir()
+    shutil.copyfile(db, copy)
+    with connect_readonly(copy) as con:  # a reader of the copy reads the store the file names
+        assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(n,)]
+    with Warehouse(copy):  # its first writer makes the store its own
+        pass
+    assert store_files(copy) == store_files(db)
+    shutil.rmtree(records.root_for(db))
+    with connect_readonly(copy) as con:
+        assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(n,)]
+        assert con.execute("SELECT value FROM schema_info WHERE key = 'records_root'").fetchall() == [
+            (str(records.root_for(copy)),)]
+    # A copy whose store is gone: its contents count as compacted (parsed again when they come back).
+    lost = tmp_path / "lost.duckdb"
+    shutil.copyfile(db, lost)
+    with Warehouse(lost):
+        pass
+    with connect_readonly(lost) as con:
+        assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(0,)]
+        assert con.execute("SELECT count(*) FROM records_files").fetchall() == [(0,)]
+        assert con.execute("SELECT dump_id FROM compacted_contents").fetchall() == [(first.dump_id,)]
+
+
+def test_a_locked_down_reader_reads_the_records_views_and_no_other_file(tmp_path, hlo):
+    first, _ = hlo
+    db = tmp_path / "w.duckdb"
+    with Warehouse(db) as con:
+        load_dumps(con, [first])
+    (tmp_path / "secret.csv").write_text("a\n1\n")
+    other = records.root_for(db) / "hlo_instructions" / ("0" * 64 + ".v1.0.parquet")
+    with connect_readonly(db, locked=True) as con:
+        assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(rows_of(first, "hlo_instructions"),)]
+        for sql in (f"SELECT * FROM read_csv('{tmp_path / 'secret.csv'}')",
+                    f"COPY (SELECT 1) TO '{other}' (FORMAT parquet)",
+                    f"SELECT * FROM read_csv('{records.root_for(db)}/hlo_instructions/../../secret.csv')"):
+            with pytest.raises(duckdb.Error, match="disabled by configuration|Permission"):
+                con.execute(sql)
+    assert not other.exists()
+
+
+def test_store_names_are_made_from_declared_tables_and_content_hashes_only():
+    good = "a" * 64
+    assert records.store_name("hlo_instructions", good, 7, 0) == f"hlo_instructions/{good}.v7.0.parquet"
+    for table, dump_id in (("../etc", good), ("hlo_instructions", "../../x"), ("hlo_instructions", "A" * 64),
+                           ("hlo_instructions", good + "/x")):
+        with pytest.raises(ValueError):
+            records.store_name(table, dump_id, 1, 0)
