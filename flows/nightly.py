@@ -248,8 +248,8 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         lap("catch_up")
         staged = still_new(con, [o for o in outcomes if o.staged is not None])
         wh.upsert_runs(con, [_run_row(info) for info in runs.values()])
-        if staged and compact_records(con, settings.keep_records_runs, sorted({o.staged.sha256 for o in staged})):
-            con.execute("CHECKPOINT")  # the space the superseded records held takes tonight's
+        if staged:  # unlists the superseded records files (unlinked after the publish)
+            compact_records(con, settings.keep_records_runs, sorted({o.staged.sha256 for o in staged}))
         lap("compact")
         seen: set[str] = set()
         # Contents whose records were compacted away since: loaded again, not copied.

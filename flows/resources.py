@@ -34,9 +34,10 @@ DEFAULT_BUDGET = 2 << 30
 # item rows takes ~1.5 KiB in polars at the peak of the fusion digests (measured on
 # the llama and mixtral modules), and two batches run at once.
 ROWS_PER_GIB = 150_000
-# Observations (series, metric, run, value) the incidents walk takes at once per GiB:
-# its frames peaked at ~350 MiB for 5.5 million rows (a year of big nights) at once.
-OBSERVATIONS_PER_GIB = 1_000_000
+# Observations (series, metric, run, value) the incidents walk takes at once per GiB: at
+# its peak the walk holds ~200 bytes an observation (+330 MiB for a group of 1.58 M on a
+# year of big nights), on top of what the night holds already.
+OBSERVATIONS_PER_GIB = 400_000
 # Figures one aggregation pass rewrites per GiB (a re-aggregation of many runs goes a
 # window of runs at a time): the trends of 1.7 M figures held ~850 MiB and writing their
 # rows ~1 GiB more (a year of big nights, 99 runs in one pass).
