@@ -133,6 +133,23 @@ def test_a_copied_warehouse_brings_its_records_and_one_without_them_marks_them_c
         assert con.execute("SELECT dump_id FROM compacted_contents").fetchall() == [(first.dump_id,)]
 
 
+def test_a_warehouse_moved_with_its_store_reads_its_records_at_once_after_its_next_writer(tmp_path, hlo):
+    first, _ = hlo
+    db = tmp_path / "a" / "w.duckdb"
+    db.parent.mkdir()
+    with Warehouse(db) as con:
+        load_dumps(con, [first])
+    files = store_files(db)
+    moved = tmp_path / "b"
+    (tmp_path / "a").rename(moved)
+    with Warehouse(moved / "w.duckdb"):  # finds its store beside it: nothing to bring over, nothing lost
+        pass
+    assert store_files(moved / "w.duckdb") == files
+    with connect_readonly(moved / "w.duckdb") as con:
+        assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(rows_of(first, "hlo_instructions"),)]
+        assert con.execute("SELECT count(*) FROM compacted_contents").fetchall() == [(0,)]
+
+
 def test_a_locked_down_reader_reads_the_records_views_and_no_other_file(tmp_path, hlo):
     first, _ = hlo
     db = tmp_path / "w.duckdb"

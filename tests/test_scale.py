@@ -22,6 +22,7 @@ import pytest
 
 from flows import aggregate as aggregate_mod
 from flows import history
+from flows.warehouse import records
 from flows.warehouse import store as wh
 from tests.test_concurrency import SAMPLE, snapshot
 
@@ -96,6 +97,16 @@ def test_compaction_keeps_only_the_latest_runs_records_and_every_figure_exact(pr
         assert kept == _count(compacted, f"SELECT count(DISTINCT dump_id) FROM {table} WHERE dump_id IN ({latest})"), table
         assert _count(full, f"SELECT count(*) FROM {table}") >= _count(compacted, f"SELECT count(*) FROM {table}")
     assert _count(full, "SELECT count(*) FROM hlo_instructions") > _count(compacted, "SELECT count(*) FROM hlo_instructions")
+    # Compacted records are gone from the disk, not only from the listing: the store holds
+    # the files of the latest run's contents, exactly those records_files lists.
+    def store(warehouse: Path) -> set[str]:
+        return {f"{f.parent.name}/{f.name}" for f in records.root_for(warehouse).glob("*/*.parquet")}
+
+    with wh.connect_readonly(compacted) as con:
+        listed = {f for (f,) in con.execute("SELECT file FROM records_files").fetchall()}
+        latest_ids = {d for (d,) in con.execute(latest).fetchall()}
+    assert store(compacted) == listed and {name.split("/")[1][:64] for name in listed} <= latest_ids
+    assert len(store(full)) > len(store(compacted))
     a, b = snapshot(compacted), snapshot(full)
     derived = ["dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals",
                "content_item_rows", "excerpt_texts", "diffs", "incidents", "incident_steps", "metrics", "dumps"]
