@@ -155,9 +155,12 @@ def view_sql(table: str, columns: dict[str, str], files: list[str], present: dic
     select = ", ".join(column(c, t) for c, t in columns.items())
     if not files:
         return f"CREATE OR REPLACE VIEW {ws.quote_ident(table)} AS SELECT {select} LIMIT 0"
-    listing = "[" + ", ".join(sql_literal(f) for f in files) + "]"
-    return (f"CREATE OR REPLACE VIEW {ws.quote_ident(table)} AS SELECT {select} "
-            f"FROM read_parquet({listing}, union_by_name = true)")
+    return f"CREATE OR REPLACE VIEW {ws.quote_ident(table)} AS SELECT {select} FROM {_reading(files)}"
+
+
+def _reading(files: list[str]) -> str:
+    """The table function reading ``files`` (absolute paths, as SQL literals)."""
+    return "read_parquet([" + ", ".join(sql_literal(f) for f in files) + "], union_by_name = true)"
 
 
 def refresh_views(con, tables: Iterable[str] | None = None) -> None:
@@ -171,9 +174,7 @@ def refresh_views(con, tables: Iterable[str] | None = None) -> None:
         columns = ws.records_columns(declared[table])
         present: dict[str, str] = {}
         if files:
-            listing = "[" + ", ".join(sql_literal(f) for f in files) + "]"
-            present = {name: kind for name, kind, *_ in con.execute(
-                f"DESCRIBE SELECT * FROM read_parquet({listing}, union_by_name = true)").fetchall()}
+            present = {name: kind for name, kind, *_ in con.execute(f"DESCRIBE SELECT * FROM {_reading(files)}").fetchall()}
         con.execute(view_sql(table, columns, files, present))
         for sql in ws.records_comments_sql(table, declared[table], docs.get(table, {})):
             con.execute(sql)
