@@ -27,7 +27,7 @@ from transforms.records import DumpKind, TableBatch
 
 ROOT = Path(__file__).resolve().parents[1]
 _module_for = parse_mod.module_for
-_FILES = ("xla_hlo.py", "xla_shapes.py", "hlo_lines.py")
+_FILES = ("parsers/xla_hlo.py", "parsers/xla_shapes.py", "parsers/hlo_lines.py", "reading.py")
 
 
 def make_ref(rev: str, out: Path) -> None:
@@ -38,12 +38,12 @@ def make_ref(rev: str, out: Path) -> None:
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "__init__.py").write_text("")
     for name in _FILES:
-        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:transforms/parsers/{name}"], check=True,
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:transforms/{name}"], check=True,
                               capture_output=True, text=True).stdout
         for mod in ("xla_shapes", "hlo_lines"):
             text = text.replace(f"from transforms.parsers import {mod}", f"from ref_hlo import {mod}")
             text = text.replace(f"from transforms.parsers.{mod} import", f"from ref_hlo.{mod} import")
-        (pkg / name).write_text(text)
+        (pkg / name.rpartition("/")[2]).write_text(text)
 
 
 def run(data: bytes, name: str, use_old: bool):
@@ -74,6 +74,47 @@ def same(a, b) -> str | None:
             diff = pl.concat([fa.with_row_index("i"), fb.with_row_index("i")]).unique(keep="none", maintain_order=True)
             return f"{t}: values differ:\n{diff.head(6)}"
     return None
+
+
+def read_all(reader_cls, data: bytes, **kw) -> tuple:
+    """Every line with the reader's ``lines_read`` after it, then its error, or the exception it raised."""
+    reader = reader_cls(io.BytesIO(data), **kw)
+    got = [reader.head, reader.compressed]
+    try:
+        for line in reader:
+            got.append((line, reader.lines_read))
+    except Exception as exc:  # noqa: BLE001 - a limit: compare its text and line
+        got.append((type(exc).__name__, str(exc), getattr(exc, "lineno", None)))
+    got += [reader.error, reader.lines_read, reader.bytes_read]
+    return tuple(got)
+
+
+def compare_reading(files: list[Path]) -> tuple[int, int]:
+    """The old and new ``LineReader`` hand out the same lines, count them alike at every step and end
+    alike, on every file (gzip and plain, whole and cut) and on texts with every kind of line break."""
+    from ref_hlo import reading as old_reading
+
+    from transforms import reading as new_reading
+
+    blobs = []
+    for path in files:
+        raw = path.read_bytes()
+        blobs.append(raw)
+        blobs += [raw[: len(raw) * j // 7] for j in range(1, 7)]
+        if path.name.endswith(".gz") and len(raw) < 2_000_000:
+            data = gzip.decompress(raw)
+            blobs += [data[: len(data) * j // 5] for j in range(1, 5)]
+    odd = "a\rb\r\nc\vd\fe\x1cf\x1dg\x1eh\x85i\u2028j\u2029k\n\nl"
+    blobs += [odd.encode(), (odd * 50_000).encode(), b"x\xff\xfe\n\r" * 300_000, b"no newline", b"", b"\n",
+              gzip.compress(odd.encode() * 100_000), b"\r" + b"y" * (1 << 20) + b"\r\n" * 3]
+    cases = bad = 0
+    for blob in blobs:
+        for kw in ({}, {"max_line_bytes": 100}, {"max_bytes": len(blob) // 2}, {"max_line_bytes": 1 << 20}):
+            cases += 1
+            if read_all(old_reading.LineReader, blob, **kw) != read_all(new_reading.LineReader, blob, **kw):
+                bad += 1
+                print(f"DIFF reading {blob[:40]!r} ({len(blob)} bytes) {kw}", flush=True)
+    return cases, bad
 
 
 def inputs(big: bool) -> list[Path]:
@@ -123,6 +164,9 @@ def main() -> int:
                 bad += 1
                 print(f"DIFF {label}: {why}", flush=True)
     print(f"{cases} cases, {bad} differ")
+    r_cases, r_bad = compare_reading(inputs(False))
+    print(f"reading: {r_cases} cases, {r_bad} differ")
+    bad += r_bad
     return 1 if bad else 0
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import time
 import zlib
+from itertools import chain
 from typing import BinaryIO, Iterator
 
 from transforms.units import human_bytes
@@ -31,6 +32,9 @@ _BUFFER = 1 << 20
 
 # What a damaged compressed stream raises while reading.
 _STREAM_ERRORS = (EOFError, zlib.error, OSError)
+# What str.splitlines ends a line at besides "\n" (and "\r", gone by then): a chunk holding none
+# of them is cut into lines, newlines kept, by one C call (a substring test each: a regex is slower).
+_OTHER_BREAKS = ("\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
 
 
 class ReadLimitError(Exception):
@@ -106,7 +110,8 @@ class LineReader:
         self.max_seconds = max_seconds
         self._deadline = None if max_seconds is None else time.monotonic() + max_seconds
         self.error: str | None = None
-        self.lines_read = 0
+        # lines_read: those before the current chunk plus those taken from its list iterator
+        self._before, self._chunk_len, self._chunk = 0, 0, iter(())
         self.bytes_read = 0  # text bytes (decompressed) taken from the stream so far
         self.head = self._peek_head()
 
@@ -119,7 +124,22 @@ class LineReader:
         # A multi-byte character may be cut at the end of the peek: drop it.
         return head.decode("utf-8", errors="replace").rstrip("\ufffd")
 
+    @property
+    def lines_read(self) -> int:
+        """Lines handed out so far."""
+        return self._before + self._chunk_len - self._chunk.__length_hint__()
+
     def __iter__(self) -> Iterator[str]:
+        # Each chunk's lines are handed out by a list iterator (C), not by one generator step and
+        # one concatenation per line; lines_read asks the iterator how many it has left.
+        return chain.from_iterable(self._chunks())
+
+    def _lines(self, lines: list[str]) -> Iterator[str]:
+        self._before += self._chunk_len
+        self._chunk_len, self._chunk = len(lines), iter(lines)
+        return self._chunk
+
+    def _chunks(self) -> Iterator[Iterator[str]]:
         if self.error:
             return
         cap = self.max_line_bytes
@@ -172,14 +192,14 @@ class LineReader:
             after_cr = not rest and chunk[end] == 13
             if "\r" in text:
                 text = text.replace("\r\n", "\n").replace("\r", "\n")
-            lines = text.split("\n")
-            lines.pop()  # the text ends with a newline: nothing after it
-            for line in lines:
-                self.lines_read += 1
-                yield line + "\n"
+            if not any(c in text for c in _OTHER_BREAKS):
+                yield self._lines(text.splitlines(True))  # the text ends with a newline: nothing after it
+            else:
+                lines = text.split("\n")
+                lines.pop()  # the text ends with a newline: nothing after it
+                yield self._lines([line + "\n" for line in lines])
         if pending:  # the last line has no newline
-            self.lines_read += 1
-            yield b"".join(pending).decode("utf-8", "replace")
+            yield self._lines([b"".join(pending).decode("utf-8", "replace")])
 
     def _check_time(self) -> None:
         if self._deadline is not None and time.monotonic() > self._deadline:
