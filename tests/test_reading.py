@@ -162,3 +162,16 @@ def test_a_head_only_reader_sees_the_head_a_whole_reader_sees():
     assert len(heads) > 100
     for raw in heads:
         assert LineReader(io.BytesIO(raw), head_only=True).head == LineReader(io.BytesIO(raw)).head
+
+
+@pytest.mark.parametrize("odd", ["", "\x85", "\u2028", "\v\f\x1c"])
+def test_lines_read_counts_each_line_as_it_is_handed_out(odd):
+    """Across chunks (1 MiB each), whichever way a chunk is cut into lines: only \\n and \\r end a line
+    (str.splitlines would also end one at \\v, \\x85, \\u2028 ...)."""
+    lines = [f"line {i}{odd if i % 1000 == 7 else ''} {'x' * (i % 97)}\n" for i in range(60_000)]
+    reader = LineReader(io.BytesIO("".join(lines).encode() + b"tail"))
+    got = []
+    for i, line in enumerate(reader, 1):
+        got.append(line)
+        assert reader.lines_read == i
+    assert got == [*lines, "tail"] and reader.error is None
