@@ -1,10 +1,11 @@
 """Old vs new XLA HLO parser: identical output on every HLO text input we have, whole and cut.
 
-    PYTHONPATH=/work/h14b:/tmp/ref_parser .venv/bin/python benchmarks/compare_hlo_parser.py [--big] [--cuts 10]
+    PYTHONPATH=.:/tmp/ref_parser .venv/bin/python benchmarks/compare_hlo_parser.py [--big] [--cuts 10]
 
-The old parser is a copy of transforms/parsers/{xla_hlo,xla_shapes,hlo_lines}.py at a git revision,
-importable as ``ref_hlo`` (imports renamed); make it with ``--make-ref REV DIR`` (e.g. ``--make-ref
-main /tmp/ref_parser``), then put DIR on PYTHONPATH. Each input goes
+The old parser is a copy of transforms/parsers/{xla_hlo,xla_shapes,hlo_lines}.py and
+transforms/reading.py at a git revision, importable as ``ref_hlo`` (imports renamed); make it with
+``--make-ref REV DIR`` (e.g. ``--make-ref main /tmp/ref_parser``), then put DIR on PYTHONPATH.
+Then the old and new ``LineReader`` must hand out the same lines (``compare_reading``). Each input goes
 through ``transforms.parse.iter_dump`` (as the nightly reads it: gzip, line limits) once with each
 parser; the batches (table, columns, dtypes, rows, values, nulls, batch heights) and the summary
 (kind, stage, program, status, errors, truncated, metrics) must be equal. Inputs: every file under
