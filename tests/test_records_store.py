@@ -92,6 +92,31 @@ def test_records_are_files_the_views_read_and_unlisted_files_go_once_no_generati
         assert {f for (f,) in con.execute("SELECT file FROM records_files").fetchall()} == store_files(db)
 
 
+def test_a_reader_holding_a_generation_through_two_nights_still_reads_its_records(tmp_path, hlo):
+    first, second = hlo
+    db = tmp_path / "w.duckdb"
+    with Warehouse(db) as con:
+        load_dumps(con, [first])
+    first_files = store_files(db)
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "open"
+        with Warehouse(db) as con:
+            load_dumps(con, [second])
+        writer = Warehouse(db)  # the reader holds the standby: this night copies the file
+        with writer:
+            pass
+        assert writer.caught_up == "copy" and writer.swept == 0
+        assert reader.communicate("go\n", timeout=60)[0].split() == [str(rows_of(first, "hlo_instructions")), first.dump_id]
+    finally:
+        reader.kill()
+    writer = Warehouse(db)
+    with writer:
+        pass
+    assert writer.caught_up == "replay" and writer.swept == len(first_files)
+    assert all(name.split("/")[1].startswith(second.dump_id) for name in store_files(db))
+
+
 def test_loading_the_same_content_again_keeps_one_set_of_files(tmp_path, hlo):
     first, _ = hlo
     db = tmp_path / "w.duckdb"

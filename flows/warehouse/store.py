@@ -272,7 +272,10 @@ class Warehouse:
             except Exception as exc:  # noqa: BLE001 - the night is published; the next writer copies
                 self.dirty.touch()
                 self.leveled = f"failed ({type(exc).__name__}: {exc})"
-            if self.leveled == "replay":  # both generations list the same files: the others can go
+            # Both generations list the same files now: the others can go. Not after a
+            # night that had to copy the file: that may be a reader still holding an older
+            # generation (it held the standby), whose files it could still read.
+            if self.leveled == "replay" and self.caught_up != "copy":
                 self.swept = records.sweep(self.records_root, listed)
             self.level_seconds = time.perf_counter() - started
         finally:
