@@ -4,6 +4,7 @@ generation lists; files unlisted are unlinked once no generation can read them."
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import shutil
@@ -47,6 +48,18 @@ print(*con.execute("SELECT count(*), min(dump_id) FROM hlo_instructions").fetcha
 """
 
 
+@contextlib.contextmanager
+def reader_process(db: Path):
+    """A reader in another process holding ``db`` open; yields ``read()``: its records
+    view's (row count, first dump_id), read through that same connection (it then exits)."""
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "open"
+        yield lambda: reader.communicate("go\n", timeout=60)[0].split()
+    finally:
+        reader.kill()
+
+
 def store_files(db: Path) -> set[str]:
     root = records.root_for(db)
     return {f"{p.parent.name}/{p.name}" for p in root.glob("*/*") if p.is_file()}
@@ -68,17 +81,13 @@ def test_records_are_files_the_views_read_and_unlisted_files_go_once_no_generati
             (rows_of(first, "hlo_instructions"), first.dump_id)]
         assert {f for (f,) in con.execute("SELECT file FROM records_files").fetchall()} == listed
     # The path's bytes change while a reader (another process) holds this generation: its files stay for it.
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert reader.stdout.readline().strip() == "open"
+    with reader_process(db) as read:
         writer = Warehouse(db)
         with writer as con:
             load_dumps(con, [second])
         assert writer.leveled == "held by a reader" and writer.swept == 0
         assert listed <= store_files(db)
-        assert reader.communicate("go\n", timeout=60)[0].split() == [str(rows_of(first, "hlo_instructions")), first.dump_id]
-    finally:
-        reader.kill()
+        assert read() == [str(rows_of(first, "hlo_instructions")), first.dump_id]
     with connect_readonly(db) as con:  # the new generation reads only the new content
         assert con.execute("SELECT count(*), min(dump_id) FROM hlo_instructions").fetchall() == [
             (rows_of(second, "hlo_instructions"), second.dump_id)]
@@ -98,18 +107,14 @@ def test_a_reader_holding_a_generation_through_two_nights_still_reads_its_record
     with Warehouse(db) as con:
         load_dumps(con, [first])
     first_files = store_files(db)
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert reader.stdout.readline().strip() == "open"
+    with reader_process(db) as read:
         with Warehouse(db) as con:
             load_dumps(con, [second])
         writer = Warehouse(db)  # the reader holds the standby: this night copies the file
         with writer:
             pass
         assert writer.caught_up == "copy" and writer.swept == 0
-        assert reader.communicate("go\n", timeout=60)[0].split() == [str(rows_of(first, "hlo_instructions")), first.dump_id]
-    finally:
-        reader.kill()
+        assert read() == [str(rows_of(first, "hlo_instructions")), first.dump_id]
     writer = Warehouse(db)
     with writer:
         pass

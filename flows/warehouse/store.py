@@ -417,8 +417,7 @@ def _fsync_dir(d: Path) -> None:
 # ---------------------------------------------------------------- schema
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
-    has = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = 'schema_info'").fetchall()[0][0]
-    if not has:
+    if not _has_table(con, "schema_info"):
         return 0
     row = con.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchall()
     return int(row[0][0]) if row else 0
