@@ -204,3 +204,15 @@ def test_store_names_are_made_from_declared_tables_and_content_hashes_only():
                            ("hlo_instructions", good + "/x")):
         with pytest.raises(ValueError):
             records.store_name(table, dump_id, 1, 0)
+
+
+def test_a_warehouse_path_with_quotes_and_markup_is_a_literal_in_the_views(tmp_path, hlo):
+    first, _ = hlo
+    db = tmp_path / "x'; DROP TABLE dumps; -- <img src=x onerror=alert(1)> {%x%}" / "w.duckdb"
+    db.parent.mkdir()
+    with Warehouse(db) as con:
+        load_dumps(con, [first])
+    for locked in (False, True):
+        with connect_readonly(db, locked=locked) as con:
+            assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(rows_of(first, "hlo_instructions"),)]
+            assert con.execute("SELECT count(*) FROM dumps").fetchall() == [(1,)]
