@@ -316,17 +316,17 @@ def records_columns(schema: pl.Schema, *, identity: bool = True) -> dict[str, st
     return cols
 
 
-def records_sync_sql(tables: Mapping[str, pl.Schema], existing: Mapping[str, Mapping[str, str]],
-                     *, identity: bool = True) -> list[str]:
-    """DDL bringing the records tables up to the declared ``tables``.
+def derived_sync_sql(tables: Mapping[str, pl.Schema], existing: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """DDL bringing the derived tables (declared as polars schemas) up to their declarations.
 
     ``existing``: table -> {column: DuckDB type} as the warehouse has them now.
     Creates missing tables, adds missing columns; columns the code no longer
     declares stay (NULL for new rows). A changed type raises: it needs a migration.
+    (Records tables are views over Parquet files, made by ``flows.warehouse.records``.)
     """
     out: list[str] = []
     for table, schema in tables.items():
-        want = records_columns(schema, identity=identity)
+        want = {name: duckdb_type(dtype) for name, dtype in schema.items()}
         have = existing.get(table)
         if have is None:
             cols = ",\n    ".join(f"{quote_ident(c)} {t}" for c, t in want.items())

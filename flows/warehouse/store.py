@@ -439,7 +439,7 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | Non
             con.execute(ws.set_version_sql(version))
         records.adopt(con, records_root or records.root_of(con))
         derived = {name: schema for name, (schema, _) in ws.derived_tables().items()}
-        more = ws.records_sync_sql(derived, _existing_columns(con), identity=False)
+        more = ws.derived_sync_sql(derived, _existing_columns(con))
         for sql in more:
             con.execute(sql)
         # Views and comments (hundreds of statements) only when they would change: every
