@@ -60,6 +60,13 @@ def reader_process(db: Path):
         reader.kill()
 
 
+def warehouse_with(db: Path, dump: StagedDump) -> Path:
+    """``db``, a new warehouse holding ``dump``."""
+    with Warehouse(db) as con:
+        load_dumps(con, [dump])
+    return db
+
+
 def store_files(db: Path) -> set[str]:
     root = records.root_for(db)
     return {f"{p.parent.name}/{p.name}" for p in root.glob("*/*") if p.is_file()}
@@ -71,9 +78,7 @@ def rows_of(d: StagedDump, table: str) -> int:
 
 def test_records_are_files_the_views_read_and_unlisted_files_go_once_no_generation_lists_them(tmp_path, hlo):
     first, second = hlo
-    db = tmp_path / "w.duckdb"
-    with Warehouse(db) as con:
-        load_dumps(con, [first])
+    db = warehouse_with(tmp_path / "w.duckdb", first)
     listed = store_files(db)
     assert listed and all(name.split("/")[1].startswith(first.dump_id) for name in listed)
     with connect_readonly(db) as con:
@@ -103,9 +108,7 @@ def test_records_are_files_the_views_read_and_unlisted_files_go_once_no_generati
 
 def test_a_reader_holding_a_generation_through_two_nights_still_reads_its_records(tmp_path, hlo):
     first, second = hlo
-    db = tmp_path / "w.duckdb"
-    with Warehouse(db) as con:
-        load_dumps(con, [first])
+    db = warehouse_with(tmp_path / "w.duckdb", first)
     first_files = store_files(db)
     with reader_process(db) as read:
         with Warehouse(db) as con:
@@ -135,9 +138,7 @@ def test_loading_the_same_content_again_keeps_one_set_of_files(tmp_path, hlo):
 
 def test_a_copied_warehouse_brings_its_records_and_one_without_them_marks_them_compacted(tmp_path, hlo):
     first, _ = hlo
-    db = tmp_path / "w.duckdb"
-    with Warehouse(db) as con:
-        load_dumps(con, [first])
+    db = warehouse_with(tmp_path / "w.duckdb", first)
     n = rows_of(first, "hlo_instructions")
     copy = tmp_path / "copy" / "w.duckdb"
     copy.parent.mkdir()
@@ -182,9 +183,7 @@ def test_a_warehouse_moved_with_its_store_reads_its_records_at_once_after_its_ne
 
 def test_a_locked_down_reader_reads_the_records_views_and_no_other_file(tmp_path, hlo):
     first, _ = hlo
-    db = tmp_path / "w.duckdb"
-    with Warehouse(db) as con:
-        load_dumps(con, [first])
+    db = warehouse_with(tmp_path / "w.duckdb", first)
     (tmp_path / "secret.csv").write_text("a\n1\n")
     other = records.root_for(db) / "hlo_instructions" / ("0" * 64 + ".v1.0.parquet")
     with connect_readonly(db, locked=True) as con:
