@@ -86,10 +86,13 @@ class NightSummary:
         return json.dumps(asdict(self), indent=2)
 
     def markdown(self) -> str:
+        # Two incident counts that differ on purpose: opened in any run this night loaded (a first
+        # ingest loads a bucket's whole history), and the latest run's verdict (what "last night" says).
+        label = {"new_incidents": "incidents opened in the runs loaded"}
         lines = ["| | |", "| --- | ---: |"] + [
-            f"| {k} | {v} |" for k, v in asdict(self).items()
+            f"| {label.get(k, k)} | {v} |" for k, v in asdict(self).items()
             if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up", "leveled", "peak_mib", "written_mib")
-        ] + [f"| incidents {k} | {v} |" for k, v in self.incidents.items()]
+        ] + [f"| latest run: incidents {k} | {v} |" for k, v in self.incidents.items()]
         lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
         if self.failures:
             lines += ["", "Failures:", ""] + [f"- {f}" for f in self.failures]

@@ -137,3 +137,13 @@ def test_staging_is_emptied_by_a_good_night_and_kept_by_a_failed_one(prefect, tm
     _run(bucket, warehouse)
     assert staging.staged_contents(staging_dir) == set()  # the published warehouse is the record
     assert _counts(warehouse)["dumps"] == 9
+
+
+def test_the_summary_table_tells_its_two_incident_counts_apart():
+    """A first ingest opens incidents in every run it loads; "last night" is the latest run's."""
+    from flows.nightly import NightSummary
+
+    text = NightSummary(new_incidents=10, incidents={"new": 0, "open": 9}).markdown()
+    assert "| incidents opened in the runs loaded | 10 |" in text
+    assert "| latest run: incidents new | 0 |" in text and "| latest run: incidents open | 9 |" in text
+    assert "new_incidents" not in text

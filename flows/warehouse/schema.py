@@ -309,9 +309,9 @@ def duckdb_type(dtype: pl.DataType) -> str:
     raise TypeError(f"no DuckDB type for polars {dtype!r}")
 
 
-def records_columns(schema: pl.Schema, *, identity: bool = True) -> dict[str, str]:
+def records_columns(schema: pl.Schema) -> dict[str, str]:
     """Column -> DuckDB type of a records table: identity columns, then the parser's."""
-    cols = {name: t for name, (t, _) in IDENTITY_COLUMNS.items()} if identity else {}
+    cols = {name: t for name, (t, _) in IDENTITY_COLUMNS.items()}
     cols.update({name: duckdb_type(dtype) for name, dtype in schema.items()})
     return cols
 
