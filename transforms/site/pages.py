@@ -284,7 +284,8 @@ def overview_page(d: SiteData) -> dict:
                                 pl.lit("changed").alias("verdict"), pl.col("regressions").diff().cast(pl.Float64).alias("delta"),
                                 pl.lit("all jobs").alias("line")).join(d.runs.select("run_id", "commit"), on="run_id")
     if history.height > 1 and not charts.is_empty(rows):  # no regression in any run: the counts line says so
-        chart = charts.trend_chart(_opened_marks(d, rows, ""), title="Regressions per run", height=140)
+        chart = charts.trend_chart(_opened_marks(d, rows, ""), title="Figures worse than their baseline, per run",
+                                   metric_label="figures regressed", height=140)
     verdict = _verdict(d, run, here="")
     return {"run": run, "info": info, **_run_info(d, info), "regressions": reg.height, "programs": programs,
             "headline": headline, **verdict,
