@@ -224,3 +224,19 @@ def test_finalize_lets_markup_through_and_escapes_the_rest():
     assert finalize("<x>") == "&#60;x&#62;" and isinstance(finalize("<x>"), Markup)
     assert finalize(None) == "" and finalize(3) == "3"
     assert md_text(Markup("<b>")) == "&#60;b&#62;"  # an explicit call escapes whatever it gets
+
+
+@pytest.mark.parametrize("commit", PAYLOADS)
+def test_a_commit_from_run_json_stays_inside_its_report_links(commit):
+    """run.json's commit lands in link destinations of the night report (and its notifications):
+    percent-encoded there, shown as inline code, never a link or markup of its own."""
+    from transforms.trends.night_report import commit_range
+
+    row = {"last_good_commit": commit, "first_bad_commit": "9b03c5e"}
+    parsed = tree(_md(commit_range(row, "https://git.example/c/{commit}", "https://git.example/compare/{base}...{head}")))
+    assert {t for t, _ in parsed.tags} <= {"p", "a", "code"}, parsed.tags
+    hrefs = [a["href"] for t, a in parsed.tags if t == "a"]
+    assert len(hrefs) == 3 and all(h.startswith("https://git.example/") for h in hrefs)
+    kept = re.sub(r"[\ud800-\udfff]", "\ufffd", commit)  # a lone surrogate cannot be encoded
+    assert unquote(hrefs[0].removeprefix("https://git.example/c/")) == kept
+    assert unquote(hrefs[2].removeprefix("https://git.example/compare/")) == f"{kept}...9b03c5e"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from transforms.escape import code, md_text, shell_word
+from transforms.escape import code, md_text, shell_word, url_path
 
 SECTIONS = (("new", "New"), ("fixed", "Fixed"), ("accepted", "Accepted"), ("open", "Still open"),
             ("improvement", "Improvements"))
@@ -34,14 +34,16 @@ def counts_line(c: dict[str, int]) -> str:
 def commit_link(commit: str | None, template: str | None) -> str:
     if not commit:
         return "?"
-    return f"[{code(commit)}]({template.format(commit=commit)})" if template else code(commit)
+    # run.json's commit is any string: percent-encoded in the link, as the site does it
+    return f"[{code(commit)}]({template.format(commit=url_path(commit))})" if template else code(commit)
 
 
 def commit_range(row: dict, template: str | None = None, compare: str | None = None) -> str:
     """``a1b2c3 → d4e5f6`` (a compare link when a template is set)."""
     text = f"{commit_link(row['last_good_commit'], template)} → {commit_link(row['first_bad_commit'], template)}"
     if compare and row["last_good_commit"] and row["first_bad_commit"]:
-        text += f" ([compare]({compare.format(base=row['last_good_commit'], head=row['first_bad_commit'])}))"
+        href = compare.format(base=url_path(row["last_good_commit"]), head=url_path(row["first_bad_commit"]))
+        text += f" ([compare]({href}))"
     return text
 
 
