@@ -315,16 +315,18 @@ def _drop_loaded_staging(con, staging_dir: Path) -> int:
 def _announce(con, loaded_runs: list[str], settings) -> int:
     """The summary of each loaded run with new incidents, to every target, once."""
     from flows.notify import notify_new
-    from transforms.trends.night_report import night_markdown
+    from transforms.escape import plain_text
+    from transforms.trends.night_report import night_markdown, night_text
 
     sent = 0
     for run_id in loaded_runs:
         at = verdict.incidents_at(con, run_id)
         new = at.filter(pl.col("status") == "new").height
-        text = night_markdown(run_id, verdict.run_commit(con, run_id), at, sections=("new",),
-                              commit_url=settings.commit_url, compare_url=settings.compare_url)
+        how = dict(sections=("new",), commit_url=settings.commit_url, compare_url=settings.compare_url)
+        commit = verdict.run_commit(con, run_id)
         sent += len(notify_new(con, storage_secrets.notify_targets(), run_id,
-                               f"Dumpscope: {new} new incident(s) in run {run_id}", text, new))
+                               f"Dumpscope: {new} new incident(s) in run {plain_text(run_id)}",
+                               night_markdown(run_id, commit, at, **how), night_text(run_id, commit, at, **how), new))
     return sent
 
 

@@ -69,8 +69,8 @@ from urllib.parse import quote
 
 from markupsafe import Markup
 
-__all__ = ["Markup", "block_text", "breakable", "breakable_code", "code", "finalize", "html_attr", "json_script", "md_text", "pre",
-           "shell_word", "slug", "sql_literal", "url_path"]
+__all__ = ["Markup", "block_text", "breakable", "breakable_code", "code", "finalize", "html_attr", "json_script", "md_text",
+           "plain_text", "pre", "shell_word", "slug", "sql_literal", "url_path"]
 
 _REF = {c: f"&#{ord(c)};" for c in "&<>\"'\\`*[]{}|#~"}
 _SPACE = " "
@@ -78,6 +78,7 @@ _CONTROLS = {i: chr(0x2400 + i) for i in range(0x20)} | {0x7F: "\u2421"} | {i: "
 # Line and paragraph separators, and what str.splitlines() splits on, are line breaks.
 _BREAKS = {ord(c): _SPACE for c in "\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
 _INLINE = str.maketrans({**_CONTROLS, **_BREAKS, **_REF})
+_PLAIN = str.maketrans({**_CONTROLS, **_BREAKS})
 _BLOCK = str.maketrans({**_CONTROLS, **_BREAKS, ord("\t"): "&#9;", ord("\n"): "\n", **_REF})  # Markdown would expand a tab
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")  # may open or close emphasis
@@ -108,6 +109,12 @@ def md_text(value: object) -> Markup:
     # rule sees the same neighbours after the translation as before it.
     text = _UNDERSCORE.sub("&#95;", _text(value).translate(_INLINE))
     return Markup(_LEADING.sub(_leading, text))
+
+
+def plain_text(value: object) -> str:
+    """``value`` as one line of plain text (a text-only notification): no line break, control
+    characters shown as symbols, nothing else changed (no markup reads it)."""
+    return _text(value).translate(_PLAIN)
 
 
 def block_text(value: object) -> Markup:

@@ -1,4 +1,6 @@
-"""The night's summary in Markdown, ready for a chat, an issue or a pull-request comment.
+"""The night's summary in Markdown, ready for a chat, an issue or a pull-request comment
+(``night_markdown``), and the same summary as plain text for targets that show text only
+(``night_text``: webhooks, SMS; links written out after their label).
 
 One story, in the order a person reads it: the counts ("2 new, 1 still open, 1 fixed,
 0 improvements"), then each new incident with its headline, commit range and cause,
@@ -10,9 +12,27 @@ reaches the text through ``transforms.escape``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import polars as pl
 
-from transforms.escape import code, md_text, shell_word, url_path
+from transforms.escape import code, md_text, plain_text, shell_word, url_path
+
+
+class Style(NamedTuple):
+    """How the summary writes text from outside, code, links, emphasis and headings."""
+
+    text: Callable[[object], str]
+    code: Callable[[object], str]
+    link: Callable[[str, str], str]  # (label as written, URL already encoded)
+    bold: Callable[[str], str]
+    heading: Callable[[int, str], str]
+
+
+MARKDOWN = Style(md_text, code, lambda label, href: f"[{label}]({href})", lambda s: f"**{s}**",
+                 lambda level, s: f"{'#' * level} {s}")
+TEXT = Style(plain_text, plain_text, lambda label, href: f"{label} ({href})", str, lambda level, s: s)
 
 SECTIONS = (("new", "New"), ("fixed", "Fixed"), ("accepted", "Accepted"), ("open", "Still open"),
             ("improvement", "Improvements"))
@@ -25,69 +45,77 @@ def counts(at: pl.DataFrame) -> dict[str, int]:
             "accepted": by.get("accepted", 0), "improvements": by.get("improvement", 0)}
 
 
-def counts_line(c: dict[str, int]) -> str:
-    return (f"**{c['new']} new**, {c['open']} still open, {c['fixed']} fixed, "
+def counts_line(c: dict[str, int], style: Style = MARKDOWN) -> str:
+    return (f"{style.bold(str(c['new']) + ' new')}, {c['open']} still open, {c['fixed']} fixed, "
             f"{c['improvements']} improvement{'s' if c['improvements'] != 1 else ''}"
             + (f", {c['accepted']} accepted" if c["accepted"] else ""))
 
 
-def commit_link(commit: str | None, template: str | None) -> str:
+def commit_link(commit: str | None, template: str | None, style: Style = MARKDOWN) -> str:
     if not commit:
         return "?"
     # run.json's commit is any string: percent-encoded in the link, as the site does it
-    return f"[{code(commit)}]({template.format(commit=url_path(commit))})" if template else code(commit)
+    return style.link(style.code(commit), template.format(commit=url_path(commit))) if template else style.code(commit)
 
 
-def commit_range(row: dict, template: str | None = None, compare: str | None = None) -> str:
+def commit_range(row: dict, template: str | None = None, compare: str | None = None, style: Style = MARKDOWN) -> str:
     """``a1b2c3 → d4e5f6`` (a compare link when a template is set)."""
-    text = f"{commit_link(row['last_good_commit'], template)} → {commit_link(row['first_bad_commit'], template)}"
+    text = (f"{commit_link(row['last_good_commit'], template, style)} → "
+            f"{commit_link(row['first_bad_commit'], template, style)}")
     if compare and row["last_good_commit"] and row["first_bad_commit"]:
         href = compare.format(base=url_path(row["last_good_commit"]), head=url_path(row["first_bad_commit"]))
-        text += f" ([compare]({href}))"
+        text += f" ({style.link('compare', href)})"
     return text
 
 
-def night_markdown(run_id: str | None, commit: str | None, at: pl.DataFrame, *,
+def night_markdown(run_id: str | None, commit: str | None, at: pl.DataFrame | None, *,
                    commit_url: str | None = None, compare_url: str | None = None,
-                   sections: tuple[str, ...] = tuple(s for s, _ in SECTIONS)) -> str:
+                   sections: tuple[str, ...] = tuple(s for s, _ in SECTIONS), style: Style = MARKDOWN) -> str:
     """The summary of ``run_id`` from its ``incidents_at`` rows (``sections``: which
     lists to write; the counts line always covers them all)."""
+    s = style
     if run_id is None:
-        return "# Dumpscope\n\nNo runs yet.\n"
+        return f"{s.heading(1, 'Dumpscope')}\n\nNo runs yet.\n"
     c = counts(at)
-    lines = [f"# Dumpscope: run {md_text(run_id)} (commit {commit_link(commit, commit_url)})", "",
-             "Last night: " + counts_line(c) + ".", ""]
+    lines = [s.heading(1, f"Dumpscope: run {s.text(run_id)} (commit {commit_link(commit, commit_url, s)})"), "",
+             "Last night: " + counts_line(c, s) + ".", ""]
     rows = at.sort("impact", "incident_id", descending=[True, False]).to_dicts()
     for status, title in SECTIONS:
         chosen = [r for r in rows if r["status"] == status and status in sections]
         if not chosen:
             continue
-        lines += [f"## {title}", ""]
+        lines += [s.heading(2, title), ""]
         for r in chosen:
-            lines += _new(r, commit_url, compare_url) if status == "new" else [_short(r, status)]
+            lines += _new(r, commit_url, compare_url, s) if status == "new" else [_short(r, status, s)]
         lines.append("")
     if not rows:
         lines += ["Nothing changed: no incident is open.", ""]
     return "\n".join(lines)
 
 
-def _new(r: dict, commit_url: str | None, compare_url: str | None) -> list[str]:
-    out = [f"### {md_text(r['job'])} / {md_text(r['program'])} · {r['kind']} · {code(r['incident_id'])}", "",
-           md_text(r["headline"]), "",
-           f"Commits {commit_range(r, commit_url, compare_url)}, runs {md_text(r['last_good_run'] or '?')} → {md_text(r['opened_run'])}."]
+def night_text(run_id: str | None, commit: str | None, at: pl.DataFrame | None, **kwargs) -> str:
+    """``night_markdown`` as plain text."""
+    return night_markdown(run_id, commit, at, **kwargs, style=TEXT)
+
+
+def _new(r: dict, commit_url: str | None, compare_url: str | None, s: Style) -> list[str]:
+    out = [s.heading(3, f"{s.text(r['job'])} / {s.text(r['program'])} · {r['kind']} · {s.code(r['incident_id'])}"), "",
+           s.text(r["headline"]), "",
+           f"Commits {commit_range(r, commit_url, compare_url, s)}, runs {s.text(r['last_good_run'] or '?')} → "
+           f"{s.text(r['opened_run'])}."]
     if r["cause"]:
-        out += ["", "Cause:", ""] + [f"- {md_text(line)}" for line in r["cause"].splitlines()]
+        out += ["", "Cause:", ""] + [f"- {s.text(line)}" for line in r["cause"].splitlines()]
     if r["last_good_run"]:
         pattern = f"{r['job']}/{r['program']}/*"
-        out += ["", code("dumpscope diff " + " ".join(shell_word(x) for x in (r["last_good_run"], r["opened_run"]))
-                         + f" --series {shell_word(pattern)}")]
+        out += ["", s.code("dumpscope diff " + " ".join(shell_word(x) for x in (r["last_good_run"], r["opened_run"]))
+                           + f" --series {shell_word(pattern)}")]
     return out + [""]
 
 
-def _short(r: dict, status: str) -> str:
-    when = {"open": f"open since {md_text(r['opened_run'])} ({r['age_runs']} run{'' if r['age_runs'] == 1 else 's'})",
-            "fixed": f"opened {md_text(r['opened_run'])}, fixed in this run",
-            "accepted": f"opened {md_text(r['opened_run'])}, accepted by {md_text(r['accepted_by'] or '?')}"
-                        + (f": {md_text(r['accepted_note'])}" if r["accepted_note"] else ""),
+def _short(r: dict, status: str, s: Style) -> str:
+    when = {"open": f"open since {s.text(r['opened_run'])} ({r['age_runs']} run{'' if r['age_runs'] == 1 else 's'})",
+            "fixed": f"opened {s.text(r['opened_run'])}, fixed in this run",
+            "accepted": f"opened {s.text(r['opened_run'])}, accepted by {s.text(r['accepted_by'] or '?')}"
+                        + (f": {s.text(r['accepted_note'])}" if r["accepted_note"] else ""),
             "improvement": "opened in this run"}[status]
-    return f"- {code(r['incident_id'])} {md_text(r['headline'])} — {when}"
+    return f"- {s.code(r['incident_id'])} {s.text(r['headline'])} — {when}"
