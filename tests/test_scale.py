@@ -179,7 +179,8 @@ def test_run_takes_a_memory_limit_and_writes_its_summary_as_json(prefect, tmp_pa
     out = tmp_path / "summary.json"
     bucket = tmp_path / "bucket"
     shutil.copytree(SAMPLE / NIGHTS[0], bucket / NIGHTS[0])
-    cmd = [str(Path(sys.executable).parent / "dumpscope"), "run",  # the console script of the venv running the tests "--bucket", str(bucket), "--warehouse", str(tmp_path / "w.duckdb"),
+    script = Path(sys.executable).parent / "dumpscope"  # the console script of the venv running the tests
+    cmd = [str(script), "run", "--bucket", str(bucket), "--warehouse", str(tmp_path / "w.duckdb"),
            "--workers", "1", "--memory-limit", "600MB", "--summary-json", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
