@@ -12,10 +12,12 @@ import polars as pl
 from flows import verdict
 from flows.query import print_table
 from flows.warehouse.store import connect_readonly
+from transforms.trends.incidents import worse_again_line
 
 STATUSES = ("new", "open", "fixed", "accepted", "improvements", "all")
 COLUMNS = ("incident_id", "status", "kind", "job", "program", "opened_run", "last_good_run", "last_good_commit",
-           "first_bad_commit", "closed_run", "closed_how", "age_runs", "impact", "metrics", "headline", "cause")
+           "first_bad_commit", "closed_run", "closed_how", "age_runs", "impact", "metrics", "headline", "cause",
+           "worse_again")
 
 
 class IncidentsError(Exception):
@@ -37,7 +39,8 @@ def list_incidents(warehouse: Path, run_id: str | None, status: str) -> tuple[st
             raise NoSuchRun(f"no run {run_id!r} in the warehouse; latest runs: {', '.join(latest) or 'none yet'}")
         if status == "all":
             frame = verdict.all_incidents(con).with_columns(pl.lit(None, pl.String).alias("status"),
-                                                            pl.lit(None, pl.Int64).alias("age_runs"))
+                                                            pl.lit(None, pl.Int64).alias("age_runs"),
+                                                            pl.lit(None).alias("worse_again"))
             return None, frame.select(COLUMNS).to_dicts()
         if run_id is None:
             latest = verdict.latest_run(con)
@@ -57,7 +60,9 @@ def print_incidents(run_id: str | None, status: str, rows: list[dict], fmt: str)
         return
     where = f"run {run_id}" if run_id else "every run"
     print_table(["id", "status", "kind", "program", "opened", "commits", "headline"],
-                [(r["incident_id"], r["status"] or (r["closed_how"] or "open"), r["kind"], f"{r['job']} / {r['program']}",
-                  r["opened_run"], f"{r['last_good_commit'] or '?'} → {r['first_bad_commit'] or '?'}", r["headline"])
+                [(r["incident_id"], (r["status"] or (r["closed_how"] or "open")) + (", worse again" if r["worse_again"] else ""),
+                  r["kind"], f"{r['job']} / {r['program']}", r["opened_run"],
+                  f"{r['last_good_commit'] or '?'} → {r['first_bad_commit'] or '?'}",
+                  r["headline"] + (f" — worse again in this run: {worse_again_line(r['worse_again'])}" if r["worse_again"] else ""))
                  for r in rows],
                 title=f"{len(rows)} incident(s), {status}, {where}")

@@ -110,7 +110,7 @@ def test_summary_markdown_and_exit_status(sample_warehouse, prefect, tmp_path):
     report = (sample_warehouse.parent / "report.md").read_text()
     assert report.startswith("# Dumpscope: run 2026-11-20 (commit <code>1a8e6b4</code>)")
     # The last sample night widens models whose steps are already open: nothing new opens.
-    assert "Last night: **0 new**, 9 still open, 1 fixed, 0 improvements." in report
+    assert "Last night: **0 new**, 9 still open (6 worse again), 1 fixed, 0 improvements." in report
     assert report.index("## Fixed") < report.index("## Still open")
     target = copy(sample_warehouse, tmp_path)
     bucket = Path(__file__).parents[1] / "data" / "sample_bucket"

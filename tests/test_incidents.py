@@ -71,6 +71,18 @@ def test_a_blowup_and_its_revert_close_as_fixed_and_open_nothing_new():
 def test_a_further_step_in_the_same_direction_updates_the_open_incident():
     inc, steps = _incidents({("s", "memory.temp_bytes"): [MIB, MIB, 2 * MIB, 3 * MIB, 3 * MIB, 3 * MIB, 3 * MIB, 3 * MIB]})
     assert inc.height == 1 and steps.select("opened_run", "baseline", "latest_value").rows() == [("r2", MIB, 3 * MIB)]
+    # ...and the run it moved in is kept: that night says "worse again", though nothing new opens.
+    assert steps.select("worse_runs", "worse_from", "worse_to").rows() == [(["r3"], [2 * MIB], [3 * MIB])]
+
+
+def test_only_moves_the_worse_way_past_the_floor_count_as_worse_again():
+    # r2 opens; r3 +512 B (under the 1 KiB floor); r4 better (not worse); r5 worse again; r6 back: fixed.
+    inc, steps = _incidents({("s", "memory.temp_bytes"): [MIB, MIB, 2 * MIB, 2 * MIB + 512, 1.5 * MIB, 4 * MIB, MIB, MIB]})
+    assert inc.select("opened_run", "closed_run", "closed_how").rows() == [("r2", "r6", "fixed")]
+    assert steps.select("worse_runs", "worse_from", "worse_to").rows() == [(["r5"], [1.5 * MIB], [4 * MIB])]
+    # An improvement that slips back part of the way is not "worse again".
+    _, better = _incidents({("s", "memory.temp_bytes"): [4 * MIB, 4 * MIB, MIB, 2 * MIB, 2 * MIB, 2 * MIB, 2 * MIB, 2 * MIB]})
+    assert better.select("step", "worse_runs").rows() == [("improvement", [])]
 
 
 def test_steps_of_one_program_in_one_run_are_one_incident_ranked_by_impact():

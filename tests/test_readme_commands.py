@@ -101,7 +101,7 @@ def report_says(line: str):
     return lambda d: line in (d / "data" / "warehouse.report.md").read_text(encoding="utf-8").splitlines()
 
 
-NIGHT = "Last night: **0 new**, 9 still open, 1 fixed, 0 improvements."
+NIGHT = "Last night: **0 new**, 9 still open (6 worse again), 1 fixed, 0 improvements."
 PMAP_HEADLINE = "jax-pmap / jit__fun: kernel.collective.all-reduce 7 → 9 (+2); kernel.collectives 7 → 9 (+2); +6 more"
 TEMP_MIB_CSV = """run_id,program,temp_mib
 2026-11-17,jit__fun,0.05199432373046875

@@ -120,16 +120,18 @@ def test_one_count_is_the_same_number_everywhere(site, sample_warehouse):
 
     report = (sample_warehouse.parent / "report.md").read_text()
     counts = re.search(r"Last night: (.*)\.\n", report).group(1).replace("**", "")
-    assert counts == "0 new, 9 still open, 1 fixed, 0 improvements"
+    assert counts == "0 new, 9 still open (6 worse again), 1 fixed, 0 improvements"
     assert f"Last night: {counts}." in _text(site.out / "index.html")
     assert f"This run: {counts}." in _text(site.out / "runs" / "2026-11-20.html")
     assert "Still open (9)" in _text(site.out / "index.html") and "Fixed (1)" in _text(site.out / "index.html")
     cli = CliRunner().invoke(app, ["incidents", "--status", "open", "--format", "json", "--warehouse", str(sample_warehouse)])
     assert len(json.loads(cli.output)) == 9
+    assert sum(r["worse_again"] is not None for r in json.loads(cli.output)) == 6
+    assert _text(site.out / "index.html").count("worse again in this run") == 6
     listed = _text(site.out / "incidents" / "index.html")
     assert len(list((site.out / "incidents").glob("i-*.html"))) == 11 == listed.count(" open ") + listed.count(" fixed (")
     # The night before: five new, one improvement.
-    assert "This run: 5 new, 5 still open, 0 fixed, 1 improvement." in _text(site.out / "runs" / "2026-11-19.html")
+    assert "This run: 5 new, 5 still open (5 worse again), 0 fixed, 1 improvement." in _text(site.out / "runs" / "2026-11-19.html")
 
 
 def test_commits_link_to_their_pages_when_the_settings_say_where(sample_warehouse, tmp_path):
@@ -161,7 +163,7 @@ def test_the_text_summary_says_what_the_markdown_says_without_markup(sample_ware
     how = dict(commit_url="https://git.example/c/{commit}", compare_url="https://git.example/compare/{base}...{head}")
     md, text = night_markdown("2026-11-19", commit, at, **how), night_text("2026-11-19", commit, at, **how)
     assert text.splitlines()[:3] == ["Dumpscope: run 2026-11-19 (commit c71f0d2 (https://git.example/c/c71f0d2))", "",
-                                     "Last night: 5 new, 5 still open, 0 fixed, 1 improvement."]
+                                     "Last night: 5 new, 5 still open (5 worse again), 0 fixed, 1 improvement."]
     assert "Commits 9b03c5e (https://git.example/c/9b03c5e) → c71f0d2 (https://git.example/c/c71f0d2) " \
            "(compare (https://git.example/compare/9b03c5e...c71f0d2))" in text
     assert not any(m in text for m in ("**", "<code>", "&#", "](", "# "))

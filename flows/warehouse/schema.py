@@ -177,7 +177,7 @@ FROM metrics m LEFT JOIN runs r USING (run_id)
 MACROS: dict[str, tuple[str, str, str]] = {
     "incidents_at": (
         "run",
-        "The incidents as they stand at a run: incidents_at('2026-11-20'). status: new (opened in that run), improvement (an improvement opened there), open (opened earlier, not closed by then), improved (an earlier improvement still in effect), fixed or accepted (closed in that run). age_runs: runs since it opened. Every count of new, open and fixed incidents shown anywhere comes from here.",
+        "The incidents as they stand at a run: incidents_at('2026-11-20'). status: new (opened in that run), improvement (an improvement opened there), open (opened earlier, not closed by then), improved (an earlier improvement still in effect), fixed or accepted (closed in that run). age_runs: runs since it opened. worse_again: for an open incident whose figures moved further the worse way in that run (its steps are updated, nothing new opens), the moves (metric, series, value_before, value_after), most impact first; NULL otherwise. Every count of new, open and fixed incidents shown anywhere comes from here.",
         """
 SELECT CASE WHEN i.opened_run = run THEN CASE WHEN i.kind = 'improvement' THEN 'improvement' ELSE 'new' END
             WHEN i.closed_run = run THEN i.closed_how
@@ -185,7 +185,13 @@ SELECT CASE WHEN i.opened_run = run THEN CASE WHEN i.kind = 'improvement' THEN '
             ELSE 'open' END AS status,
        (SELECT count(*) FROM runs x WHERE (x.started_at, x.run_id) > (o.started_at, o.run_id)
                                       AND (x.started_at, x.run_id) <= (r.started_at, r.run_id)) AS age_runs,
-       i.*
+       i.*,
+       (SELECT list(struct_pack(metric := s.metric, series := s.series,
+                                value_before := s.worse_from[list_position(s.worse_runs, run)],
+                                value_after := s.worse_to[list_position(s.worse_runs, run)])
+                    ORDER BY s.impact DESC, s.metric, s.series)
+        FROM incident_steps s
+        WHERE s.incident_id = i.incident_id AND list_contains(s.worse_runs, run)) AS worse_again
 FROM incidents i
 JOIN runs o ON o.run_id = i.opened_run
 JOIN runs r ON r.run_id = run

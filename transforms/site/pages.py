@@ -24,7 +24,8 @@ from functools import cached_property
 import polars as pl
 
 from transforms.escape import Markup, breakable_code, code, md_text, slug, url_path
-from transforms.trends.night_report import counts, counts_line
+from transforms.trends.incidents import worse_again_line
+from transforms.trends.night_report import counts, counts_line, ordered
 from transforms.trends.diffs import change_entries
 from transforms.site import charts
 from transforms.units import human_bytes, human_delta, human_ratio, human_value
@@ -545,7 +546,7 @@ def _verdict(d: SiteData, run: str | None, here: str) -> dict:
     at = (d.incidents_at or {}).get(run) if run else None
     if at is None or at.is_empty():
         return {"counts": Markup(counts_line(counts(pl.DataFrame(schema={"status": pl.String})))), "incident_groups": {}}
-    rows = at.sort("impact", "incident_id", descending=[True, False]).to_dicts()
+    rows = ordered(at)
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(r["status"], []).append({
@@ -554,6 +555,7 @@ def _verdict(d: SiteData, run: str | None, here: str) -> dict:
             "cause_lines": (r["cause"] or "").splitlines()[:3],
             "series_link": d.series_link(r["series"][0], here) if r["series"] else None,
             "range": commit_range(d, r["last_good_commit"], r["first_bad_commit"]),
+            "again": worse_again_line(r["worse_again"]) if r.get("worse_again") else None,
         })
     # Markup: the line holds only numbers and fixed words (its ** is Markdown to keep).
     return {"counts": Markup(counts_line(counts(at))), "incident_groups": groups}
@@ -571,6 +573,7 @@ def incident_pages(d: SiteData):
             "step": s["step"], "baseline": human_value(s["metric"], s["baseline"]),
             "value": human_value(s["metric"], s["value"]), "latest": human_value(s["metric"], s["latest_value"]),
             "change": human_delta(s["metric"], s["change"]) if s["change"] is not None else "",
+            "again": ", ".join(s["worse_runs"] or ()),  # runs where the stepped figure moved further the worse way
             "closed": s["closed_run"] or "", "detail": s["detail"] or ""} for s in rows.iter_rows(named=True)]
         yield r["incident_id"], {
             "i": r, "steps": table,

@@ -57,6 +57,7 @@ STEP_SCHEMA = pl.Schema({
     "opened_run": pl.String, "last_good_run": pl.String, "closed_run": pl.String, "closed_how": pl.String,
     "baseline": pl.Float64, "value": pl.Float64, "latest_value": pl.Float64, "change": pl.Float64,
     "impact": pl.Float64, "detail": pl.String,
+    "worse_runs": pl.List(pl.String), "worse_from": pl.List(pl.Float64), "worse_to": pl.List(pl.Float64),
 })
 STEP_DOCS = {
     "": "The per-metric steps behind each incident (drill-down): one row per series and metric that stepped away from its baseline, or per dump that failed, in the run the incident opened.",
@@ -78,6 +79,9 @@ STEP_DOCS = {
     "change": "value - baseline.",
     "impact": "How much the step matters (see incidents.impact).",
     "detail": "For a failure: the dump's path and error; else NULL.",
+    "worse_runs": "Runs after the opening one where the figure, still stepped, moved further the worse way past its floor (the step is updated, no incident opens): incidents_at(run).worse_again.",
+    "worse_from": "The value before each of those moves (the series' previous run), in the order of worse_runs.",
+    "worse_to": "The value after each of those moves, in the order of worse_runs.",
 }
 
 INCIDENT_SCHEMA = pl.Schema({
@@ -145,6 +149,7 @@ class _Step:
     closed_how: str | None = None
     detail: str | None = None
     accept: int | None = None  # index in the accepts list
+    worse: list[tuple[int, float, float]] | None = None  # (run_seq, from, to): further moves the worse way
 
 
 def incident_id(job: str, program: str, opened_run: str) -> str:
@@ -212,6 +217,13 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
                 open_.latest = value
                 open_, base, base_seq = None, value, seq
             else:
+                # Still stepped. A further move the worse way past the floor updates the step
+                # (it opens nothing new) and is kept: the night it happens must say so.
+                if open_.step != "improvement" and open_.latest is not None and is_step(value, open_.latest) \
+                        and (value - open_.latest) * rule.direction > 0:
+                    if open_.worse is None:
+                        open_.worse = []
+                    open_.worse.append((seq, open_.latest, value))
                 open_.latest = value
             continue
         if _accepted_at(accepts, series, job, program, None, run_id, metric) is not None:
@@ -400,7 +412,9 @@ def _frames(steps: list[tuple[str, str, _Step]], meta: dict, order: pl.DataFrame
             "stage": m.get("stage"), "metric": s.metric, "step": s.step, "opened_run": rid(s.opened_seq),
             "last_good_run": rid(s.last_good_seq), "closed_run": rid(s.closed_seq), "closed_how": s.closed_how,
             "baseline": s.baseline, "value": s.value, "latest_value": s.latest, "change": change, "impact": score,
-            "detail": s.detail, "_seq": s.opened_seq, "_closed": s.closed_seq, "_accept": s.accept})
+            "detail": s.detail, "worse_runs": [run_ids[q] for q, _, _ in s.worse or ()],
+            "worse_from": [a for _, a, _ in s.worse or ()], "worse_to": [b for _, _, b in s.worse or ()],
+            "_seq": s.opened_seq, "_closed": s.closed_seq, "_accept": s.accept})
         groups.setdefault(iid, []).append(step_rows[-1])
     incidents = []
     for iid, rows in groups.items():
@@ -436,6 +450,21 @@ def in_order(incidents: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame
     return (incidents.sort("opened_at", "impact", "incident_id", descending=[False, True, False], maintain_order=True),
             steps.sort("opened_run", "incident_id", "impact", "metric", "series", descending=[False, False, True, False, False],
                        maintain_order=True))
+
+
+def worse_again_line(moves: list[dict[str, Any]], most: int = 2) -> str:
+    """``memory.temp_bytes 132.3 KiB → 202.5 KiB (+70.2 KiB); +3 more``: an open incident's
+    further moves in one run (``incidents_at(run).worse_again``: metric, value_before,
+    value_after; most impact first), each metric once."""
+    seen, parts = set(), []
+    for m in moves:
+        if m["metric"] not in seen:
+            seen.add(m["metric"])
+            parts.append(m)
+    shown = [f"{m['metric']} {human_value(m['metric'], m['value_before'])} → {human_value(m['metric'], m['value_after'])}"
+             f" ({human_delta(m['metric'], m['value_after'] - m['value_before'])})" for m in parts[:most]]
+    more = len(parts) - len(shown)
+    return "; ".join(shown) + (f"; +{more} more" if more > 0 else "")
 
 
 def headline(job: str, program: str, rows: list[dict[str, Any]], most: int = 2) -> str:

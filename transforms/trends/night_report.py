@@ -18,6 +18,7 @@ from typing import NamedTuple
 import polars as pl
 
 from transforms.escape import code, md_text, plain_text, shell_word, url_path
+from transforms.trends.incidents import worse_again_line
 
 
 class Style(NamedTuple):
@@ -39,14 +40,26 @@ SECTIONS = (("new", "New"), ("fixed", "Fixed"), ("accepted", "Accepted"), ("open
 
 
 def counts(at: pl.DataFrame) -> dict[str, int]:
-    """new, open (opened earlier, still open), fixed, accepted, improvements: at one run."""
+    """new, open (opened earlier, still open), worse_again (of those open, the ones whose figures
+    moved further the worse way in this run), fixed, accepted, improvements: at one run."""
     by = dict(at.group_by("status").len().iter_rows()) if at.height else {}
-    return {"new": by.get("new", 0), "open": by.get("open", 0), "fixed": by.get("fixed", 0),
+    again = at.filter((pl.col("status") == "open") & pl.col("worse_again").is_not_null()).height \
+        if at.height and "worse_again" in at.columns else 0
+    return {"new": by.get("new", 0), "open": by.get("open", 0), "worse_again": again, "fixed": by.get("fixed", 0),
             "accepted": by.get("accepted", 0), "improvements": by.get("improvement", 0)}
 
 
+def ordered(at: pl.DataFrame) -> list[dict]:
+    """``at``'s rows in the order the summary and the site list them: the open incidents
+    whose figures moved further the worse way in this run first, then by impact."""
+    calm = at.get_column("worse_again").is_null() if "worse_again" in at.columns else pl.repeat(True, at.height, eager=True)
+    return (at.with_columns(calm.alias("_calm")).sort("_calm", "impact", "incident_id", descending=[False, True, False])
+            .drop("_calm").to_dicts())
+
+
 def counts_line(c: dict[str, int], style: Style = MARKDOWN) -> str:
-    return (f"{style.bold(str(c['new']) + ' new')}, {c['open']} still open, {c['fixed']} fixed, "
+    again = f" ({c['worse_again']} worse again)" if c.get("worse_again") else ""
+    return (f"{style.bold(str(c['new']) + ' new')}, {c['open']} still open{again}, {c['fixed']} fixed, "
             f"{c['improvements']} improvement{'s' if c['improvements'] != 1 else ''}"
             + (f", {c['accepted']} accepted" if c["accepted"] else ""))
 
@@ -79,7 +92,7 @@ def night_markdown(run_id: str | None, commit: str | None, at: pl.DataFrame | No
     c = counts(at)
     lines = [s.heading(1, f"Dumpscope: run {s.text(run_id)} (commit {commit_link(commit, commit_url, s)})"), "",
              "Last night: " + counts_line(c, s) + ".", ""]
-    rows = at.sort("impact", "incident_id", descending=[True, False]).to_dicts()
+    rows = ordered(at)
     for status, title in SECTIONS:
         chosen = [r for r in rows if r["status"] == status and status in sections]
         if not chosen:
@@ -118,4 +131,6 @@ def _short(r: dict, status: str, s: Style) -> str:
             "accepted": f"opened {s.text(r['opened_run'])}, accepted by {s.text(r['accepted_by'] or '?')}"
                         + (f": {s.text(r['accepted_note'])}" if r["accepted_note"] else ""),
             "improvement": "opened in this run"}[status]
+    if status == "open" and r.get("worse_again"):
+        when += f"; worse again in this run: {s.text(worse_again_line(r['worse_again']))}"
     return f"- {s.code(r['incident_id'])} {s.text(r['headline'])} — {when}"
