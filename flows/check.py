@@ -84,6 +84,7 @@ class CheckResult:
     dumps: int = 0  # dump files read in DIR (run.json and unknown files included)
     opened: list[dict] = field(default_factory=list)  # incidents the candidate would open (and damaged new dumps)
     fixed: list[dict] = field(default_factory=list)  # open incidents it would close as fixed
+    worsened: list[dict] = field(default_factory=list)  # open incidents whose figures it would move further the worse way
     new_programs: list[dict] = field(default_factory=list)  # job, program, series
     damaged: list[dict] = field(default_factory=list)  # path, kind, status, error
     run_errors: list[str] = field(default_factory=list)  # what was wrong with DIR/run.json
@@ -144,6 +145,7 @@ def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, s
     result.fixed = _described(incidents.filter((pl.col("closed_run") == run_id) & (pl.col("closed_how") == "fixed")),
                               steps, opened=False)
     result.opened += _damaged_new(damaged, fresh, result.opened)
+    result.worsened = _worsened(incidents, steps, run_id)
     return result
 
 
@@ -281,6 +283,29 @@ def _described(incidents: pl.DataFrame, steps: pl.DataFrame, *, opened: bool) ->
     return out
 
 
+def _worsened(incidents: pl.DataFrame, steps: pl.DataFrame, run_id: str) -> list[dict]:
+    """Open incidents whose figures the candidate moves further the worse way (nothing new
+    opens; the nightly says "worse again"), each with those moves (metric, before, after)."""
+    moved = steps.filter(pl.col("worse_runs").list.contains(run_id))
+    out = []
+    ids = set(moved.get_column("incident_id").to_list())
+    for inc in incidents.filter(pl.col("incident_id").is_in(list(ids))).sort(
+            "impact", "incident_id", descending=[True, False]).iter_rows(named=True):
+        own = moved.filter(pl.col("incident_id") == inc["incident_id"]).sort("impact", "metric", "series",
+                                                                            descending=[True, False, False])
+        rows = []
+        for s in own.iter_rows(named=True):
+            k = s["worse_runs"].index(run_id)
+            before, after = s["worse_from"][k], s["worse_to"][k]
+            rows.append({"series": s["series"], "dump_kind": s["dump_kind"], "stage": s["stage"], "metric": s["metric"],
+                         "step": s["step"], "before": _num(before), "after": _num(after), "change": _num(after - before),
+                         "detail": s["detail"]})
+        out.append({"incident_id": inc["incident_id"], "change": "worsens", "job": inc["job"], "program": inc["program"],
+                    "kind": inc["kind"], "headline": inc["headline"], "metrics": inc["metrics"],
+                    "last_good_run": inc["last_good_run"], "impact": inc["impact"], "steps": rows})
+    return out
+
+
 def _num(value: float | None) -> float | int | None:
     return None if value is None else json_value(number(value))
 
@@ -320,7 +345,7 @@ def _damaged_new(damaged: list[dict], fresh: pl.DataFrame, opened: list[dict]) -
 
 def render(result: CheckResult, directory: Path, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(result.opened + result.fixed + [
+        return json.dumps(result.opened + result.worsened + result.fixed + [
             {"incident_id": None, "change": "new_program", "job": p["job"], "program": p["program"], "kind": "new_program",
              "headline": f"{p['job']} / {p['program']}: new program, not in the warehouse", "metrics": [],
              "series": p["series"], "steps": []} for p in result.new_programs], ensure_ascii=False, default=str)
@@ -328,11 +353,11 @@ def render(result: CheckResult, directory: Path, fmt: str) -> str:
 
 
 def counts(result: CheckResult) -> tuple[str, str]:
-    """("2 new incident(s)", "1 regression(s), 1 failure(s), 0 improvement(s); 0 fixed, ...")."""
+    """("2 new incident(s)", "1 regression(s), 1 failure(s), 0 improvement(s); 0 made worse, 0 fixed, ...")."""
     kinds = [r["kind"] for r in result.opened]
     return (f"{len(result.opened)} new incident(s)",
             f"{kinds.count('regression')} regression(s), {kinds.count('failure')} failure(s), "
-            f"{kinds.count('improvement')} improvement(s); {len(result.fixed)} fixed, "
+            f"{kinds.count('improvement')} improvement(s); {len(result.worsened)} made worse, {len(result.fixed)} fixed, "
             f"{len(result.new_programs)} new program(s), {len(result.damaged)} damaged dump(s)")
 
 
@@ -368,7 +393,7 @@ def _text(result: CheckResult, directory: Path) -> str:
     new, rest = counts(result)
     lines = [_plain(f"dumpscope check {directory} against run {result.against}"
                     f" (commit {result.against_commit or '?'}): {new} ({rest})")]
-    for title, rows in (("Would open", result.opened), ("Would fix", result.fixed)):
+    for title, rows in (("Would open", result.opened), ("Would make worse", result.worsened), ("Would fix", result.fixed)):
         if rows:
             lines += ["", f"{title}:"]
         for r in rows:
@@ -395,7 +420,7 @@ def _markdown(result: CheckResult, directory: Path) -> str:
     lines = [f"### Dumpscope check against run {code(result.against)}"
              f" (commit {code(result.against_commit) if result.against_commit else '?'})", "",
              f"**{md_text(new)}**: {md_text(rest)}"]
-    for title, rows in (("Would open", result.opened), ("Would fix", result.fixed)):
+    for title, rows in (("Would open", result.opened), ("Would make worse", result.worsened), ("Would fix", result.fixed)):
         if not rows:
             continue
         lines += ["", f"#### {title}", ""]

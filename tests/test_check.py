@@ -93,8 +93,14 @@ def test_an_extra_all_reduce_is_one_new_regression_of_that_program(sample_wareho
     before = snapshot(sample_warehouse)
 
     got = check_json(sample_warehouse, pr)
-    assert len(got) == 1
-    incident = got[0]
+    [incident] = [r for r in got if r["change"] == "opens"]
+    # The all-reduce is one more kernel launch too: the program's open kernel.launches regression
+    # (opened 2026-11-19) grows again. Nothing new opens for it; the check lists it as made worse.
+    [worse] = [r for r in got if r["change"] == "worsens"]
+    launches = stored_value(sample_warehouse, LAST_NIGHT, EVAL_SERIES, "kernel.launches")
+    assert (worse["incident_id"], worse["program"], [(s["metric"], s["before"], s["after"]) for s in worse["steps"]]) == (
+        "I-84ab3494", "jit_eval_metrics", [("kernel.launches", launches, after["kernel.launches"])])
+    assert after["kernel.launches"] == launches + 1
     assert {k: incident[k] for k in ("change", "job", "program", "kind", "metrics", "last_good_run")} == {
         "change": "opens", "job": "jax-jit", "program": "jit_eval_metrics", "kind": "regression",
         "metrics": ["kernel.collective.all-reduce", "kernel.collectives"], "last_good_run": LAST_NIGHT}
@@ -115,6 +121,8 @@ def test_an_extra_all_reduce_is_one_new_regression_of_that_program(sample_wareho
     assert text.exit_code == 0  # without --fail-on, a regression is reported, not failed
     assert "regression  jax-jit / jit_eval_metrics" in text.stdout
     assert "      kernel.collectives 0 → 1 (+1)  [xla_hlo after_optimizations]" in text.stdout
+    assert "Would make worse:\n  regression  jax-jit / jit_eval_metrics (I-84ab3494)\n      kernel.launches 12 → 13 (+1)" \
+        in text.stdout
     failing = check(sample_warehouse, pr, "--fail-on", "new")
     assert failing.exit_code == 4 and "1 new incident(s) (regressions or failures)" in failing.stderr
     markdown = check(sample_warehouse, pr, "--format", "markdown")
@@ -181,8 +189,18 @@ def test_against_an_earlier_run_gives_what_the_nightly_opened_the_next_night(sam
         nightly = con.execute("""SELECT job, program, kind, metrics, headline, last_good_run FROM incidents
                                  WHERE opened_run = '2026-11-19'""").fetchall()
     assert nightly  # the sample's 2026-11-19 opens several incidents
-    assert sorted((r["job"], r["program"], r["kind"], r["metrics"], r["headline"], r["last_good_run"]) for r in got) \
+    opens = [r for r in got if r["change"] == "opens"]
+    assert sorted((r["job"], r["program"], r["kind"], r["metrics"], r["headline"], r["last_good_run"]) for r in opens) \
         == sorted((j, p, k, list(m), h, g) for j, p, k, m, h, g in nightly)
+    # ...and makes worse the open incidents the nightly said got worse again that night, by the same moves.
+    with duckdb.connect(str(sample_warehouse), read_only=True) as con:
+        again = con.execute("""SELECT incident_id, [(w.metric, w.value_before, w.value_after) FOR w IN worse_again]
+                               FROM incidents_at('2026-11-19') WHERE worse_again IS NOT NULL""").fetchall()
+    assert len(again) == 5
+    worse = [r for r in got if r["change"] == "worsens"]
+    assert sorted((r["incident_id"], [(s["metric"], s["before"], s["after"]) for s in r["steps"]]) for r in worse) \
+        == sorted((i, [(m, b, a) for m, b, a in moves]) for i, moves in again)
+    assert {r["change"] for r in got} == {"opens", "worsens"}
 
 
 def test_the_history_is_read_a_group_of_jobs_at_a_time(sample_warehouse, tmp_path, monkeypatch):
@@ -234,4 +252,4 @@ def test_the_command_as_a_user_runs_it(sample_warehouse, tmp_path):
     out = subprocess.run([sys.executable, "-m", "flows.cli", "check", str(pr), "--warehouse", str(sample_warehouse),
                           "--fail-on", "new"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 4, out.stderr
-    assert "1 new incident(s) (1 regression(s), 0 failure(s), 0 improvement(s); 0 fixed" in out.stdout
+    assert "1 new incident(s) (1 regression(s), 0 failure(s), 0 improvement(s); 1 made worse, 0 fixed" in out.stdout
