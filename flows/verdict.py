@@ -32,7 +32,10 @@ def run_commit(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
 
 def incidents_at(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
     """The incidents as they stand at ``run_id``, with their ``status`` there."""
-    return frame_of(con, "SELECT * FROM incidents_at(?) ORDER BY impact DESC, incident_id", [run_id])
+    frame = frame_of(con, "SELECT * FROM incidents_at(?) ORDER BY impact DESC, incident_id", [run_id])
+    if "worse_again" not in frame.columns:  # a warehouse no writer has opened since worse_again came
+        frame = frame.with_columns(pl.lit(None).alias("worse_again"))
+    return frame
 
 
 def all_incidents(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,26 @@ def test_the_text_summary_says_what_the_markdown_says_without_markup(sample_ware
            "(compare (https://git.example/compare/9b03c5e...c71f0d2))" in text
     assert not any(m in text for m in ("**", "<code>", "&#", "](", "# "))
     assert len(text.splitlines()) == len(md.splitlines())  # line for line the same story
+
+
+def test_a_warehouse_from_before_worse_again_still_reads(sample_warehouse, tmp_path):
+    """Until a writer opens it, a warehouse keeps the incidents_at macro and incident_steps of
+    the version before worse_again: the CLI and the site read it, saying nothing of it."""
+    import duckdb
+
+    from flows.incidents import list_incidents
+    from flows.site import build_site
+    from flows.warehouse import schema
+
+    old = tmp_path / "old.duckdb"
+    shutil.copy(sample_warehouse, old)
+    body = schema.MACROS["incidents_at"][2]
+    before = body[: body.index("       i.*,")] + "       i.*\n" + body[body.index("FROM incidents i"):]
+    with duckdb.connect(str(old)) as con:
+        con.execute(f"CREATE OR REPLACE MACRO incidents_at(run) AS TABLE {before}")
+        for col in ("worse_runs", "worse_from", "worse_to"):
+            con.execute(f"ALTER TABLE incident_steps DROP COLUMN {col}")
+    run, rows = list_incidents(old, None, "open")
+    assert (run, len(rows), {r["worse_again"] for r in rows}) == ("2026-11-20", 9, {None})
+    site = build_site(old, tmp_path / "site")
+    assert "Last night: 0 new, 9 still open, 1 fixed, 0 improvements." in _text(site.out / "index.html")

@@ -573,7 +573,7 @@ def incident_pages(d: SiteData):
             "step": s["step"], "baseline": human_value(s["metric"], s["baseline"]),
             "value": human_value(s["metric"], s["value"]), "latest": human_value(s["metric"], s["latest_value"]),
             "change": human_delta(s["metric"], s["change"]) if s["change"] is not None else "",
-            "again": ", ".join(s["worse_runs"] or ()),  # runs where the stepped figure moved further the worse way
+            "again": ", ".join(s.get("worse_runs") or ()),  # runs where the stepped figure moved further the worse way
             "closed": s["closed_run"] or "", "detail": s["detail"] or ""} for s in rows.iter_rows(named=True)]
         yield r["incident_id"], {
             "i": r, "steps": table,
