@@ -42,7 +42,11 @@ def _prefect_defaults() -> None:
     signal.signal(signal.SIGTERM, _exit_in_order)
 
 
+_stopped_by: list[int] = []  # the signal that asked this process to stop, once one did
+
+
 def _exit_in_order(signum: int, frame) -> None:
+    _stopped_by.append(signum)
     raise SystemExit(128 + signum)
 
 
@@ -427,8 +431,16 @@ def check(
         raise typer.Exit(4)
 
 
-def main() -> None:  # pragma: no cover
-    app()
+def main() -> None:
+    """The console script. Once SIGTERM came, the exit status says so (128 + 15), whatever
+    surfaces on the way out: a DuckDB query it interrupts raises "Query interrupted", which
+    would otherwise end the command as a failure (1)."""
+    try:
+        app()
+    except BaseException as exc:
+        if _stopped_by and not (isinstance(exc, SystemExit) and exc.code == 128 + _stopped_by[0]):
+            raise SystemExit(128 + _stopped_by[0]) from None
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -78,3 +78,27 @@ def test_storage_option_values_never_reach_the_prefect_api(prefect, tmp_path):
     recorded = json.dumps([r.model_dump(mode="json") for r in runs])
     assert "secret_token" in recorded  # the name is recorded...
     assert secret not in recorded  # ...never the value
+
+
+def test_a_stop_signal_decides_the_exit_status_whatever_surfaces(monkeypatch):
+    """SIGTERM in the middle of a DuckDB query comes out as DuckDB's "Query interrupted"
+    (a RuntimeError), not as the SystemExit the handler raised: still 128 + 15."""
+    import pytest
+
+    from flows import cli
+
+    def interrupted_query():
+        try:
+            cli._exit_in_order(signal.SIGTERM, None)
+        except SystemExit:
+            raise RuntimeError("Query interrupted") from None
+
+    monkeypatch.setattr(cli, "_stopped_by", [])
+    monkeypatch.setattr(cli, "app", interrupted_query)
+    with pytest.raises(SystemExit) as stop:
+        cli.main()
+    assert stop.value.code == 128 + signal.SIGTERM
+    monkeypatch.setattr(cli, "_stopped_by", [])
+    monkeypatch.setattr(cli, "app", lambda: (_ for _ in ()).throw(RuntimeError("a real failure")))
+    with pytest.raises(RuntimeError):  # no signal: a failure stays a failure
+        cli.main()
