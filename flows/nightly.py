@@ -92,7 +92,7 @@ class NightSummary:
         lines = ["| | |", "| --- | ---: |"] + [
             f"| {label.get(k, k)} | {v} |" for k, v in asdict(self).items()
             if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up", "leveled", "peak_mib", "written_mib")
-        ] + [f"| latest run: incidents {k} | {v} |" for k, v in self.incidents.items()]
+        ] + [f"| latest run: incidents {k.replace('_', ' ')} | {v} |" for k, v in self.incidents.items()]
         lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
         if self.failures:
             lines += ["", "Failures:", ""] + [f"- {f}" for f in self.failures]
