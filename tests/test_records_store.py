@@ -61,7 +61,8 @@ def reader_process(db: Path):
 
 
 def warehouse_with(db: Path, dump: StagedDump) -> Path:
-    """``db``, a new warehouse holding ``dump``."""
+    """``db`` (its directory made if need be), a new warehouse holding ``dump``."""
+    db.parent.mkdir(parents=True, exist_ok=True)
     with Warehouse(db) as con:
         load_dumps(con, [dump])
     return db
@@ -166,10 +167,7 @@ def test_a_copied_warehouse_brings_its_records_and_one_without_them_marks_them_c
 
 def test_a_warehouse_moved_with_its_store_reads_its_records_at_once_after_its_next_writer(tmp_path, hlo):
     first, _ = hlo
-    db = tmp_path / "a" / "w.duckdb"
-    db.parent.mkdir()
-    with Warehouse(db) as con:
-        load_dumps(con, [first])
+    db = warehouse_with(tmp_path / "a" / "w.duckdb", first)
     files = store_files(db)
     moved = tmp_path / "b"
     (tmp_path / "a").rename(moved)
@@ -207,10 +205,7 @@ def test_store_names_are_made_from_declared_tables_and_content_hashes_only():
 
 def test_a_warehouse_path_with_quotes_and_markup_is_a_literal_in_the_views(tmp_path, hlo):
     first, _ = hlo
-    db = tmp_path / "x'; DROP TABLE dumps; -- <img src=x onerror=alert(1)> {%x%}" / "w.duckdb"
-    db.parent.mkdir()
-    with Warehouse(db) as con:
-        load_dumps(con, [first])
+    db = warehouse_with(tmp_path / "x'; DROP TABLE dumps; -- <img src=x onerror=alert(1)> {%x%}" / "w.duckdb", first)
     for locked in (False, True):
         with connect_readonly(db, locked=locked) as con:
             assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(rows_of(first, "hlo_instructions"),)]
