@@ -275,12 +275,16 @@ def _described(incidents: pl.DataFrame, steps: pl.DataFrame, *, opened: bool) ->
             "incident_id": None if opened else inc["incident_id"], "change": "opens" if opened else "fixes", "job": inc["job"],
             "program": inc["program"], "kind": inc["kind"], "headline": inc["headline"], "metrics": inc["metrics"],
             "last_good_run": inc["last_good_run"], "impact": inc["impact"],
-            "steps": [{"series": s["series"], "dump_kind": s["dump_kind"], "stage": s["stage"], "metric": s["metric"],
-                       "step": s["step"],
-                       "before": _num(s["baseline"]), "after": _num(s["value"] if opened else s["latest_value"]),
-                       "change": _num(s["change"]), "detail": s["detail"]} for s in own.iter_rows(named=True)],
+            "steps": [_step(s, s["baseline"], s["value"] if opened else s["latest_value"], s["change"])
+                      for s in own.iter_rows(named=True)],
         })
     return out
+
+
+def _step(s: dict, before: float | None, after: float | None, change: float | None) -> dict:
+    """One ``incident_steps`` row as the output lists it, with the figures this entry shows."""
+    return {"series": s["series"], "dump_kind": s["dump_kind"], "stage": s["stage"], "metric": s["metric"],
+            "step": s["step"], "before": _num(before), "after": _num(after), "change": _num(change), "detail": s["detail"]}
 
 
 def _worsened(incidents: pl.DataFrame, steps: pl.DataFrame, run_id: str) -> list[dict]:
@@ -297,9 +301,7 @@ def _worsened(incidents: pl.DataFrame, steps: pl.DataFrame, run_id: str) -> list
         for s in own.iter_rows(named=True):
             k = s["worse_runs"].index(run_id)
             before, after = s["worse_from"][k], s["worse_to"][k]
-            rows.append({"series": s["series"], "dump_kind": s["dump_kind"], "stage": s["stage"], "metric": s["metric"],
-                         "step": s["step"], "before": _num(before), "after": _num(after), "change": _num(after - before),
-                         "detail": s["detail"]})
+            rows.append(_step(s, before, after, after - before))
         out.append({"incident_id": inc["incident_id"], "change": "worsens", "job": inc["job"], "program": inc["program"],
                     "kind": inc["kind"], "headline": inc["headline"], "metrics": inc["metrics"],
                     "last_good_run": inc["last_good_run"], "impact": inc["impact"], "steps": rows})

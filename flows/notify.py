@@ -5,9 +5,11 @@ Prefect). Each target gets the summary in the form it shows: targets that show t
 (webhooks, SMS) its plain-text rendering; the others the HTML Python-Markdown makes of the
 Markdown (inline HTML from ``transforms.escape``: ``<code>``, character references), which
 Apprise converts for each (Slack mrkdwn, e-mail HTML). Handed the Markdown source, Slack
-showed ``<code>`` and ``&#95;`` as they are written. What was sent is recorded in the ``notifications`` table by the writer that
-holds the warehouse lock, keyed by run and by a digest of the target (never the URL: it
-often carries a token), so a re-run of the night, or a second run at the same time, sends
+showed ``<code>`` and ``&#95;`` as they are written.
+
+What was sent is recorded in the ``notifications`` table by the writer that holds the
+warehouse lock, keyed by run and by a digest of the target (never the URL: it often
+carries a token), so a re-run of the night, or a second run at the same time, sends
 nothing again. A notification is sent before the night is published: a crash between
 the two sends it again the next time (at least once, never silently lost).
 """

@@ -28,6 +28,7 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
+from flows import verdict
 from flows.aggregate import frame_of
 from flows.warehouse.store import connect_readonly
 from transforms import escape
@@ -131,7 +132,7 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
             older_incidents=q("SELECT count(*) AS n FROM incidents").item() - incidents.height,
             # The one definition of new / open / fixed at a run (flows.verdict, the summary, the
             # CLI), asked for the runs the site shows.
-            incidents_at={r: q("SELECT * FROM incidents_at(?)", [r]) for r in shown},
+            incidents_at={r: verdict.incidents_at(con, r) for r in shown},
             commit_url=getattr(settings, "commit_url", None), compare_url=getattr(settings, "compare_url", None),
             bucket_url=getattr(settings, "site_bucket_url", None),
             dump_paths=q(f"SELECT DISTINCT run_id, series, path FROM dump_series WHERE {in_window}", [shown]),

@@ -43,8 +43,7 @@ def counts(at: pl.DataFrame) -> dict[str, int]:
     """new, open (opened earlier, still open), worse_again (of those open, the ones whose figures
     moved further the worse way in this run), fixed, accepted, improvements: at one run."""
     by = dict(at.group_by("status").len().iter_rows()) if at.height else {}
-    again = at.filter((pl.col("status") == "open") & pl.col("worse_again").is_not_null()).height \
-        if at.height and "worse_again" in at.columns else 0
+    again = at.filter((pl.col("status") == "open") & pl.col("worse_again").is_not_null()).height if at.height else 0
     return {"new": by.get("new", 0), "open": by.get("open", 0), "worse_again": again, "fixed": by.get("fixed", 0),
             "accepted": by.get("accepted", 0), "improvements": by.get("improvement", 0)}
 
@@ -52,7 +51,7 @@ def counts(at: pl.DataFrame) -> dict[str, int]:
 def ordered(at: pl.DataFrame) -> list[dict]:
     """``at``'s rows in the order the summary and the site list them: the open incidents
     whose figures moved further the worse way in this run first, then by impact."""
-    calm = at.get_column("worse_again").is_null() if "worse_again" in at.columns else pl.repeat(True, at.height, eager=True)
+    calm = pl.col("worse_again").is_null()
     return (at.with_columns(calm.alias("_calm")).sort("_calm", "impact", "incident_id", descending=[False, True, False])
             .drop("_calm").to_dicts())
 
