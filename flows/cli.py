@@ -40,14 +40,33 @@ def _prefect_defaults() -> None:
     # spot and skips the atexit hook that stops Prefect's temporary API server, which then
     # keeps listening: exit in order instead, as on Ctrl-C.
     signal.signal(signal.SIGTERM, _exit_in_order)
-
-
-_stopped_by: list[int] = []  # the signal that asked this process to stop, once one did
+    _note_signals()
 
 
 def _exit_in_order(signum: int, frame) -> None:
-    _stopped_by.append(signum)
     raise SystemExit(128 + signum)
+
+
+_noted: int | None = None  # read end of the pipe the interpreter writes each signal's number to
+
+
+def _note_signals() -> None:
+    """Have every signal that reaches a Python handler noted, whichever handler that is:
+    during a flow Prefect's engine has its own SIGTERM handler in place of ours."""
+    global _noted
+    if _noted is None:
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        _noted = read
+
+
+def _signals_noted() -> set[int]:
+    try:
+        return set(os.read(_noted, 4096)) if _noted is not None else set()
+    except BlockingIOError:
+        return set()
 
 
 MEMORY_HELP = ("Most memory the command may hold, e.g. 2GB (DuckDB and the Python side share it; a lower limit "
@@ -433,13 +452,14 @@ def check(
 
 def main() -> None:
     """The console script. Once SIGTERM came, the exit status says so (128 + 15), whatever
-    surfaces on the way out: a DuckDB query it interrupts raises "Query interrupted", which
-    would otherwise end the command as a failure (1)."""
+    surfaces on the way out: during a flow Prefect's handler takes the signal, and a DuckDB
+    query it interrupts raises "Query interrupted", which would end the command as a failure (1)."""
     try:
         app()
     except BaseException as exc:
-        if _stopped_by and not (isinstance(exc, SystemExit) and exc.code == 128 + _stopped_by[0]):
-            raise SystemExit(128 + _stopped_by[0]) from None
+        stopped = 128 + signal.SIGTERM
+        if not (isinstance(exc, SystemExit) and exc.code == stopped) and signal.SIGTERM in _signals_noted():
+            raise SystemExit(stopped) from None
         raise
 
 
