@@ -316,7 +316,7 @@ def _announce(con, loaded_runs: list[str], settings) -> int:
     """The summary of each loaded run with new incidents, to every target, once."""
     from flows.notify import notify_new
     from transforms.escape import plain_text
-    from transforms.trends.night_report import night_markdown, night_text
+    from transforms.trends.night_report import CHAT, night_markdown, night_text
 
     sent = 0
     for run_id in loaded_runs:
@@ -326,7 +326,8 @@ def _announce(con, loaded_runs: list[str], settings) -> int:
         commit = verdict.run_commit(con, run_id)
         sent += len(notify_new(con, storage_secrets.notify_targets(), run_id,
                                f"Dumpscope: {new} new incident(s) in run {plain_text(run_id)}",
-                               night_markdown(run_id, commit, at, **how), night_text(run_id, commit, at, **how), new))
+                               night_markdown(run_id, commit, at, **how, style=CHAT), night_text(run_id, commit, at, **how),
+                               new))
     return sent
 
 

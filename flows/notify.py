@@ -3,9 +3,10 @@
 Targets are Apprise URLs (Slack, Teams, email, GitHub, webhooks...: Apprise comes with
 Prefect). Each target gets the summary in the form it shows: targets that show text only
 (webhooks, SMS) its plain-text rendering; the others the HTML Python-Markdown makes of the
-Markdown (inline HTML from ``transforms.escape``: ``<code>``, character references), which
-Apprise converts for each (Slack mrkdwn, e-mail HTML). Handed the Markdown source, Slack
-showed ``<code>`` and ``&#95;`` as they are written.
+chat Markdown (``night_report.CHAT``: names in code spans, inline HTML from
+``transforms.escape``), which Apprise converts for each (Slack mrkdwn, e-mail HTML). Handed
+the Markdown source, Slack showed ``<code>`` and ``&#95;`` as they are written; handed the
+site's Markdown as HTML, ``jit\\_train\\_step`` and ``###``.
 
 What was sent is recorded in the ``notifications`` table by the writer that holds the
 warehouse lock, keyed by run and by a digest of the target (never the URL: it often

@@ -103,3 +103,84 @@ def test_slack_gets_mrkdwn_not_the_markdown_source(monkeypatch):
     assert "*1 new*" in text and "`I-1a2b`" in text and "<https://example.com/c/4e1d2a7|`4e1d2a7`>" in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text  # Slack shows it as text, never as markup
     assert "<code>" not in text and "&lt;code" not in text and "&#" not in text and "&amp;" not in text
+
+
+def _slack_text(monkeypatch, body_markdown: str) -> str:
+    """What Apprise's own Slack plugin posts (its HTTP call caught) for a summary in Markdown."""
+    import duckdb
+    import requests
+
+    from flows.notify import notify_new
+    from flows.warehouse.schema import _create_core
+
+    posted: list[dict] = []
+
+    class Ok:
+        status_code, content, text = 200, b"ok", "ok"
+
+    monkeypatch.setattr(requests, "request", lambda method, url, *a, **kw: posted.append(json.loads(kw["data"])) or Ok())
+    con = duckdb.connect()
+    con.execute(_create_core("notifications"))
+    url = "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#perf"
+    assert len(notify_new(con, [url], "r", "Dumpscope", body_markdown, "(text)", 1)) == 1
+    return "\n".join(p["attachments"][0]["text"] for p in posted)
+
+
+def test_slack_shows_names_as_they_are_and_no_heading_marks(sample_warehouse, monkeypatch):
+    """The summary a chat gets (CHAT): Apprise's HTML-to-Markdown conversion backslash-escaped every
+    underscore of plain text (Slack showed jit\\_train\\_step, memory.peak\\_live\\_bytes) and kept
+    "###" headings, which Slack does not render. Names now come in code spans, verbatim."""
+    from flows import verdict
+    from flows.warehouse.store import connect_readonly
+    from transforms.trends.night_report import CHAT, MARKDOWN, night_markdown
+
+    with connect_readonly(sample_warehouse) as con:
+        at, commit = verdict.incidents_at(con, "2026-11-18"), verdict.run_commit(con, "2026-11-18")
+    before = _slack_text(monkeypatch, night_markdown("2026-11-18", commit, at, sections=("new",), style=MARKDOWN))
+    assert "jit\\_train\\_step" in before and "### " in before  # what the site's Markdown gives Slack
+    text = _slack_text(monkeypatch, night_markdown("2026-11-18", commit, at, sections=("new",), style=CHAT))
+    assert "\\_" not in text and "#" not in text
+    lines = text.splitlines()
+    assert lines[:5] == ["*Dumpscope: run `2026-11-18` (commit `9b03c5e`)*", "",
+                         "Last night: *5 new*, 0 still open, 0 fixed, 0 improvements.", "", "*New*"]
+    assert "`jax-jit` / `jit_train_step` · regression · `I-b86084d8`" in lines
+    assert "`jax-pmap` / `jit__fun` · regression · `I-48d7e96d`" in lines
+    assert "`jax-jit / jit_train_step: memory.peak_live_bytes 65.0 KiB → 132.3 KiB (+67.2 KiB); " \
+           "memory.report_total_bytes 57.2 KiB → 108.4 KiB (+51.2 KiB); +9 more`" in lines
+
+
+@pytest.mark.parametrize("name", ["<!channel>", "!here> x", "<@U123ABC>", "@U999> y", "a`b`c <!everyone>",
+                                  "*bold* _it_", "<https://evil.example|click me>", "[x](javascript:alert(1))",
+                                  "&lt;!channel&gt;"])
+def test_a_hostile_name_reaches_slack_as_text(name, monkeypatch):
+    """A name from a dump never pings a channel, mentions a user or makes a link in Slack: Apprise
+    gets HTML and escapes what Slack reads (< > &) in what it converts."""
+    from transforms.trends.night_report import CHAT
+
+    text = _slack_text(monkeypatch, f"{CHAT.text(name)} / {CHAT.text(name)} · {CHAT.heading(3, CHAT.text(name))}")
+    assert "<!" not in text and "<@" not in text and "<http" not in text
+    assert ("&lt;" in text) == ("<" in name)
+    assert all(part.strip().startswith("`") for part in text.replace("·", "/").split(" / "))  # each a code span
+
+
+def test_the_nightly_hands_chats_the_chat_summary(sample_warehouse, monkeypatch):
+    """The nightly's announcement: the chat summary (names in code spans, no headings) for targets
+    that get HTML, the plain text for text-only ones."""
+    import flows.notify
+    from flows.nightly import _announce
+    from flows.warehouse.store import connect_readonly
+    from transforms.trends.rules import Settings
+
+    handed = []
+    monkeypatch.setattr(flows.notify, "notify_new", lambda con, targets, run_id, title, body, text, new:
+                        handed.append((run_id, title, body, text, new)) or ["x"])
+    monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
+    storage_secrets.export_notify_targets(["json://127.0.0.1:9/hook"])
+    with connect_readonly(sample_warehouse) as con:
+        assert _announce(con, ["2026-11-18"], Settings()) == 1
+    [(run_id, title, body, text, new)] = handed
+    assert (run_id, title, new) == ("2026-11-18", "Dumpscope: 5 new incident(s) in run 2026-11-18", 5)
+    assert body.startswith("**Dumpscope: run <code>2026-11-18</code> (commit <code>9b03c5e</code>)**\n")
+    assert "\n<code>jax-jit</code> / <code>jit_train_step</code> · regression · <code>I-b86084d8</code>\n" in body
+    assert not any(line.startswith("#") for line in body.splitlines())  # no heading
+    assert text.startswith("Dumpscope: run 2026-11-18 (commit 9b03c5e)\n")

@@ -1,6 +1,7 @@
-"""The night's summary in Markdown, ready for a chat, an issue or a pull-request comment
-(``night_markdown``), and the same summary as plain text for targets that show text only
-(``night_text``: webhooks, SMS; links written out after their label).
+"""The night's summary in Markdown, ready for an issue, a pull-request comment or the report
+file (``night_markdown``); the same summary for chat and e-mail notifications (``CHAT``:
+every value from outside a code span, headings bold lines), and as plain text for targets
+that show text only (``night_text``: webhooks, SMS; links written out after their label).
 
 One story, in the order a person reads it: the counts ("2 new, 1 still open, 1 fixed,
 0 improvements"), then each new incident with its headline, commit range and cause,
@@ -34,6 +35,11 @@ class Style(NamedTuple):
 MARKDOWN = Style(md_text, code, lambda label, href: f"[{label}]({href})", lambda s: f"**{s}**",
                  lambda level, s: f"{'#' * level} {s}")
 TEXT = Style(plain_text, plain_text, lambda label, href: f"{label} ({href})", str, lambda level, s: s)
+# Notifications reach chats through Apprise's HTML-to-Markdown conversion, which backslash-escapes
+# "_" and "*" in text (Slack showed jit\_train\_step) and keeps headings that Slack shows as "###":
+# names go in code spans, which every chat shows verbatim, and headings become bold lines (an
+# incident's own line, which starts with a code span, stays plain: "* `x`*" is not bold in Slack).
+CHAT = Style(code, code, MARKDOWN.link, MARKDOWN.bold, lambda level, s: f"**{s}**" if level < 3 else s)
 
 SECTIONS = (("new", "New"), ("fixed", "Fixed"), ("accepted", "Accepted"), ("open", "Still open"),
             ("improvement", "Improvements"))
