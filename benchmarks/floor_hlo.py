@@ -23,6 +23,7 @@ per core leaves for the whole parse (file size / 100 MB/s).
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import os
 import re
@@ -113,13 +114,11 @@ def measure(path: Path, repeats: int) -> dict[str, float]:
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    repeats = 7
-    if "--repeats" in args:
-        i = args.index("--repeats")
-        repeats = int(args[i + 1])
-        del args[i : i + 2]
-    files = [Path(a) for a in args] or DEFAULT
+    ap = argparse.ArgumentParser(description="What the pieces of any Python HLO reader cost on one file.")
+    ap.add_argument("files", nargs="*", type=Path, help="HLO text, .gz too (default: XLA's LLM benchmark modules)")
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    files, repeats = args.files or DEFAULT, args.repeats
     cols = ["lines", "loop", "split", "rows", "regex", "polars", "parser"]
     print(f"{'file':45s} {'MB':>5s} {'budget':>7s} " + " ".join(f"{c:>7s}" for c in cols) + "   (ms of CPU, one core)")
     for path in files:
