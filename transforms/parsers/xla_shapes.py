@@ -186,7 +186,7 @@ STRUCTURAL = frozenset({
 SIMPLE = frozenset("""
 parameter constant get-tuple-element tuple bitcast after-all add-dependency opt-barrier domain partition-id
 replica-id abs add and atan2 bitcast-convert broadcast cbrt ceil cholesky clamp clz compare complex concatenate
-convert convolution copy copy-start copy-done cos divide dot dynamic-reshape dynamic-slice dynamic-update-slice erf
+convert convolution copy copy-start copy-done cosine divide dot dynamic-reshape dynamic-slice dynamic-update-slice erf
 exponential exponential-minus-one fft floor gather get-dimension-size imag iota is-finite log log-plus-one logistic
 maximum minimum multiply negate not or pad popcnt power real reduce-precision remainder reshape reverse rng
 rng-bit-generator rng-get-and-update-state round-nearest-afz round-nearest-even rsqrt select set-dimension-size
