@@ -75,31 +75,11 @@ def storage_secrets_digest(url: str) -> str:
 def test_slack_gets_mrkdwn_not_the_markdown_source(monkeypatch):
     """Apprise's own Slack plugin (its HTTP call caught): code spans, links and names from dumps
     arrive as Slack shows them, not as the HTML entities and tags the Markdown carries."""
-    import duckdb
-    import requests
-
-    from flows.notify import notify_new
-    from flows.warehouse.schema import _create_core
     from transforms.escape import code, md_text
 
-    posted: list[dict] = []
-
-    class Ok:
-        status_code, content, text = 200, b"ok", "ok"
-
-    def request(method, url, *args, **kwargs):
-        posted.append(json.loads(kwargs["data"]))
-        return Ok()
-
-    monkeypatch.setattr(requests, "request", request)
-    con = duckdb.connect()
-    con.execute(_create_core("notifications"))
     body = (f"Last night: **1 new**.\n\n### {md_text('model__forward <img src=x onerror=alert(1)>')} · {code('I-1a2b')}\n\n"
             f"Commits [{code('4e1d2a7')}](https://example.com/c/4e1d2a7) → {code('9b03c5e')}.\n")
-    url = "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#perf"
-    assert len(notify_new(con, [url], "2026-11-18", "Dumpscope: 1 new incident(s)", body, "(text)", 1)) == 1
-    [payload] = posted
-    text = payload["attachments"][0]["text"]
+    text = _slack_text(monkeypatch, body)
     assert "*1 new*" in text and "`I-1a2b`" in text and "<https://example.com/c/4e1d2a7|`4e1d2a7`>" in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text  # Slack shows it as text, never as markup
     assert "<code>" not in text and "&lt;code" not in text and "&#" not in text and "&amp;" not in text
