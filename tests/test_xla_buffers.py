@@ -226,6 +226,8 @@ def test_unknown_and_valued_flags_survive():
         " value: <3 p.1{1} @5> (size=64,offset=0): f32[12]{0}\n",
         "allocation 1: size 8, shiny-new-flag:\n",
         " value: <4 x.2 (phi) @0> (size=8,offset=0): f32[2]{0}\n",
+        "allocation 2: size 8, output shape is |f32[2]|, maybe-live-out:\n",  # a listing of this XLA has one
+        " value: <5 r.3 @0> (size=8,offset=0): f32[2]{0}\n",
     ]
     tables, s = run(lines)
     a = tables["buffer_allocations"].rows(named=True)
@@ -258,7 +260,10 @@ HISTORIC = [
 @pytest.mark.parametrize(("header", "expected"), HISTORIC, ids=[h[:24] for h, _ in HISTORIC])
 def test_historic_allocation_headers(header, expected):
     index = int(header.split()[1].rstrip(":"))
-    tables, s = run(["BufferAssignment:\n", header + "\n", f" value: <{index} v.{index} @0> (size=4,offset=0): f32[]\n"])
+    output = [f"allocation {index + 1}: size 4, output shape is f32[]:\n", " value: <9 r.9 @0> (size=4,offset=0): f32[]\n"]
+    # A listing that prints parameter shapes ends after its output's allocation: a whole file has one.
+    tables, s = run(["BufferAssignment:\n", header + "\n", f" value: <{index} v.{index} @0> (size=4,offset=0): f32[]\n",
+                     *output])
     assert s.errors == [] and not s.truncated
     row = tables["buffer_allocations"].row(0, named=True)
     assert {k: row[k] for k in expected} == expected
@@ -281,6 +286,53 @@ def test_historic_value_lines():
         (0, 7, "tuple.2{1}", "tuple.2", "{1}", None, 4, 8, "f32[2]{0}"),
         (1, 0, "p.0", "p.0", "{}", None, None, None, "f32[]"),
     ]
+
+
+def test_a_listing_ends_after_what_its_output_needs():
+    """The output's allocation, a live-out one for each array of a tuple output (not for a token or
+    an empty array: they hold no bytes), and the last allocation's values reaching its size."""
+    lines = [
+        "BufferAssignment:\n",
+        "allocation 0: size 64, parameter 0, shape |f32[16]| at ShapeIndex {}:\n",
+        " value: <0 p.0 @0> (size=64,offset=0): f32[16]{0}\n",
+        "allocation 1: size 24, output shape is |(f32[4], token[], f32[0], /*index=3*/s32[2])|:\n",
+        " value: <9 tuple{} @0> (size=24,offset=0): (f32[4]{0}, token[], f32[0]{0}, s32[2]{0})\n",
+        "allocation 2: size 16, maybe-live-out:\n",
+        " value: <3 add.1 @0> (size=16,offset=0): f32[4]{0}\n",
+        "allocation 3: size 8, maybe-live-out:\n",
+        " value: <4 iota.2 @0> (size=8,offset=0): s32[2]{0}\n",
+        "allocation 4: size 96, preallocated-temp:\n",
+        " value: <1 a.3 @0> (size=64,offset=0): f32[16]{0}\n",
+        " value: <2 b.4 @0> (size=32,offset=64): f32[8]{0}\n",
+    ]
+    assert run(lines)[1].errors == []
+    for cut, error in [
+        (3, "line 3: input ended before the allocation of the program's output (the one XLA prints 'output shape "
+            "is' on); the listing stops after allocation 0"),
+        (7, "line 7: input ended before the live-out allocations of the output's s32[2] (every array of the output "
+            "tuple has one); the listing stops after allocation 2"),
+        (11, "line 11: input ended inside allocation 4's values: they reach byte 64 of its 96 (XLA sizes it by its "
+             "values)"),
+    ]:
+        _, s = run(lines[:cut])
+        assert (s.truncated, s.errors) == (True, [error]), cut
+    _, s = run(lines[:9])  # after all the output needs: a smaller whole listing, for all the text shows
+    assert (s.truncated, s.errors, s.metrics["memory.allocations"]) == (False, [], 4)
+
+
+def test_used_values_name_their_users():
+    head = ["\n", "Total bytes used: 8 (8B)\n", "\n", "Used values:\n"]
+    a = ["<0 p.0 @0>\n", " positions:\n", "  p.0\n", " uses:\n", "  t.2, operand 0\n",
+         " from instruction: %p.0 = f32[] parameter(0)\n"]
+    t = ["<2 t.2{} @0>\n", " positions:\n", "  t.2 {}\n", " uses:\n", "  (none)\n",
+         " from instruction: %t.2 = (f32[]) tuple(%p.0)\n"]
+    assert run(head + a + t)[1].errors == []
+    _, s = run(head + a)
+    assert (s.truncated, s.errors) == (True, ["line 10: input ended after 1 used values: 1 instruction(s) they list as "
+                                              "users have no value listed at their output (e.g. t.2)"])
+    # "t.2 {0}" is where t.2 passes p.0 on, not its own output: still a cut.
+    _, s = run(head + a[:3] + ["  t.2 {0}\n"] + a[3:])
+    assert s.truncated
 
 
 def test_unclosed_and_unknown_headers_are_errors_naming_the_line():

@@ -137,6 +137,57 @@ def test_older_format_names_allocations():
     assert tables["memory_report_spaces"].rows() == [(None, None, 18448, 1)]
 
 
+OLDER = [  # the older layout of test_older_format_names_allocations, with 2 more allocations of one value
+    "Total bytes used: 18456 (18.0KiB)\n", "\n", "Allocations sorted by size:\n", "\n",
+    "cumulative_size; total_size - cumulative_size; allocation\n",
+    "------------------------------------------------------------------------------\n",
+    "   18.0KiB(100%);        24B; allocation 1: size 18.0KiB, preallocated-temp:\n",
+    "   18.0KiB(100%);         8B; allocation 0: size 16B, maybe-live-out:\n",
+    "The rest 2 allocations are less than 5% of the total size and not shown.\n", "\n", "\n",
+    "Allocations sorted by size with their values:\n",
+    "allocation 1: size 18.0KiB, preallocated-temp:\n", "\n",
+    "\tcumulative_size;       size;       offset; used_by_n_values; shapes_list\n",
+    "\t------------------------------------------------------------\n",
+    "\t  16.0KiB( 89%);    16.0KiB;            0;                2; 2×f32[32,128]\n",
+    "\t  18.0KiB(100%);     2.0KiB;        16384;                1; f32[32,16]\n", "\n",
+    "allocation 0: size 16B, maybe-live-out:\n",
+    "allocation 2: size 4B, thread-local:\n",
+    "allocation 3: size 4B, thread-local:\n",
+]
+
+
+def test_older_format_states_its_allocation_count():
+    """Summary lines plus "The rest N allocations": the allocations the second part names, all of them."""
+    _, s = run(xr, OLDER)
+    assert (s.errors, s.truncated, s.metrics["memory.report_allocations"]) == ([], False, 4)
+    for cut, error in [
+        (20, "line 20: input ended after 2 of the 4 allocations its summary lists"),  # after allocation 0
+        (21, "line 21: input ended after 3 of the 4 allocations its summary lists"),
+        (8, "line 8: input ended in the allocation summary, before 'Allocations sorted by size with their values:'"),
+        (14, "line 14: input ended after allocation 1's name and the blank line before its slot table"),
+    ]:
+        _, s = run(xr, OLDER[:cut])
+        assert (s.truncated, s.errors) == (True, [error]), cut
+
+
+def test_every_memory_space_has_its_total_and_blocks():
+    block = ["  cumulative_size;       size;       offset; used_by_n_values; shapes_list\n",
+             "  ------------------------------------------------------------\n",
+             "         4B(100%);         4B;            0;                1; f32[]\n", "\n"]
+    lines = ["Memory Space: default (color=0)\n", "Total bytes: 4 (4B)\n", *block,
+             "Memory Space: alt (color=1)\n", "Total bytes: 8 (8B)\n", *block, *block]
+    _, s = run(xr, lines)
+    assert (s.errors, s.metrics["memory.report_spaces"], s.metrics["memory.report_allocations"]) == ([], 2, 3)
+    for cut, error in [
+        (7, "line 7: input ended after the header of memory space alt, before its 'Total bytes' line"),
+        (8, "line 8: input ended before the first allocation block of memory space alt"),
+        (12, "line 12: input ended after 1 allocation blocks of memory space alt: they hold at most 4 of its 8 "
+             "total bytes"),
+    ]:
+        _, s = run(xr, lines[:cut])
+        assert (s.truncated, s.errors) == (True, [error]), cut
+
+
 def _head(path: Path) -> str:
     return path.read_bytes()[:65536].decode("utf-8", "replace")
 

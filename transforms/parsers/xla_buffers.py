@@ -34,16 +34,30 @@ each present only when the file has that section:
 
 Guarantees: every row comes from one line, so a cut file yields a prefix of the rows
 of the whole file; a last line without its newline (a byte cut) is not read and sets
-``truncated``. A cut is also detected when an allocation has no values, a used-value
-block is unfinished, the used values are fewer than the allocation listing's values,
-or the live-range listing is short. A cut that falls exactly between allocations of
-an allocation-only file cannot be told from a smaller complete file.
+``truncated``. A cut between lines is ``truncated`` too, with an error saying what is
+missing, wherever the text shows it (``_Dump.finish``): an allocation without values, or
+whose values do not reach its size (XLA sizes an allocation by its values: the first
+one's size, or a temp heap's extent); a listing that ends before the allocation of the
+program's output (XLA prints ``output shape is`` on it since it prints parameter
+shapes), or before a maybe-live-out allocation for each array of a tuple output (since
+it prints shapes between |...|); fewer used values than the listing's values; used
+values that name a user whose output no listed value is at (XLA lists values by id, an
+instruction's after those it uses); a combined file (allocations and used values,
+shapes between |...|) that ends before its ``HloLiveRange``; a live-range listing short
+of ``max`` entries, of its peak, or of the values live at the peak. Nothing in the file
+tells a smaller whole file from a cut between allocations after those the output needs
+(XLA lists the thread-local and temp allocations last), nor from a cut between used
+values whose users are all listed (the thread-local computations' values come first):
+only the side files tell (the values file's ``Total bytes used`` is the allocations'
+sum, its used values are the listing's values).
 Raises ``ParseError`` only for empty input or a first line that is none of the above.
 """
 
 from __future__ import annotations
 
 import re
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Iterable
 
 import polars as pl
@@ -59,7 +73,10 @@ from transforms.records import (
     line_error,
 )
 
-PARSER_VERSION = 3  # 3: every historic header syntax (address, bare shapes, "parameter N at ShapeIndex"),
+PARSER_VERSION = 4  # 4: a cut between lines is truncated where the text shows it (values short of their
+# allocation's size, the output's allocations missing, a user with no value listed, a combined file without
+# its HloLiveRange): such dumps read ok before, with smaller figures
+# 3: every historic header syntax (address, bare shapes, "parameter N at ShapeIndex"),
 # LogicalBuffer value lines, "from instruction:%" without a space (jaxlib 0.4); an unclosed header is an error
 # 2: every cut is an error; a whole last line without newline is read
 
@@ -92,6 +109,10 @@ _OLD_VALUE = re.compile(
 _USED = re.compile(r"^" + _VALUE_REF + r"$")
 _TOTAL = re.compile(r"^Total bytes used: (\d{1,18})\b")
 _START = re.compile(r"^(?:BufferAssignment:|Total bytes used: \d|HloLiveRange \(max \d)")
+# An output shape's arrays: "/*index=5*/" comments and layouts out, then each "type[dims]".
+_SHAPE_NOISE = re.compile(r"/\*.*?\*/|\{[^{}]*\}")
+_ARRAY = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\]")
+_EMPTY = re.compile(r"[\[,]0[\],]")  # a dimension of size 0
 _MAX_ERRORS = 50
 _MAX_HEADER = 1 << 20
 _MAX_ITEMS = 64
@@ -320,11 +341,28 @@ class _Dump:
         self.total: int | None = None
         self.alloc_idx: int | None = None
         self.alloc_values = 0
+        # The open allocation's size and how far its values reach (offset + size; not known when a value
+        # line prints no slice). XLA sizes an allocation by its values: the first value's size, or the
+        # extent of a temp heap. Read off its rows (from row alloc_row0 of the buffer) when it closes, not
+        # per line: the value lines are the hot path of big listings.
+        self.alloc_size = self.alloc_extent = self.alloc_row0 = 0
+        self.extent_known = True
         self.block: list | None = None  # an open used-value block: [cols, lineno, positions, uses, part]
         self.live: live.LiveRangeReader | None = None
         self.shapes: dict[tuple[str, str], tuple[str, int]] = {}
         self.unknown_flags: set[str] = set()
         self.skip_values = False  # the value lines that follow belong to a header that was not read
+        # What the allocation listing says about its own end (finish): the outputs printed ("output shape
+        # is"), whether this XLA prints shapes in headers at all (and between |...|), the shapes of the
+        # values in maybe-live-out allocations (layouts stripped).
+        self.outputs: list[str] = []
+        self.shapes_printed = self.piped = self.alloc_live_out = False
+        self.live_out_shapes: set[str] = set()
+        # The positions the used values are at and the instructions they are used by, read off the rows
+        # at the end (``_read_used``): XLA lists values by id, so the users of the last values listed are
+        # still to come when a listing is cut.
+        self.positioned: set[str] = set()
+        self.users: set[str] = set()
 
     def error(self, lineno: int, msg: str) -> None:
         errors = self.summary.errors
@@ -377,11 +415,16 @@ class _Dump:
 
     def _skip_allocation(self, lineno: int, msg: str) -> None:
         self._end_allocation(lineno, at_eof=False)
+        if self.alloc_live_out:
+            self._read_values()
+        self.alloc_live_out = False
         self.error(lineno, msg)
         self.alloc_idx, self.section, self.skip_values = None, "alloc", True
 
     def _allocation(self, lineno: int, m: re.Match) -> TableBatch | None:
         self._end_allocation(lineno, at_eof=False)
+        if self.alloc_live_out:
+            self._read_values()
         self.section, self.skip_values = "alloc", False
         row, unknown = _allocation_row(lineno, m, m[3][:-1])
         if new := [f for f in dict.fromkeys(unknown) if f not in self.unknown_flags]:  # said once per file
@@ -390,6 +433,14 @@ class _Dump:
         if self.alloc_idx is not None and row[0] != self.alloc_idx + 1:
             self.error(lineno, f"allocation {row[0]} follows allocation {self.alloc_idx}")
         self.alloc_idx, self.alloc_values = row[0], 0
+        if row[6] is not None or row[8] is not None:  # "parameter N, shape ...", "output shape is ..."
+            self.shapes_printed = True
+            self.piped = self.piped or "|" in m[3]
+            if row[8] is not None:
+                self.outputs.append(row[8])
+        self.alloc_live_out = row[9]
+        self.alloc_size, self.alloc_extent, self.extent_known = row[1], 0, True
+        self.alloc_row0 = len(self.values.rows)
         size = row[1]
         self.n_alloc += 1
         self.alloc_bytes += size
@@ -446,7 +497,21 @@ class _Dump:
         rows = self.values.rows  # the hot path of big allocation listings: no per-row method calls
         rows.append((self.alloc_idx, int(vid), instr + (index or ""), instr, shape_index, phi is not None,
                      int(color) if color else None, int(offset), size, shape, lineno))  # fmt: skip
-        return self.values.flush() if len(rows) >= BATCH_ROWS else None
+        if len(rows) < BATCH_ROWS:
+            return None
+        self._read_values()
+        return self.values.flush()
+
+    def _read_values(self) -> None:
+        """Fold the open allocation's value rows not read yet into its extent and, for a live-out one,
+        the live-out shapes; before the rows leave in a batch, and when the allocation closes."""
+        rows = self.values.rows
+        for row in rows[min(self.alloc_row0, len(rows)) :]:
+            if row[7] is not None and row[8] is not None:  # old value lines may print no slice
+                self.alloc_extent = max(self.alloc_extent, row[7] + row[8])
+            if self.alloc_live_out:
+                self.live_out_shapes.add(_SHAPE_NOISE.sub("", row[9]))
+        self.alloc_row0 = 0 if len(rows) >= BATCH_ROWS else len(rows)
 
     def _old_value(self, lineno: int, line: str) -> TableBatch | None:
         """A value line of 2017-2019 (``_OLD_VALUE``): a LogicalBuffer, its slice when printed."""
@@ -456,10 +521,17 @@ class _Dump:
         shape_index = "{" + index + "}"
         if size is not None:
             self.shapes[instr, shape_index] = (shape, int(size))
+        else:  # early 2017: no slice printed, so no extent either
+            self.extent_known = False
         # LogicalBuffer printed its index always ("[]"): the name takes it only when not empty.
         name = instr + (shape_index if index else "")
-        return self.values.add((self.alloc_idx, int(vid), name, instr, shape_index, False,
-                                int(color) if color else None, _int(offset), _int(size), shape, lineno))  # fmt: skip
+        rows = self.values.rows
+        rows.append((self.alloc_idx, int(vid), name, instr, shape_index, False,
+                     int(color) if color else None, _int(offset), _int(size), shape, lineno))  # fmt: skip
+        if len(rows) < BATCH_ROWS:
+            return None
+        self._read_values()
+        return self.values.flush()
 
     def _open_block(self, lineno: int, m: re.Match) -> TableBatch | None:
         batch = self._close_block(lineno)
@@ -493,11 +565,68 @@ class _Dump:
             self.error(lineno, f"used value {block[0][0]} has no 'from instruction' line")
             return None
         self.n_used += 1
-        return self.used.add((*block[0], block[2], block[3], block[1]))
+        rows = self.used.rows
+        rows.append((*block[0], block[2], block[3], block[1]))
+        if len(rows) < BATCH_ROWS:
+            return None
+        self._read_used(rows)
+        return self.used.flush()
+
+    def _read_used(self, rows: list[tuple]) -> None:
+        """Fold used-value rows into the positions they are at and the instructions they are used by
+        (at the end of the file, or before the rows leave in a batch); C-level loops, no per-item code."""
+        self.positioned.update(chain.from_iterable(row[6] for row in rows))
+        self.users.update(map(itemgetter(0), map(str.partition, chain.from_iterable(row[7] for row in rows),
+                                                 repeat(","))))
+
+    def _listing_end(self, lineno: int) -> None:
+        """The file ends in the allocation listing: cut if the last allocation's values do not reach
+        its size, or if the allocations the program's output needs are not all there. XLA prints
+        "output shape is" on the allocation of the ENTRY root whenever it prints parameter shapes in
+        headers; since it prints shapes between |...|, only there (not on other computations' roots),
+        and each array of a tuple output then lives in a maybe-live-out allocation (its own or shared;
+        the output allocation holds only the tuple)."""
+        self._read_values()
+        if self.alloc_idx is not None and self.alloc_values and self.extent_known \
+                and self.alloc_extent < self.alloc_size:
+            self.cut(lineno, f"input ended inside allocation {self.alloc_idx}'s values: they reach byte "
+                             f"{self.alloc_extent} of its {self.alloc_size} (XLA sizes it by its values)")
+            return
+        if not self.n_alloc or not self.shapes_printed:
+            return
+        last = f"allocation {self.alloc_idx}" if self.alloc_idx is not None else "the last allocation read"
+        if not self.outputs:
+            self.cut(lineno, f"input ended before the allocation of the program's output (the one XLA "
+                             f"prints 'output shape is' on); the listing stops after {last}")
+        elif self.piped and len(self.outputs) == 1 and self.outputs[0].startswith("("):
+            arrays = _ARRAY.findall(_SHAPE_NOISE.sub("", self.outputs[0]))
+            # Tokens and empty arrays hold no bytes: XLA may give them no allocation.
+            missing = sorted({a for a in arrays if a not in self.live_out_shapes and not a.startswith("token")
+                              and not _EMPTY.search(a)})
+            if missing:
+                self.cut(lineno, f"input ended before the live-out allocations of the output's "
+                                 f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} (every array of the "
+                                 f"output tuple has one); the listing stops after {last}")
+
+    def _used_end(self, lineno: int) -> None:
+        """The file ends in ``Used values:``: cut if a listed value is used by an instruction whose
+        top level no listed value is at. Every instruction that uses a value has an output there,
+        a value of its own or one it passes on (XLA lists values by id, and an instruction's own
+        values come after those it uses)."""
+        self._read_used(self.used.rows)
+        # A position prints "name", or "name {index}" in a tuple-shaped instruction ("name {}": its top
+        # level, where its users find it); a use prints "name, operand N[ {index}]".
+        if missing := {u for u in self.users if u not in self.positioned and f"{u} {{}}" not in self.positioned}:
+            self.cut(lineno, f"input ended after {self.n_used} used values: {len(missing)} instruction(s) they "
+                             f"list as users have no value listed at their output (e.g. {min(missing)[:80]})")
+        elif self.n_alloc and self.piped:  # combined file of an XLA that prints |...|: it writes the live ranges too
+            self.cut(lineno, "input ended after the used values, before the HloLiveRange listing XLA writes next")
 
     def finish(self, lineno: int) -> list[TableBatch]:
         s = self.summary
         self._end_allocation(lineno, at_eof=True)
+        if self.section == "alloc" and not s.truncated:
+            self._listing_end(lineno)
         if self.block is not None:
             self.cut(lineno, f"input ended inside used value {self.block[0][0]} (line {self.block[1]}), "
                              "before its 'from instruction' line")
@@ -507,6 +636,8 @@ class _Dump:
                 self.error(lineno, f"allocations add up to {self.alloc_bytes} bytes, 'Total bytes used' says {self.total}")
             if self.section in ("total", "used") and self.n_used < self.n_values:  # every value is listed again
                 self.cut(lineno, f"input ended after {self.n_used} of the {self.n_values} used values")
+        if self.section == "used" and self.n_used and not s.truncated:
+            self._used_end(lineno)
         if self.total is not None and self.section == "total":
             self.cut(lineno, "input ended before 'Used values:' (it always follows the total)")
         if self.section == "alloc" and not self.n_alloc:  # a program always has an output allocation

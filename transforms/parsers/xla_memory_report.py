@@ -31,11 +31,24 @@ allocation the older format names without a slot table: XLA prints none for a si
 value; so a cut right after such a name cannot be told from a one-value allocation) and
 ``memory.report_hidden_slots`` (the N of the "The rest N ..." lines).
 Every row comes from one line, so a cut file yields a prefix of the rows. A cut is
-detected (``truncated``) when the last line has lost its newline (that line is not
-read), a block has a header but no rows, a space has a total but no block, or the
-last block's cumulative percentage stops short of 100% without a "The rest" line;
-a cut between blocks cannot be told from XLA's own shortening. Raises ``ParseError``
-only for empty input or a first line that is not a memory usage report.
+detected (``truncated``, with an error saying what is missing) when the last line has
+lost its newline (that line is not read), a memory space has no ``Total bytes`` line or
+a total but no block, a block has a header but no rows, or the last block's cumulative
+percentage stops short of 100% without a "The rest" line. In the older layout the
+summary states the count: its lines plus "The rest N allocations" are the allocations
+the second part names, so a cut anywhere there is detected too (but for a cut right
+after the last allocation's name when that one has a slot table: XLA prints none for a
+single value), as is a summary without that second part and a name followed by the
+blank line that opens a slot table. In the newer layout nothing states how many blocks
+follow, but XLA lists every allocation of a space up to the 50th, and after that stops
+only once the rest is under 5% of ``Total bytes``: a cut between blocks is detected when
+the blocks read cannot hold the total (or 95% of it, past 50 blocks). That bound adds up
+the printed sizes rounded up (a block of one slot is its allocation; XLA sizes an
+allocation by its values, so one of several slots ends where its furthest slot ends), so a
+cut that drops less than that rounding (a tail of 4-byte blocks after KiB-sized ones),
+or any cut after a block that hides slots ("The rest N values"), cannot be told from a
+smaller report. Raises ``ParseError`` only for empty input or a first line that is not
+a memory usage report.
 """
 
 from __future__ import annotations
@@ -48,7 +61,10 @@ import polars as pl
 from transforms.records import DumpKind, DumpSummary, ParserOutput, RowBuffer, TableBatch, line_error
 from transforms.parsers.xla_live_ranges import Lines, drive
 
-PARSER_VERSION = 4  # 4: an older-layout allocation line ending the file without newline is whole
+PARSER_VERSION = 5  # 5: a cut between lines is truncated where the text shows it (a space without its total
+# or blocks, blocks that cannot hold its total; older layout: fewer allocations named than its summary lists, a
+# slot table announced): such dumps read ok before, with smaller figures
+# 4: an older-layout allocation line ending the file without newline is whole
 # 3: older format: an allocation named without a slot table counts its one value
 # 2: every cut is an error; a whole last line without newline is read
 
@@ -60,8 +76,12 @@ _SLOT = re.compile(r"^\s*" + _NUM + r"\(\s*(\d{1,3})%\);\s+" + _NUM + r";\s+(\d{
 _REST = re.compile(r"^\s*The rest (\d{1,9}) values are less than")
 _ALLOC = re.compile(r"^allocation (\d{1,9}): size ")
 # Lines of the older format's allocation summary, kept in the allocation table of the
-# buffer assignment already: recognised so they are not reported as errors.
-_OLD_SKIP = re.compile(r"^(?:Allocations sorted by size|cumulative_size; total_size|-{20,}|\s*\S+\(\s*\d+%\); .*; allocation \d+:|The rest \d+ allocations)")
+# buffer assignment already: recognised so they are not reported as errors, and counted.
+_OLD_SKIP = re.compile(r"^(?:cumulative_size; total_size|-{20,})")
+_OLD_SUMMARY = "Allocations sorted by size"  # ":" opens the summary, " with their values:" the names
+_OLD_NAMES = "Allocations sorted by size with their values:"
+_OLD_LINE = re.compile(r"^\s*\S+\(\s*\d+%\); .*; allocation \d+:")
+_OLD_REST = re.compile(r"^The rest (\d{1,9}) allocations")
 _UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "PiB": 1 << 50, "EiB": 1 << 60}
 # One shapes_list item; brackets may hold commas. Inner classes stop at an opening
 # bracket too, so an unclosed one costs a scan to the next bracket, not to the line end.
@@ -152,6 +172,17 @@ def _bytes(number: str, unit: str) -> int:
     return round(float(number) * _UNIT[unit])
 
 
+def _bytes_at_most(number: str, unit: str) -> int:
+    """The most bytes a human-readable size can stand for. XLA (tsl HumanReadableNumBytes) prints
+    bytes exactly below 1 KiB, else divides by 1024 (truncating) down to the last unit and rounds
+    to the decimals shown: so up to half a last digit more, plus what the truncation dropped."""
+    if unit == "B":
+        return int(float(number)) + ("." in number)  # XLA prints whole bytes; a hand edit may not
+    decimals = len(number.partition(".")[2])
+    size = _UNIT[unit]
+    return int((float(number) + 0.5 * 10.0**-decimals) * size) + size // 512 + 1
+
+
 class _Report:
     def __init__(self) -> None:
         self.spaces = RowBuffer("memory_report_spaces", SPACES)
@@ -168,6 +199,18 @@ class _Report:
         self.rest = False  # the open block ended with "The rest N values ... not shown"
         self.totals: list[int] = []
         self.n_allocs = self.n_slots = self.n_values = self.hidden = 0
+        self.space_total = True  # the current memory space has its "Total bytes" line
+        self.space_blocks = 0  # blocks since the last "Total bytes" line
+        # Newer layout: the most bytes the space's listed allocations can hold (None: a block hides slots,
+        # so its allocation is not bounded), and the open block's bound: a single slot is its allocation
+        # (XLA sizes an allocation by its values), several end where the furthest one ends.
+        self.space_bytes: int | None = 0
+        self.block_bytes = 0
+        # Older layout: "summary" (allocations listed with a running total), then "names" (each one
+        # named, with its slot table); the summary states how many the names part holds.
+        self.old_part = ""
+        self.old_listed = 0  # summary lines plus "The rest N allocations"
+        self.table_announced = False  # a named allocation followed by the blank line before its table
 
     def error(self, lineno: int, msg: str) -> None:
         errors = self.summary.errors
@@ -175,6 +218,8 @@ class _Report:
             errors.append(line_error(lineno, msg if len(errors) < _MAX_ERRORS else "too many errors; later ones not recorded"))
 
     def _close_block(self, lineno: int, at_eof: bool = False) -> None:
+        if self.block_open and self.space_bytes is not None:
+            self.space_bytes = None if self.rest or not self.rows else self.space_bytes + self.block_bytes
         if self.block_open and (self.rows == 0 or (self.percent < 100 and not self.rest)):
             if at_eof:
                 self.summary.truncated = True
@@ -208,6 +253,7 @@ class _Report:
                 self.error(lineno, "slot row outside an allocation block")
                 return None
             self.percent = int(m[3])
+            self.block_bytes = max(self.block_bytes, int(m[6]) + _bytes_at_most(m[4], m[5]))
             self.n_slots += 1
             self.n_values += int(m[7])
             shapes = _shapes(m[8])
@@ -217,26 +263,40 @@ class _Report:
             )  # fmt: skip
             self.rows += 1
             return self.slots.add(row)
+        if not line.strip():
+            self.table_announced = self.named  # XLA: "name\n" "\n" then the table of 2+ values
+            return None
         if _HEADER.match(line):
             self._close_block(lineno)
             if not self.named:  # newer format: the header itself opens the next allocation
                 self._new_allocation(None)
+            self.space_blocks += 1
             self.named, self.block_open, self.rows, self.percent, self.rest = False, True, 0, 0, False
+            self.block_bytes = 0
+            self.table_announced = False
         elif (m := _ALLOC.match(line)) is not None:
             self._close_block(lineno)
             self._single_value()
             self._new_allocation(int(m[1]))
-            self.named = True
+            self.named, self.table_announced = True, False
         elif (m := _SPACE.match(line)) is not None:
             self._close_block(lineno)
             self.space, self.color, self.rank, self.named = m[1], int(m[2]), -1, False
+            self.space_total = False
         elif (m := _TOTAL.match(line)) is not None:
             self.totals.append(int(m[1]))
+            self.space_total, self.space_blocks, self.space_bytes = True, 0, 0
             return self.spaces.add((self.space, self.color, int(m[1]), lineno))
         elif (m := _REST.match(line)) is not None:
             self.rest = True
             self.hidden += int(m[1])
-        elif line.strip() and not line.lstrip().startswith("----") and not _OLD_SKIP.match(line):
+        elif _OLD_LINE.match(line):
+            self.old_listed += 1
+        elif (m := _OLD_REST.match(line)) is not None:
+            self.old_listed += int(m[1])
+        elif line.startswith(_OLD_SUMMARY):
+            self.old_part = "names" if line.startswith(_OLD_NAMES[:-1]) else "summary"
+        elif not line.lstrip().startswith("----") and not _OLD_SKIP.match(line):
             self.error(lineno, "unrecognized line")
         return None
 
@@ -247,12 +307,41 @@ class _Report:
             self.n_values += 1
             self.named = False
 
+    def _space_end(self, lineno: int) -> None:
+        """The file ends in a memory space of the newer layout: cut if its blocks cannot add up to
+        what XLA would have listed. XLA lists the allocations by size, largest first, and stops after
+        the 51st once the rest is under 5% of the total, so up to 50 blocks are all the space holds
+        (their sizes add up to ``Total bytes``) and more stop only within 5% of it."""
+        total, listed, n = self.totals[-1], self.space_bytes, self.space_blocks
+        short = total - listed
+        if short > 0 and (n <= 50 or short > total * 0.05 + 1):
+            self._cut(lineno, f"input ended after {n} allocation blocks of memory space {self.space[:80]}: "
+                              f"they hold at most {listed} of its {total} total bytes")
+
+    def _cut(self, lineno: int, msg: str) -> None:
+        self.summary.truncated = True
+        self.error(lineno, msg)
+
     def finish(self, lineno: int) -> list[TableBatch]:
         self._close_block(lineno, at_eof=True)
+        if self.named and self.table_announced and not self.summary.truncated:
+            self._cut(lineno, f"input ended after allocation {self.alloc_index}'s name and the blank line "
+                              "before its slot table")
         self._single_value()
-        if self.totals and self.n_allocs == 0:
-            self.summary.truncated = True
-            self.error(lineno, "input ended before the first allocation block")
+        if not self.space_total:
+            self._cut(lineno, f"input ended after the header of memory space {self.space[:80]}, before its "
+                              "'Total bytes' line")
+        elif self.old_part == "summary":
+            self._cut(lineno, f"input ended in the allocation summary, before '{_OLD_NAMES}'")
+        elif self.totals and self.n_allocs == 0:
+            self._cut(lineno, "input ended before the first allocation block")
+        elif self.totals and self.space_blocks == 0 and self.space is not None and self.old_part == "":
+            self._cut(lineno, f"input ended before the first allocation block of memory space {self.space[:80]}")
+        elif self.old_part == "names" and self.n_allocs < self.old_listed and not self.summary.truncated:
+            self._cut(lineno, f"input ended after {self.n_allocs} of the {self.old_listed} allocations "
+                              "its summary lists")
+        elif self.space is not None and self.space_bytes is not None and not self.summary.truncated:
+            self._space_end(lineno)
         self.summary.metrics.update(
             {
                 "memory.report_total_bytes": sum(self.totals),
