@@ -10,6 +10,10 @@ carry no module or graph name; the compilers put it in the path instead:
 - ONNX export reports: ``<artifacts dir>/onnx_export_<timestamp>_<outcome>.md``
   → the artifacts directory (the report names no model; its own name changes
   every run), or ``onnx_export`` for a report with no directory.
+- torch.compile structured traces (``TORCH_TRACE``): ``dedicated_log_torch_trace_[rank_<n>_]<random>.log``
+  → ``torch_trace``. The name is random per process and one log holds every function the
+  process compiled; the parser names the program when the log has only one, and gives each
+  program's figures apart (``DumpSummary.programs``). Ranks differ by stage (``rank_<n>``).
 - Anything else: the file name without its extensions.
 """
 
@@ -26,6 +30,7 @@ _XLA_DUMP_NAME = re.compile(
     r"^module_\d+\.(?P<program>.+?)\.(?:\d{4}\.|[\w.]*?(?:before|after)_optimizations)"
 )
 _ONNX_REPORT_NAME = re.compile(r"^onnx_export_[\d_-]+_\w+\.md$")
+_TORCH_TRACE_NAME = re.compile(r"^dedicated_log_torch_trace_[\w.-]*\.log$")
 _INDUCTOR_FILES = frozenset({"ir_pre_fusion.txt", "ir_post_fusion.txt", "output_code.py"})
 
 
@@ -36,6 +41,8 @@ def program_from_path(path: str) -> str:
         return m["program"]
     if name in _INDUCTOR_FILES and parts.parent.name:
         return parts.parent.name
+    if _TORCH_TRACE_NAME.match(name):
+        return "torch_trace"
     if _ONNX_REPORT_NAME.match(name):
         return parts.parent.name or "onnx_export"
     return name.split(".", 1)[0] or name

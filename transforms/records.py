@@ -6,6 +6,12 @@ frames whose schema is declared next to the parser, at most ``BATCH_ROWS`` rows
 each, so memory stays flat however long the dump is) and, last, exactly one
 ``DumpSummary``: what the dump is, which program, its metrics, and what went wrong.
 
+One dump is one program in every format but one: a torch.compile structured trace
+(``torch_trace``) holds every function the process compiled. Such a parser also fills
+``DumpSummary.programs`` (program name -> that program's metrics, under the same metric
+names), puts the dump's totals in ``metrics``, and names ``program`` only when the dump
+holds exactly one. For every other format ``programs`` stays empty.
+
 Parsers never open files and never touch the warehouse. They raise ``ParseError``
 only when nothing usable can be read; damage they can step over (a truncated tail,
 a line they do not understand) goes into ``DumpSummary.errors`` and makes the
@@ -46,6 +52,7 @@ class DumpKind(enum.StrEnum):
     INDUCTOR_IR = "inductor_ir"
     INDUCTOR_OUTPUT_CODE = "inductor_output_code"
     ONNX_REPORT = "onnx_report"
+    TORCH_TRACE = "torch_trace"
     UNKNOWN = "unknown"
 
 
@@ -100,6 +107,10 @@ class DumpSummary:
     # Set by the driver when a limit stopped the parse: the ParseLimits field that did
     # ("max_line_bytes", "max_dump_bytes", "max_seconds"), so a larger limit can retry it.
     limit: str | None = None
+    # Per-program metrics of a dump that holds several programs (torch_trace): program name ->
+    # {metric: value}, the same metric names as ``metrics`` (which then holds the dump's totals).
+    # Empty for formats with one program per dump.
+    programs: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def status(self) -> Status:

@@ -21,8 +21,10 @@ from transforms.records import DumpKind
 
 _BINARY_PROBE = 8192
 
-# Order matters: side files of XLA and Inductor are claimed before generic HLO text.
+# Order matters: side files of XLA and Inductor are claimed before generic HLO text; a
+# TORCH_TRACE log (glog-prefixed JSON lines) first, as its payloads quote the other formats.
 _MODULES: dict[DumpKind, str] = {
+    DumpKind.TORCH_TRACE: "transforms.parsers.torch_trace",
     DumpKind.XLA_BUFFER_ASSIGNMENT: "transforms.parsers.xla_buffers",
     DumpKind.XLA_MEMORY_USAGE_REPORT: "transforms.parsers.xla_memory_report",
     DumpKind.INDUCTOR_IR: "transforms.parsers.inductor_ir",
@@ -48,6 +50,7 @@ _DESCRIPTIONS: dict[DumpKind, str] = {
     DumpKind.INDUCTOR_IR: "an Inductor scheduler IR dump",
     DumpKind.INDUCTOR_OUTPUT_CODE: "an Inductor output_code.py",
     DumpKind.ONNX_REPORT: "a PyTorch ONNX export report",
+    DumpKind.TORCH_TRACE: "a torch.compile structured trace (TORCH_TRACE log)",
     DumpKind.XLA_HLO: "XLA HLO module text",
 }
 
@@ -67,7 +70,8 @@ def classify(name: str, head: str) -> DumpKind:
 def kind_from_name(name: str) -> DumpKind | None:
     """The kind a base name (``.gz`` stripped) promises, whatever the file holds: a name
     some format gives a stage (``*.after_optimizations.txt``, ``*-buffer-assignment.txt``,
-    ``ir_post_fusion.txt``, ``output_code.py``, ``onnx_export_*.md``...), else None."""
+    ``ir_post_fusion.txt``, ``output_code.py``, ``onnx_export_*.md``,
+    ``dedicated_log_torch_trace_*.log``...), else None."""
     for kind in _MODULES:
         if module_for(kind).stage_from_name(name) is not None:
             return kind

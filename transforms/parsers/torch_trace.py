@@ -1,0 +1,629 @@
+"""torch.compile structured traces (``TORCH_TRACE=<dir>``: ``dedicated_log_torch_trace_[rank_<n>_]*.log``).
+
+Input: the lines of one log as torch 2.13 writes it (``torch/_logging/_internal.py``): one record
+per envelope line, ``<glog prefix>] <JSON object>``, e.g.
+``V1127 10:40:26.672000 16479 torch/_dynamo/convert_frame.py:303] {"dynamo_start": {...},
+"frame_id": 0, "frame_compile_id": 0, "attempt": 0}``. The first key names the record; the
+compile it belongs to is in ``frame_id``/``frame_compile_id`` (``compiled_autograd_id``,
+``attempt``), ``rank`` when torch.distributed is initialised. A record with a payload carries
+``has_payload`` (the MD5 of the payload) and is followed by the payload, one tab-indented line
+per payload line. Read here: ``compilation_metrics`` (one per frame compile, at its end),
+``bwd_compilation_metrics`` (a backward graph compiled lazily, at the first backward call),
+``*_runtime`` variants (rows only), ``dynamo_start`` (a compile begins), ``inductor_output_code``
+(the generated module, fed line by line to ``inductor_code``'s parser), and the
+``artifact`` ``dynamo_graph_break_reason`` (one per graph break). Every other record is counted
+in ``torch_trace_records`` and its payload only hashed.
+
+Programs: one log holds many compiled functions. A program is ``<co_name> at
+<co_filename>:<co_firstlineno>``. A resume function Dynamo makes at a graph break is named
+``torch_dynamo_resume_in_<parent co_name>_at_<line of the break>`` (nested resumes repeat the
+prefix), in the parent's file; it belongs to the program of the parent: the function of that
+name and file compiled earlier in the log whose first line is the greatest one not after the
+break line (when the log has no such function, the resume function is a program of its own).
+Recompiles share the program of their frame; a lazily compiled backward, that of its forward.
+``DumpSummary.metrics`` holds the log's totals (figures in docs/metrics.md), ``programs`` each
+program's, ``program`` names the log's program when it has exactly one; ``stage`` is
+``rank_<n>`` for a rank's log, else ``trace``.
+
+Guarantees: memory is flat in the log's size: one record, one payload line at a time (other
+payloads are hashed in blocks of lines), rows of at most one batch, and a few hundred bytes
+per compile and per program seen. A compile's figures count once its metrics record arrives; a log that
+ends inside a compile (a record names it, its ``compilation_metrics`` or, after a lazily
+compiled output code, its ``bwd_compilation_metrics`` never comes), inside a payload (the MD5
+does not match) or mid-line is ``truncated``, with an error naming the last line, and its open
+compiles count nowhere. Damage inside the log (a record that is not JSON, payload lines
+without a record, a payload whose MD5 does not match, an output code the inductor parser
+finds cut) is an error naming the line. Raises ``ParseError`` only when the log holds no
+readable record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Iterable, Iterator
+
+import polars as pl
+
+from transforms.parsers import inductor_code
+from transforms.records import (BATCH_ROWS, DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer,
+                                TableBatch, line_error)
+
+PARSER_VERSION = 1
+
+_PREFIX = re.compile(r"(?:\[rank\d+\]:)?[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]*:\d+\] (?=\{)")
+_FILE_NAME = re.compile(r"^dedicated_log_torch_trace_(?:rank_(\d+)_)?[\w.-]*\.log$")
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
+_AOT_ID = re.compile(r"^# AOT ID: \['([^']*)'\]")
+_FILE_LINE = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$')
+_GB_HEAD = "Graph break in user code at "
+_GB_ID = re.compile(r"/gb/(gb\d+)\.html")
+_EXC_LINE = re.compile(r"^[\w.]+: (.+)$")
+_REL_LINE = re.compile(r"^line (\d+): (.*)$", re.S)
+_MAX_ERRORS, _TEXT, _SMALL_BATCH, _HASH_BLOCK = 50, 1000, 4096, 1 << 20
+_LONG_ROWS = ("torch_trace_compiles", "torch_trace_graph_breaks", "torch_trace_kernels", "torch_trace_extern_calls")
+_METRICS = {"compilation_metrics": "forward", "bwd_compilation_metrics": "backward",
+            "compilation_metrics_runtime": "forward_runtime", "bwd_compilation_metrics_runtime": "backward_runtime"}
+KNOWN_RECORDS = frozenset({
+    *_METRICS, "str", "dump_file", "dynamo_start", "dynamo_output_graph", "dynamo_guards", "dynamo_cpp_guards_str",
+    "chromium_event", "artifact", "inductor_output_code", "inductor_post_grad_graph", "inductor_input_graph",
+    "graph_dump", "aot_joint_graph", "aot_forward_graph", "aot_backward_graph", "aot_inference_graph",
+    "optimize_ddp_split_graph", "optimize_ddp_split_child", "compiled_autograd_graph", "propagate_real_tensors",
+    "propagate_real_tensors_provenance", "guard_added", "guard_added_fast", "create_symbol", "create_unbacked_symbol",
+    "expression_created", "symbolic_shape_specialization", "guard_on_data_dependent_error", "describe_storage",
+    "describe_tensor", "describe_source", "link", "export", "exported_program", "missing_fake_kernel",
+    "mismatched_fake_kernel"})  # fmt: skip
+BASE_METRICS = ("dynamo.compiles", "dynamo.compile_seconds", "dynamo.failures", "dynamo.graph_breaks",
+                "dynamo.recompiles", "dynamo.guards", "inductor.compile_seconds", "inductor.cache_hits",
+                "inductor.cache_misses")  # fmt: skip
+
+_ID = {"compile_id": pl.String, "frame_id": pl.Int32, "frame_compile_id": pl.Int32, "attempt": pl.Int32}
+PHASE = pl.Enum(["forward", "backward", "forward_runtime", "backward_runtime"])
+COMPILES = pl.Schema({
+    **_ID, "phase": PHASE, "program": pl.String, "co_name": pl.String, "co_filename": pl.String,
+    "co_firstlineno": pl.Int32, "entire_frame_compile_time_s": pl.Float64, "backend_compile_time_s": pl.Float64,
+    "inductor_compile_time_s": pl.Float64, "code_gen_time_s": pl.Float64, "guard_count": pl.Int32,
+    "shape_env_guard_count": pl.Int32, "graph_op_count": pl.Int32, "graph_node_count": pl.Int32,
+    "graph_input_count": pl.Int32, "graph_breaks": pl.Int32, "output_codes": pl.Int32, "fail_type": pl.String,
+    "fail_reason": pl.String, "fail_user_frame_filename": pl.String, "fail_user_frame_lineno": pl.Int32,
+    "restart_reasons": pl.List(pl.String), "recompile_reason": pl.String, "cache_size": pl.Int32,
+    "has_guarded_code": pl.Boolean, "fx_cache_hits": pl.Int32, "fx_cache_misses": pl.Int32,
+    "aotautograd_cache_hits": pl.Int32, "aotautograd_cache_misses": pl.Int32, "rank": pl.Int32, "lineno": pl.Int32,
+})  # fmt: skip
+_INT_FIELDS = ("co_firstlineno",)
+_FLOAT_FIELDS = ("entire_frame_compile_time_s", "backend_compile_time_s", "inductor_compile_time_s", "code_gen_time_s")
+_COUNT_FIELDS = ("guard_count", "shape_env_guard_count", "graph_op_count", "graph_node_count", "graph_input_count")
+GRAPH_BREAKS = pl.Schema({
+    **_ID, "program": pl.String, "kind": pl.Enum(["graph_break", "skip", "other"]), "reason": pl.String,
+    "gb_id": pl.String, "explanation": pl.String, "user_filename": pl.String, "user_lineno": pl.Int32,
+    "user_function": pl.String, "lineno": pl.Int32,
+})  # fmt: skip
+OUTPUT_CODE = pl.Schema({
+    **_ID, "phase": PHASE, "graph": pl.String, "kernels": pl.Int32, "extern_calls": pl.Int32,
+    "fallback_calls": pl.Int32, "complete": pl.Boolean, "lineno": pl.Int32, "end_lineno": pl.Int32,
+})  # fmt: skip
+_CODE_COLS = {"compile_id": pl.String, "output_code_lineno": pl.Int32}
+KERNELS = pl.Schema({**_CODE_COLS, **inductor_code.TABLES["inductor_kernels"]})
+EXTERN_CALLS = pl.Schema({**_CODE_COLS, **inductor_code.TABLES["inductor_extern_calls"]})
+RECORDS = pl.Schema({"record": pl.String, "artifact": pl.String, "known": pl.Boolean, "records": pl.Int64,
+                     "payload_lines": pl.Int64, "first_lineno": pl.Int32})  # fmt: skip
+TABLES = {"torch_trace_compiles": COMPILES, "torch_trace_graph_breaks": GRAPH_BREAKS,
+          "torch_trace_output_code": OUTPUT_CODE, "torch_trace_kernels": KERNELS,
+          "torch_trace_extern_calls": EXTERN_CALLS, "torch_trace_records": RECORDS}  # fmt: skip
+
+_ID_DOCS = {
+    "compile_id": "Compile id as torch prints it: '<frame_id>/<frame_compile_id>', '!<compiled_autograd_id>/...' "
+    "under compiled autograd; null for a record outside any compile.",
+    "frame_id": "Dynamo's id of the frame (code object) compiled.",
+    "frame_compile_id": "Compile of that frame, from 0; above 0 a recompile.",
+    "attempt": "Attempt of the compile the record was written in (Dynamo restarts analysis after a graph break).",
+}
+_PHASE_DOC = ("forward (compilation_metrics: Dynamo's compile of a frame, Inductor included), backward "
+              "(bwd_compilation_metrics: a backward graph compiled lazily at the first backward call), "
+              "forward_runtime / backward_runtime (the *_runtime records: work done when the code runs).")
+TABLE_DOCS: dict[str, dict[str, str]] = {
+    "torch_trace_compiles": {
+        "": "One row per compilation metrics record of a TORCH_TRACE log (torch._dynamo.utils.CompilationMetrics).",
+        **_ID_DOCS, "phase": _PHASE_DOC,
+        "program": "'<co_name> at <co_filename>:<co_firstlineno>' of the compiled function; resume functions and "
+        "backward phases take the program of the frame they belong to (module docstring).",
+        "co_name": "Name of the compiled code object (torch_dynamo_resume_in_<f>_at_<line> for a resume function).",
+        "co_filename": "File of the code object.", "co_firstlineno": "First line of the code object.",
+        "entire_frame_compile_time_s": "Seconds Dynamo spent on the frame, Inductor included.",
+        "backend_compile_time_s": "Seconds in the backend (AOTAutograd and Inductor).",
+        "inductor_compile_time_s": "Seconds in Inductor (null when it did not run, e.g. a cache hit).",
+        "code_gen_time_s": "Seconds of Inductor's code generation.",
+        "guard_count": "Guards installed on the compiled code (null when the compile failed).",
+        "shape_env_guard_count": "Guards on symbolic shapes.",
+        "graph_op_count": "Calls (ops) in the captured FX graph.", "graph_node_count": "Nodes of that graph.",
+        "graph_input_count": "Inputs (placeholders) of that graph.",
+        "graph_breaks": "dynamo_graph_break_reason records of this compile.",
+        "output_codes": "inductor_output_code records of this compile and phase.",
+        "fail_type": "Exception class when the compile failed (e.g. BackendCompilerFailed), else null.",
+        "fail_reason": "The exception's message.", "fail_user_frame_filename": "User file the failure points at.",
+        "fail_user_frame_lineno": "Line in that file.",
+        "restart_reasons": "Why Dynamo restarted the analysis (graph break messages), empty when it did not.",
+        "recompile_reason": "The first failed guard that caused this recompile, else null.",
+        "cache_size": "Compiled entries of this frame before this compile.",
+        "has_guarded_code": "Whether the compile installed code.",
+        "fx_cache_hits": "Inductor FX graph cache hits, local and remote (inductor_fx_*_cache_hit_count).",
+        "fx_cache_misses": "Inductor FX graph cache misses, local and remote.",
+        "aotautograd_cache_hits": "AOTAutograd cache hits, local and remote.",
+        "aotautograd_cache_misses": "AOTAutograd cache misses, local and remote.",
+        "rank": "torch.distributed rank of the record, null without distributed.",
+        "lineno": "Line of the metrics record in the log.",
+    },
+    "torch_trace_graph_breaks": {
+        "": "One row per dynamo_graph_break_reason artifact: a graph break Dynamo reported.",
+        **_ID_DOCS, "program": "Program of the compile (null when the log ends before the compile does).",
+        "kind": "graph_break ('Graph break in user code at ...': Dynamo split the graph and resumes after it), "
+        "skip (Dynamo could not resume and runs the rest of the frame eagerly) or other.",
+        "reason": "The graph break type (first line of Dynamo's message, e.g. 'Data-dependent branching').",
+        "gb_id": "Id of the graph break in torch's registry (gb0170 in the message's graph-break-site link).",
+        "explanation": "The message's 'Explanation:' line.",
+        "user_filename": "User file of the break.", "user_lineno": "Line of the break in that file.",
+        "user_function": "Function of the innermost user frame of the break.",
+        "lineno": "Line of the artifact record in the log.",
+    },
+    "torch_trace_output_code": {
+        "": "One row per inductor_output_code record: a module Inductor generated (forward, backward or inference graph).",
+        **_ID_DOCS, "phase": "Phase of the compile the code belongs to (forward also holds a backward graph "
+        "compiled eagerly or loaded from a cache).",
+        "graph": "AOT graph id from the code's first line ('0_forward', '0_backward', '1_inference').",
+        "kernels": "kernel.generated of the code (as inductor_code counts it).",
+        "extern_calls": "kernel.extern_calls of the code.", "fallback_calls": "kernel.fallback_calls of the code.",
+        "complete": "The payload matched its MD5 and the inductor parser found the module whole.",
+        "lineno": "Line of the record.", "end_lineno": "Last line of its payload.",
+    },
+    "torch_trace_kernels": {
+        **inductor_code.TABLE_DOCS["inductor_kernels"],
+        "": "Kernels of the traced output code (the inductor_kernels rows of each inductor_output_code payload).",
+        "compile_id": _ID_DOCS["compile_id"], "output_code_lineno": "Line of the inductor_output_code record.",
+        "lineno": "Line of the kernel's definition in the log.",
+    },
+    "torch_trace_extern_calls": {
+        **inductor_code.TABLE_DOCS["inductor_extern_calls"],
+        "": "Extern kernel and ATen fallback calls of the traced output code (inductor_extern_calls rows).",
+        "compile_id": _ID_DOCS["compile_id"], "output_code_lineno": "Line of the inductor_output_code record.",
+        "lineno": "Line of the call in the log.",
+    },
+    "torch_trace_records": {
+        "": "What the log holds: one row per record name (and artifact name).",
+        "record": "Record name (the first key of the envelope's JSON).",
+        "artifact": "The artifact's name for 'artifact' records, else null.",
+        "known": "Whether torch 2.13 writes this record name (others come from newer torch; not errors).",
+        "records": "Records of this name.", "payload_lines": "Payload lines after them.",
+        "first_lineno": "Line of the first one.",
+    },
+}
+
+
+def sniff(name: str, head: str) -> bool:
+    """The first line that is not blank is a glog-prefixed JSON record."""
+    for line in head.splitlines()[:5]:
+        if line.strip():
+            return _PREFIX.match(line) is not None
+    return False
+
+
+def stage_from_name(name: str) -> str | None:
+    """``rank_<n>`` for a ranked log, ``trace`` for another TORCH_TRACE log, None for other names."""
+    if (m := _FILE_NAME.match(name)) is None:
+        return None
+    return f"rank_{m[1]}" if m[1] is not None else "trace"
+
+
+def parse(lines: Iterable[str]) -> ParserOutput:
+    trace = _Trace()
+    yield from trace.run(iter(lines))
+    yield trace.summary()
+
+
+def _num(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _int(v: object) -> int | None:
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**31 else None
+
+
+def _str(v: object) -> str | None:
+    return None if v is None else v if isinstance(v, str) else str(v)
+
+
+def _add(into: dict[str, float], figures: dict[str, float]) -> None:
+    for k, v in figures.items():
+        into[k] = into.get(k, 0) + v
+
+
+class _Compile:
+    """One compile (key: compiled-autograd id, frame id, frame compile id) while the log is read.
+    ``phase``: forward (open until compilation_metrics), closed, backward (an output code came
+    after the close: open until bwd_compilation_metrics)."""
+
+    __slots__ = ("cid", "program", "phase", "open_line", "figures", "breaks", "codes")
+
+    def __init__(self, cid: str, lineno: int):
+        self.cid, self.program, self.phase, self.open_line = cid, None, "forward", lineno
+        self.figures: dict[str, float] = {}  # of the open phase, counted when its metrics record comes
+        self.breaks: list[list] = []  # graph-break rows waiting for the program
+        self.codes = 0
+
+
+class _Trace:
+    def __init__(self) -> None:
+        # Rows wait here as Python tuples: smaller batches for those with long texts (fail and restart
+        # reasons) or many of them (kernels).
+        self.buf = {t: RowBuffer(t, s, _SMALL_BATCH if t in _LONG_ROWS else BATCH_ROWS) for t, s in TABLES.items()}
+        self.errors: list[str] = []
+        self.n_errors = self.lineno = self.good = 0
+        self.truncated = self.newlines = False  # newlines: a line so far ended with one (then a last without is cut)
+        self.held: str | None = None  # the line a payload reader read past, still to handle
+        self.pbuf: list[str] = []  # payload lines not hashed yet
+        self.md5 = None  # hash of the payload being read
+        self.want = self.payload_of = ""  # its record's MD5, and what the record is
+        self.payload_start = self.payload_lines = 0
+        self.orphan = False  # in payload lines no record owns (reported once per run of them)
+        self.records: dict[tuple[str, str | None], list] = {}  # (name, artifact) -> [records, payload lines, first]
+        self.stats: list = [0, 0, 0]  # the entry of the record whose payload is being read
+        self.compiles: dict[tuple, _Compile] = {}
+        self.functions: dict[tuple[str, str], set[int]] = {}  # (co_name, co_filename) -> first lines
+        self.totals: dict[str, float] = dict.fromkeys(BASE_METRICS, 0)
+        self.programs: dict[str, dict[str, float]] = {}
+        self.ranks: set[int] = set()
+
+    def error(self, lineno: int, msg: str) -> None:
+        self.n_errors += 1
+        if len(self.errors) < _MAX_ERRORS:
+            self.errors.append(line_error(lineno, msg))
+
+    def add(self, table: str, row: tuple) -> Iterator[TableBatch]:
+        if (batch := self.buf[table].add(row)) is not None:
+            yield batch
+
+    # --- lines and payloads ---
+
+    def run(self, it: Iterator[str]) -> Iterator[TableBatch]:
+        n, size, pbuf = 0, 0, self.pbuf
+        for raw in it:  # the hot loop: payload lines are only collected, then hashed in blocks of ~1 MiB
+            n += 1
+            if raw[:1] == "\t":
+                pbuf.append(raw)
+                size += len(raw)
+                if size > _HASH_BLOCK:
+                    self._hash(n)
+                    size = 0
+                continue
+            self.lineno = n
+            yield from self._record(raw, it)
+            while (held := self.held) is not None:
+                self.held = None
+                yield from self._record(held, it)
+            n, size = self.lineno, 0
+        self.lineno = n
+        self._hash(n)
+        self._end_payload(at_end=True)
+        if not self.good:
+            raise ParseError("not a TORCH_TRACE log: no readable glog-prefixed JSON record", n or 1)
+        yield from self._finish()
+
+    def _hash(self, last: int) -> None:
+        """Hash the collected payload lines (``last``: the line of the last one)."""
+        pbuf = self.pbuf
+        if not pbuf:
+            return
+        if self.md5 is None:
+            if not self.orphan:
+                self.orphan = True
+                self.error(last - len(pbuf) + 1, "payload line without a record before it (the record is lost or "
+                                                 "the log starts mid-payload); skipped up to the next record")
+        else:
+            if pbuf[0][-1:] == "\n":  # payload line k is "\t" + line k + "\n": drop the tabs, keep the last "\n" back
+                text = "".join(pbuf)[1:].replace("\n\t", "\n")
+            else:  # lines handed over without their newlines
+                text = "\n".join(p[1:] for p in pbuf) + "\n"
+            if self.payload_lines:
+                self.md5.update(b"\n")
+            self.md5.update((text[:-1] if text[-1:] == "\n" else text).encode())
+            self.payload_lines += len(pbuf)
+        pbuf.clear()
+
+    def _end_payload(self, at_end: bool = False) -> bool:
+        """Whether the payload just read matches the MD5 its record announced (errors if not)."""
+        if self.md5 is None:
+            return True
+        md5, self.md5 = self.md5, None
+        self.stats[1] += self.payload_lines
+        if self.payload_lines and md5.hexdigest() == self.want:
+            return True
+        last = self.lineno if at_end else self.lineno - 1
+        if at_end:
+            self.truncated = True
+            self.error(last, f"the log ends inside the payload of {self.payload_of} (line {self.payload_start}): "
+                             f"{self.payload_lines} lines read, their MD5 is not the record's (cut short?)")
+        else:
+            self.error(self.payload_start, f"the payload of {self.payload_of} (lines {self.payload_start + 1}-{last}) "
+                                           "does not match the record's MD5: lines lost or altered")
+        return False
+
+    def _payload(self, it: Iterator[str]) -> Iterator[str]:
+        """The payload's lines without their tab (newline kept), hashed on the way; the line
+        after the payload is left in ``held``."""
+        md5 = self.md5
+        for raw in it:
+            self.lineno += 1
+            if raw[:1] != "\t":
+                self.held = raw
+                return
+            if self.payload_lines:
+                md5.update(b"\n")
+            text = raw[1:]
+            md5.update((text[:-1] if text[-1:] == "\n" else text).encode())
+            self.payload_lines += 1
+            # A log's last line "\t" without its newline is an empty line (the MD5 says whether it was cut).
+            yield "\n" if not text and self.newlines else text
+
+    def _record(self, raw: str, it: Iterator[str]) -> Iterator[TableBatch]:
+        lineno = self.lineno
+        self._hash(lineno - 1)
+        self._end_payload()
+        self.orphan = False
+        whole = raw[-1:] == "\n"
+        self.newlines = self.newlines or whole
+        m = _PREFIX.match(raw)
+        rec = None
+        if m is None:
+            if not raw.strip():
+                return
+            msg = "not a TORCH_TRACE record (no glog prefix before a JSON object)"
+        else:
+            try:
+                rec = json.loads(raw[m.end():])
+                msg = "" if isinstance(rec, dict) and rec else "record is not a JSON object with a name"
+            except ValueError as exc:
+                msg = f"record is not valid JSON ({exc})"
+        if msg:
+            self.orphan = True  # its payload, if any, goes with it
+            if not whole and self.newlines:
+                self.truncated = True
+                self.error(lineno, "the log ends mid-line (its last line has no newline and is not a whole record)")
+            else:
+                self.error(lineno, f"{msg}; it and its payload are skipped")
+            return
+        self.good += 1
+        name = next(iter(rec))
+        body = rec[name] if isinstance(rec[name], dict) else {}
+        artifact = _str(body.get("name")) if name == "artifact" else None
+        if (rank := _int(rec.get("rank"))) is not None:
+            self.ranks.add(rank)
+        if (stats := self.records.get((name, artifact))) is None:
+            stats = self.records[(name, artifact)] = [0, 0, lineno]
+        stats[0] += 1
+        if isinstance(want := rec.get("has_payload"), str):
+            self.stats, self.md5, self.want = stats, hashlib.md5(), want
+            self.payload_of = name if artifact is None else f"artifact {artifact}"
+            self.payload_start, self.payload_lines = lineno, 0
+        key = (rec.get("compiled_autograd_id"), rec.get("frame_id"), rec.get("frame_compile_id"))
+        comp = self._compile(key, name, lineno)
+        if name in _METRICS:
+            yield from self._metrics(name, rec, body, key, comp, lineno)
+        elif name == "inductor_output_code" and self.md5 is not None:
+            yield from self._output_code(rec, comp, lineno, it)
+        elif artifact == "dynamo_graph_break_reason" and self.md5 is not None:
+            yield from self._graph_break(rec, comp, lineno, it)
+
+    # --- compiles and programs ---
+
+    def _compile(self, key: tuple, name: str, lineno: int) -> _Compile | None:
+        """The compile a record belongs to; the first record of a compile opens it (metrics of a
+        backward or of run time open nothing), an output code after its close opens its backward."""
+        if not isinstance(key[1], int) or not isinstance(key[2], int):
+            return None
+        comp = self.compiles.get(key)
+        if comp is None:
+            if name != "compilation_metrics" and name in _METRICS:
+                return None
+            cid = f"{key[1]}/{key[2]}" if key[0] is None else f"!{key[0]}/{key[1]}/{key[2]}"
+            comp = self.compiles[key] = _Compile(cid, lineno)
+        elif comp.phase == "closed" and name == "inductor_output_code":
+            comp.phase, comp.open_line = "backward", lineno  # a backward graph compiled lazily
+        return comp
+
+    def _program(self, co_name: str | None, co_filename: str | None, first: int | None) -> str | None:
+        if co_name is None:
+            return None
+        name, line = co_name, None
+        while (m := _RESUME.match(name)) is not None:  # nested resume functions repeat the prefix
+            name, line = m[1], int(m[2])
+        if line is None:
+            self.functions.setdefault((co_name, co_filename or ""), set()).add(first or 0)
+            return f"{co_name} at {co_filename}:{first}"
+        parents = [f for f in self.functions.get((name, co_filename or ""), ()) if f <= line]
+        return f"{name} at {co_filename}:{max(parents)}" if parents else f"{co_name} at {co_filename}:{first}"
+
+    def _count(self, program: str | None, figures: dict[str, float]) -> None:
+        _add(self.totals, figures)
+        if program is not None:
+            _add(self.programs.setdefault(program, dict.fromkeys(BASE_METRICS, 0)), figures)
+
+    def _commit(self, comp: _Compile | None, figures: dict[str, float]) -> None:
+        """Figures of a record inside an open compile wait for its metrics; others count at once."""
+        if comp is not None and comp.phase != "closed":
+            _add(comp.figures, figures)
+        else:
+            self._count(comp.program if comp is not None else None, figures)
+
+    def _metrics(self, name: str, rec: dict, m: dict, key: tuple, comp: _Compile | None,
+                 lineno: int) -> Iterator[TableBatch]:
+        phase = _METRICS[name]
+        figures: dict[str, float] = {}
+        if phase == "forward":
+            program = self._program(_str(m.get("co_name")), _str(m.get("co_filename")), _int(m.get("co_firstlineno")))
+            figures = {"dynamo.compiles": 1, "dynamo.compile_seconds": _num(m.get("entire_frame_compile_time_s")) or 0,
+                       "dynamo.failures": 1 if m.get("fail_type") else 0, "dynamo.graph_breaks": 0,
+                       "dynamo.recompiles": 1 if _frame_compile_id(key, m) else 0,
+                       "dynamo.guards": _num(m.get("guard_count")) or 0}
+        else:
+            program = comp.program if comp is not None else None
+        hits, misses = (sum(_int(m.get(f"inductor_fx_{w}_cache_{k}_count")) or 0 for w in ("local", "remote"))
+                        for k in ("hit", "miss"))
+        breaks = codes = 0
+        if phase in ("forward", "backward"):
+            figures.update({"inductor.compile_seconds": _num(m.get("inductor_compile_time_s")) or 0,
+                            "inductor.cache_hits": hits, "inductor.cache_misses": misses})
+            if comp is not None and comp.phase == phase:
+                _add(figures, comp.figures)
+                breaks, codes = len(comp.breaks), comp.codes
+                for row in comp.breaks:
+                    row[4] = program
+                    yield from self.add("torch_trace_graph_breaks", tuple(row))
+                comp.figures, comp.breaks, comp.codes, comp.phase = {}, [], 0, "closed"
+                if phase == "forward":
+                    comp.program = program
+            self._count(program, figures)
+        reasons = m.get("restart_reasons")
+        guarded = m.get("has_guarded_code")
+        yield from self.add("torch_trace_compiles", (
+            comp.cid if comp is not None else _str(m.get("compile_id")), _int(key[1]), _int(key[2]),
+            _int(rec.get("attempt")), phase, program, _str(m.get("co_name")), _str(m.get("co_filename")),
+            *(_int(m.get(f)) for f in _INT_FIELDS), *(_num(m.get(f)) for f in _FLOAT_FIELDS),
+            *(_int(m.get(f)) for f in _COUNT_FIELDS), breaks, codes, _str(m.get("fail_type")),
+            _str(m.get("fail_reason")), _str(m.get("fail_user_frame_filename")), _int(m.get("fail_user_frame_lineno")),
+            [str(r) for r in reasons] if isinstance(reasons, list) else None, _str(m.get("recompile_reason")),
+            _int(m.get("cache_size")), guarded if isinstance(guarded, bool) else None, hits, misses,
+            *(sum(_int(m.get(f"aotautograd_{w}_cache_{k}_count")) or 0 for w in ("local", "remote"))
+              for k in ("hit", "miss")),
+            _int(rec.get("rank")), lineno))
+
+    # --- payloads read ---
+
+    def _output_code(self, rec: dict, comp: _Compile | None, lineno: int, it: Iterator[str]) -> Iterator[TableBatch]:
+        """Feed the payload to the output_code.py parser, line by line, and shift its lines to the log's."""
+        cid = comp.cid if comp is not None else None
+        phase = comp.phase if comp is not None and comp.phase != "closed" else "forward"
+        lines = self._payload(it)
+        first = next(lines, None)
+        graph = m[1] if first is not None and (m := _AOT_ID.match(first)) else None
+        summary: DumpSummary | None = None
+        try:
+            for item in inductor_code.parse(_chain_first(first, lines)):
+                if isinstance(item, TableBatch):
+                    yield from self._code_rows(item, cid, lineno)
+                else:
+                    summary = item
+        except ParseError as exc:
+            self.error(lineno + (exc.lineno or 1), f"output code of compile {cid}: {exc.msg}")
+        for _ in lines:  # what the inductor parser left of the payload
+            pass
+        for e in summary.errors if summary is not None else ():
+            rel = _REL_LINE.match(e)
+            self.error(lineno + int(rel[1]) if rel else lineno, f"output code of compile {cid}: {rel[2] if rel else e}")
+        end = self.lineno - (self.held is not None)
+        hashed = self._end_payload(at_end=self.held is None)
+        figures = dict(summary.metrics) if summary is not None else {}
+        if comp is not None:
+            comp.codes += 1
+        self._commit(comp, figures)
+        yield from self.add("torch_trace_output_code", (
+            cid, _int(rec.get("frame_id")), _int(rec.get("frame_compile_id")), _int(rec.get("attempt")), phase, graph,
+            *(int(figures.get(f"kernel.{k}", 0)) for k in ("generated", "extern_calls", "fallback_calls")),
+            hashed and summary is not None and summary.status.value == "ok", lineno, end))
+
+    def _code_rows(self, batch: TableBatch, cid: str | None, lineno: int) -> Iterator[TableBatch]:
+        """Its rows, as rows of ours (a polars frame per output code would cost native memory)."""
+        table = "torch_trace_kernels" if batch.table == "inductor_kernels" else "torch_trace_extern_calls"
+        for row in batch.frame.iter_rows():
+            yield from self.add(table, (cid, lineno, *row[:-1], row[-1] + lineno))
+
+    def _graph_break(self, rec: dict, comp: _Compile | None, lineno: int, it: Iterator[str]) -> Iterator[TableBatch]:
+        kind, reason, gb_id, explanation, user_file, user_line = "other", None, None, None, None, None
+        frame: tuple[str, int, str] | None = None  # the innermost user frame of the traceback
+        section, want_reason = "", False
+        for i, text in enumerate(self._payload(it)):
+            line = text.rstrip("\n")[:_TEXT]
+            if i == 0:
+                if line.startswith(_GB_HEAD):
+                    kind = "graph_break"
+                    where, _, num = line[len(_GB_HEAD):].rpartition(":")
+                    user_file, user_line = where or None, int(num) if num.isdigit() else None
+                elif line.startswith("Graph break: torch.compile cannot properly resume"):
+                    kind = "skip"
+                else:
+                    reason = line.strip() or None
+            elif line.startswith("Graph Break Reason: "):  # "<gb type>", or "<context>:" then the gb type
+                reason = line[len("Graph Break Reason: "):].strip()
+                want_reason = reason.endswith(":")
+            elif want_reason and line.strip():
+                reason, want_reason = line.strip(), False
+            elif explanation is None and line.startswith("  Explanation: "):
+                explanation = line[len("  Explanation: "):]
+            elif gb_id is None and (g := _GB_ID.search(line)):
+                gb_id = g[1]
+            elif line in ("User code traceback:", "The graph break occurred in the following user code:"):
+                section = "user"
+            elif line == "Traceback (most recent call last):":
+                section = "internal"
+            elif section == "user" and (f := _FILE_LINE.match(line)):
+                frame = (f[1], int(f[2]), f[3])
+            elif section == "internal" and kind == "skip" and line[:1] not in (" ", "") and (e := _EXC_LINE.match(line)):
+                reason, section = e[1], "done"  # the exception that made Dynamo skip the frame
+        self._end_payload(at_end=self.held is None)
+        if frame is not None and user_file is None:
+            user_file, user_line = frame[0], frame[1]
+        self._commit(comp, {"dynamo.graph_breaks": 1})
+        row = [comp.cid if comp else None, _int(rec.get("frame_id")), _int(rec.get("frame_compile_id")),
+               _int(rec.get("attempt")), comp.program if comp else None, kind, reason, gb_id, explanation,
+               user_file, user_line, frame[2] if frame else None, lineno]
+        if comp is not None and comp.phase != "closed":
+            comp.breaks.append(row)
+        else:
+            yield from self.add("torch_trace_graph_breaks", tuple(row))
+
+    # --- end ---
+
+    def _finish(self) -> Iterator[TableBatch]:
+        last = self.lineno
+        for comp in self.compiles.values():
+            if comp.phase == "closed":
+                continue
+            self.truncated = True
+            what, metrics = (("compile", "compilation_metrics") if comp.phase == "forward"
+                             else ("lazy backward compile of", "bwd_compilation_metrics"))
+            self.error(last, f"the log ends inside the {what} {comp.cid} (opened at line {comp.open_line}, no {metrics}): "
+                             "cut short, or the process died while compiling; its figures are not counted")
+            for row in comp.breaks:
+                yield from self.add("torch_trace_graph_breaks", tuple(row))
+        for (name, artifact), (n, payload_lines, first) in self.records.items():
+            yield from self.add("torch_trace_records", (name, artifact, name in KNOWN_RECORDS, n, payload_lines, first))
+        for rb in self.buf.values():
+            if (b := rb.flush()) is not None:
+                yield b
+
+    def summary(self) -> DumpSummary:
+        errors = list(self.errors)
+        if self.n_errors > len(errors):
+            errors.append(line_error(self.lineno, f"{self.n_errors - len(errors)} more errors not shown"))
+        programs = {p: _rounded(m) for p, m in self.programs.items()}
+        return DumpSummary(kind=DumpKind.TORCH_TRACE, stage=f"rank_{min(self.ranks)}" if self.ranks else "trace",
+                           program=next(iter(programs)) if len(programs) == 1 else None,
+                           metrics=_rounded(self.totals), errors=errors, truncated=self.truncated, programs=programs)
+
+
+def _rounded(metrics: dict[str, float]) -> dict[str, float]:
+    """Sums of seconds to the microsecond torch measures them in (no float noise in the figures)."""
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}
+
+
+def _frame_compile_id(key: tuple, m: dict) -> int:
+    """From the record's ids, else from the metrics' compile_id ("F/C", "!A/F/C")."""
+    if isinstance(key[2], int):
+        return key[2]
+    tail = str(m.get("compile_id") or "").rpartition("/")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _chain_first(first: str | None, rest: Iterator[str]) -> Iterator[str]:
+    if first is not None:
+        yield first
+        yield from rest
