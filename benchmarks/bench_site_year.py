@@ -8,7 +8,7 @@ aggregation of 11 M metric rows would take most of the machine's memory and minu
   programs × 4 dump kinds/stages), each with 15–40 metrics under real names where the
   site's sections look for them (11.5 M ``metric_trends`` rows);
 - each night 10 % of the series change (their dump content, ~3 of their metrics step,
-  a third of the steps regressed, three structural diff rows), 28 series vanish at
+  three structural diff rows), 28 series vanish at
   run 150 (they stay in the history), one dump fails a night;
 - ~3 incidents opened a night (1,100 in the year), most fixed or accepted within ten
   runs, a few left open; incident steps, accepts of the accepted ones;
@@ -135,21 +135,13 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
         INSERT INTO metric_trends
         SELECT run_id, started_at, "commit", series, job, kind, stage, program, metric, value,
             lag(run_id) OVER w AS previous_run_id, lag(value) OVER w AS previous_value, value - lag(value) OVER w AS delta,
-            value / nullif(lag(value) OVER w, 0) AS ratio, lag(value) OVER w AS baseline, 7 AS baseline_runs,
-            value - lag(value) OVER w AS change, value / nullif(lag(value) OVER w, 0) - 1 AS change_ratio, 1 AS direction,
-            'any increase' AS rule,
-            CASE WHEN lag(value) OVER w IS NULL THEN 'new' WHEN NOT step THEN 'unchanged'
-                 WHEN hash(s, m, run, 'v') % 3 = 0 THEN 'regressed' WHEN hash(s, m, run, 'v') % 3 = 1 THEN 'improved'
-                 ELSE 'changed' END AS verdict,
-            CASE WHEN step AND hash(s, m, run, 'v') % 3 = 0 THEN run_id END AS regressed_since
+            value / nullif(lag(value) OVER w, 0) AS ratio, 1 AS direction, 'any increase' AS rule,
+            lag(value) OVER w IS NULL OR step AS changed
         FROM (SELECT *, CASE WHEN metric LIKE 'memory.%bytes' THEN base * (1 + 0.03 * steps) ELSE base + steps END AS value
               FROM g2)
         WINDOW w AS (PARTITION BY s, m ORDER BY run)
     """)
     con.execute("DROP TABLE g; DROP TABLE g2")
-    con.execute("""INSERT INTO regressions
-        SELECT run_id, started_at, "commit", series, job, kind, stage, program, metric, value, previous_value, baseline,
-               change, change_ratio, rule, regressed_since, []::VARCHAR[] FROM metric_trends WHERE verdict = 'regressed'""")
     con.execute("""INSERT INTO job_totals
         SELECT run_id, started_at, job, kind, stage, metric, v, n, lag(run_id) OVER w, lag(v) OVER w, v - lag(v) OVER w,
                v / nullif(lag(v) OVER w, 0)
@@ -163,14 +155,12 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
             FROM dumps d JOIN dump_series x USING (path) JOIN r ON r.run_id = d.run_id WHERE d.status = 'failed'""")
     con.execute(f"""INSERT INTO run_rollups
         SELECT r.run_id, r.started_at, c.job, c.dumps, c.dumps - c.failed, 0, c.failed, 0, c.programs, c.dumps, 0,
-               coalesce(v.vanished, 0), c.changed, coalesce(t.regressed_series, 0), coalesce(t.regressions, 0)
+               coalesce(v.vanished, 0), c.changed
         FROM (SELECT run_id, job, count(*) AS dumps, count(DISTINCT program) AS programs, sum(changed::INT) AS changed,
                      sum((hash(run, 'f') % {series.height} = s)::INT) AS failed FROM sr2 GROUP BY ALL) c
         JOIN r USING (run_id)
         LEFT JOIN (SELECT run_id, job, count(*) AS vanished FROM series_events WHERE event = 'vanished' GROUP BY ALL) v
-            USING (run_id, job)
-        LEFT JOIN (SELECT run_id, job, count(DISTINCT series) AS regressed_series, count(*) AS regressions FROM regressions
-                   GROUP BY ALL) t USING (run_id, job)""")
+            USING (run_id, job)""")
     con.execute("""INSERT INTO diffs (run_id, previous_run_id, series, job, program, kind, stage, category, key, label, change,
                               count_before, count_after, bytes_before, bytes_after, value_before, value_after, detail,
                               description)
@@ -192,18 +182,17 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
         FROM sr2 WHERE changed AND hash(s, run, 'i') % 47 = 0;
         INSERT INTO incidents SELECT i.incident_id, i.job, i.program, i.kind, i.run_id, i.started_at, p.run_id, p."commit",
             i."commit", c.run_id, CASE WHEN c.run_id IS NULL THEN NULL WHEN hash(i.s, i.run, 'a') % 5 = 0 THEN 'accepted'
-                                       ELSE 'fixed' END,
+                                       WHEN i.kind = 'improvement' THEN 'lost' ELSE 'fixed' END,
             i.program || ': memory.temp_bytes +12.0 MiB (+3.1 %), kernel.launches +4',
             'fusion f32[1024,64] appeared (×2, 512.0 KiB) model.py:42' || chr(10) || 'all-reduce f32[8,128] appeared',
             ['memory.temp_bytes', 'kernel.launches'], [i.series], (hash(i.s, i.run) % 1000) / 10.0,
             CASE WHEN hash(i.s, i.run, 'a') % 5 = 0 AND c.run_id IS NOT NULL THEN 'bench' END,
-            CASE WHEN hash(i.s, i.run, 'a') % 5 = 0 AND c.run_id IS NOT NULL THEN 'intended' END
+            CASE WHEN hash(i.s, i.run, 'a') % 5 = 0 AND c.run_id IS NOT NULL THEN 'intended' END, []::VARCHAR[]
         FROM inc i JOIN r p ON p.run = i.run - 1 LEFT JOIN r c ON c.run = i.close_at;
         INSERT INTO incident_steps SELECT i.incident_id, i.job, i.program, i.series[1], s.kind, s.stage, m.metric,
             CASE WHEN i.kind = 'improvement' THEN 'improvement' WHEN i.kind = 'failure' THEN 'failure' ELSE 'regression' END,
             i.opened_run, i.last_good_run, i.closed_run, i.closed_how, 1048576, 1048576 * 1.03, 1048576 * 1.03, 31457,
-            i.impact, 'fusion.42 = f32[1024,64] fusion(...), metadata={{source_file="model.py" source_line=42}}',
-            []::VARCHAR[], []::DOUBLE[], []::DOUBLE[]
+            i.impact, 'fusion.42 = f32[1024,64] fusion(...), metadata={{source_file="model.py" source_line=42}}', NULL
         FROM incidents i JOIN _series s ON s.series = i.series[1] JOIN (VALUES ('memory.temp_bytes'), ('kernel.launches')) m(metric) ON true;
         INSERT INTO accepts SELECT NULL, closed_run, NULL, accepted_note, accepted_by, TIMESTAMP '2025-01-01' + to_days(1),
             incident_id FROM incidents WHERE closed_how = 'accepted';
@@ -238,7 +227,7 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
         FROM dumps d JOIN range(5) t(i) ON true WHERE d.kind = 'onnx_report' AND d.run_id = (SELECT max(run_id) FROM runs)
         ORDER BY 1, 4""").pl())
     counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in (
-        "runs", "dumps", "metric_trends", "regressions", "job_totals", "run_rollups", "series_events", "diffs", "incidents",
+        "runs", "dumps", "metric_trends", "job_totals", "run_rollups", "series_events", "diffs", "incidents",
         "incident_steps", "accepts")}
     con.execute("CHECKPOINT")
     con.close()

@@ -20,7 +20,10 @@ here, after the compilers wrote them whole.
 ``<out>/MANIFEST.json`` says, per scenario, the nights, each designed change (run, job,
 program, kind, what the compilers' figures did) and the incidents it should give, with
 their state at each run; plus the versions and this command. ``--scenarios`` remakes a
-subset (the manifest keeps the other entries).
+subset (the manifest keeps the other entries). Scenarios with ``incidents`` follow the
+incident model (.briefs/incident_model.md): each expected incident's steps (baseline ->
+value per series and metric) are read from the dumps with Dumpscope's own parser (the
+``samples`` install has the project), and tests/incident_oracle.py checks them.
 """
 
 from __future__ import annotations
@@ -55,6 +58,14 @@ MLP = {"width": 64, "layers": 2, "batch": 16, "center": None}  # generate_sample
 BIGGER_MLP = {"width": 96, "layers": 3, "batch": 16, "center": None}
 CONVNET = {"channels": 8, "convs": 2}
 BIGGER_CONVNET = {"channels": 12, "convs": 3}
+TAGGER = {"vocab": 50, "dim": 16}
+# Byte metrics of a train step's XLA dumps (buffer assignment and side files, memory report, ENTRY
+# shapes before and after optimizations): PARAMS move with the parameters (ENTRY_IN with the inputs
+# too), TEMP with the activations and gradients.
+ENTRY_IN = ["memory.entry_parameter_array_bytes", "memory.entry_parameter_bytes"]
+ENTRY_OUT = ["memory.entry_output_array_bytes", "memory.entry_output_bytes"]
+TEMP = ["memory.peak_live_bytes", "memory.report_total_bytes", "memory.temp_bytes", "memory.total_bytes"]
+PARAMS = ["memory.alias_bytes", "memory.live_out_bytes", "memory.parameter_bytes", *ENTRY_IN, *ENTRY_OUT]
 
 
 # The ONNX export's verification runs the model in ONNX Runtime and PyTorch on the example
@@ -188,6 +199,228 @@ SCENARIOS: dict[str, dict] = {
 }
 
 
+def _inc(name: str, job: str, program: str, kind: str, opened: int, closed: tuple[int, str] | None, *,
+         base: int, metrics: list[str], change: str, stacked_on: str | None = None) -> dict:
+    """An expected incident under the incident model (.briefs/incident_model.md): nights are
+    1-based; ``base`` is the night whose figures are its steps' baseline (the level they
+    stepped from); ``metrics`` the exact set that steps (before -> after filled in from the dumps)."""
+    return {"name": name, "job": job, "program": program, "kind": kind, "opened": opened, "closed": closed,
+            "base": base, "metrics": sorted(metrics), "change": change, "stacked_on": stacked_on}
+
+
+def _mlp(wide: bool, **more) -> dict:
+    return MLP | ({"width": 96} if wide else {}) | more
+
+
+FWD, BWD = "model__0_forward_1.0", "model__0_backward_3.1"
+# The export order of onnx_three_models, per night: never the same twice.
+ORDERS = (("mlp", "convnet", "tagger"), ("tagger", "convnet", "mlp"), ("convnet", "tagger", "mlp"),
+          ("mlp", "tagger", "convnet"), ("tagger", "mlp", "convnet"))
+# The scenarios made before the incident model, with its expectations: a program that grows
+# also opens an improvement (more fusions: fewer is worse by the fusion rule).
+_OLD_INCIDENTS = {
+    "collective_kept": [
+        _inc("R", "jax-pmap", "jit__fun", "regression", 3, None, base=2, change="extra-all-reduce",
+             metrics=["kernel.collective.all-reduce", "kernel.collectives", "kernel.custom_call.xla.sdy.FuncResultSharding",
+                      "kernel.custom_calls", "kernel.launches"]),
+        _inc("I", "jax-pmap", "jit__fun", "improvement", 3, None, base=2, change="extra-all-reduce",
+             metrics=["fusion.count", "fusion.count.kCustom", "fusion.count.kLoop"]),
+    ],
+    "blowup_revert": [
+        _inc("R", "jax-jit", "jit_train_step", "regression", 3, (4, "fixed"), base=2, change="pairwise-blowup",
+             metrics=["kernel.launches", *TEMP]),
+        _inc("I", "jax-jit", "jit_train_step", "improvement", 3, (4, "lost"), base=2, change="pairwise-blowup",
+             metrics=["fusion.count", "fusion.count.kCustom", "fusion.count.kLoop"]),
+    ],
+    "model_change": [
+        _inc("R-jit", "jax-jit", "jit_train_step", "regression", 3, None, base=2, change="bigger-model",
+             metrics=["kernel.launches", *PARAMS, *TEMP]),
+        _inc("I-jit", "jax-jit", "jit_train_step", "improvement", 3, None, base=2, change="bigger-model",
+             metrics=["fusion.count", "fusion.count.kCustom", "fusion.count.kLoop"]),
+        *(inc for graph in ("model__0_forward_1.0", "model__0_backward_3.1") for inc in (
+            _inc(f"R-{graph}", "torch-inductor", graph, "regression", 3, None, base=2, change="bigger-model",
+                 metrics=["memory.buffer_bytes"]),
+            _inc(f"I-{graph}", "torch-inductor", graph, "improvement", 3, None, base=2, change="bigger-model",
+                 metrics=["fusion.count", "fusion.fused_nodes"]))),
+    ],
+    "truncated": [_inc("F", "jax-jit", "jit_train_step", "failure", 3, (4, "fixed"), base=2, change="damaged-dumps",
+                       metrics=["dump.status"])],
+    "failing_export": [_inc("F", "torch-onnx", "inp+blocks+head(x)", "failure", 3, None, base=2, change="export-fails",
+                            metrics=["onnx.errors", "onnx.step.translate"])],
+    "stable": [],
+    "two_onnx_models": [],
+}
+for _name, _expected in _OLD_INCIDENTS.items():
+    SCENARIOS[_name]["incidents"] = _expected
+
+SCENARIOS |= {
+    "stacked_blowup": {
+        "summary": "A jit train step and a pmap train step (8 host devices). Night 2 widens the MLP (64 -> 96), "
+                   "kept; night 3 also raises the batch (16 -> 448 under jit, 16 -> 16384 under pmap: 2 -> 2048 "
+                   "per device), temp memory x10 / x23 on top of the wider model; night 4 is night 2's program "
+                   "again (the same dump bytes).",
+        "nights": 5,
+        "jobs": lambda i: {
+            "jax-jit": {"task": "jit"} | _mlp(i >= 1, **({"batch": 448} if i == 2 else {})),
+            "jax-pmap": {"task": "pmap", "extra_psum": False} | _mlp(i >= 1, **({"batch": 16384} if i == 2 else {})),
+        },
+        "changes": [
+            {"id": "wider-mlp", "night": 2, "job": "jax-jit", "program": "jit_train_step",
+             "what": "hidden width 64 -> 96 (2 layers): parameters, their gradients and the activations grow; "
+                     "the program's structure (fusions, launches) stays",
+             "evidence": [("argument_size_in_bytes", "memory.parameter_bytes", BUFFERS),
+                          ("temp_size_in_bytes", "memory.temp_bytes", BUFFERS)]},
+            {"id": "wider-mlp", "night": 2, "job": "jax-pmap", "program": "jit__fun",
+             "what": "the same widening in the pmap step",
+             "evidence": [("argument_size_in_bytes", "memory.parameter_bytes", BUFFERS),
+                          ("temp_size_in_bytes", "memory.temp_bytes", BUFFERS)]},
+            {"id": "big-batch", "night": 3, "job": "jax-jit", "program": "jit_train_step",
+             "what": "batch 16 -> 448 on top of the wider model: activations x28, temp memory x10; XLA also "
+                     "splits the larger matmuls into more fusions (22 -> 27: kCustom 5 -> 7, kLoop 17 -> 20) and "
+                     "launches (28 -> 33). Night 4 goes back to batch 16",
+             "evidence": [("temp_size_in_bytes", "memory.temp_bytes", BUFFERS), ("fusions", "fusion.count", AFTER)]},
+            {"id": "big-batch", "night": 3, "job": "jax-pmap", "program": "jit__fun",
+             "what": "batch 16 -> 16384 (2048 per device; the per-device gradient buffers dominate pmap's temp "
+                     "memory, so it takes a larger batch to multiply it): temp memory x23; fusions 26 -> 28 "
+                     "(kCustom 5 -> 11, kLoop 21 -> 17), launches 36 -> 38. Night 4 goes back to batch 16",
+             "evidence": [("temp_size_in_bytes", "memory.temp_bytes", BUFFERS), ("fusions", "fusion.count", AFTER)]},
+        ],
+        "incidents": [
+            _inc("A-jit", "jax-jit", "jit_train_step", "regression", 2, None, base=1, metrics=PARAMS + TEMP,
+                 change="wider-mlp"),
+            _inc("A-pmap", "jax-pmap", "jit__fun", "regression", 2, None, base=1, metrics=PARAMS + TEMP,
+                 change="wider-mlp"),
+            _inc("B-jit", "jax-jit", "jit_train_step", "regression", 3, (4, "fixed"), base=2, stacked_on="A-jit",
+                 metrics=["memory.parameter_bytes", *ENTRY_IN, *TEMP, "kernel.launches"], change="big-batch"),
+            _inc("C-jit", "jax-jit", "jit_train_step", "improvement", 3, (4, "lost"), base=2,
+                 metrics=["fusion.count", "fusion.count.kCustom", "fusion.count.kLoop"], change="big-batch"),
+            _inc("B-pmap", "jax-pmap", "jit__fun", "regression", 3, (4, "fixed"), base=2, stacked_on="A-pmap",
+                 metrics=["memory.parameter_bytes", *ENTRY_IN, *TEMP, "kernel.launches", "fusion.count.kLoop"],
+                 change="big-batch"),
+            _inc("C-pmap", "jax-pmap", "jit__fun", "improvement", 3, (4, "lost"), base=2,
+                 metrics=["fusion.count", "fusion.count.kCustom"], change="big-batch"),
+        ],
+        "notes": ["B stacks on A: the same byte figures step further up the same way while A is open; the revert "
+                  "(night 4) is back within the floor of B's baseline (A's level), so B is fixed and A stays "
+                  "open, and C (more fusions at the large batch: better by the fusion rule) is lost",
+                  "night 4's dumps are night 2's bytes (both jobs)"],
+    },
+    "overshoot": {
+        "summary": "A jit train step; night 3 doubles the batch (16 -> 32), night 4 halves the original (16 -> 8) "
+                   "and keeps it: memory goes up, then below where it started.",
+        "nights": 5,
+        "jobs": lambda i: {"jax-jit": {"task": "jit"} | MLP | {"batch": (16, 16, 32, 8, 8)[i]}},
+        "changes": [
+            {"id": "batch-32", "night": 3, "job": "jax-jit", "program": "jit_train_step",
+             "what": "batch 16 -> 32: the input and the activations the backward pass keeps double (temp +43 %)",
+             "evidence": [("temp_size_in_bytes", "memory.temp_bytes", BUFFERS),
+                          ("argument_size_in_bytes", "memory.parameter_bytes", BUFFERS)]},
+            {"id": "batch-8", "night": 4, "job": "jax-jit", "program": "jit_train_step",
+             "what": "batch 32 -> 8, half of night 2's: every byte figure that rose is now below night 2's",
+             "evidence": [("temp_size_in_bytes", "memory.temp_bytes", BUFFERS),
+                          ("argument_size_in_bytes", "memory.parameter_bytes", BUFFERS)]},
+        ],
+        "incidents": [
+            _inc("R", "jax-jit", "jit_train_step", "regression", 3, (4, "fixed"), base=2,
+                 metrics=["memory.parameter_bytes", *ENTRY_IN, *TEMP], change="batch-32"),
+            _inc("I", "jax-jit", "jit_train_step", "improvement", 4, None, base=2,
+                 metrics=["memory.parameter_bytes", *ENTRY_IN, *TEMP], change="batch-8"),
+        ],
+        "notes": ["night 4 is past R's baseline the good way: R is fixed and the improvement I opens in the same "
+                  "run, measured from R's baseline (night 2), not from night 3"],
+    },
+    "dip_and_back": {
+        "summary": "The samples' MLP in JAX (jit) and torch (Inductor); night 3 widens it (64 -> 96), night 4 is "
+                   "reverted to night 2's model, night 5 relands the wider one.",
+        "nights": 5,
+        "jobs": lambda i: {"jax-jit": {"task": "jit"} | _mlp(i in (2, 4)),
+                           "torch-inductor": {"task": "inductor"} | _mlp(i in (2, 4))},
+        "changes": [
+            {"id": "wider", "night": 3, "job": "jax-jit", "program": "jit_train_step",
+             "what": "hidden width 64 -> 96: byte figures of parameters, gradients and activations grow; night 4 "
+                     "is night 2's program (same dumps), night 5 night 3's",
+             "evidence": [("temp_size_in_bytes", "memory.temp_bytes", BUFFERS)]},
+            {"id": "wider", "night": 3, "job": "torch-inductor", "program": FWD,
+             "what": "the same in the Inductor forward graph: buffer bytes of its IR", "evidence": []},
+            {"id": "wider", "night": 3, "job": "torch-inductor", "program": BWD,
+             "what": "the same in the backward graph", "evidence": []},
+        ],
+        "incidents": [
+            *(_inc(f"R{k}-{tag}", job, prog, "regression", night, (4, "fixed") if k == 1 else None, base=night - 1,
+                   metrics=metrics, change="wider")
+              for k, night in ((1, 3), (2, 5))
+              for tag, job, prog, metrics in (("jit", "jax-jit", "jit_train_step", PARAMS + TEMP),
+                                             ("fwd", "torch-inductor", FWD, ["memory.buffer_bytes"]),
+                                             ("bwd", "torch-inductor", BWD, ["memory.buffer_bytes"]))),
+        ],
+        "notes": ["the revert fixes each night-3 incident; the reland (night 5) opens new ones, from night 4's level"],
+    },
+    "lost_improvement": {
+        "summary": "A jit train step; night 3 prunes the hidden width 64 -> 48 (less memory everywhere), night 4 "
+                   "restores 64 and keeps it.",
+        "nights": 5,
+        "jobs": lambda i: {"jax-jit": {"task": "jit"} | MLP | ({"width": 48} if i == 2 else {})},
+        "changes": [
+            {"id": "pruned", "night": 3, "job": "jax-jit", "program": "jit_train_step",
+             "what": "hidden width 64 -> 48: smaller parameters, gradients and activations (temp -36 %); night 4 "
+                     "is night 2's program again",
+             "evidence": [("temp_size_in_bytes", "memory.temp_bytes", BUFFERS),
+                          ("argument_size_in_bytes", "memory.parameter_bytes", BUFFERS)]},
+        ],
+        "incidents": [_inc("I", "jax-jit", "jit_train_step", "improvement", 3, (4, "lost"), base=2,
+                           metrics=PARAMS + TEMP, change="pruned")],
+    },
+    "mixed_run": {
+        "summary": "A jit train step on a batch of 256; from night 3 on it accumulates gradients over 4 "
+                   "microbatches of 64 (lax.scan), kept: less memory, more launches, in one run.",
+        "nights": 5,
+        "jobs": lambda i: {"jax-jit": {"task": "jit"} | MLP | {"batch": 256} | ({"microbatches": 4} if i >= 2 else {})},
+        "changes": [
+            {"id": "grad-accumulation", "night": 3, "job": "jax-jit", "program": "jit_train_step",
+             "what": "gradient accumulation over 4 microbatches (a while loop): only a quarter of the activations "
+                     "live at a time (temp -55 %, peak -40 %), but the loop and the accumulation add kernels "
+                     "(launches 33 -> 49 after optimizations, 94 -> 121 before) and fusions (27 -> 43)",
+             "evidence": [("temp_size_in_bytes", "memory.temp_bytes", BUFFERS), ("fusions", "fusion.count", AFTER)]},
+        ],
+        "incidents": [
+            _inc("R", "jax-jit", "jit_train_step", "regression", 3, None, base=2, metrics=["kernel.launches"],
+                 change="grad-accumulation"),
+            _inc("I", "jax-jit", "jit_train_step", "improvement", 3, None, base=2,
+                 metrics=[*TEMP, "fusion.count", "fusion.count.kLoop"], change="grad-accumulation"),
+        ],
+        "notes": ["one run of one program opens a regression incident and an improvement incident",
+                  "jax.checkpoint (remat) was tried first: on XLA:CPU it raises temp memory for this MLP (28672 -> "
+                  "35360 per layer, 31264 for the whole stack), so it is no mixed change here"],
+    },
+    "onnx_three_models": {
+        "summary": "One torch-onnx job exports three models into the job folder itself (one artifacts folder) "
+                   "every night, in a different order each night: the samples' MLP (wider from night 3 on), a "
+                   "conv net whose export fails at translate on nights 2-3 (a median) and passes again from "
+                   "night 4 (a mean instead), and a small token tagger that never changes.",
+        "nights": 5,
+        "jobs": lambda i: {"torch-onnx": {
+            "task": "onnx_three", "order": ORDERS[i], "mlp": _mlp(i >= 2), "tagger": TAGGER,
+            "convnet": CONVNET | {"center": (None, "median", "median", "mean", "mean")[i]}}},
+        "changes": [
+            {"id": "convnet-median", "night": 2, "job": "torch-onnx", "program": "features+head(x)",
+             "what": "the conv net centres its pooled features with a median (aten.median.dim), which the exporter "
+                     "cannot translate: the report is ..._conversion.md; night 4 centres with a mean and exports",
+             "evidence": [("report_outcome", "onnx.step.translate 1 -> 0 -> 1", "onnx_export_*.md")]},
+            {"id": "mlp-wider", "night": 3, "job": "torch-onnx", "program": "inp+blocks+head(x)",
+             "what": "the MLP 64 -> 96 wide: parameters and initializer sizes grow, the name stays (no shapes in "
+                     "it); no ONNX figure that moves has a direction, so no incident",
+             "evidence": [("model_parameters", "onnx.parameters", "onnx_export_*.md")]},
+        ],
+        "incidents": [_inc("F", "torch-onnx", "features+head(x)", "failure", 2, (4, "fixed"), base=1,
+                           metrics=["onnx.errors", "onnx.step.translate"], change="convnet-median")],
+        "notes": ["the three reports sit in one folder; the export order (so the file order, the time stamps "
+                  "being the night's plus the place in that order) differs every night: only the reports' "
+                  "content (the exported program's signature) tells the models apart",
+                  "the tagger's report is the same text every night whatever its place in the order"],
+    },
+}
+
+
 # ---------------------------------------------------------------- workers (compilers' processes)
 
 def _jit(cfg: dict, dump_dir: Path) -> dict:
@@ -207,10 +440,31 @@ def _jit(cfg: dict, dump_dir: Path) -> dict:
             (l, _), grads = jax.value_and_grad(pairwise_loss, has_aux=True)(params, x, y)
             return jax.tree.map(lambda p, g: p - jax_jobs.LR * g, params, grads), l
 
+    if cfg.get("microbatches"):
+        train_step = _accumulating(loss, cfg["microbatches"])
     params = jax_jobs._init(cfg["width"], cfg["layers"], cfg["seed"])
     x, y = jax_jobs._batch(cfg["batch"], cfg["seed"])
     compiled = jax.jit(train_step, donate_argnums=(0,)).lower(params, x, y).compile()
     return {"programs": [jax_jobs._module_figures(compiled, dump_dir)], "devices": jax.device_count()}
+
+
+def _accumulating(loss, n: int):
+    """The train step with gradient accumulation: a ``lax.scan`` over ``n`` microbatches."""
+    import jax
+    from samples import jax_jobs
+
+    grad = jax.value_and_grad(loss, has_aux=True)
+
+    def train_step(params, x, y):
+        def body(acc, xy):
+            (l, _), g = grad(params, *xy)
+            return jax.tree.map(lambda a, b: a + b, acc, (l, g)), None
+
+        xs, ys = x.reshape(n, -1, x.shape[-1]), y.reshape(n, -1, y.shape[-1])
+        (l, g), _ = jax.lax.scan(body, jax.tree.map(lambda p: p * 0, (0.0, params)), (xs, ys))
+        return jax.tree.map(lambda p, g_: p - jax_jobs.LR / n * g_, params, g), l / n
+
+    return train_step
 
 
 def _pmap(cfg: dict, dump_dir: Path) -> dict:
@@ -256,12 +510,71 @@ def _convnet(cfg: dict):
             self.head = nn.Linear(channels, 10)
 
         def forward(self, x):
-            return torch.log_softmax(self.head(self.features(x).mean(dim=(2, 3))), dim=-1)
+            f = self.features(x).mean(dim=(2, 3))
+            if center == "median":  # no ONNX translation for aten.median.dim
+                f = f - f.median(dim=-1, keepdim=True).values
+            elif center == "mean":
+                f = f - f.mean(dim=-1, keepdim=True)
+            return torch.log_softmax(self.head(f), dim=-1)
 
+    center = cfg["convnet"].get("center")
     torch.manual_seed(cfg["seed"])
     net = ConvNet(cfg["convnet"]["channels"], cfg["convnet"]["convs"])
     x = torch.randn(4, 1, 12, 12, generator=torch.Generator().manual_seed(cfg["seed"] + 1))
     return net, x
+
+
+def _tagger(cfg: dict):
+    """A third kind of model: token embeddings, one self-attention, a per-token head."""
+    import torch
+    from torch import nn
+
+    class Attention(nn.Module):
+        def __init__(self, dim: int):
+            super().__init__()
+            self.qkv = nn.Linear(dim, 3 * dim)
+            self.proj = nn.Linear(dim, dim)
+
+        def forward(self, h):
+            q, k, v = self.qkv(h).chunk(3, dim=-1)
+            weights = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+            return self.proj(weights @ v)
+
+    class Tagger(nn.Module):
+        def __init__(self, vocab: int, dim: int):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, dim)
+            self.attn = Attention(dim)
+            self.head = nn.Linear(dim, 5)
+
+        def forward(self, tokens):
+            h = self.embed(tokens)
+            return torch.log_softmax(self.head(h + self.attn(h)), dim=-1)
+
+    torch.manual_seed(cfg["seed"])
+    net = Tagger(cfg["tagger"]["vocab"], cfg["tagger"]["dim"])
+    tokens = torch.randint(0, cfg["tagger"]["vocab"], (2, 6), generator=torch.Generator().manual_seed(cfg["seed"] + 2))
+    return net, tokens
+
+
+def _export_name(net, x) -> str | None:
+    """The model's name by the rule of Dumpscope's ONNX parser, from torch.export's own graph
+    signature (the state's dotted targets, not the placeholder names the parser reads)."""
+    import torch
+    from torch.export.graph_signature import InputKind
+
+    try:
+        specs = torch.export.export(net, (x,)).graph_signature.input_specs
+    except Exception:  # no exported program: the report has none either (named after its folder)
+        return None
+    modules, inputs = {}, {}
+    for spec in specs:
+        if spec.kind == InputKind.USER_INPUT:
+            inputs.setdefault(spec.arg.name)
+        elif spec.kind != InputKind.TOKEN:
+            top = spec.target.split(".")[0]
+            modules.setdefault("[i]" if top.isdigit() else top)
+    return "+".join(modules) + "(" + ",".join(inputs) + ")"
 
 
 def _onnx(cfg: dict, dump_dir: Path, model_path: Path, net=None, x=None) -> dict:
@@ -276,7 +589,10 @@ def _onnx(cfg: dict, dump_dir: Path, model_path: Path, net=None, x=None) -> dict
         result = torch_jobs.run_onnx(cfg, dump_dir, model_path)
     finally:
         torch_jobs._net, torch_jobs._inputs = saved
-    return result | {"verification": _verification(dump_dir / result["files"]["report"])}
+    if net is None:
+        net, x = torch_jobs._net(cfg).eval(), torch_jobs._inputs(cfg)[0]
+    return result | {"verification": _verification(dump_dir / result["files"]["report"]),
+                     "program": _export_name(net.eval(), x)}
 
 
 def _onnx_noise(cfg: dict, dump_dir: Path, model_path: Path) -> dict:
@@ -300,6 +616,22 @@ def _onnx_pair(cfg: dict, dump_dir: Path, figures: Path) -> dict:
             result = _onnx(cfg, dump_dir / name, model_path, *_convnet(cfg))
         result["files"] = {role: f"{name}/{rel}" for role, rel in result["files"].items()}
         models.append({"name": name} | result)
+    return {"models": models}
+
+
+def _onnx_three(cfg: dict, dump_dir: Path, figures: Path) -> dict:
+    """Three exports into the job folder itself (one artifacts folder), in the night's order; each
+    report's time stamp is the night's plus its place in that order, so file order = export order."""
+    stamp = datetime.fromisoformat(cfg["stamp"])
+    models = []
+    for k, name in enumerate(cfg["order"]):
+        at = cfg | {"stamp": (stamp + timedelta(seconds=k)).isoformat()}
+        model_path = figures.with_suffix(f".{name}.onnx")
+        if name == "mlp":
+            result = _onnx(at | cfg["mlp"], dump_dir, model_path)
+        else:
+            result = _onnx(at, dump_dir, model_path, *(_convnet if name == "convnet" else _tagger)(cfg))
+        models.append({"name": name, "export_position": k + 1} | result)
     return {"models": models}
 
 
@@ -329,6 +661,8 @@ def worker(job: str, cfg: dict, dump_dir: Path, figures: Path) -> None:
         result = _onnx(cfg, dump_dir, figures.with_suffix(".onnx"))
     elif task == "onnx_noise":
         result = _onnx_noise(cfg, dump_dir, figures.with_suffix(".onnx"))
+    elif task == "onnx_three":
+        result = _onnx_three(cfg, dump_dir, figures)
     else:
         result = _onnx_pair(cfg, dump_dir, figures)
     figures.write_text(json.dumps(result, indent=1, sort_keys=True))
@@ -426,7 +760,9 @@ def programs_of(job: str, doc: dict) -> dict[str, dict]:
     else:
         for m in doc.get("models") or [doc]:
             report = m["files"]["report"]
-            program = str(PurePosixPath(report).parent) if "/" in report else job
+            # The model as its exported program names it (parser rule, from torch.export's API); a report
+            # without one is named after its folder.
+            program = m.get("program") or (str(PurePosixPath(report).parent) if "/" in report else job)
             out[program] = {
                 "files": [report],
                 "outcome": m["outcome"],
@@ -462,16 +798,16 @@ def run_scenario(name: str, scratch: Path, out: Path) -> dict:
                 entry_jobs[job]["damaged"] = doc["damaged"]
         write_run(night, bucket)
         entry_nights.append({k: night[k] for k in ("run_id", "started_at", "commit", "tags")} | {"jobs": entry_jobs})
-    return _manifest_entry(name, entry_nights)
+    return _manifest_entry(name, entry_nights, bucket)
 
 
-def _manifest_entry(name: str, entry_nights: list[dict]) -> dict:
+def _manifest_entry(name: str, entry_nights: list[dict], bucket: Path) -> dict:
     spec = SCENARIOS[name]
     run_ids = [n["run_id"] for n in entry_nights]
     changes, incidents = [], []
     for ch in spec["changes"]:
         opened = run_ids[ch["night"] - 1]
-        closed = ch["closed"]
+        closed = ch.get("closed")
         lifecycle = {}
         for k, run_id in enumerate(run_ids[ch["night"] - 1:], start=ch["night"]):
             if k == ch["night"]:
@@ -487,13 +823,17 @@ def _manifest_entry(name: str, entry_nights: list[dict]) -> dict:
         evidence = [{"compiler_figure": fig, "parsed_as": metric, "dump": dump,
                      "per_run": {n["run_id"]: _figure(n, ch, fig) for n in entry_nights}}
                     for fig, metric, dump in ch["evidence"]]
-        changes.append({"id": ch["id"], "run": opened, "job": ch["job"], "program": ch["program"],
-                        "kind": ch["kind"], "what": ch["what"], "evidence": evidence,
-                        "compiler_figures_before_after": figures})
+        changes.append({"id": ch["id"], "run": opened, "job": ch["job"], "program": ch["program"]}
+                       | ({"kind": ch["kind"]} if "kind" in ch else {})
+                       | {"what": ch["what"], "evidence": evidence, "compiler_figures_before_after": figures})
+        if "incidents" in spec:
+            continue  # the incident model's expectations: below
         incidents.append({"change": ch["id"], "job": ch["job"], "program": ch["program"], "kind": ch["kind"],
                           "opened": opened, "closed": (run_ids[closed["night"] - 1] if closed else None),
                           "closed_as": closed["as"] if closed else None, "lifecycle": lifecycle,
                           "state_at_last_run": lifecycle[run_ids[-1]] if run_ids[-1] in lifecycle else closed["as"]})
+    if "incidents" in spec:
+        incidents = _expected_incidents(spec["incidents"], run_ids, bucket)
     return {
         "summary": spec["summary"],
         "notes": spec.get("notes", []),
@@ -501,6 +841,57 @@ def _manifest_entry(name: str, entry_nights: list[dict]) -> dict:
         "changes": changes,
         "expected_incidents": incidents,
     }
+
+
+def _expected_incidents(expected: list[dict], run_ids: list[str], bucket: Path) -> list[dict]:
+    """The designed incidents (``_inc``) with run ids, their status at each run from the opening
+    one, and each step's baseline -> value as the project's parser reads the dumps (per series)."""
+    from transforms.trends.rules import ZERO_WHEN_ABSENT
+
+    figures = _series_figures(bucket, run_ids)
+    out = []
+    for inc in expected:
+        closed = inc["closed"]
+        last = closed[0] if closed else len(run_ids)
+        lifecycle = {run_ids[k - 1]: "new" if k == inc["opened"] else closed[1] if closed and k == last else "open"
+                     for k in range(inc["opened"], last + 1)}
+        before, after = (figures[run_ids[inc[k] - 1]].get((inc["job"], inc["program"]), {}) for k in ("base", "opened"))
+        steps = []
+        for series in sorted(before.keys() & after.keys()):
+            if "dump.status" in inc["metrics"] and after[series][_STATUS] != "ok" == before[series][_STATUS]:
+                steps.append({"series": series, "metric": "dump.status", "before": None, "after": None})
+            for metric in inc["metrics"]:
+                zero = 0 if re.search(ZERO_WHEN_ABSENT, metric) else None
+                b, a = before[series].get(metric, zero), after[series].get(metric, zero)
+                if b is not None and a is not None and b != a:
+                    steps.append({"series": series, "metric": metric, "before": b, "after": a})
+        out.append({"name": inc["name"], "change": inc["change"], "job": inc["job"], "program": inc["program"],
+                    "kind": inc["kind"], "opened": run_ids[inc["opened"] - 1],
+                    "closed": run_ids[closed[0] - 1] if closed else None, "closed_as": closed[1] if closed else None,
+                    "stacked_on": inc["stacked_on"], "lifecycle": lifecycle,
+                    "state_at_last_run": lifecycle.get(run_ids[-1], closed and closed[1]),
+                    "metrics": inc["metrics"], "steps": steps})
+    return out
+
+
+def _series_figures(bucket: Path, run_ids: list[str]) -> dict[str, dict[tuple[str, str], dict[str, dict]]]:
+    """run_id -> (job, program) -> series -> metrics, as ``transforms.parse.parse_dump`` reads each dump."""
+    from transforms.parse import parse_dump
+    from transforms.trends.series import normalize_program, series_id
+
+    out = {}
+    for run_id in run_ids:
+        per = out.setdefault(run_id, {})
+        for path in sorted((bucket / run_id).rglob("*.gz")):
+            job = path.relative_to(bucket / run_id).parts[0]
+            with open(path, "rb") as f:
+                s = parse_dump(f, str(path.relative_to(bucket))).summary
+            sid = series_id(job, normalize_program(s.program), s.kind.value, s.stage)
+            per.setdefault((job, s.program), {})[sid] = dict(s.metrics) | {_STATUS: s.status.value}
+    return out
+
+
+_STATUS = "__status__"  # the dump's parse status, beside its metrics (failure steps about dumps)
 
 
 def _figure(night: dict, change: dict, key: str):
@@ -523,11 +914,18 @@ def write_manifest(out: Path, entries: dict[str, dict]) -> None:
                   "per job: the compilers' own figures); the sample bucket's layout (data/README.md)",
         "conventions": {
             "program": "the program name transforms.parse.parse_dump gives the dumps (XLA module, Inductor graph "
-                       "folder, ONNX report's folder); a job folder holding the report directly names it",
+                       "folder, the model an ONNX report's exported program names: inp+blocks+head(x)); the "
+                       "series name strips counters (transforms.trends.series.normalize_program)",
             "kind": "regression (a figure got worse), improvement, failure (dumps damaged or a compile/export "
-                    "failed), change (figures stepped with no worse direction)",
-            "lifecycle": "state of the incident at each run from the one that opened it: opened, open (still "
-                         "unresolved), fixed (figures back to the baseline / dumps whole again), accepted",
+                    "failed), change (figures stepped with no worse direction; older entries only)",
+            "lifecycle": "state of the incident at each run from the one that opened it. Entries with stacked_on "
+                         "(the incident model of .briefs/incident_model.md): new, open, fixed, lost, accepted. "
+                         "Older entries: opened, open, fixed, accepted",
+            "stacked_on": "entries of the incident model: the name of the expected incident whose steps this one's "
+                          "stepped further from when it opened (null: none)",
+            "steps": "entries of the incident model: every step of the incident, per series and metric, its "
+                     "baseline (before) and its value in the opening run (after), as the parser reads the dumps; "
+                     "metrics: their set. tests/incident_oracle.py computes the same from the dumps",
             "evidence": "per change: the compiler figure that shows it, the Dumpscope metric that reads the same "
                         "figure in the named dump (tests/test_incident_buckets.py checks they agree), per run",
             "compiler_figures_before_after": "key figures from compiler_figures.json at the night before the "

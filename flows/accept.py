@@ -35,7 +35,7 @@ class Accepted:
     what: str
     run_id: str
     closed: list[str]  # incident ids closed by this accept
-    regressions_left: int  # metric regressions still flagged there (of the accepted series, for a pattern)
+    regressions_left: int  # figures with a regression or failure still open there (of the accepted series, for a pattern)
 
 
 def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_id: str | None = None,
@@ -77,13 +77,9 @@ def _now() -> datetime:
 
 
 def _open_ids(con, run_id: str) -> set[str]:
-    """Incidents open at ``run_id`` (opened there or before, not closed by then)."""
-    return {i for (i,) in con.execute(
-        """SELECT i.incident_id FROM incidents i
-           JOIN runs o ON o.run_id = i.opened_run JOIN runs r ON r.run_id = ?
-           LEFT JOIN runs c ON c.run_id = i.closed_run
-           WHERE (o.started_at, o.run_id) <= (r.started_at, r.run_id)
-             AND (c.run_id IS NULL OR (c.started_at, c.run_id) > (r.started_at, r.run_id))""", [run_id]).fetchall()}
+    """Incidents open at ``run_id`` (new there or still open: the view incident_status)."""
+    return {i for (i,) in con.execute("SELECT incident_id FROM incident_status WHERE run_id = ? AND status IN ('new', 'open')",
+                                      [run_id]).fetchall()}
 
 
 def _check_incident(con, incident: str, run_id: str, runs: list[str]) -> None:

@@ -27,6 +27,7 @@ from flows.resources import MemoryBudget, peak_mib
 from flows.warehouse import records
 from flows.warehouse import schema as ws
 from transforms.trends import diffs as diff_mod
+from transforms.trends import incident_rule
 from transforms.trends import incidents as incident_mod
 from transforms.trends import metric_trends as trends
 from transforms.trends import rollups
@@ -35,10 +36,11 @@ from transforms.trends.rules import Settings, parse_settings
 DEFAULT_SETTINGS = Path("dumpscope.toml")
 # Bump when the aggregation's output changes for the same input: warehouses
 # aggregated by an older version are re-aggregated by the next night, new dumps or not.
-AGGREGATE_VERSION = 5  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content;
+AGGREGATE_VERSION = 6  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content;
 # 4: diffs carry both dumps' paths, excerpts, their rank and rescale marks; 5: an accepted pattern restarts the baselines
 # of the series it matches (it restarted none: trends matched the pattern as a series id), and no trend row of 0 before a
-# count first appears (only a full re-aggregation wrote them, so they depended on how runs were aggregated)
+# count first appears (only a full re-aggregation wrote them, so they depended on how runs were aggregated); 6: every step
+# is its own incident (stacked steps, improvements apart, lost), trends are facts (no rolling baseline)
 
 
 def load_settings(path: Path | None) -> Settings:
@@ -178,13 +180,12 @@ def _aggregate_runs(con: duckdb.DuckDBPyConnection, settings: Settings, budget: 
     usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
     lap("read")
 
-    by_series = accepted.filter(pl.col("series").is_not_null()).select("series", "run_id", "metric")
     prior = history.prior_trends(con, order, from_seq)
-    # A night: the trends need each pair's last baseline_runs rows before it, not the history.
+    # A night: the trends need each pair's last row before it (its previous value), not the history.
     recent = history.observations(con, usable) if prior is None else history.observations(
-        con, usable, order=order, from_seq=from_seq, keep_before=settings.baseline_runs + 1, prior=prior,
+        con, usable, order=order, from_seq=from_seq, keep_before=1, prior=prior,
         elsewhere=lambda names: history.stored_usable(con, names, order, from_seq))
-    trend = trends.metric_trends(recent, runs, by_series, settings, from_seq=from_seq, prior=prior)
+    trend = trends.metric_trends(recent, runs, settings, from_seq=from_seq)
     del recent, usable
     lap("trends")
     older = None if from_seq <= 0 else history.seen_before(
@@ -195,7 +196,6 @@ def _aggregate_runs(con: duckdb.DuckDBPyConnection, settings: Settings, budget: 
     rows = {
         "dump_series": series,
         "metric_trends": trend,
-        "regressions": trends.regressions(trend),
         "series_events": events,
         "run_rollups": rollups.run_rollups(dumps, series, trend, events, order),
         "job_totals": rollups.job_totals(trend, previous=history.previous_totals(con, order, from_seq)),
@@ -239,40 +239,46 @@ def _aggregate_runs(con: duckdb.DuckDBPyConnection, settings: Settings, budget: 
     lap("write")
     if not walk:
         return
-    # Jobs whose new runs repeat their run before keep their stored incidents: the walk
-    # (and the history it reads) is only for the jobs that changed.
-    repeating = set() if walk_every_job else history.repeating_jobs(con, series, dumps, order, from_seq, accepts)
-    walked = sorted(set(dumps.get_column("job").unique()) - repeating)
-    incidents, steps = _incidents(con, walked, series, order, from_seq, accepts.to_dicts(), settings,
-                                  batch_rows=budget.incidents_batch_rows)
+    # A night after the aggregated runs (one pass; ``from_seq`` is the first run that
+    # changed) keeps every incident the runs before it made as stored: programs whose new
+    # runs repeat their run before are not walked at all, and a walked program's incidents
+    # untouched since ``from_seq`` are not written again. A rewrite of every run writes them all.
+    nightly = bool(from_seq) and not walk_every_job
+    programs = history.changed_programs(con, series, dumps, order, from_seq, accepts) if nightly else None
+    walked = sorted(set(dumps.get_column("job").unique()) if programs is None else set(programs.get_column("job")))
+    walk = _incidents(con, walked, series, order, from_seq, accepts.to_dicts(), settings,
+                      batch_rows=budget.incidents_batch_rows, programs=programs, since=from_seq if nightly else None)
     lap("incidents")
-    result.rows["incidents"], result.rows["incident_steps"] = _write_incidents(con, incidents, steps, repeating)
+    result.rows["incidents"], result.rows["incident_steps"] = _write_incidents(con, walk, programs=programs)
     lap("write")
 
 
 def _incidents(con: duckdb.DuckDBPyConnection, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame,
-               from_seq: int, accepts: list[dict], settings: Settings, *, batch_rows: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+               from_seq: int, accepts: list[dict], settings: Settings, *, batch_rows: int,
+               programs: pl.DataFrame | None, since: int | None) -> incident_mod.Walked:
     """``incidents.compute`` over the whole history of these jobs, in groups of jobs of at
     most ``batch_rows`` figures (one job can exceed it), each group's history read on its
     own: an incident is one program's, and a program belongs to one job, so the parts are
     the whole, and the night's memory follows the group, not the history. ``series``
-    holds the runs from ``from_seq`` on, named tonight."""
-    floors = incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count)
+    holds the runs from ``from_seq`` on, named tonight; ``programs`` (job, program): only
+    these programs of the jobs (None: all); ``since``: only the incidents touched from that
+    run on."""
     parts = []
     for group in history.job_groups(con, jobs, batch_rows):
         group_series, group_dumps = history.job_history(con, group, series, order, from_seq)
+        if programs is not None:  # the job's dumps stay whole: a program's series is absent where the job ran without it
+            group_series = group_series.join(programs.rename({"program": "series_program"}), on=["job", "series_program"],
+                                             how="semi")
         usable = group_series.join(group_dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
-        health = program_health(group_series, group_dumps, order)
-        ok = health.filter(pl.col("status") == "ok").select(pl.col("series", "run_id").cast(pl.Categorical))
-        info = (usable.select("series", "job", pl.col("series_program").alias("program"), "kind", "stage").unique("series")
-                .with_columns(pl.all().cast(pl.Categorical)))  # categoricals: no string per row
         observations = history.observations(con, usable, slim=True)
-        del group_series, group_dumps, usable
-        parts.append(incident_mod.compute(observations, health, order, accepts, settings, floors, ok=ok, info=info))
-        del observations
+        del usable
+        parts.append(incident_rule.compute_incidents(group_series, group_dumps, observations, order, accepts, settings,
+                                                     since=since))
+        del observations, group_series, group_dumps
     if len(parts) == 1:
         return parts[0]
-    return incident_mod.in_order(pl.concat([p[0] for p in parts]), pl.concat([p[1] for p in parts]))
+    return incident_mod.Walked(*incident_mod.in_order(pl.concat([p.incidents for p in parts]), pl.concat([p.steps for p in parts])),
+                               [i for p in parts for i in p.unchanged])
 
 
 def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: list[str] | None = None) -> int:
@@ -313,81 +319,36 @@ def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: l
     return gone
 
 
-def program_health(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame:
-    """Each series' state per run for the incidents: the worst status of its dumps (ok,
-    partial, failed), or ``absent`` in a later run of its job that did not write it."""
-    known = series.join(dumps.select("path", "status", "error"), on="path").filter(pl.col("kind") != "unknown")
-    rank = pl.col("status").replace_strict({"ok": 0, "partial": 1, "failed": 2}, default=2, return_dtype=pl.Int64)
-    present = (known.with_columns(rank.alias("_rank")).sort("_rank", descending=True)
-               .group_by("series", "run_id").first()
-               .select("series", "job", pl.col("series_program").alias("program"), "kind", "stage", "run_id", "status",
-                       pl.when(pl.col("status") != "ok").then(pl.concat_str("path", pl.lit(": "), pl.col("error").fill_null("")))
-                       .alias("detail")))
-    seq = order.select("run_id", "run_seq")
-    job_runs = dumps.select("job", "run_id").unique().join(seq, on="run_id")
-    first = (present.join(seq, on="run_id").group_by("series", "job", "program", "kind", "stage")
-             .agg(pl.col("run_seq").min().alias("_first")))
-    later = first.join(job_runs, on="job").filter(pl.col("run_seq") > pl.col("_first")).select(
-        "series", "job", "program", "kind", "stage", "run_id")
-    absent = later.join(present, on=["series", "run_id"], how="anti").with_columns(
-        pl.lit("absent").alias("status"), pl.lit(None, pl.String).alias("detail"))
-    return pl.concat([present, absent.select(present.columns)]).sort("series", "run_id")
-
-
-def _write_incidents(con: duckdb.DuckDBPyConnection, incidents: pl.DataFrame, steps: pl.DataFrame,
-                     kept_jobs: set[str] = frozenset()) -> tuple[int, int]:
-    """Incidents are few and their lifecycle can change in any earlier run (an accept, a
-    fix): both tables are rewritten whole, in ``incidents.in_order``. Each computed
-    incident gets its cause from ``diffs``; those of ``kept_jobs`` (not walked again) are
-    read back as stored."""
-    incidents = incidents.with_columns(_causes(con, incidents, steps))
-    if kept_jobs:
-        con.register("_kept_jobs", pl.DataFrame({"job": sorted(kept_jobs)}, schema={"job": pl.String}).to_arrow())
-        try:
-            stored = [frame_of(con, f"SELECT {', '.join(ws.quote_ident(c) for c in frame.columns)} FROM {name} "
-                                    "WHERE job IN (SELECT job FROM _kept_jobs)").cast(dict(frame.schema))
-                      for name, frame in (("incidents", incidents), ("incident_steps", steps))]
-        finally:
-            con.unregister("_kept_jobs")
-        incidents, steps = incident_mod.in_order(pl.concat([incidents, stored[0]]), pl.concat([steps, stored[1]]))
-    for name, frame in (("incidents", incidents), ("incident_steps", steps)):
-        con.execute(f"DELETE FROM {ws.quote_ident(name)}")
-        insert_frame(con, name, frame)
-    return incidents.height, steps.height
-
-
-# Which structural changes explain a program's step best: new or vanished collectives
-# and custom calls first, then kernels and fusions, then memory items.
-_CAUSE_ORDER = {"collective": 0, "custom_call": 1, "fallback_kernel": 1, "fallback_call": 1, "onnx_step": 1,
-                "fusion": 2, "fused_group": 2, "kernel_category": 3, "allocation": 4, "peak_value": 4}
-CAUSE_LINES = 5
+def _write_incidents(con: duckdb.DuckDBPyConnection, walk: incident_mod.Walked, *,
+                     programs: pl.DataFrame | None) -> tuple[int, int]:
+    """Write the walk's incidents and their steps, each with its cause from ``diffs``, in
+    place of the stored incidents of the walked ``programs`` (job, program; None: all) but
+    those the walk found unchanged (a night's: the stored ones it did not touch are as it
+    would write them; any other is stale). Returns the rows written."""
+    incidents = walk.incidents.with_columns(_causes(con, walk.incidents, walk.steps))
+    con.register("_unchanged", pl.DataFrame({"incident_id": walk.unchanged}, schema={"incident_id": pl.String}).to_arrow())
+    where = " WHERE incident_id NOT IN (SELECT incident_id FROM _unchanged)"
+    if programs is not None:
+        con.register("_walked", programs.to_arrow())
+        where += " AND (job, program) IN (SELECT (job, program) FROM _walked)"
+    try:
+        for name, frame in (("incidents", incidents), ("incident_steps", walk.steps)):
+            con.execute(f"DELETE FROM {ws.quote_ident(name)}{where}")
+            insert_frame(con, name, frame)
+    finally:
+        con.unregister("_unchanged")
+        if programs is not None:
+            con.unregister("_walked")
+    return incidents.height, walk.steps.height
 
 
 def _causes(con: duckdb.DuckDBPyConnection, incidents: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
-    """The top structural diff lines between each incident's last good and first bad run."""
-    if incidents.is_empty():
-        return pl.Series("cause", [], pl.String)
+    """The top structural diff lines of each incident (``incident_rule.causes``), from ``diffs``."""
     wanted = steps.select("incident_id", "series", pl.col("opened_run").alias("run_id")).unique()
-    con.register("_wanted", wanted.to_arrow())
-    try:
-        diffs = frame_of(con, """SELECT w.incident_id, d.category, d.description, d.bytes_before, d.bytes_after,
-                                        d.value_after FROM diffs d JOIN _wanted w USING (run_id, series)""")
-    finally:
-        con.unregister("_wanted")
-    order = pl.col("category").replace_strict(_CAUSE_ORDER, default=5, return_dtype=pl.Int64)
-    size = (pl.col("bytes_after").fill_null(0) - pl.col("bytes_before").fill_null(0)).abs()
-    failed_first = pl.col("value_after").fill_null(0.5)  # an ONNX step now ❌ (0) before one now skipped (null)
-    lines = (diffs.unique(["incident_id", "description"])
-             .sort(order, failed_first, size, "description", descending=[False, False, True, False])
-             .group_by("incident_id", maintain_order=True).agg(pl.col("description").head(CAUSE_LINES),
-                                                                  pl.len().alias("_n")))
-    failures = (steps.filter(pl.col("detail").is_not_null()).group_by("incident_id", maintain_order=True)
-                .agg(pl.col("detail").head(CAUSE_LINES).alias("_failed")))
-    text = (incidents.select("incident_id").join(lines, on="incident_id", how="left").join(failures, on="incident_id", how="left")
-            .with_columns(pl.concat_list(pl.col("_failed").fill_null([]), pl.col("description").fill_null([]))
-                          .list.join("\n").alias("cause")))
-    more = pl.when(pl.col("_n") > CAUSE_LINES).then(pl.format("\n… and {} more", pl.col("_n") - CAUSE_LINES)).otherwise(pl.lit(""))
-    return text.select(pl.when(pl.col("cause") != "").then(pl.col("cause") + more).alias("cause")).get_column("cause")
+    diffs = history.read_with(con, {"_wanted": wanted}, """
+        SELECT w.incident_id, d.series, d.category, d.description, d.bytes_before, d.bytes_after, d.value_after, d.excerpt_after
+        FROM diffs d JOIN _wanted w USING (run_id, series)""")
+    return incident_rule.causes(incidents, steps, diffs)
 
 
 def store_items(con: duckdb.DuckDBPyConnection, found: pl.DataFrame) -> int:

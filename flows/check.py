@@ -2,43 +2,33 @@
 
 ``DIR`` holds one night's jobs as a pull request's CI job wrote them (``DIR/<job>/**``,
 like one run directory of the bucket, with an optional ``DIR/run.json``). Each file is
-parsed in memory by the nightly's driver (``transforms.parse.iter_dump``; records are
-dropped as they come, only the summaries are kept) and named by the nightly's series
-rules (``transforms.trends.series``, with DIR's run.json ``"series"`` mapping and the
-settings' ``[series]`` table).
+staged by the nightly's driver (``flows.staging.stage_object``: the same parsers and
+limits, records written to Parquet) into a temporary directory that is removed at the
+end, and named by the nightly's series rules (``transforms.trends.series``, with DIR's
+run.json ``"series"`` mapping and the settings' ``[series]`` table).
 
-The candidate is then treated as one more run after the reference run (the warehouse's
-latest, or ``against``): the history of the candidate's jobs up to the reference run is
-read from the published warehouse through a read-only connection, and the nightly's
-incident rules (``transforms.trends.incidents.compute``, with ``flows.aggregate``'s
-``program_health``, settings and floors) run in memory over history + candidate. What
-the candidate run would open is the answer; incidents it would close as fixed are
-listed too. Nothing is written: not the warehouse, not beside it, not in DIR.
-
-Also listed:
-
-- new programs: series of the candidate that the reference run's history of their
-  job never had (a job absent from the warehouse: all of its programs). They have no
-  baseline, so they open nothing;
-- damaged dumps: every file of DIR that did not parse ``ok`` (``partial``, ``failed``,
-  or unreadable), each with its error naming the file. A damaged dump of a known series
-  is a ``failure`` incident, as in the nightly; one of a new program (or whose program
-  is unknown) becomes a ``failure`` entry of its own, so that a change that breaks a
-  dump never passes a check.
+The candidate is one more run after the reference run (the warehouse's latest, or
+``against``): the history of the candidate's jobs up to the reference run is read from
+the published warehouse through a read-only connection, a group of jobs at a time, and
+the nightly's rule (``transforms.trends.incident_rule.compute_incidents``) runs over
+history + candidate. The incidents the candidate run would open are the answer, with
+their cause: the structural diff of each series' candidate dump against its last dump in
+the history (``transforms.trends.diffs``; the candidate's items computed from its staged
+records, or taken from the warehouse when the warehouse holds the same content), each
+change with the dump lines it stands on. Nothing is written to the warehouse, beside it
+or in DIR.
 
 ``check_dir`` raises ``CheckError`` (one line for people) when the warehouse does not
-exist or is no DuckDB file, or DIR is not a directory; ``NoSuchRun`` (a ``CheckError``)
-when ``against`` names no run. Names in the output come from
-dumps and paths: Markdown goes through ``transforms.escape``, terminal text has its
-control characters made visible.
+exist or is no DuckDB file; ``BadDirectory`` (a ``CheckError``, exit 2) when DIR is not a
+directory, holds no job directory with files, or holds a job's files rather than job
+directories; ``NoSuchRun`` (exit 2) when ``against`` names no run. Output: ``transforms.check_report``.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from dataclasses import dataclass, field
+import shutil
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -47,52 +37,41 @@ import polars as pl
 from fsspec.implementations.local import LocalFileSystem
 
 from flows import history as history_mod
-from flows.aggregate import frame_of, load_settings, program_health
-from flows.bucket import BucketReadError, open_object, read_runs
+from flows.aggregate import frame_of, load_settings
+from flows.bucket import BucketReadError, read_runs
+from flows.items import _lines as dump_lines
 from flows.parse_files import json_value, number
 from flows.resources import MemoryBudget, parse_memory
+from flows.staging import StagedResult, stage_object
 from flows.warehouse.store import connect_readonly
-from transforms.escape import code, md_text
+from transforms.check_report import FORMATS, CheckResult, render
 from transforms.layout import BucketObject, Role, escape_name, locate
-from transforms.parse import DEFAULT_LIMITS, ParseLimits, iter_dump
-from transforms.records import DumpSummary
+from transforms.parse import DEFAULT_LIMITS, ParseLimits
+from transforms.trends import diffs as diff_mod
+from transforms.trends import evidence
+from transforms.trends import incident_rule
 from transforms.trends import incidents as incident_mod
 from transforms.trends import metric_trends as trends
+from transforms.trends.headlines import failure_text
 from transforms.trends.rules import Settings
 from transforms.trends.series import SERIES_SCHEMA, assign_series, compile_overrides
-from transforms.units import human_delta, human_value
 
-FORMATS = ("text", "markdown", "json")
+__all__ = ["FORMATS", "BadDirectory", "CheckError", "CheckResult", "NoSuchRun", "check_dir", "render"]
 CANDIDATE_RUN = "candidate"  # the run id DIR gets (another one if the warehouse has a run of that name)
-# The columns of the warehouse's dumps table that series and health need.
-_DUMP_COLUMNS = ("path", "run_id", "job", "kind", "stage", "program", "status", "error")
+# The columns of the warehouse's dumps table that series, health and items need.
+_DUMP_COLUMNS = ("path", "run_id", "job", "kind", "stage", "program", "status", "error", "dump_id", "parser_version")
 
 
 class CheckError(Exception):
-    """No warehouse (or not a DuckDB file), no such directory: one line for people."""
+    """No warehouse (or not a DuckDB file): one line for people."""
+
+
+class BadDirectory(CheckError):
+    """DIR is not a run directory of job directories (a bad argument)."""
 
 
 class NoSuchRun(CheckError):
     """``against`` names no run of the warehouse (a bad argument)."""
-
-
-@dataclass
-class CheckResult:
-    against: str  # the reference run
-    against_commit: str | None
-    candidate_commit: str | None
-    dumps: int = 0  # dump files read in DIR (run.json and unknown files included)
-    opened: list[dict] = field(default_factory=list)  # incidents the candidate would open (and damaged new dumps)
-    fixed: list[dict] = field(default_factory=list)  # open incidents it would close as fixed
-    worsened: list[dict] = field(default_factory=list)  # open incidents whose figures it would move further the worse way
-    new_programs: list[dict] = field(default_factory=list)  # job, program, series
-    damaged: list[dict] = field(default_factory=list)  # path, kind, status, error
-    run_errors: list[str] = field(default_factory=list)  # what was wrong with DIR/run.json
-
-    @property
-    def failing(self) -> list[dict]:
-        """What ``--fail-on new`` fails on: the regressions and failures it would open."""
-        return [r for r in self.opened if r["kind"] in ("regression", "failure")]
 
 
 def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, settings: Settings | None = None,
@@ -103,18 +82,18 @@ def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, s
     program one job's): memory follows the group, not the history."""
     settings = settings if settings is not None else load_settings(None)
     budget = budget or MemoryBudget(parse_memory(settings.memory_limit))
-    if not directory.is_dir():
-        raise CheckError(f"{directory} is not a directory")
+    files = _list_dir(directory, CANDIDATE_RUN)  # DIR's shape is checked before the warehouse is opened
     try:
         con = connect_readonly(warehouse, budget=budget)
     except (FileNotFoundError, duckdb.Error) as exc:
         raise CheckError(str(exc)) from None
+    work = Path(tempfile.mkdtemp(prefix="dumpscope-check-"))
     try:
         history_order, accepts = _history_runs(con, against)
         run_id = _fresh_run_id(history_order)
-        objects = _list_dir(directory, run_id)
+        objects = [_in_run(o, run_id) for o in files]
         info = read_runs(LocalFileSystem(), objects).get(run_id)
-        candidate, metrics, damaged = _parse(objects, limits)
+        candidate, metrics, damaged, staged = _parse(objects, work, limits)
         ref = history_order.row(-1, named=True)
         order = pl.concat([history_order, pl.DataFrame(
             {"run_seq": [ref["run_seq"] + 1], "run_id": [run_id], "started_at": [ref["started_at"] + timedelta(seconds=1)],
@@ -124,29 +103,76 @@ def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, s
                               if isinstance(overrides, dict) else {}, compile_overrides(settings.series_patterns))
         result = CheckResult(against=ref["run_id"], against_commit=ref["commit"],
                              candidate_commit=info.commit if info else None, dumps=len(objects), damaged=damaged,
-                             run_errors=list(info.meta_errors) if info else [])
-        parts = []
-        for group in history_mod.job_groups(con, sorted(candidate.get_column("job").unique().to_list()), budget.incidents_batch_rows):
+                             run_errors=list(info.meta_errors) if info else [], site_url=settings.site_url)
+        parts, pairs = [], []
+        jobs = sorted(candidate.get_column("job").unique().to_list())
+        for group in history_mod.job_groups(con, jobs, budget.incidents_batch_rows):
             in_group = pl.col("job").is_in(pl.Series(group, dtype=pl.String).implode())
             history = _history_dumps(con, history_order, group)
             stored_series = _stored_series(con, history)
             history_metrics = _metrics_of(con, history.filter(pl.col("status") == "ok").get_column("path"))
             group_fresh, group_candidate = fresh.filter(in_group), candidate.filter(in_group)
             result.new_programs += _new_programs(group_fresh, stored_series)
+            pairs.append(_pairs(stored_series, history, group_fresh, history_order, run_id))
             parts.append(_incidents(pl.concat([stored_series, group_fresh]), pl.concat([history, group_candidate]),
                                     pl.concat([history_metrics, metrics.join(group_candidate.select("path"), on="path",
                                                                              how="semi")]),
                                     order, accepts, settings))
             del history, stored_series, history_metrics
+        incidents, steps = incident_mod.in_order(pl.concat([p.incidents for p in parts]), pl.concat([p.steps for p in parts]))
+        opened = incidents.filter(pl.col("opened_run") == run_id)
+        diffs = _candidate_diffs(con, pl.concat(pairs), candidate.join(fresh.select("path", "series"), on="path"),
+                                 staged, objects, steps.filter(pl.col("opened_run") == run_id))
     finally:
         con.close()
-    incidents, steps = incident_mod.in_order(pl.concat([p[0] for p in parts]), pl.concat([p[1] for p in parts]))
-    result.opened = _described(incidents.filter(pl.col("opened_run") == run_id), steps, opened=True)
-    result.fixed = _described(incidents.filter((pl.col("closed_run") == run_id) & (pl.col("closed_how") == "fixed")),
-                              steps, opened=False)
-    result.opened += _damaged_new(damaged, fresh, result.opened)
-    result.worsened = _worsened(incidents, steps, run_id)
+        shutil.rmtree(work, ignore_errors=True)
+    closed_here = (pl.col("closed_run") == run_id) & (pl.col("opened_run") != run_id)
+    result.opened = _described(opened.filter(pl.col("kind") != "improvement"), steps, diffs, change="opens")
+    result.improvements = _described(opened.filter(pl.col("kind") == "improvement"), steps, diffs, change="opens")
+    result.fixed = _described(incidents.filter(closed_here & (pl.col("closed_how") == "fixed")), steps, diffs, change="fixes")
+    result.lost = _described(incidents.filter(closed_here & (pl.col("closed_how") == "lost")), steps, diffs, change="loses")
+    result.opened += _damaged_new(damaged, fresh, {s for p in result.new_programs for s in p["series"]})
     return result
+
+
+def _list_dir(directory: Path, run_id: str) -> list[BucketObject]:
+    """Every file under ``directory`` as an object of run ``run_id``, located as the nightly
+    locates a run directory's files (``transforms.layout.locate``). ``path`` is the path a
+    person reads (``directory`` joined with the file's relative path, escaped as the
+    nightly escapes names), ``full_path`` the real one; symbolic links to directories are
+    not followed. Raises ``BadDirectory`` for a directory that is not one night's jobs."""
+    if not directory.is_dir():
+        raise BadDirectory(f"{directory} is not a directory")
+    root = str(directory).rstrip("/") or "/"
+    out, loose = [], []
+    for parent, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(parent, name)
+            rel = escape_name(os.path.relpath(full, root).replace(os.sep, "/"))
+            where = locate(f"{run_id}/{rel}")
+            if where is None:
+                continue
+            if where.job is None and where.role is Role.DUMP:
+                loose.append(rel)
+                continue
+            try:
+                stat = os.stat(full)
+            except OSError:
+                continue  # vanished, or a dangling link: nothing to read
+            out.append(BucketObject(escape_name(full), full, stat.st_size, stat.st_mtime, run_id, where.job, where.role))
+    if loose:
+        raise BadDirectory(f"{directory} holds dump files directly ({', '.join(loose[:3])}{', …' if len(loose) > 3 else ''}): "
+                           "check takes a run directory whose job directories hold the dumps (DIR/<job>/...)")
+    if not any(o.role is Role.DUMP for o in out):
+        raise BadDirectory(f"{directory} holds no job directory with files: check takes a run directory (DIR/<job>/...)")
+    return out
+
+
+def _in_run(obj: BucketObject, run_id: str) -> BucketObject:
+    from dataclasses import replace
+
+    return obj if obj.run_id == run_id else replace(obj, run_id=run_id)
 
 
 def _history_runs(con, against: str | None) -> tuple[pl.DataFrame, list[dict]]:
@@ -171,65 +197,36 @@ def _fresh_run_id(order: pl.DataFrame) -> str:
     return run_id
 
 
-def _list_dir(directory: Path, run_id: str) -> list[BucketObject]:
-    """Every file under ``directory`` as an object of run ``run_id``, located as the nightly
-    locates a run directory's files (``transforms.layout.locate``). ``path`` is the path a
-    person opens (``directory`` joined with the file's relative path, escaped as the
-    nightly escapes names); symbolic links to directories are not followed."""
-    root = str(directory).rstrip("/") or "/"
-    out = []
-    for parent, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            full = os.path.join(parent, name)
-            rel = escape_name(os.path.relpath(full, root).replace(os.sep, "/"))
-            where = locate(f"{run_id}/{rel}")
-            if where is None:
-                continue
-            try:
-                stat = os.stat(full)
-            except OSError:
-                continue  # vanished, or a dangling link: nothing to read
-            out.append(BucketObject(escape_name(full), full, stat.st_size, stat.st_mtime, run_id, where.job, where.role))
-    return out
-
-
-def _parse(objects: list[BucketObject], limits: ParseLimits) -> tuple[pl.DataFrame, pl.DataFrame, list[dict]]:
-    """(dumps rows, metrics rows of the dumps that parsed ok, damaged dumps) of the candidate."""
+def _parse(objects: list[BucketObject], work: Path, limits: ParseLimits
+           ) -> tuple[pl.DataFrame, pl.DataFrame, list[dict], dict[str, StagedResult]]:
+    """(dumps rows, metrics rows of the dumps that parsed ok, damaged dumps, staged result by
+    path) of the candidate, each staged by the nightly's driver into ``work``."""
     fs = LocalFileSystem()
-    rows, metric_rows, damaged = [], [], []
+    rows, metric_rows, damaged, staged = [], [], [], {}
     for obj in objects:
         if obj.role is not Role.DUMP:
             continue
         try:
-            with open_object(fs, obj) as raw:
-                summary = _summary(raw, obj.path, limits)
+            result = stage_object(fs, obj, work, limits=limits)
         except (BucketReadError, OSError) as exc:
             damaged.append({"path": obj.path, "job": obj.job or "", "kind": None, "program": None,
                             "status": "unreadable", "error": str(exc)})
             continue
-        status = str(summary.status)
-        rows.append({"path": obj.path, "run_id": obj.run_id, "job": obj.job or "", "kind": str(summary.kind),
-                     "stage": summary.stage, "program": summary.program, "status": status,
-                     "error": "\n".join(summary.errors) or None})
-        if status == "ok":
-            metric_rows += [(obj.path, k, json_value(float(v))) for k, v in sorted(summary.metrics.items())]
-        elif str(summary.kind) != "unknown":
-            damaged.append({"path": obj.path, "job": obj.job or "", "kind": str(summary.kind),
-                            "program": summary.program, "status": status, "error": "\n".join(summary.errors)})
-    dumps = pl.DataFrame(rows, schema={c: pl.String for c in _DUMP_COLUMNS})
+        s = result.summary
+        staged[obj.path] = result
+        error = "\n".join(s["errors"]) or None
+        rows.append({"path": obj.path, "run_id": obj.run_id, "job": obj.job or "", "kind": s["kind"], "stage": s["stage"],
+                     "program": s["program"], "status": s["status"], "error": error, "dump_id": result.sha256,
+                     "parser_version": s["parser_version"]})
+        if s["status"] == "ok":
+            metric_rows += [(obj.path, k, json_value(float(v))) for k, v in sorted(s["metrics"].items())]
+        elif s["kind"] != "unknown":
+            damaged.append({"path": obj.path, "job": obj.job or "", "kind": s["kind"], "program": s["program"],
+                            "status": s["status"], "error": error or ""})
+    schema = {c: pl.String for c in _DUMP_COLUMNS} | {"parser_version": pl.Int64}
+    dumps = pl.DataFrame(rows, schema=schema)
     metrics = pl.DataFrame(metric_rows, schema={"path": pl.String, "metric": pl.String, "value": pl.Float64}, orient="row")
-    return dumps, metrics, damaged
-
-
-def _summary(raw, name: str, limits: ParseLimits) -> DumpSummary:
-    """The dump's summary; its records are dropped as they come."""
-    summary = None
-    for item in iter_dump(raw, name, limits=limits):
-        if isinstance(item, DumpSummary):
-            summary = item
-    assert summary is not None
-    return summary
+    return dumps, metrics, damaged, staged
 
 
 def _history_dumps(con, order: pl.DataFrame, jobs: list[str]) -> pl.DataFrame:
@@ -237,7 +234,7 @@ def _history_dumps(con, order: pl.DataFrame, jobs: list[str]) -> pl.DataFrame:
     return history_mod.read_with(
         con, {"_check_runs": order.select("run_id"), "_check_jobs": pl.DataFrame({"job": jobs}, schema={"job": pl.String})},
         f"SELECT {', '.join(_DUMP_COLUMNS)} FROM dumps WHERE run_id IN (SELECT run_id FROM _check_runs) "
-        "AND job IN (SELECT job FROM _check_jobs)").cast({c: pl.String for c in _DUMP_COLUMNS})
+        "AND job IN (SELECT job FROM _check_jobs)").cast({c: pl.String for c in _DUMP_COLUMNS} | {"parser_version": pl.Int64})
 
 
 def _stored_series(con, dumps: pl.DataFrame) -> pl.DataFrame:
@@ -253,59 +250,115 @@ def _metrics_of(con, paths: pl.Series) -> pl.DataFrame:
 
 
 def _incidents(series: pl.DataFrame, dumps: pl.DataFrame, metrics: pl.DataFrame, order: pl.DataFrame,
-               accepts: list[dict], settings: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The nightly's incidents (``flows.aggregate``) over history + candidate: figures of ok dumps only."""
-    health = program_health(series, dumps, order)
+               accepts: list[dict], settings: Settings) -> incident_mod.Walked:
+    """The nightly's incidents (``incident_rule.compute_incidents``) over history + candidate."""
     usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
-    observations = usable.join(metrics, on="path").select(
-        "run_id", "series", "job", "kind", "stage", pl.col("series_program").alias("program"), "metric", "value")
-    ok = health.filter(pl.col("status") == "ok").select("series", "run_id")
-    floors = incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count)
-    return incident_mod.compute(observations, health, order, accepts, settings, floors, ok=ok)
+    observations = usable.join(metrics, on="path").select("run_id", "series", "metric", "value")
+    return incident_rule.compute_incidents(series, dumps, observations, order, accepts, settings)
 
 
-def _described(incidents: pl.DataFrame, steps: pl.DataFrame, *, opened: bool) -> list[dict]:
-    """Incidents as plain objects, each with its steps (metric, before, after)."""
+def _pairs(stored: pl.DataFrame, history: pl.DataFrame, fresh: pl.DataFrame, order: pl.DataFrame, run_id: str) -> pl.DataFrame:
+    """(pair columns, before_path, after_path) of each candidate series against its last usable
+    dump in the history: what the nightly's ``diffs`` would compare (``diffs.consecutive_pairs``)."""
+    usable = stored.join(history.filter(pl.col("status").is_in(["ok", "partial"])).select("path"), on="path", how="semi")
+    last = (usable.join(order.select("run_id", "run_seq"), on="run_id").sort("run_seq", "path")
+            .group_by("series").agg(pl.col("path").last().alias("before_path"), pl.col("run_id").last().alias("previous_run_id")))
+    return fresh.join(last, on="series").select(
+        pl.lit(run_id).alias("run_id"), "previous_run_id", "series", "job", pl.col("series_program").alias("program"),
+        "kind", "stage", "before_path", pl.col("path").alias("after_path"))
+
+
+def _candidate_diffs(con, pairs: pl.DataFrame, candidate: pl.DataFrame, staged: dict[str, StagedResult],
+                     objects: list[BucketObject], opened_steps: pl.DataFrame) -> pl.DataFrame:
+    """The ``diffs`` rows of the series whose figures would step (and of the dumps that would
+    fail): each candidate dump's items against its series' last dump in the history."""
+    wanted = pairs.join(opened_steps.select("series").unique(), on="series", how="semi")
+    if wanted.is_empty():
+        return pl.DataFrame(schema=diff_mod.DIFF_SCHEMA)
+    stored_keys = history_mod.read_with(con, {"_check_paths": wanted.select(pl.col("before_path").alias("path"))},
+                                        "SELECT path, items_key FROM dump_series WHERE path IN (SELECT path FROM _check_paths)")
+    mine = candidate.join(wanted.select(pl.col("after_path").alias("path")), on="path", how="semi")
+    keyed = diff_mod.items_keys(candidate).join(mine.select("path", "kind", "stage", "dump_id"), on="path")
+    keys = pl.concat([stored_keys.select("items_key"), keyed.select("items_key")]).drop_nulls().unique()
+    held = history_mod.read_with(con, {"_check_keys": keys},
+                                 "SELECT * FROM content_items WHERE items_key IN (SELECT items_key FROM _check_keys)")
+    todo = keyed.filter(pl.col("items_key").is_not_null()).join(held.select("items_key").unique(), on="items_key", how="anti")
+    computed = _computed_items(todo, candidate, staged, {o.path: o for o in objects})
+    items = pl.concat([held.cast(dict(diff_mod.CONTENT_ITEM_SCHEMA)), computed])
+    by_path = pl.concat([stored_keys, keyed.select("path", "items_key")]).join(items, on="items_key").drop("items_key")
+    return diff_mod.diff_pairs(wanted, by_path)
+
+
+def _computed_items(todo: pl.DataFrame, candidate: pl.DataFrame, staged: dict[str, StagedResult],
+                    objects: dict[str, BucketObject]) -> pl.DataFrame:
+    """Items of the candidate's new contents (``todo``: path, items_key, kind, stage, dump_id),
+    one key at a time from its staged records, with excerpts read from its file."""
+    by_sha = {r.sha256: r for r in staged.values()}
+    parts = []
+    for row in todo.unique("items_key").iter_rows(named=True):
+        contents = diff_mod.key_contents([row["items_key"]])
+        records: dict[str, list[pl.DataFrame]] = {}
+        for dump_id in contents.get_column("dump_id").to_list():
+            result = by_sha.get(dump_id)
+            for table, file in (result.tables.items() if result else ()):
+                records.setdefault(table, []).append(pl.read_parquet(file))
+        frames = {t: pl.concat(fs, how="diagonal_relaxed") for t, fs in records.items()}
+        found = diff_mod.items_of_contents(pl.DataFrame([row]).select("items_key", "kind", "stage", "dump_id"), frames)
+        parts.append(_with_excerpts(found, objects[row["path"]]))
+    return pl.concat(parts) if parts else pl.DataFrame(schema=diff_mod.CONTENT_ITEM_SCHEMA)
+
+
+def _with_excerpts(found: pl.DataFrame, obj: BucketObject) -> pl.DataFrame:
+    """``found`` with the excerpt of each item read from the candidate's file (bounded as the nightly's)."""
+    items = found.sort("bytes", "category", "key", descending=[True, False, False], nulls_last=True)
+    wanted = items.get_column("excerpt_lines").to_list()
+    if not any(wanted):
+        return found
+    try:
+        with open(obj.full_path, "rb") as raw:
+            read = evidence.read_excerpts(dump_lines(raw), wanted)
+    except OSError:
+        return found
+    return items.with_columns(
+        pl.Series("excerpt", [t for t, _ in read], pl.String),
+        pl.Series("excerpt_lines", [shown if t is not None else lines for (t, shown), lines in zip(read, wanted)], pl.String),
+        pl.Series("excerpt_from", [obj.path if t is not None else None for t, _ in read], pl.String))
+
+
+def _described(incidents: pl.DataFrame, steps: pl.DataFrame, diffs: pl.DataFrame, *, change: str) -> list[dict]:
+    """Incidents as plain objects, each with its steps (metric, before, after), and for those the
+    candidate opens, its cause lines and their evidence."""
     out = []
+    opened = change == "opens"
     for inc in incidents.sort("impact", "incident_id", descending=[True, False]).iter_rows(named=True):
         own = steps.filter(pl.col("incident_id") == inc["incident_id"]).sort("impact", "metric", "series",
                                                                             descending=[True, False, False])
+        # Opened: from the level it stepped from to the candidate's value; closed: from the value
+        # it opened at to the candidate's.
+        shown = [_step(s, s["baseline"], s["value"]) if opened else _step(s, s["value"], s["latest_value"])
+                 for s in own.iter_rows(named=True)]
+        cause, evidence_rows = [], []
+        if opened:
+            mine = diffs.join(own.select("series").unique(), on="series", how="semi").with_columns(
+                pl.lit(inc["incident_id"]).alias("incident_id"))
+            cause = (incident_rule.causes(pl.DataFrame([inc]).select("incident_id"), own, mine)[0] or "").splitlines()
+            evidence_rows = mine.sort("series", "rank").select(
+                "series", "description", "before_path", "lines_before", "after_path", "lines_after").to_dicts()
         out.append({
             # An opened incident's id would name the candidate's run, which no night will have: none.
-            "incident_id": None if opened else inc["incident_id"], "change": "opens" if opened else "fixes", "job": inc["job"],
+            "incident_id": None if opened else inc["incident_id"], "change": change, "job": inc["job"],
             "program": inc["program"], "kind": inc["kind"], "headline": inc["headline"], "metrics": inc["metrics"],
-            "last_good_run": inc["last_good_run"], "impact": inc["impact"],
-            "steps": [_step(s, s["baseline"], s["value"] if opened else s["latest_value"], s["change"])
-                      for s in own.iter_rows(named=True)],
+            "last_good_run": inc["last_good_run"], "stacked_on": inc["stacked_on"] or [],
+            "steps": shown, "cause": cause, "evidence": evidence_rows,
         })
     return out
 
 
-def _step(s: dict, before: float | None, after: float | None, change: float | None) -> dict:
+def _step(s: dict, before: float | None, after: float | None) -> dict:
     """One ``incident_steps`` row as the output lists it, with the figures this entry shows."""
+    change = None if before is None or after is None else after - before
     return {"series": s["series"], "dump_kind": s["dump_kind"], "stage": s["stage"], "metric": s["metric"],
             "step": s["step"], "before": _num(before), "after": _num(after), "change": _num(change), "detail": s["detail"]}
-
-
-def _worsened(incidents: pl.DataFrame, steps: pl.DataFrame, run_id: str) -> list[dict]:
-    """Open incidents whose figures the candidate moves further the worse way (nothing new
-    opens; the nightly says "worse again"), each with those moves (metric, before, after)."""
-    moved = steps.filter(pl.col("worse_runs").list.contains(run_id))
-    out = []
-    ids = set(moved.get_column("incident_id").to_list())
-    for inc in incidents.filter(pl.col("incident_id").is_in(list(ids))).sort(
-            "impact", "incident_id", descending=[True, False]).iter_rows(named=True):
-        own = moved.filter(pl.col("incident_id") == inc["incident_id"]).sort("impact", "metric", "series",
-                                                                            descending=[True, False, False])
-        rows = []
-        for s in own.iter_rows(named=True):
-            k = s["worse_runs"].index(run_id)
-            before, after = s["worse_from"][k], s["worse_to"][k]
-            rows.append(_step(s, before, after, after - before))
-        out.append({"incident_id": inc["incident_id"], "change": "worsens", "job": inc["job"], "program": inc["program"],
-                    "kind": inc["kind"], "headline": inc["headline"], "metrics": inc["metrics"],
-                    "last_good_run": inc["last_good_run"], "impact": inc["impact"], "steps": rows})
-    return out
 
 
 def _num(value: float | None) -> float | int | None:
@@ -320,126 +373,22 @@ def _new_programs(fresh: pl.DataFrame, stored: pl.DataFrame) -> list[dict]:
             for (job, program), group in new.sort("job", "series_program").group_by("job", "series_program", maintain_order=True)]
 
 
-def _damaged_new(damaged: list[dict], fresh: pl.DataFrame, opened: list[dict]) -> list[dict]:
-    """A ``failure`` entry for each damaged dump that no failure incident names (its program
-    is new, or it has none): a check never passes a dump the parsers could not read."""
-    named = [s["detail"] for r in opened for s in r["steps"] if s["detail"]]
+def _damaged_new(damaged: list[dict], fresh: pl.DataFrame, new_series: set[str]) -> list[dict]:
+    """A ``failure`` entry for each damaged dump of a new program (or of none: a file the
+    parsers cannot name): a check never passes a dump the parsers could not read. A damaged
+    dump of a known series is the rule's: a failure incident when it parsed before, nothing
+    new when its failure is open already."""
     by_path = {p: (series, program) for p, series, program in fresh.select("path", "series", "series_program").iter_rows()}
     out = []
     for d in damaged:
-        if any(detail.startswith(f"{d['path']}: ") for detail in named):
-            continue
         series, program = by_path.get(d["path"], (None, d["program"] or ""))
-        what = f"{d['kind']} dump does not parse" if d["kind"] else "dump cannot be read"
+        if series is not None and series not in new_series:
+            continue
+        step = {"series": series, "dump_kind": d["kind"], "stage": None, "metric": "dump.status", "step": "failure",
+                "before": None, "after": None, "change": None, "detail": f"{d['path']}: {d['error']}"}
         out.append({
             "incident_id": None, "change": "opens", "job": d["job"], "program": program, "kind": "failure",
-            "headline": f"{d['job']} / {program}: {what}", "metrics": ["dump.status"], "last_good_run": None,
-            "impact": incident_mod.impact("dump.status", "failure", None, None, 0.0),
-            "steps": [{"series": series, "dump_kind": d["kind"], "stage": None, "metric": "dump.status",
-                       "step": "failure", "before": None, "after": None, "change": None,
-                       "detail": f"{d['path']}: {d['error']}"}],  # as the nightly's failure steps say it
+            "headline": f"{d['job']} / {program}: " + failure_text(step), "metrics": ["dump.status"],
+            "last_good_run": None, "stacked_on": [], "steps": [step], "cause": [], "evidence": [],
         })
     return out
-
-
-# ---------------------------------------------------------------- output
-
-
-def render(result: CheckResult, directory: Path, fmt: str) -> str:
-    if fmt == "json":
-        return json.dumps(result.opened + result.worsened + result.fixed + [
-            {"incident_id": None, "change": "new_program", "job": p["job"], "program": p["program"], "kind": "new_program",
-             "headline": f"{p['job']} / {p['program']}: new program, not in the warehouse", "metrics": [],
-             "series": p["series"], "steps": []} for p in result.new_programs], ensure_ascii=False, default=str)
-    return _markdown(result, directory) if fmt == "markdown" else _text(result, directory)
-
-
-def counts(result: CheckResult) -> tuple[str, str]:
-    """("2 new incident(s)", "1 regression(s), 1 failure(s), 0 improvement(s); 0 made worse, 0 fixed, ...")."""
-    kinds = [r["kind"] for r in result.opened]
-    return (f"{len(result.opened)} new incident(s)",
-            f"{kinds.count('regression')} regression(s), {kinds.count('failure')} failure(s), "
-            f"{kinds.count('improvement')} improvement(s); {len(result.worsened)} made worse, {len(result.fixed)} fixed, "
-            f"{len(result.new_programs)} new program(s), {len(result.damaged)} damaged dump(s)")
-
-
-def _step_lines(s: dict, damaged: list[dict]) -> list[str]:
-    """One step as a person reads it: a figure's move, or what happened to the dump."""
-    if s["metric"] == "dump.vanished":
-        return [f"{s['dump_kind']} dump vanished (the reference run has it)"]
-    if s["metric"].startswith("dump.") or s["before"] is None or s["after"] is None:
-        detail = s["detail"] or s["metric"]
-        # The nightly's detail is "<path>: <error>", and each error names the path again.
-        errors = next((d["error"] for d in damaged if detail.startswith(f"{d['path']}: ")), detail)
-        return ["the dump does not parse:", *errors.split("\n")]
-    return [f"{s['metric']} {human_value(s['metric'], s['before'])} → {human_value(s['metric'], s['after'])}"
-            f" ({human_delta(s['metric'], s['change'])})"]
-
-
-def _where(s: dict) -> str:
-    return " ".join(p for p in (s["dump_kind"], s["stage"]) if p)
-
-
-# Terminal text: names come from dumps and paths; control characters (an escape sequence
-# would move the cursor or recolour the terminal) become visible Control Pictures.
-_TERMINAL = str.maketrans({i: chr(0x2400 + i) for i in range(0x20) if i != 0x0A} | {0x7F: "\u2421"}
-                          | {i: "\ufffd" for i in range(0x80, 0xA0)})
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
-def _plain(value: object) -> str:
-    return _SURROGATE.sub("\ufffd", str(value)).translate(_TERMINAL).replace("\n", " ")
-
-
-def _text(result: CheckResult, directory: Path) -> str:
-    new, rest = counts(result)
-    lines = [_plain(f"dumpscope check {directory} against run {result.against}"
-                    f" (commit {result.against_commit or '?'}): {new} ({rest})")]
-    for title, rows in (("Would open", result.opened), ("Would make worse", result.worsened), ("Would fix", result.fixed)):
-        if rows:
-            lines += ["", f"{title}:"]
-        for r in rows:
-            lines.append(_plain(f"  {r['kind']:<11} {r['job']} / {r['program']}"
-                                + (f" ({r['incident_id']})" if r["incident_id"] else "")))
-            for s in r["steps"]:
-                first, *more = _step_lines(s, result.damaged)
-                lines.append(_plain(f"      {first}" + (f"  [{_where(s)}]" if _where(s) else "")))
-                lines += [_plain(f"        {m}") for m in more]
-    if result.new_programs:
-        lines += ["", "New programs (not in the warehouse, no baseline):"]
-        lines += [_plain(f"  {p['job']} / {p['program']}: {', '.join(p['series'])}") for p in result.new_programs]
-    if result.damaged:
-        lines += ["", "Damaged dumps:"]
-        lines += [_plain(f"  {d['status']:<11} {e}") for d in result.damaged for e in d["error"].split("\n")]
-    if result.run_errors:
-        lines += ["", "run.json errors (the valid fields were kept):"] + [_plain(f"  {e}") for e in result.run_errors]
-    return "\n".join(lines)
-
-
-def _markdown(result: CheckResult, directory: Path) -> str:
-    """A pull-request comment: every name through ``transforms.escape``."""
-    new, rest = counts(result)
-    lines = [f"### Dumpscope check against run {code(result.against)}"
-             f" (commit {code(result.against_commit) if result.against_commit else '?'})", "",
-             f"**{md_text(new)}**: {md_text(rest)}"]
-    for title, rows in (("Would open", result.opened), ("Would make worse", result.worsened), ("Would fix", result.fixed)):
-        if not rows:
-            continue
-        lines += ["", f"#### {title}", ""]
-        for r in rows:
-            lines.append(f"- **{md_text(r['kind'])}** {md_text(r['job'])} / {md_text(r['program'])}"
-                         + (f" ({code(r['incident_id'])})" if r["incident_id"] else ""))
-            for s in r["steps"]:
-                first, *more = _step_lines(s, result.damaged)
-                lines.append(f"    - {md_text(first)}" + (f" ({md_text(_where(s))})" if _where(s) else ""))
-                lines += [f"        - {md_text(m)}" for m in more]
-    if result.new_programs:
-        lines += ["", "#### New programs", "", "Not in the warehouse: no baseline, nothing to compare.", ""]
-        lines += [f"- {md_text(p['job'])} / {md_text(p['program'])}: " + ", ".join(code(s) for s in p["series"])
-                  for p in result.new_programs]
-    if result.damaged:
-        lines += ["", "#### Damaged dumps", ""]
-        lines += [f"- {md_text(d['status'])}: {md_text(e)}" for d in result.damaged for e in d["error"].split("\n")]
-    if result.run_errors:
-        lines += ["", "#### run.json errors", ""] + [f"- {md_text(e)}" for e in result.run_errors]
-    return "\n".join(lines)

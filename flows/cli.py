@@ -196,7 +196,7 @@ def run(
         raise typer.Exit(4)
 
 
-SETTINGS_HELP = "Settings file (TOML: baseline_runs, [series] names, [[rule]] thresholds); default ./dumpscope.toml when present."
+SETTINGS_HELP = "Settings file (TOML: [series] names, [floors], [[rule]] thresholds, [site]); default ./dumpscope.toml when present."
 
 
 def _check_settings(path: Optional[Path]):
@@ -306,20 +306,30 @@ def accept(
 
 @app.command()
 def incidents(
-    run_id: Annotated[Optional[str], typer.Option("--run", help="The run (default: the latest).")] = None,
-    status: Annotated[str, typer.Option(help="new (opened in the run), open (new or still open there), fixed "
-                                        "(fixed in the run), accepted, improvements, or all (every incident ever).")] = "open",
+    incident: Annotated[Optional[str], typer.Argument(help="One incident (I-xxxxxxxx): its steps, cause, evidence and page.")] = None,
+    run_id: Annotated[Optional[str], typer.Option("--run", help="The run (default: the latest): what that run's summary listed.")] = None,
+    status: Annotated[str, typer.Option(help="new (opened in the run), open (new or still open there), fixed, accepted, "
+                                        "lost (improvements lost in the run), improvements (new or still in effect), "
+                                        "or all (every incident ever, with its last status).")] = "open",
     fmt: Annotated[str, typer.Option("--format", help="table or json (a list of objects).")] = "table",
     warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+    settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
 ) -> None:
-    """The incidents of a run: what got worse, in which program, since when, and why."""
-    from flows.incidents import IncidentsError, NoSuchRun, STATUSES, list_incidents, print_incidents
+    """The incidents of a run: what got worse, in which program, since when, and why.
+
+    Example: dumpscope incidents --status new; dumpscope incidents I-8e6059c4
+    """
+    from flows.incidents import IncidentsError, NoSuchRun, STATUSES, list_incidents, one_incident, print_incidents, print_one
 
     if status not in STATUSES:
         raise typer.BadParameter(f"use one of {', '.join(STATUSES)}", param_hint="--status")
     if fmt not in ("table", "json"):
         raise typer.BadParameter("use table or json", param_hint="--format")
     try:
+        if incident is not None:
+            site_url = _check_settings(settings).site_url
+            print_one(one_incident(warehouse, incident, run_id, site_url), fmt)
+            return
         run, rows = list_incidents(warehouse, run_id, status)
     except IncidentsError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -354,10 +364,15 @@ def site(
 ) -> None:
     """Build the report site (mkdocs-material, Altair charts, works offline) from the warehouse."""
     from flows.site import build_site
+    from flows.verdict import OlderWarehouse
 
     conf = _check_settings(settings)
     _check_warehouse(warehouse)
-    result = build_site(warehouse, out, conf)
+    try:
+        result = build_site(warehouse, out, conf)
+    except OlderWarehouse as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"site: {result.out} ({result.pages} pages, {result.charts} charts; "
                + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()) + ")")
 
@@ -430,7 +445,7 @@ def check(
     memory_limit: Annotated[Optional[str], typer.Option(help=MEMORY_HELP)] = None,
 ) -> None:
     """What a change would open against last night, before it lands (writes nothing)."""
-    from flows.check import FORMATS, CheckError, NoSuchRun, check_dir, render
+    from flows.check import FORMATS, BadDirectory, CheckError, NoSuchRun, check_dir, render
     from flows.resources import MemoryBudget
 
     if fmt not in FORMATS:
@@ -441,10 +456,10 @@ def check(
     budget = MemoryBudget(_memory_limit(memory_limit, conf, settings))
     try:
         result = check_dir(directory, warehouse, against=against, settings=conf, budget=budget)
-    except CheckError as exc:  # NoSuchRun: --against names no run (a bad argument)
+    except CheckError as exc:  # NoSuchRun, BadDirectory: a bad argument
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2 if isinstance(exc, NoSuchRun) else 1) from None
-    typer.echo(render(result, directory, fmt))
+        raise typer.Exit(2 if isinstance(exc, (NoSuchRun, BadDirectory)) else 1) from None
+    typer.echo(render(result, str(directory), fmt))
     if fail_on and result.failing:
         typer.echo(f"{len(result.failing)} new incident(s) (regressions or failures)", err=True)
         raise typer.Exit(4)

@@ -84,7 +84,7 @@ def read_with(con, frames: dict[str, pl.DataFrame], sql: str, params: list | Non
 def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, settings: Settings
                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(dumps, series) of the runs a night's aggregation looks at, not of the history: the
-    runs from ``from_seq`` on and the ``baseline_runs + 1`` before them (trends, events),
+    runs from ``from_seq`` on and the one before them (trends, events),
     each job's last run before them (repeating jobs, events) and each of the night's
     series' last usable run before them (diff pairs). With ``from_seq`` 0, every run. The
     runs are those of ``order``, which may end before the warehouse's last run (a pass of
@@ -101,7 +101,7 @@ def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, se
     dirty = seq.filter(pl.col("run_seq") >= from_seq).select("run_id")
     tonight = read_with(con, {"_runs": dirty}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
     fresh = assign_series(tonight, run_overrides(runs.join(dirty, on="run_id", how="semi")), overrides)
-    back = max(1, settings.baseline_runs + 1)
+    back = 1  # the run before the night: its events (a job missing) and the trends' previous values
     older = read_with(con, {"_order": seq, "_tonight": fresh.select("series").unique()}, f"""
         SELECT run_id FROM _order WHERE run_seq < {int(from_seq)} AND run_seq >= {int(from_seq) - back}
         UNION SELECT arg_max(o.run_id, o.run_seq) FROM (SELECT DISTINCT job, run_id FROM dumps) d JOIN _order o USING (run_id)
@@ -174,16 +174,17 @@ def seen_before(con, names: pl.Series, order: pl.DataFrame, from_seq: int) -> pl
         WHERE series IN (SELECT series FROM _names) AND run_id IN (SELECT run_id FROM _runs)""").get_column("series")
 
 
-def repeating_jobs(con, series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame, from_seq: int | None,
-                   accepts: pl.DataFrame) -> set[str]:
-    """Jobs whose every run from ``from_seq`` on repeats the job's run before it exactly:
-    the same series, each with dumps of the same statuses and the same figures. Their
-    incidents and steps cannot change — a value equal to the one before changes no step
-    (``incidents.walk_metric``), an equal status neither, and a job's incidents are its
-    own — so they are kept as stored. Only for a night of new runs after the aggregated
-    ones (no run grew since, none is named by an accept); else the empty set."""
+def changed_programs(con, series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame, from_seq: int | None,
+                     accepts: pl.DataFrame) -> pl.DataFrame | None:
+    """The programs (job, program) whose runs from ``from_seq`` on do not all repeat their
+    job's run before exactly — the same series, each with dumps of the same statuses and
+    the same figures — or None (every program) unless this is a night of new runs after
+    the aggregated ones (no run grew since, none is named by an accept). The others'
+    incidents cannot change — a value equal to the one before changes no step
+    (``incidents.walk_metric``), an equal status neither, and a program's incidents are
+    its own — so they are kept as stored, and their history is not read."""
     if not from_seq:
-        return set()
+        return None
     seq = order.select("run_id", "run_seq")
     job_runs = dumps.select("job", "run_id", "ingested_at").join(seq, on="run_id")
     watermark = con.execute("SELECT value FROM schema_info WHERE key = 'aggregated_through'").fetchall()
@@ -191,12 +192,12 @@ def repeating_jobs(con, series: pl.DataFrame, dumps: pl.DataFrame, order: pl.Dat
     accepted = accepts.join(seq.filter(pl.col("run_seq") >= from_seq), on="run_id", how="semi")
     if not watermark or not accepted.is_empty() or (
             tonight.get_column("ingested_at").min() <= datetime.fromisoformat(watermark[0][0])):
-        return set()
+        return None
     runs = job_runs.select("job", "run_seq").unique()
     before = (runs.filter(pl.col("run_seq") < from_seq).group_by("job").agg(pl.col("run_seq").max())
               .join(tonight.select("job").unique(), on="job", how="semi"))
     compared = pl.concat([before, runs.filter(pl.col("run_seq") >= from_seq)]).join(before.select("job"), on="job", how="semi")
-    paths = (series.select("path", "run_id", "job", "series").join(seq, on="run_id")
+    paths = (series.select("path", "run_id", "job", pl.col("series_program").alias("program"), "series").join(seq, on="run_id")
              .join(compared, on=["job", "run_seq"], how="semi")
              .join(dumps.select("path", "status"), on="path"))
     con.register("_paths", paths.select("path").to_arrow())
@@ -204,22 +205,29 @@ def repeating_jobs(con, series: pl.DataFrame, dumps: pl.DataFrame, order: pl.Dat
         figures = frame_of(con, "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _paths)")
     finally:
         con.unregister("_paths")
-    # One text per dump and per figure (series, status, metric, value): a run's state is
-    # their sorted list, compared with the job's run before.
+    # One text per dump and per figure (series, status, metric, value): a program's state in
+    # a run is their sorted list (empty where the job ran without it), compared with the
+    # job's run before.
     state = pl.concat([
-        paths.select("job", "run_seq", pl.concat_str("series", pl.lit("\x00"), "status").alias("k")),
+        paths.select("job", "program", "run_seq", pl.concat_str("series", pl.lit("\x00"), "status").alias("k")),
         paths.join(figures, on="path").select(
-            "job", "run_seq", pl.concat_str("series", pl.lit("\x00"), "status", pl.lit("\x00"), "metric", pl.lit("\x00"),
-                                            pl.col("value").cast(pl.String).fill_null("null")).alias("k")),
-    ]).group_by("job", "run_seq").agg(pl.col("k").sort()).sort("job", "run_seq")
-    changed: set[str] = set()
-    previous: dict[str, list[str]] = {}
-    for job, _, keys in state.iter_rows():
-        if job in previous and previous[job] != keys:
-            changed.add(job)
-        previous[job] = keys
-    idle = set(dumps.get_column("job").unique()) - set(tonight.get_column("job").unique())  # no new run: nothing new
-    return idle | (set(before.get_column("job")) - changed)
+            "job", "program", "run_seq",
+            pl.concat_str("series", pl.lit("\x00"), "status", pl.lit("\x00"), "metric", pl.lit("\x00"),
+                          pl.col("value").cast(pl.String).fill_null("null")).alias("k")),
+    ]).group_by("job", "program", "run_seq").agg(pl.col("k").sort())
+    grid = compared.join(paths.select("job", "program").unique(), on="job")
+    state = grid.join(state, on=["job", "program", "run_seq"], how="left").sort("job", "program", "run_seq")
+    changed: set[tuple[str, str]] = set()
+    previous: dict[tuple[str, str], list[str]] = {}
+    for job, program, _, keys in state.select("job", "program", "run_seq", "k").iter_rows():
+        keys = keys or []
+        if (job, program) in previous and previous[job, program] != keys:
+            changed.add((job, program))
+        previous[job, program] = keys
+    first = (series.join(seq.filter(pl.col("run_seq") >= from_seq), on="run_id", how="semi")  # jobs new tonight: all theirs
+             .join(before.select("job"), on="job", how="anti").select("job", "series_program").unique())
+    changed |= set(first.iter_rows())
+    return pl.DataFrame(sorted(changed), schema={"job": pl.String, "program": pl.String}, orient="row")
 
 
 def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None, from_seq: int = 0,
@@ -245,7 +253,7 @@ def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None
         return index.with_columns(
             rows.select(pl.col("run_id").replace_strict(order.get_column("run_id"), order.get_column("run_seq"),
                                                         return_dtype=pl.Int64).alias("run_seq"),
-                        pl.col("series").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("series_code")))
+                        _series_code()))
 
     index = numbered(series)
     if order is not None:
@@ -293,6 +301,12 @@ def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None
         metric.gather(values.get_column("metric_idx")).alias("metric"), "value")
 
 
+def _series_code() -> pl.Expr:
+    """A number per series name, the same in every frame (a hash: categorical codes are
+    each frame's own, and a night numbers the rows it reads later apart)."""
+    return pl.col("series").cast(pl.String).hash().alias("series_code")
+
+
 def _short_pairs(values: pl.DataFrame, index: pl.DataFrame, series: pl.DataFrame, metric_names: pl.DataFrame,
                  prior: pl.DataFrame, from_seq: int, keep_before: int) -> pl.DataFrame:
     """Series (series_code) of the night with a pair — read in the last ``keep_before`` runs,
@@ -301,7 +315,7 @@ def _short_pairs(values: pl.DataFrame, index: pl.DataFrame, series: pl.DataFrame
     runs = index.select("dump_idx", "run_seq", "series_code")
     rows = values.join(runs, on="dump_idx")
     tonight = runs.filter(pl.col("run_seq") >= from_seq).select("series_code").unique()
-    codes = series.select("series", pl.col("series").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("series_code")).unique()
+    codes = series.select("series", _series_code()).unique()
     stored = (prior.select(pl.col("series").cast(pl.String), pl.col("metric").cast(pl.String))
               .join(codes.with_columns(pl.col("series").cast(pl.String)), on="series")
               .join(metric_names.with_columns(pl.col("metric_idx").cast(pl.UInt32)), on="metric")
@@ -313,18 +327,13 @@ def _short_pairs(values: pl.DataFrame, index: pl.DataFrame, series: pl.DataFrame
 
 
 def prior_trends(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame | None:
-    """Each (series, metric)'s stored row at its last run before ``from_seq``: the state the
-    night's trends continue from (None when everything is rewritten)."""
+    """Each (series, metric) stored before ``from_seq``: the pairs whose previous value a
+    night must find, even far back (None when everything is rewritten)."""
     if from_seq <= 0:
         return None
-    clean = order.filter(pl.col("run_seq") < from_seq).select("run_id", "run_seq")
-    con.register("_clean", clean.to_arrow())
-    try:  # a grouped arg_max_null (NULL kept), not a window: DuckDB keeps one row per pair, not the table sorted
-        return frame_of(con, """SELECT t.series, t.metric, arg_max_null(t.verdict::VARCHAR, c.run_seq) AS verdict,
-                                       arg_max_null(t.regressed_since, c.run_seq) AS regressed_since
-                                FROM metric_trends t JOIN _clean c USING (run_id) GROUP BY ALL""")
-    finally:
-        con.unregister("_clean")
+    clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
+    return read_with(con, {"_clean": clean},
+                     "SELECT DISTINCT series, metric FROM metric_trends WHERE run_id IN (SELECT run_id FROM _clean)")
 
 
 def previous_totals(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:

@@ -1,4 +1,11 @@
-"""``dumpscope incidents``: the incidents of a run (``flows.verdict``), as a table or JSON."""
+"""``dumpscope incidents``: the incidents of a run, or one incident whole (``flows.verdict``).
+
+A run's list is what that run's summary listed (``incidents_at(run)``: the same statuses,
+the same counts); ``--status all`` is every incident ever, each with its status at the
+last run it is listed in (the latest run while it is open, else the run it closed in).
+``I-xxxxxxxx`` shows one incident: its steps with their before, after and latest values,
+its cause, the dump paths and lines its evidence comes from, and its page on the site.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +17,16 @@ import duckdb
 import polars as pl
 
 from flows import verdict
-from flows.query import print_table
+from flows.history import frame_of
 from flows.warehouse.store import connect_readonly
-from transforms.trends.incidents import worse_again_line
+from transforms.escape import plain_text, slug
+from transforms.trends.headlines import IMPACT_TEXT
+from transforms.units import human_value
 
-STATUSES = ("new", "open", "fixed", "accepted", "improvements", "all")
+STATUSES = ("new", "open", "fixed", "accepted", "lost", "improvements", "all")
 COLUMNS = ("incident_id", "status", "kind", "job", "program", "opened_run", "last_good_run", "last_good_commit",
-           "first_bad_commit", "closed_run", "closed_how", "age_runs", "impact", "metrics", "headline", "cause",
-           "worse_again")
+           "first_bad_commit", "closed_run", "closed_how", "age_runs", "stacked_on", "impact", "metrics", "headline", "cause")
+TABLE_WIDTH = 110  # the table's width when printed to a pipe (a terminal uses its own)
 
 
 class IncidentsError(Exception):
@@ -25,44 +34,148 @@ class IncidentsError(Exception):
 
 
 class NoSuchRun(IncidentsError):
-    """``--run`` names a run the warehouse does not have (a bad argument, not a failure)."""
+    """``--run`` or an incident id names nothing the warehouse has (a bad argument, not a failure)."""
+
+
+def _connect(warehouse: Path) -> duckdb.DuckDBPyConnection:
+    try:
+        return connect_readonly(warehouse)
+    except (FileNotFoundError, duckdb.Error) as exc:
+        raise IncidentsError(str(exc)) from None
 
 
 def list_incidents(warehouse: Path, run_id: str | None, status: str) -> tuple[str | None, list[dict]]:
-    try:
-        con = connect_readonly(warehouse)
-    except (FileNotFoundError, duckdb.Error) as exc:
-        raise IncidentsError(str(exc)) from None
+    con = _connect(warehouse)
     try:
         if run_id is not None and not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall():
             latest = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 5").fetchall()]
             raise NoSuchRun(f"no run {run_id!r} in the warehouse; latest runs: {', '.join(latest) or 'none yet'}")
         if status == "all":
-            frame = verdict.all_incidents(con).with_columns(pl.lit(None, pl.String).alias("status"),
-                                                            pl.lit(None, pl.Int64).alias("age_runs"),
-                                                            pl.lit(None).alias("worse_again"))
-            return None, frame.select(COLUMNS).to_dicts()
+            return None, _every_incident(con).select(COLUMNS).to_dicts()
         if run_id is None:
             latest = verdict.latest_run(con)
             if latest is None:
                 return None, []
             run_id = latest[0]
         frame = verdict.incidents_at(con, run_id)
-        return run_id, frame.filter(pl.col("status").is_in(verdict.STATUSES[status])).select(COLUMNS).to_dicts()
+        improvement = pl.col("kind") == "improvement"
+        wanted = pl.col("status").is_in(verdict.STATUSES[status]) & (
+            improvement if status in verdict.KINDS_OF else ~improvement | pl.col("status").is_in(["accepted"]))
+        return run_id, frame.filter(wanted).select(COLUMNS).to_dicts()
+    except verdict.OlderWarehouse as exc:
+        raise IncidentsError(str(exc)) from None
     finally:
         con.close()
 
 
+def _every_incident(con) -> pl.DataFrame:
+    """Every incident with its status (and age) at the last run it is listed in."""
+    verdict.check_schema(con)
+    return frame_of(con, """
+        SELECT s.status, s.age_runs, i.* FROM incidents i
+        JOIN (SELECT incident_id, arg_max(status, (r.started_at, r.run_id)) AS status,
+                     arg_max(age_runs, (r.started_at, r.run_id)) AS age_runs
+              FROM incident_status JOIN runs r USING (run_id) GROUP BY incident_id) s USING (incident_id)
+        ORDER BY i.opened_at, i.impact DESC, i.incident_id""")
+
+
+def one_incident(warehouse: Path, incident_id: str, run_id: str | None = None, site_url: str | None = None) -> dict:
+    """An incident whole: its row, its status at ``run_id`` (default: the last run it is listed
+    in), its steps, the evidence of its cause (dump paths and lines) and its site page."""
+    con = _connect(warehouse)
+    try:
+        every = _every_incident(con).filter(pl.col("incident_id") == incident_id)
+        if every.is_empty():
+            raise NoSuchRun(f"no incident {incident_id!r} in the warehouse (`dumpscope incidents --status all` lists them)")
+        row = every.row(0, named=True)
+        if run_id is not None:
+            at = frame_of(con, "SELECT status, age_runs FROM incidents_at(?) WHERE incident_id = ?", [run_id, incident_id])
+            if at.is_empty():
+                raise NoSuchRun(f"incident {incident_id} is not listed at run {run_id!r} (it opened {row['opened_run']}"
+                                + (f", closed {row['closed_run']})" if row["closed_run"] else ")"))
+            row |= at.row(0, named=True)
+        steps = frame_of(con, "SELECT * FROM incident_steps WHERE incident_id = ? ORDER BY impact DESC, metric, series",
+                         [incident_id]).to_dicts()
+        evidence = frame_of(con, """
+            SELECT DISTINCT d.series, d.description, d.before_path, d.lines_before, d.after_path, d.lines_after, d.rank
+            FROM diffs d JOIN (SELECT DISTINCT series, opened_run FROM incident_steps WHERE incident_id = ?) s
+              ON d.series = s.series AND d.run_id = s.opened_run
+            ORDER BY d.series, d.rank""", [incident_id]).to_dicts()
+    except verdict.OlderWarehouse as exc:
+        raise IncidentsError(str(exc)) from None
+    finally:
+        con.close()
+    page = f"incidents/{slug(incident_id)}.html"
+    return {**row, "steps": steps, "evidence": evidence,
+            "page": f"{site_url.rstrip('/')}/{page}" if site_url else page, "impact_means": IMPACT_TEXT}
+
+
 def print_incidents(run_id: str | None, status: str, rows: list[dict], fmt: str) -> None:
+    from flows.query import print_table
+
     if fmt == "json":
         json.dump(rows, sys.stdout, default=str, ensure_ascii=False)
         sys.stdout.write("\n")
         return
     where = f"run {run_id}" if run_id else "every run"
-    print_table(["id", "status", "kind", "program", "opened", "commits", "headline"],
-                [(r["incident_id"], (r["status"] or (r["closed_how"] or "open")) + (", worse again" if r["worse_again"] else ""),
-                  r["kind"], f"{r['job']} / {r['program']}", r["opened_run"],
-                  f"{r['last_good_commit'] or '?'} → {r['first_bad_commit'] or '?'}",
-                  r["headline"] + (f" — worse again in this run: {worse_again_line(r['worse_again'])}" if r["worse_again"] else ""))
-                 for r in rows],
-                title=f"{len(rows)} incident(s), {status}, {where}")
+    print_table(["id", "status", "kind", "program", "opened", "headline"],
+                [(r["incident_id"], r["status"], r["kind"], f"{r['job']} / {r['program']}", r["opened_run"],
+                  _headline_only(r)) for r in rows],
+                title=f"{len(rows)} incident(s), {status}, {where}", width=TABLE_WIDTH,
+                column_options={"id": {"no_wrap": True, "min_width": 10}, "status": {"no_wrap": True},
+                                "kind": {"no_wrap": True}, "opened": {"no_wrap": True},
+                                "program": {"max_width": 22}, "headline": {"ratio": 1}})
+
+
+def _headline_only(r: dict) -> str:
+    """The headline without its ``job / program: `` prefix (the program has its column)."""
+    prefix = f"{r['job']} / {r['program']}: "
+    text = r["headline"].removeprefix(prefix)
+    return text + (f" (on top of {', '.join(r['stacked_on'])})" if r.get("stacked_on") else "")
+
+
+def print_one(info: dict, fmt: str) -> None:
+    """One incident as text for a person (or JSON)."""
+    if fmt == "json":
+        json.dump(info, sys.stdout, default=str, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return
+    from flows.query import print_table
+
+    closed = f", {info['closed_how']} in {info['closed_run']}" if info["closed_run"] else ""
+    lines = [f"{info['incident_id']}  {info['kind']}, {info['status']}  {info['job']} / {info['program']}",
+             f"opened in {info['opened_run']} (last good {info['last_good_run'] or 'none'}){closed}; "
+             f"commits {info['last_good_commit'] or '?'} → {info['first_bad_commit'] or '?'}",
+             info["headline"]]
+    if info.get("stacked_on"):
+        lines.append(f"on top of {', '.join(info['stacked_on'])} (the same figures stepped again while it was open)")
+    if info.get("accepted_by"):
+        lines.append(f"accepted by {info['accepted_by']}" + (f": {info['accepted_note']}" if info["accepted_note"] else ""))
+    print("\n".join(plain_text(line) for line in lines))
+    print()
+    print_table(["series", "metric", "step", "before", "after", "latest", "closed"],
+                [(s["series"], s["metric"], s["step"], human_value(s["metric"], s["baseline"]),
+                  human_value(s["metric"], s["value"]), human_value(s["metric"], s["latest_value"]),
+                  f"{s['closed_how']} {s['closed_run']}" if s["closed_run"] else "open") for s in info["steps"]],
+                title="steps (before: the level the figure stepped from; latest: while the step was open)",
+                width=TABLE_WIDTH)
+    for s in info["steps"]:
+        if s["detail"]:
+            print(plain_text(f"  {s['series']}: {s['detail']}"))
+    if info["cause"]:
+        print("\ncause:")
+        print("\n".join(plain_text(f"  - {line}") for line in info["cause"].splitlines()))
+    if info["evidence"]:
+        print("\nevidence (dump lines of each change):")
+        for e in info["evidence"][:20]:
+            print(plain_text(f"  - {e['description']}: {_where(e)}"))
+        if len(info["evidence"]) > 20:
+            print(f"  … and {len(info['evidence']) - 20} more (--format json lists them all)")
+    print(plain_text(f"\nsite: {info['page']}"))
+
+
+def _where(e: dict) -> str:
+    """The dump lines a change stands on: each side that has lines (else the later dump)."""
+    sides = [f"{p}:{lines}" for p, lines in ((e["before_path"], e["lines_before"]), (e["after_path"], e["lines_after"]))
+             if p and lines]
+    return "; ".join(sides) or e["after_path"] or e["before_path"] or ""

@@ -33,7 +33,8 @@ from flows.aggregate import frame_of
 from flows.warehouse.store import connect_readonly
 from transforms import escape
 from transforms.escape import Markup
-from transforms.site import pages
+from transforms.site import data as site_data
+from transforms.site import pages, sections
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "site_templates"
@@ -57,20 +58,21 @@ class SiteResult:
 READER_MEMORY = "256MB"  # DuckDB's memory while the site reads (its default: 80 % of the machine)
 # Columns of metric_trends the pages use (charts, tables, incidents).
 TREND_COLUMNS = ("run_id", "started_at", "commit", "series", "job", "kind", "stage", "program", "metric", "value",
-                 "delta", "baseline", "verdict", "rule", "regressed_since")
+                 "delta", "rule", "changed")
 # Metrics whose pages need every run of the window, not only the change points.
 DENSE = ("(metric LIKE 'onnx.step.%' AND kind = 'onnx_report' AND list_contains(?, run_id))"
          " OR (metric = 'fusion.fused_nodes' AND stage = 'post_fusion') OR (metric = 'inductor.nodes' AND stage = 'pre_fusion')")
 
 
-def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
+def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
     """The frames the pages need, read for the last ``settings.site_history_runs`` runs only
     (``[site] history_runs``; 0: every run): the window is a filter in DuckDB, and of
-    metric_trends only the change points come back (``pages.SiteData.trends``)."""
-    history = getattr(settings, "site_history_runs", pages.DEFAULT_HISTORY_RUNS)
+    metric_trends only the change points come back (``site_data.SiteData.trends``)."""
+    history = getattr(settings, "site_history_runs", site_data.DEFAULT_HISTORY_RUNS)
     con = connect_readonly(warehouse)
-    con.execute(f"SET memory_limit = '{READER_MEMORY}'")  # a cache, mostly: the window's queries stream
     try:
+        verdict.check_schema(con)
+        con.execute(f"SET memory_limit = '{READER_MEMORY}'")  # a cache, mostly: the window's queries stream
         q = lambda sql, params=None: frame_of(con, sql, params)  # noqa: E731
         runs = q('SELECT run_id, started_at, "commit", tags FROM runs ORDER BY started_at, run_id').with_row_index("run_seq")
         window = runs.tail(history) if history else runs
@@ -82,32 +84,33 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
         cols = ", ".join(f't."{c}"' for c in TREND_COLUMNS)
         # Incidents that matter in the window: open at its end, or opened or closed in it.
         incidents = q("SELECT * FROM incidents WHERE closed_run IS NULL OR opened_run IN (SELECT unnest(?::VARCHAR[])) "
-                      "OR closed_run IN (SELECT unnest(?::VARCHAR[]))", [shown, shown])
-        data = pages.SiteData(
+                      "OR closed_run IN (SELECT unnest(?::VARCHAR[])) ORDER BY opened_at, impact DESC, incident_id", [shown, shown])
+        data = site_data.SiteData(
             runs=runs,
             history_runs=history,
             # The change points of each series and metric in the window: its first and last
-            # run there and every run whose verdict is not "unchanged" (what charts.change_points keeps).
+            # run there and every run where it moved (what charts.change_points keeps; an incident
+            # opens only where a figure moved).
             # Which rows, on narrow columns; then their columns, by rowid (joining the wide rows of
             # the whole window took a GiB for a year of big nights; this ~250 MiB).
             trends=q(f"""WITH ends AS (SELECT series, metric, min((started_at, run_id)) AS first, max((started_at, run_id)) AS last
                                        FROM metric_trends WHERE {in_window} GROUP BY series, metric),
                          keep AS (SELECT t.rowid AS row FROM metric_trends t JOIN ends USING (series, metric)
-                                  WHERE t.{in_window} AND (t.verdict <> 'unchanged' OR (t.started_at, t.run_id) IN (ends.first, ends.last)))
+                                  WHERE t.{in_window} AND (t.changed OR (t.started_at, t.run_id) IN (ends.first, ends.last)))
                          SELECT {cols} FROM metric_trends t WHERE rowid IN (SELECT row FROM keep)""",
-                     [shown, shown]).with_columns(pl.col("verdict").cast(pl.String)),
+                     [shown, shown]),
             dense=q(f"SELECT {cols} FROM metric_trends t WHERE {in_window} AND ({DENSE})",
-                    [shown, shown[-pages.ONNX_RUNS:]]).with_columns(pl.col("verdict").cast(pl.String)),
+                    [shown, shown[-site_data.ONNX_RUNS:]]),
             series_catalog=q("""SELECT series, any_value(job) AS job, any_value(series_program) AS program,
                                        any_value(kind) AS kind, any_value(stage) AS stage, count(DISTINCT run_id) AS runs,
                                        arg_max(run_id, (r.started_at, run_id)) AS last_run
                                 FROM dump_series JOIN runs r USING (run_id) GROUP BY series"""),
-            regressions=q(f"SELECT * FROM regressions WHERE {in_window}", [shown]),
             events=q(f"SELECT * FROM series_events WHERE {in_window}", [shown]).with_columns(pl.col("event").cast(pl.String)),
             rollups=q(f"SELECT * FROM run_rollups WHERE {in_window}", [shown]),
             run_totals=q("""SELECT run_id, sum(dumps) AS dumps, sum(failed) AS failed, sum(partial) AS partial,
-                                   sum(regressions) AS regressions, sum(changed_series) AS changed_series
+                                   sum(changed_series) AS changed_series
                             FROM run_rollups GROUP BY run_id"""),
+            run_verdicts=verdict.run_verdicts(con),
             totals=q("SELECT * FROM job_totals WHERE run_id = ?", [latest]),
             diffs=q(f"SELECT * FROM diffs WHERE {in_window}", [shown]),
             accepts=q("SELECT * FROM accepts ORDER BY accepted_at"),
@@ -127,7 +130,8 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
                          WHERE schema_name = 'main' ORDER BY table_name, column_index"""),
             warehouse_path=str(Path(warehouse).resolve()),
             incidents=incidents,
-            incident_steps=q("SELECT * FROM incident_steps WHERE incident_id IN (SELECT unnest(?::VARCHAR[]))",
+            incident_steps=q("SELECT * FROM incident_steps WHERE incident_id IN (SELECT unnest(?::VARCHAR[])) "
+                             "ORDER BY opened_run, incident_id, impact DESC, metric, series",
                              [incidents.get_column("incident_id").to_list()]),
             older_incidents=q("SELECT count(*) AS n FROM incidents").item() - incidents.height,
             # The one definition of new / open / fixed at a run (flows.verdict, the summary, the
@@ -139,13 +143,12 @@ def read_site_data(warehouse: Path, settings=None) -> pages.SiteData:
         )
         # Every run of the window for the lines the section charts draw (a point a night);
         # the pages need only the change points of everything else.
-        pairs = pages.charted_pairs(data)
+        pairs = sections.charted_pairs(data)
         data.chart_rows = q(f"""SELECT {cols} FROM metric_trends t
                                 JOIN (SELECT unnest(?::VARCHAR[]) AS p_series, unnest(?::VARCHAR[]) AS p_metric) p
                                   ON t.series = p.p_series AND t.metric = p.p_metric
                                 WHERE t.{in_window}""",
-                            [pairs.get_column("series").to_list(), pairs.get_column("metric").to_list(), shown]
-                            ).with_columns(pl.col("verdict").cast(pl.String))
+                            [pairs.get_column("series").to_list(), pairs.get_column("metric").to_list(), shown])
         return data
     finally:
         con.close()
@@ -160,7 +163,7 @@ def _join(items, separator: str = "") -> escape.Markup:
     return escape.finalize(separator).join(escape.finalize(item) for item in items)
 
 
-def _environment(data: pages.SiteData | None = None) -> jinja2.Environment:
+def _environment(data: site_data.SiteData | None = None) -> jinja2.Environment:
     """The site's Jinja environment: every ``{{ value }}`` is escaped for Markdown unless it
     is ``Markup`` made by ``transforms.escape`` (or a macro's output). ``series_link`` and
     ``run_link`` lead to a page, or to the index row of a series or run without one."""
@@ -185,8 +188,8 @@ def _environment(data: pages.SiteData | None = None) -> jinja2.Environment:
     env.filters.update(e=escape.md_text, escape=escape.md_text, forceescape=escape.md_text, join=_join)
     env.globals.update(chart=chart, code=escape.code, pre=escape.pre, sql=escape.sql_literal, shell=escape.shell_word,
                        breakable=escape.breakable, breakable_code=escape.breakable_code,
-                       series_link=data.series_link if data else pages.series_link,
-                       run_link=data.run_link if data else pages.run_link)
+                       series_link=data.series_link if data else site_data.series_link,
+                       run_link=data.run_link if data else site_data.run_link)
     env.globals["_chart_counter"] = counter
     return env
 
@@ -229,7 +232,7 @@ def build_site(warehouse: Path, out: Path, settings=None) -> SiteResult:
     return result
 
 
-def site_status(d: pages.SiteData, built_at: datetime) -> dict:
+def site_status(d: site_data.SiteData, built_at: datetime) -> dict:
     """What every page's status line says: when the site was built, and the latest run
     (its id, start, commit and page, relative to the site's root)."""
     status = {"built_at": built_at.strftime("%Y-%m-%dT%H:%M:%SZ"), "built": built_at.strftime("%Y-%m-%d %H:%M UTC")}
@@ -237,11 +240,11 @@ def site_status(d: pages.SiteData, built_at: datetime) -> dict:
         run = d.runs.row(-1, named=True)
         status |= {"run": run["run_id"], "run_at": run["started_at"].strftime("%Y-%m-%dT%H:%M:%SZ"),
                    "run_started": run["started_at"].strftime("%Y-%m-%d %H:%M UTC"), "commit": run["commit"] or "",
-                   "run_href": str(pages.run_link(run["run_id"])).replace(".md", ".html", 1)}
+                   "run_href": site_data.html_href(site_data.run_link(run["run_id"]))}
     return status
 
 
-def _render_pages(env: jinja2.Environment, d: pages.SiteData, docs: Path) -> list[Path]:
+def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) -> list[Path]:
     written: list[Path] = []
     seen: set[Path] = set()
 
@@ -255,10 +258,10 @@ def _render_pages(env: jinja2.Environment, d: pages.SiteData, docs: Path) -> lis
         seen.add(target)
 
     page("overview.md.j2", "index.md", **pages.overview_page(d))
-    page("memory.md.j2", "memory.md", **pages.memory_page(d))
-    page("fusion.md.j2", "fusion.md", **pages.fusion_page(d))
-    page("kernels.md.j2", "kernels.md", **pages.kernels_page(d))
-    page("onnx.md.j2", "onnx.md", **pages.onnx_page(d))
+    page("memory.md.j2", "memory.md", **sections.memory_page(d))
+    page("fusion.md.j2", "fusion.md", **sections.fusion_page(d))
+    page("kernels.md.j2", "kernels.md", **sections.kernels_page(d))
+    page("onnx.md.j2", "onnx.md", **sections.onnx_page(d))
     page("diff.md.j2", "diff.md", **pages.diff_page(d))
     page("accepts.md.j2", "accepts.md", **pages.accepts_page(d))
     page("query.md.j2", "query.md", warehouse=d.warehouse_path, tables=d.tables.to_dicts(),
@@ -266,12 +269,12 @@ def _render_pages(env: jinja2.Environment, d: pages.SiteData, docs: Path) -> lis
          latest=d.latest)
     page("runs.md.j2", "runs/index.md", **pages.runs_index(d))
     for run_id, context in pages.run_pages(d):
-        page("run.md.j2", pages.run_file(run_id), **context)
+        page("run.md.j2", site_data.run_file(run_id), **context)
     for incident_id, context in pages.incident_pages(d):
-        page("incident.md.j2", pages.incident_file(incident_id), **context)
+        page("incident.md.j2", site_data.incident_file(incident_id), **context)
     page("incidents.md.j2", "incidents/index.md", **pages.incidents_index(d))
     for series, context in pages.series_pages(d):
-        page("series.md.j2", pages.series_file(series), **context)
+        page("series.md.j2", site_data.series_file(series), **context)
     page("series_index.md.j2", "series/index.md", **pages.series_index(d))
     for doc in ("metrics.md", "trends.md", "site.md"):
         shutil.copyfile(DOCS / doc, docs / doc)

@@ -1,8 +1,9 @@
 """The verdict of a run, read from the warehouse: its incidents and their counts.
 
-Every count of new, still-open and fixed incidents that Dumpscope shows (the summary,
-``dumpscope incidents``, the exit status, the notifications, the site) comes from the
-``incidents_at(run)`` table macro (``flows.warehouse.schema.MACROS``), through here.
+Every status and count Dumpscope shows (the summary, ``dumpscope incidents``, the exit
+status, the notifications, the site) comes from the view ``incident_status``
+(``flows.warehouse.schema.VERDICT_VIEWS``), through ``incidents_at(run)`` and
+``run_verdicts``, read here.
 """
 
 from __future__ import annotations
@@ -10,11 +11,27 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from flows.aggregate import frame_of
+from flows.history import frame_of
+from flows.warehouse import schema as ws
 from transforms.trends.night_report import counts
 
+# --status of ``dumpscope incidents``: which statuses each shows (kinds: see ``KINDS_OF``).
 STATUSES = {"new": ("new",), "open": ("new", "open"), "fixed": ("fixed",), "accepted": ("accepted",),
-            "improvements": ("improvement",)}
+            "lost": ("lost",), "improvements": ("new", "open")}
+KINDS_OF = {"improvements": ("improvement",), "lost": ("improvement",)}
+
+
+class OlderWarehouse(Exception):
+    """The warehouse's schema is older than this Dumpscope's: no writer has opened it since."""
+
+
+def check_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Raise ``OlderWarehouse`` (one line for people) when the file predates this verdict."""
+    row = con.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchall()
+    version = int(row[0][0]) if row else 0
+    if version < ws.SCHEMA_VERSION:
+        raise OlderWarehouse(f"the warehouse is at schema version {version}, this Dumpscope reads {ws.SCHEMA_VERSION}: "
+                             "run `dumpscope aggregate` (or the next night) to bring it up to date")
 
 
 def latest_run(con: duckdb.DuckDBPyConnection) -> tuple[str, str | None] | None:
@@ -32,14 +49,19 @@ def run_commit(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
 
 def incidents_at(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
     """The incidents as they stand at ``run_id``, with their ``status`` there."""
-    frame = frame_of(con, "SELECT * FROM incidents_at(?) ORDER BY impact DESC, incident_id", [run_id])
-    if "worse_again" not in frame.columns:  # a warehouse no writer has opened since worse_again came
-        frame = frame.with_columns(pl.lit(None).alias("worse_again"))
-    return frame
+    check_schema(con)
+    return frame_of(con, "SELECT * FROM incidents_at(?) ORDER BY impact DESC, incident_id", [run_id])
 
 
 def all_incidents(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    check_schema(con)
     return frame_of(con, "SELECT * FROM incidents ORDER BY opened_at, impact DESC, incident_id")
+
+
+def run_verdicts(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Every run's counts (the view run_verdicts: what ``counts`` gives for each run)."""
+    check_schema(con)
+    return frame_of(con, "SELECT * FROM run_verdicts ORDER BY started_at, run_id")
 
 
 def night_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:
@@ -47,13 +69,12 @@ def night_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:
 
 
 def opened_in(con: duckdb.DuckDBPyConnection, runs: list[str]) -> int:
-    """Regressions and failures opened in ``runs`` (what ``--fail-on new`` counts)."""
+    """Regressions and failures new in ``runs`` (what ``--fail-on new`` counts)."""
     if not runs:
         return 0
-    return con.execute("SELECT count(*) FROM incidents WHERE kind <> 'improvement' AND list_contains(?, opened_run)",
-                       [runs]).fetchall()[0][0]
+    return con.execute("SELECT coalesce(sum(new), 0) FROM run_verdicts WHERE list_contains(?, run_id)", [runs]).fetchall()[0][0]
 
 
 def open_at(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
     """Regressions and failures open at ``run_id``, new ones included (``--fail-on open``)."""
-    return con.execute("SELECT count(*) FROM incidents_at(?) WHERE status IN ('new', 'open')", [run_id]).fetchall()[0][0]
+    return con.execute("SELECT coalesce(sum(new + open), 0) FROM run_verdicts WHERE run_id = ?", [run_id]).fetchall()[0][0]

@@ -77,6 +77,7 @@ document.addEventListener('securitypolicyviolation', (e) => window.__dsCspViolat
   `${e.violatedDirective} blocked ${e.blockedURI || 'inline'} at ${e.sourceFile || ''}:${e.lineNumber}`));
 """
 _CSP_JS = "() => window.__dsCspViolations || []"
+_OWN_PROBE = "Canvas2D: Multiple readback operations using getImageData"  # _CHART_STATE_JS reads canvas pixels
 
 
 def find_chromium() -> str | None:
@@ -96,7 +97,7 @@ def _is_local(url: str) -> bool:
 class PageReport:
     url: str
     title: str = ""
-    console_errors: list[str] = field(default_factory=list)
+    console_errors: list[str] = field(default_factory=list)  # errors and warnings
     charts: int = 0  # `.vega-embed` containers
     chart_marks: list[int] = field(default_factory=list)  # data marks drawn (SVG) per chart
     svg_marks: int = 0  # sum of chart_marks
@@ -171,10 +172,13 @@ class Browser:
         answered_badly: set[str] = set()  # Chromium also aborts a script that got a 404: say it once
 
         def on_console(msg) -> None:
-            # Network failures come through the request events below, filtered by host.
-            if msg.type == "error" and not msg.text.startswith("Failed to load resource"):
+            # A warning is a finding too (Vega warns of an infinite extent when a layer draws no
+            # data). Network failures come through the request events below, filtered by host;
+            # Chromium's hint on repeated canvas reads is about this harness's own pixel probe.
+            if msg.type in ("error", "warning") and not msg.text.startswith(("Failed to load resource", _OWN_PROBE)):
                 where = msg.location.get("url") or url
-                errors.append(f"console: {msg.text} ({where}:{msg.location.get('lineNumber', 0)})")
+                kind = "console" if msg.type == "error" else "console warning"
+                errors.append(f"{kind}: {msg.text} ({where}:{msg.location.get('lineNumber', 0)})")
 
         def on_request(req) -> None:
             if _is_local(req.url):

@@ -34,26 +34,28 @@ def test_derived_tables_hold_the_known_answers(sample_warehouse):
         SELECT 'latest', count(*) FROM regressions WHERE run_id = '2026-11-20' UNION ALL
         SELECT 'diffs', count(*) FROM diffs UNION ALL
         SELECT 'items', count(*) FROM dump_items""").rows())
-    # 2 metrics x 24 HLO dumps more than before the array-only entry metrics (memory.entry_*_array_bytes),
-    # which step with memory.entry_*_bytes (9 + 12 regressions, 7 of them in the latest run); 14 rows of 0
-    # fewer since no row is written before a fallback-kernel count first appears (nights never wrote them).
-    assert counts == {"series": 25, "trends": 840, "regressions": 135, "latest": 47, "diffs": 569, "items": 874}
-    # First run: every row new, nothing flagged.
-    first = query(sample_warehouse, "SELECT verdict, count(*) n FROM metric_trends WHERE run_id = '2026-11-17' GROUP BY ALL")
-    # 204 + the two array-only entry metrics of 6 HLO dumps, less the 7 fallback-kernel counts that first appear later
-    assert first.rows() == [("new", 209)]
-    # Exact figures of one regression: the pmap program's temp bytes, 11-20 against the median of 3 nights.
-    row = query(sample_warehouse, """SELECT value, previous_value, baseline, change, rule, regressed_since FROM regressions
+    # regressions: the figures with a regression or failure step open on them, at each run (166 rows;
+    # 56 in the latest run, where every model-widening step of the last two nights is still open).
+    assert counts == {"series": 25, "trends": 840, "regressions": 166, "latest": 56, "diffs": 569, "items": 874}
+    # First run: every row a first value (204 + the two array-only entry metrics of 6 HLO dumps, less
+    # the 7 fallback-kernel counts that first appear later).
+    first = query(sample_warehouse, "SELECT changed, count(*) n FROM metric_trends WHERE run_id = '2026-11-17' GROUP BY ALL")
+    assert first.rows() == [(True, 209)]
+    # Exact figures of one regression: the pmap program's temp bytes at 11-20, a step of its own (on
+    # top of the 11-19 one) from 11-19's level: the baseline is the value before the step.
+    row = query(sample_warehouse, """SELECT value, previous_value, baseline, change, rule, opened_run FROM regressions
         WHERE series = 'jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment' AND metric = 'memory.temp_bytes'
         AND run_id = '2026-11-20'""").row(0)
-    assert row == (306440.0, 180744.0, 106232.0, 200208.0, "> 2% increase", "2026-11-18")  # median(54520, 106232, 180744)
+    assert row == (306440.0, 180744.0, 180744.0, 125696.0, "> 2% increase", "2026-11-20")
 
 
-def test_the_onnx_step_that_failed_is_a_regression_and_its_recovery_an_improvement(sample_warehouse):
-    steps = query(sample_warehouse, """SELECT run_id, value, verdict::VARCHAR FROM metric_trends
-        WHERE series = 'torch-onnx/torch-onnx/onnx_report/export' AND metric = 'onnx.step.translate' ORDER BY run_id""")
-    assert steps.rows() == [("2026-11-17", 1.0, "new"), ("2026-11-18", 1.0, "unchanged"),
-                            ("2026-11-19", 0.0, "regressed"), ("2026-11-20", 1.0, "improved")]
+def test_the_onnx_step_that_failed_is_a_failure_and_its_recovery_fixes_it(sample_warehouse):
+    steps = query(sample_warehouse, """SELECT run_id, value, step FROM figure_status
+        WHERE series = 'torch-onnx/inp+blocks+head(x)/onnx_report/export' AND metric = 'onnx.step.translate' ORDER BY run_id""")
+    assert steps.rows() == [("2026-11-17", 1.0, None), ("2026-11-18", 1.0, None),
+                            ("2026-11-19", 0.0, "failure"), ("2026-11-20", 1.0, None)]
+    assert query(sample_warehouse, """SELECT kind, opened_run, closed_run, closed_how FROM incidents
+        WHERE program = 'inp+blocks+head(x)'""").rows() == [("failure", "2026-11-19", "2026-11-20", "fixed")]
 
 
 def test_structural_diff_names_what_changed_with_source_lines(sample_warehouse):
@@ -70,13 +72,14 @@ def test_structural_diff_names_what_changed_with_source_lines(sample_warehouse):
 
 def test_aggregating_again_changes_nothing(sample_warehouse, tmp_path):
     target = copy(sample_warehouse, tmp_path)
-    tables = ["dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "dump_items", "diffs"]
-    before = {t: query(target, f"SELECT * FROM {t}") for t in tables}
+    tables = ["dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "dump_items", "diffs",
+              "incidents", "incident_steps"]
+    before = {t: query(target, f"SELECT * FROM {t} ORDER BY ALL") for t in tables}
     with wh.Warehouse(target) as con:
         result = aggregate(con)
     assert result.items_computed == 0  # the item cache is kept
     for t in tables:
-        assert query(target, f"SELECT * FROM {t}").equals(before[t]), t
+        assert query(target, f"SELECT * FROM {t} ORDER BY ALL").equals(before[t]), t
 
 
 def test_accept_stops_the_flag_and_is_logged(sample_warehouse, tmp_path):
@@ -89,7 +92,7 @@ def test_accept_stops_the_flag_and_is_logged(sample_warehouse, tmp_path):
     assert query(target, f"SELECT count(*) FROM regressions WHERE series = '{series}' AND run_id = '2026-11-20'").item() == 0
     assert query(target, "SELECT series, run_id, metric, note FROM accepts").rows() == [(series, "2026-11-20", None, "bigger model")]
     # Other series keep theirs; an unknown series is refused with the closest names.
-    assert query(target, "SELECT count(*) FROM regressions WHERE run_id = '2026-11-20'").item() == 47 - 5  # the latest's 47 but the series'
+    assert query(target, "SELECT count(*) FROM regressions WHERE run_id = '2026-11-20'").item() == 56 - 5  # the latest's 56 but the series'
 
     bad = runner.invoke(app, ["accept", "jax-pmap/jit__fun/xla_buffer_assignmnt", "2026-11-20", "--warehouse", str(target)])
     assert bad.exit_code != 0 and series in bad.output
@@ -109,8 +112,8 @@ def test_diff_command(sample_warehouse):
 def test_summary_markdown_and_exit_status(sample_warehouse, prefect, tmp_path):
     report = (sample_warehouse.parent / "report.md").read_text()
     assert report.startswith("# Dumpscope: run 2026-11-20 (commit <code>1a8e6b4</code>)")
-    # The last sample night widens models whose steps are already open: nothing new opens.
-    assert "Last night: **0 new**, 9 still open (6 worse again), 1 fixed, 0 improvements." in report
+    # The last sample night widens models whose steps are already open: each further step is news of its own.
+    assert "Last night: **5 new**, 10 still open, 1 fixed, 2 improvements, 0 lost." in report
     assert report.index("## Fixed") < report.index("## Still open")
     target = copy(sample_warehouse, tmp_path)
     bucket = Path(__file__).parents[1] / "data" / "sample_bucket"
@@ -120,44 +123,62 @@ def test_summary_markdown_and_exit_status(sample_warehouse, prefect, tmp_path):
     assert res.exit_code == 0, res.output
     assert (tmp_path / "r.md").read_text() == report
     assert (tmp_path / "site" / "index.html").exists()  # --site builds the report site
-    # ...while --fail-on open fails on the nine still open.
+    # ...while --fail-on open fails on the fifteen open (the five new and the ten still open).
     res = CliRunner().invoke(app, [*args, "--fail-on", "open"])
-    assert res.exit_code == 4 and "9 open incident(s)" in res.output
+    assert res.exit_code == 4 and "15 open incident(s)" in res.output
 
 
 def test_incidents_of_the_sample_nights(sample_warehouse):
     res = CliRunner().invoke(app, ["incidents", "--run", "2026-11-19", "--status", "all", "--format", "json",
                                    "--warehouse", str(sample_warehouse)])
     assert res.exit_code == 0, res.output
-    got = {(r["opened_run"], r["job"], r["program"]): (r["kind"], r["closed_run"], r["closed_how"]) for r in json.loads(res.output)}
+    got = {(r["opened_run"], r["job"], r["program"], r["kind"]): (r["status"], r["closed_run"], r["stacked_on"])
+           for r in json.loads(res.output)}
+    onnx = "inp+blocks+head(x)"
+    # Each night widens the models: a regression per program (memory, launches) on top of the one
+    # before, and an improvement (more fusions: fewer is worse); 11-19's median fails the ONNX export
+    # (fixed 11-20) and adds an Inductor fallback kernel.
     assert got == {
-        ("2026-11-18", "jax-jit", "jit_train_step"): ("regression", None, None),
-        ("2026-11-18", "jax-jit", "jit_eval_metrics"): ("regression", None, None),
-        ("2026-11-18", "jax-pmap", "jit__fun"): ("regression", None, None),
-        ("2026-11-18", "torch-inductor", "model__backward"): ("regression", None, None),
-        ("2026-11-18", "torch-inductor", "model__forward"): ("regression", None, None),
-        ("2026-11-19", "torch-onnx", "torch-onnx"): ("failure", "2026-11-20", "fixed"),  # the export failed, then passed
-        ("2026-11-19", "torch-inductor", "model__forward"): ("regression", None, None),  # the median fallback kernel
-        ("2026-11-19", "jax-pmap", "jit__fun"): ("regression", None, None),  # two more all-reduces
-        ("2026-11-19", "jax-jit", "jit_train_step"): ("regression", None, None),
-        ("2026-11-19", "jax-jit", "jit_eval_metrics"): ("regression", None, None),
-        ("2026-11-19", "torch-inductor", "model__backward"): ("improvement", None, None),
+        ("2026-11-18", "jax-jit", "jit_eval_metrics", "regression"): ("open", None, []),
+        ("2026-11-18", "jax-jit", "jit_train_step", "regression"): ("open", None, []),
+        ("2026-11-18", "jax-pmap", "jit__fun", "regression"): ("open", None, []),
+        ("2026-11-18", "torch-inductor", "model__backward", "regression"): ("open", None, []),
+        ("2026-11-18", "torch-inductor", "model__forward", "regression"): ("open", None, []),
+        ("2026-11-19", "jax-jit", "jit_eval_metrics", "improvement"): ("open", None, []),
+        ("2026-11-19", "jax-jit", "jit_eval_metrics", "regression"): ("open", None, ["I-bf94aa0d"]),
+        ("2026-11-19", "jax-jit", "jit_train_step", "improvement"): ("open", None, []),
+        ("2026-11-19", "jax-jit", "jit_train_step", "regression"): ("open", None, ["I-b86084d8"]),
+        ("2026-11-19", "jax-pmap", "jit__fun", "improvement"): ("open", None, []),
+        ("2026-11-19", "jax-pmap", "jit__fun", "regression"): ("open", None, ["I-48d7e96d"]),
+        ("2026-11-19", "torch-inductor", "model__backward", "improvement"): ("open", None, []),
+        ("2026-11-19", "torch-inductor", "model__backward", "regression"): ("open", None, ["I-eddbe732"]),
+        ("2026-11-19", "torch-inductor", "model__forward", "improvement"): ("open", None, []),
+        ("2026-11-19", "torch-inductor", "model__forward", "regression"): ("open", None, ["I-55cec4dc"]),
+        ("2026-11-19", "torch-onnx", onnx, "failure"): ("fixed", "2026-11-20", []),  # the export failed, then passed
+        ("2026-11-20", "jax-jit", "jit_eval_metrics", "regression"): ("new", None, ["I-84ab3494"]),
+        ("2026-11-20", "jax-jit", "jit_train_step", "improvement"): ("new", None, ["I-e61e74c6"]),
+        ("2026-11-20", "jax-jit", "jit_train_step", "regression"): ("new", None, ["I-f61c3b88"]),
+        ("2026-11-20", "jax-pmap", "jit__fun", "regression"): ("new", None, ["I-f515e5b1"]),
+        ("2026-11-20", "torch-inductor", "model__backward", "regression"): ("new", None, ["I-6f4a75b1"]),
+        ("2026-11-20", "torch-inductor", "model__forward", "improvement"): ("new", None, ["I-34816553"]),
+        ("2026-11-20", "torch-inductor", "model__forward", "regression"): ("new", None, ["I-d9f2ab15"]),
     }
     new = CliRunner().invoke(app, ["incidents", "--run", "2026-11-19", "--status", "new", "--format", "json",
                                    "--warehouse", str(sample_warehouse)])
     rows = json.loads(new.output)
-    assert len(rows) == 5 and all(r["status"] == "new" for r in rows)
+    assert len(rows) == 6 and all(r["status"] == "new" and r["kind"] != "improvement" for r in rows)
     pmap = next(r for r in rows if r["job"] == "jax-pmap")
     assert (pmap["last_good_run"], pmap["last_good_commit"], pmap["first_bad_commit"]) == ("2026-11-18", "9b03c5e", "c71f0d2")
     assert "kernel.collectives" in pmap["metrics"] and "all-reduce" in pmap["cause"].splitlines()[0]
     assert rows[0]["kind"] == "failure"  # ranked by impact: the failed export first
     table = CliRunner().invoke(app, ["incidents", "--warehouse", str(sample_warehouse)])
-    assert table.exit_code == 0 and "9 incident(s), open, run 2026-11-20" in table.output
+    assert table.exit_code == 0 and "15 incident(s), open, run 2026-11-20" in table.output
 
 
 def test_accept_an_incident_by_id(sample_warehouse, tmp_path):
     target = copy(sample_warehouse, tmp_path)
-    pmap = query(target, "SELECT incident_id FROM incidents WHERE job = 'jax-pmap' AND opened_run = '2026-11-19'").item()
+    pmap = query(target, """SELECT incident_id FROM incidents WHERE job = 'jax-pmap' AND opened_run = '2026-11-19'
+                            AND kind = 'regression'""").item()
     res = CliRunner().invoke(app, ["accept", pmap, "--note", "two more psums, intended", "--warehouse", str(target)])
     assert res.exit_code == 0, res.output
     assert f"incidents closed: {pmap}" in res.output
@@ -178,7 +199,7 @@ def test_a_bad_settings_file_stops_before_any_work(tmp_path, sample_warehouse):
 
 def test_a_night_added_later_gives_the_same_tables_as_a_full_aggregation(sample_warehouse, tmp_path):
     incremental = copy(sample_warehouse, tmp_path)
-    tables = ["dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals", "diffs"]
+    tables = ["dump_series", "metric_trends", "series_events", "run_rollups", "job_totals", "diffs"]
     ordered = {t: "ORDER BY ALL" for t in tables}
     full = {t: query(sample_warehouse, f"SELECT * FROM {t} {ordered[t]}") for t in tables}
     # Pretend the last two nights arrived after the last aggregation, and their rows are stale.

@@ -79,7 +79,7 @@ def test_an_unchanged_night_opens_nothing_and_writes_nothing(sample_warehouse, t
     before, files = snapshot(sample_warehouse), tree(pr)
     out = check(sample_warehouse, pr, "--fail-on", "new")
     assert out.exit_code == 0, out.output
-    assert out.stdout.startswith(f"dumpscope check {pr} against run {LAST_NIGHT} (commit 1a8e6b4): 0 new incident(s) ")
+    assert out.stdout.startswith(f"dumpscope check {pr} against run {LAST_NIGHT} (commit 1a8e6b4): 0 new incidents ")
     assert "Would open" not in out.stdout and "New programs" not in out.stdout
     assert check_json(sample_warehouse, pr) == []
     assert snapshot(sample_warehouse) == before
@@ -94,18 +94,18 @@ def test_an_extra_all_reduce_is_one_new_regression_of_that_program(sample_wareho
 
     got = check_json(sample_warehouse, pr)
     [incident] = [r for r in got if r["change"] == "opens"]
-    # The all-reduce is one more kernel launch too: the program's open kernel.launches regression
-    # (opened 2026-11-19) grows again. Nothing new opens for it; the check lists it as made worse.
-    [worse] = [r for r in got if r["change"] == "worsens"]
+    # The all-reduce is one more kernel launch too: on top of the program's open kernel.launches
+    # regression (opened 2026-11-19), a further step, news of its own in the same new incident.
     launches = stored_value(sample_warehouse, LAST_NIGHT, EVAL_SERIES, "kernel.launches")
-    assert (worse["incident_id"], worse["program"], [(s["metric"], s["before"], s["after"]) for s in worse["steps"]]) == (
-        "I-84ab3494", "jit_eval_metrics", [("kernel.launches", launches, after["kernel.launches"])])
+    with duckdb.connect(str(sample_warehouse), read_only=True) as con:
+        [(below,)] = con.execute("""SELECT incident_id FROM incident_steps WHERE series = ? AND metric = 'kernel.launches'
+                                    AND closed_run IS NULL""", [EVAL_SERIES]).fetchall()
     assert after["kernel.launches"] == launches + 1
-    assert {k: incident[k] for k in ("change", "job", "program", "kind", "metrics", "last_good_run")} == {
+    assert {k: incident[k] for k in ("change", "job", "program", "kind", "metrics", "last_good_run", "stacked_on")} == {
         "change": "opens", "job": "jax-jit", "program": "jit_eval_metrics", "kind": "regression",
-        "metrics": ["kernel.collective.all-reduce", "kernel.collectives"], "last_good_run": LAST_NIGHT}
+        "metrics": ["kernel.collective.all-reduce", "kernel.collectives", "kernel.launches"], "last_good_run": LAST_NIGHT,
+        "stacked_on": [below]}
     steps = {s["metric"]: s for s in incident["steps"]}
-    assert set(steps) == {"kernel.collective.all-reduce", "kernel.collectives"}
     # Last night's module had no collective (the parser omits a zero per-op count: 0 then).
     assert stored_value(sample_warehouse, LAST_NIGHT, EVAL_SERIES, "kernel.collectives") == 0
     assert stored_value(sample_warehouse, LAST_NIGHT, EVAL_SERIES, "kernel.collective.all-reduce") is None
@@ -113,24 +113,42 @@ def test_an_extra_all_reduce_is_one_new_regression_of_that_program(sample_wareho
     for metric, step in steps.items():
         assert (step["series"], step["dump_kind"], step["stage"], step["step"]) == (
             EVAL_SERIES, "xla_hlo", "after_optimizations", "regression")
-        assert (step["before"], step["after"], step["change"]) == (0, after[metric], after[metric])
-    assert incident["headline"] == ("jax-jit / jit_eval_metrics: kernel.collective.all-reduce 0 → 1 (+1); "
-                                    "kernel.collectives 0 → 1 (+1)")
+        was = launches if metric == "kernel.launches" else 0
+        assert (step["before"], step["after"], step["change"]) == (was, after[metric], after[metric] - was)
+    assert incident["headline"] == ("jax-jit / jit_eval_metrics: kernel.collectives 0 → 1 (+1); "
+                                    "kernel.collective.all-reduce 0 → 1 (+1); +1 more")
+    # Its cause: the structural diff against last night's dump, with the lines it stands on.
+    assert incident["cause"] == ["all-reduce f32[] appeared (×1, 4 B)"]  # the edit gave it no source line
+    [evidence] = [e for e in incident["evidence"] if e["description"] == incident["cause"][0]]
+    assert evidence["after_path"] == str(pr / EVAL_HLO) and evidence["lines_after"]
 
     text = check(sample_warehouse, pr)
     assert text.exit_code == 0  # without --fail-on, a regression is reported, not failed
-    assert "regression  jax-jit / jit_eval_metrics" in text.stdout
+    assert f"  regression  jax-jit / jit_eval_metrics, on top of {below}" in text.stdout
     assert "      kernel.collectives 0 → 1 (+1)  [xla_hlo after_optimizations]" in text.stdout
-    assert "Would make worse:\n  regression  jax-jit / jit_eval_metrics (I-84ab3494)\n      kernel.launches 12 → 13 (+1)" \
-        in text.stdout
+    assert f"      kernel.launches {launches:.0f} → {launches + 1:.0f} (+1)  [xla_hlo after_optimizations]" in text.stdout
     failing = check(sample_warehouse, pr, "--fail-on", "new")
     assert failing.exit_code == 4 and "1 new incident(s) (regressions or failures)" in failing.stderr
     markdown = check(sample_warehouse, pr, "--format", "markdown")
     assert markdown.exit_code == 0
     assert f"### Dumpscope check against run <code>{LAST_NIGHT}</code> (commit <code>1a8e6b4</code>)" in markdown.stdout
-    assert "- **regression** jax-jit / jit_eval_metrics\n    - kernel.collective.all-reduce 0 → 1 (+1) (xla_hlo after_optimizations)" \
-        in markdown.stdout
+    assert "**1 new incident: 1 regression, 0 failures**" in markdown.stdout
+    assert "- **regression** jax-jit / jit_eval_metrics: kernel.collectives 0 → 1 (+1)" in markdown.stdout
+    assert "<details><summary>steps, cause and evidence</summary>" in markdown.stdout
+    assert "  - kernel.collective.all-reduce 0 → 1 (+1) (xla_hlo after_optimizations)" in markdown.stdout
+    assert "  - all-reduce f32&#91;&#93; appeared (×1, 4 B)" in markdown.stdout
     assert snapshot(sample_warehouse) == before
+
+
+def test_markdown_links_to_the_site_when_its_url_is_set(sample_warehouse, tmp_path):
+    pr = night_copy(tmp_path)
+    edit_gz(pr / EVAL_HLO, ROOT_LINE, WITH_ALL_REDUCE)
+    settings = tmp_path / "dumpscope.toml"
+    settings.write_text('[site]\nurl = "https://dumps.example.org/nightly"\n')
+    out = check(sample_warehouse, pr, "--format", "markdown", "--settings", str(settings))
+    assert out.exit_code == 0, out.output
+    assert f"against run [<code>{LAST_NIGHT}</code>](https://dumps.example.org/nightly/runs/{LAST_NIGHT}.html)" in out.stdout
+    assert "on top of [<code>I-" in out.stdout and "](https://dumps.example.org/nightly/incidents/i-" in out.stdout
 
 
 def test_a_new_program_is_listed_as_new_not_as_a_regression(sample_warehouse, tmp_path):
@@ -140,7 +158,8 @@ def test_a_new_program_is_listed_as_new_not_as_a_regression(sample_warehouse, tm
     got = check_json(sample_warehouse, pr)
     assert got == [{"incident_id": None, "change": "new_program", "job": "jax-sharded", "program": "jit__fun",
                     "kind": "new_program", "headline": "jax-sharded / jit__fun: new program, not in the warehouse",
-                    "metrics": [], "series": ["jax-sharded/jit__fun/xla_hlo/after_optimizations"], "steps": []}]
+                    "metrics": [], "series": ["jax-sharded/jit__fun/xla_hlo/after_optimizations"], "steps": [],
+                    "cause": [], "evidence": []}]
     out = check(sample_warehouse, pr, "--fail-on", "new")
     assert out.exit_code == 0, out.output
     assert "New programs (not in the warehouse, no baseline):\n  jax-sharded / jit__fun: " \
@@ -163,7 +182,8 @@ def test_a_damaged_dump_is_a_failure_naming_the_file(sample_warehouse, tmp_path)
     [step] = got[0]["steps"]
     assert step["series"] == "jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment"
     assert step["detail"] == f"{cut}: " + "\n".join(expected.errors)
-    assert got[0]["headline"] == "jax-pmap / jit__fun: xla_buffer_assignment dump stopped parsing"
+    assert got[0]["headline"] == f"jax-pmap / jit__fun: xla_buffer_assignment does not parse: {expected.errors[0].removeprefix(str(cut) + ': ')}"
+    assert got[0]["cause"] == [f"xla_buffer_assignment does not parse: {expected.errors[0].removeprefix(str(cut) + ': ')} ({cut})"]
     out = check(sample_warehouse, pr, "--fail-on", "new")
     assert out.exit_code == 4
     assert f"Damaged dumps:\n  partial     {expected.errors[0]}" in out.stdout
@@ -192,15 +212,16 @@ def test_against_an_earlier_run_gives_what_the_nightly_opened_the_next_night(sam
     opens = [r for r in got if r["change"] == "opens"]
     assert sorted((r["job"], r["program"], r["kind"], r["metrics"], r["headline"], r["last_good_run"]) for r in opens) \
         == sorted((j, p, k, list(m), h, g) for j, p, k, m, h, g in nightly)
-    # ...and makes worse the open incidents the nightly said got worse again that night, by the same moves.
+    # ...and the improvements it opened, and nothing else: the nightly's one rule.
     with duckdb.connect(str(sample_warehouse), read_only=True) as con:
-        again = con.execute("""SELECT incident_id, [(w.metric, w.value_before, w.value_after) FOR w IN worse_again]
-                               FROM incidents_at('2026-11-19') WHERE worse_again IS NOT NULL""").fetchall()
-    assert len(again) == 5
-    worse = [r for r in got if r["change"] == "worsens"]
-    assert sorted((r["incident_id"], [(s["metric"], s["before"], s["after"]) for s in r["steps"]]) for r in worse) \
-        == sorted((i, [(m, b, a) for m, b, a in moves]) for i, moves in again)
-    assert {r["change"] for r in got} == {"opens", "worsens"}
+        fixed = con.execute("SELECT incident_id FROM incidents WHERE closed_run = '2026-11-19' AND closed_how = 'fixed'").fetchall()
+    assert sorted(r["incident_id"] for r in got if r["change"] == "fixes") == sorted(i for (i,) in fixed)
+    assert {r["change"] for r in got} <= {"opens", "fixes"}
+    # Each incident it opens carries the cause the nightly stored (the same diff: candidate against the reference).
+    with duckdb.connect(str(sample_warehouse), read_only=True) as con:
+        causes = dict(con.execute("SELECT job || '/' || program || '/' || kind, cause FROM incidents WHERE opened_run = '2026-11-19'").fetchall())
+    for r in opens:
+        assert "\n".join(r["cause"]) == (causes[f"{r['job']}/{r['program']}/{r['kind']}"] or "")
 
 
 def test_the_history_is_read_a_group_of_jobs_at_a_time(sample_warehouse, tmp_path, monkeypatch):
@@ -252,4 +273,23 @@ def test_the_command_as_a_user_runs_it(sample_warehouse, tmp_path):
     out = subprocess.run([sys.executable, "-m", "flows.cli", "check", str(pr), "--warehouse", str(sample_warehouse),
                           "--fail-on", "new"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 4, out.stderr
-    assert "1 new incident(s) (1 regression(s), 0 failure(s), 0 improvement(s); 1 made worse, 0 fixed" in out.stdout
+    assert "1 new incident: 1 regression, 0 failures (0 fixed; 0 improvements, 0 lost; 0 new programs, 0 damaged dumps)" \
+        in out.stdout
+
+
+def test_an_empty_directory_or_a_job_directory_is_refused_with_one_line(sample_warehouse, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = check(sample_warehouse, empty)
+    assert out.exit_code == 2 and out.stderr == f"error: {empty} holds no job directory with files: check takes a run directory (DIR/<job>/...)\n"
+    job = night_copy(tmp_path) / "jax-jit"  # one level too deep: a job's files
+    out = check(sample_warehouse, job)
+    assert out.exit_code == 2 and out.stderr.startswith(f"error: {job} holds dump files directly (")
+    assert len(out.stderr.splitlines()) == 1
+
+
+def test_an_unchanged_copy_of_every_night_checked_against_itself_reports_nothing(sample_warehouse, tmp_path):
+    for night in sorted(p.name for p in BUCKET.iterdir()):
+        pr = Path(shutil.copytree(BUCKET / night, tmp_path / night))
+        out = check(sample_warehouse, pr, "--against", night, "--fail-on", "new", "--format", "json")
+        assert out.exit_code == 0 and json.loads(out.stdout) == [], (night, out.output)

@@ -432,8 +432,8 @@ def test_sample_bucket_night_to_night_diff():
     for expected in [
         ("torch-inductor/inductor_ir/post_fusion/model__0_forward_1.0", "fallback kernel aten.median.dim appeared (×1)"),
         ("torch-inductor/inductor_output_code/output_code/model__0_forward_1.0", "fallback call aten.median.dim appeared (×1)"),
-        ("torch-onnx/onnx_report/export/torch-onnx", "ONNX step translate ✅→❌"),
-        ("torch-onnx/onnx_report/export/torch-onnx", "ONNX accuracy log_softmax vanished (was max abs diff 4.77e-07)"),
+        ("torch-onnx/onnx_report/export/inp+blocks+head(x)", "ONNX step translate ✅→❌"),
+        ("torch-onnx/onnx_report/export/inp+blocks+head(x)", "ONNX accuracy log_softmax vanished (was max abs diff 4.77e-07)"),
         ("jax-pmap/xla_hlo/before_optimizations/jit__fun",
          "all-reduce f32[96,96] grew ×1 → ×2, 36.0 KiB → 72.0 KiB at jax_jobs.py:162 (psum)"),
         ("jax-jit/xla_buffer_assignment/buffer_assignment/jit_train_step",

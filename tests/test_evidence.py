@@ -100,7 +100,7 @@ def test_changes_in_order_of_significance(warehouse):
     assert ranked.get_column("description").to_list()[0] == "fallback kernel aten.median.dim appeared (×1)"
     assert ranked.get_column("rank").to_list() == list(range(1, ranked.height + 1))
     onnx = query(warehouse, """SELECT category, description FROM diffs WHERE run_id = '2026-11-19'
-                               AND series = 'torch-onnx/torch-onnx/onnx_report/export' ORDER BY rank""")
+                               AND series = 'torch-onnx/inp+blocks+head(x)/onnx_report/export' ORDER BY rank""")
     # The steps whose status changed lead (by key among themselves), then ops and accuracy by size.
     steps = onnx.filter(pl.col("category") == "onnx_step").get_column("description").to_list()
     assert onnx.get_column("description").to_list()[: len(steps)] == steps

@@ -5,7 +5,10 @@ and wrote, in ``MANIFEST.json``, the designed changes and the incidents they sho
 These checks parse every dump with the project's driver and assert that the buckets
 hold what the manifest says: statuses (only the designed cuts are not ``ok``), program
 names, and each designed change visible in the parsed metrics at its night and nowhere
-else. They test the fixtures, not an incident feature.
+else. They test the fixtures, not an incident feature: the expected incidents of the
+scenarios written for the incident model (.briefs/incident_model.md; entries with
+``stacked_on``) are checked against a small reference implementation of that model,
+``tests/incident_oracle.py``, run on the dumps.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import incident_oracle
 from transforms.parse import parse_dump
 from transforms.records import DumpKind, DumpSummary, Status
+from transforms.trends.series import normalize_program
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKETS = ROOT / "tests" / "incident_buckets"
@@ -30,6 +35,9 @@ BUFFERS = "cpu_after_optimizations-buffer-assignment.txt.gz"
 # Metrics of an ONNX report that float noise moves (verification of ONNX Runtime against PyTorch).
 JITTER = frozenset({"onnx.max_abs_diff", "onnx.max_rel_diff"})
 _ONNX_STAMP = re.compile(r"^onnx_export_[\d_-]+_")  # the night's time stamp in a report's name
+MLP, CONVNET, TAGGER = "inp+blocks+head(x)", "features+head(x)", "embed+attn+head(tokens)"  # ONNX programs
+# Scenarios whose expected incidents follow the incident model (every one: an empty list expects none).
+MODEL = sorted(n for n, sc in SCENARIOS.items() if all("stacked_on" in e for e in sc["expected_incidents"]))
 
 
 def runs(scenario: str) -> list[str]:
@@ -71,7 +79,9 @@ def program_metrics(scenario: str, run_id: str, job: str, program: str) -> dict[
 
 def test_manifest_and_layout():
     assert set(SCENARIOS) == {"stable", "collective_kept", "blowup_revert", "model_change", "truncated",
-                              "failing_export", "two_onnx_models"}
+                              "failing_export", "two_onnx_models", "stacked_blowup", "overshoot", "dip_and_back",
+                              "lost_improvement", "mixed_run", "onnx_three_models"}
+    assert MODEL == sorted(SCENARIOS)  # every scenario's expectations follow the incident model
     assert MANIFEST["command"].startswith(".venv-samples/bin/python data/generate_incident_buckets.py")
     for name, sc in SCENARIOS.items():
         assert 5 <= len(sc["nights"]) <= 7, name
@@ -144,7 +154,7 @@ def test_compiler_figures_match_parsed_metrics():
 def test_stable_nothing_changes_but_float_noise():
     sc = "stable"
     first, *rest = runs(sc)
-    for job, program in (("jax-jit", "jit_train_step"), ("torch-onnx", "torch-onnx")):
+    for job, program in (("jax-jit", "jit_train_step"), ("torch-onnx", MLP)):
         base = program_metrics(sc, first, job, program)
         for run_id in rest:
             now = program_metrics(sc, run_id, job, program)
@@ -228,10 +238,10 @@ def test_failing_export_fails_from_night_3():
 def test_two_onnx_models_are_two_programs_and_only_one_changes():
     sc = "two_onnx_models"
     r = runs(sc)
-    for run_id in r:
-        assert sorted(parsed(p).program for p in dumps(sc, run_id).values()) == ["convnet", "mlp"]
-    mlp = [program_metrics(sc, run_id, "torch-onnx", "mlp") for run_id in r]
-    conv = [program_metrics(sc, run_id, "torch-onnx", "convnet") for run_id in r]
+    for run_id in r:  # named by their exported programs (the folders say mlp/ and convnet/)
+        assert sorted(parsed(p).program for p in dumps(sc, run_id).values()) == [CONVNET, MLP]
+    mlp = [program_metrics(sc, run_id, "torch-onnx", MLP) for run_id in r]
+    conv = [program_metrics(sc, run_id, "torch-onnx", CONVNET) for run_id in r]
     assert all(m == mlp[0] for m in mlp)
     texts = {gzip.decompress(p.read_bytes()) for r_ in r for rel, p in dumps(sc, r_).items() if "/mlp/" in rel}
     assert len(texts) == 1  # the MLP's report is the same text every night (only its name has the date)
@@ -239,5 +249,92 @@ def test_two_onnx_models_are_two_programs_and_only_one_changes():
     (before,), (after,) = conv[2].values(), conv[3].values()
     assert after["onnx.parameters"] > before["onnx.parameters"]
     assert after["onnx.graph_nodes"] > before["onnx.graph_nodes"]
-    (inc,) = SCENARIOS[sc]["expected_incidents"]
-    assert (inc["program"], inc["opened"]) == ("convnet", r[3])
+    # Its figures that move have no worse direction: a change, reported in trends and diffs, no incident.
+    assert SCENARIOS[sc]["expected_incidents"] == []
+
+
+# --- The scenarios of the incident model ---
+
+
+@pytest.mark.parametrize("scenario", MODEL)
+def test_expected_incidents_are_what_the_incident_model_gives(scenario):
+    """Every expected incident, exactly (kind, closing, stacked_on, status at each run, metrics and
+    steps with baseline -> value), and no other: the reference implementation on the dumps."""
+    expected = SCENARIOS[scenario]["expected_incidents"]
+    key = {e["name"]: (e["job"], normalize_program(e["program"]), e["opened"], e["kind"] == "improvement")
+           for e in expected}
+    want = {key[e["name"]]: {
+        "kind": e["kind"], "closed": e["closed"], "closed_as": e["closed_as"],
+        "stacked_on": [key[e["stacked_on"]]] if e["stacked_on"] else [], "lifecycle": e["lifecycle"],
+        "metrics": e["metrics"], "steps": sorted((s["series"], s["metric"], s["before"], s["after"]) for s in e["steps"]),
+    } for e in expected}
+    assert incident_oracle.incidents(BUCKETS / scenario) == want
+
+
+def test_the_oracle_walks_the_spec_example():
+    """The incident model's own example: 100K 200K 2M 200K 100K 50K of one figure."""
+    values = list(enumerate([100e3, 200e3, 2e6, 200e3, 100e3, 50e3]))
+    steps = incident_oracle.walk(values, "memory.temp_bytes", job="j", program="p", series="s")
+    assert [(s.kind, s.opened, s.baseline, s.value, s.closed, s.how, s.below and s.below.opened) for s in steps] == [
+        ("regression", 1, 100e3, 200e3, 4, "fixed", None),
+        ("regression", 2, 200e3, 2e6, 3, "fixed", 1),
+        ("improvement", 5, 100e3, 50e3, None, None, None)]
+    # Overshoot, dip and back, a partial recovery, a creep below the floor (counts: floor 1; bytes: 1 KiB and 2 %).
+    fusions = incident_oracle.walk(list(enumerate([7, 0, 10])), "fusion.count", job="j", program="p", series="s")
+    assert [(s.kind, s.baseline, s.value, s.how) for s in fusions] == [("regression", 7, 0, "fixed"),
+                                                                      ("improvement", 7, 10, None)]
+    creep = incident_oracle.walk(list(enumerate([100e3, 101e3, 101.9e3, 103e3, 50e3, 200e3, 150e3])),
+                                 "memory.temp_bytes", job="j", program="p", series="s")
+    assert [(s.kind, s.opened, s.baseline, s.value, s.closed) for s in creep] == [
+        ("regression", 3, 100e3, 103e3, 4), ("improvement", 4, 100e3, 50e3, 5), ("regression", 5, 100e3, 200e3, None)]
+
+
+def _same_bytes(sc: str, a: int, b: int, job: str) -> bool:
+    """Whether nights ``a`` and ``b`` (1-based) hold the same dump bytes for ``job`` (Inductor's run
+    folder carries the night's stamp: compared by the path below it)."""
+    def files(night: int) -> dict[str, bytes]:
+        return {re.sub(r"run_[\d_]+-pid_\d+", "run", rel): p.read_bytes()
+                for rel, p in dumps(sc, runs(sc)[night - 1]).items() if rel.startswith(f"{job}/")}
+    return files(a) == files(b)
+
+
+def test_stacked_blowup_multiplies_temp_memory_on_the_wider_model_then_reverts():
+    sc = "stacked_blowup"
+    jit, pmap = (series(sc, job, BUFFERS, "memory.temp_bytes") for job in ("jax-jit", "jax-pmap"))
+    assert jit[0] < jit[1] == jit[3] == jit[4] and 9 < jit[2] / jit[1] < 12
+    assert pmap[0] < pmap[1] == pmap[3] == pmap[4] and 20 < pmap[2] / pmap[1] < 30
+    assert all(_same_bytes(sc, 2, 4, job) and _same_bytes(sc, 4, 5, job) for job in ("jax-jit", "jax-pmap"))
+
+
+def test_overshoot_lost_improvement_dip_and_back_and_mixed_run_figures():
+    temp = series("overshoot", "jax-jit", BUFFERS, "memory.temp_bytes")
+    assert temp[3] == temp[4] < temp[0] == temp[1] < temp[2]  # up, then below where it started
+    temp = series("lost_improvement", "jax-jit", BUFFERS, "memory.temp_bytes")
+    assert temp[2] < temp[0] == temp[1] == temp[3] == temp[4] and _same_bytes("lost_improvement", 2, 4, "jax-jit")
+    sc = "dip_and_back"
+    assert _same_bytes(sc, 2, 4, "jax-jit") and _same_bytes(sc, 3, 5, "jax-jit")
+    for program in ("model__0_forward_1.0", "model__0_backward_3.1"):
+        by_night = [program_metrics(sc, r, "torch-inductor", program) for r in runs(sc)]
+        assert by_night[1] == by_night[3] != by_night[2] == by_night[4], program
+    sc = "mixed_run"
+    temp, launches = series(sc, "jax-jit", BUFFERS, "memory.temp_bytes"), series(sc, "jax-jit", AFTER, "kernel.launches")
+    assert temp[2] < temp[1] and launches[2] > launches[1]  # one run: less memory, more launches
+
+
+def test_onnx_three_models_in_one_folder_are_told_apart_by_content():
+    sc = "onnx_three_models"
+    orders, texts, outcomes = [], {}, {}
+    for run_id in runs(sc):
+        reports = dumps(sc, run_id)
+        assert all(rel.count("/") == 1 for rel in reports)  # every report in the job folder itself
+        programs = [parsed(p).program for p in reports.values()]  # in file (= export) order
+        assert sorted(programs) == sorted([MLP, CONVNET, TAGGER])
+        orders.append(tuple(programs))
+        for rel, p in reports.items():
+            texts.setdefault(parsed(p).program, set()).add(gzip.decompress(p.read_bytes()))
+            outcomes.setdefault(parsed(p).program, []).append(rel.rsplit("_", 1)[1].removesuffix(".md.gz"))
+    assert len(set(orders)) == len(orders)  # the file order differs every night
+    assert len(texts[TAGGER]) == 1  # the same report every night, wherever it stands in the order
+    assert outcomes[CONVNET] == ["success", "conversion", "conversion", "success", "success"]
+    params = [program_metrics(sc, r, "torch-onnx", MLP) for r in runs(sc)]
+    assert [next(iter(m.values()))["onnx.parameters"] for m in params] == [11338, 11338, 23146, 23146, 23146]

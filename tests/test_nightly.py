@@ -143,8 +143,8 @@ def test_the_summary_table_tells_its_two_incident_counts_apart():
     """A first ingest opens incidents in every run it loads; "last night" is the latest run's."""
     from flows.nightly import NightSummary
 
-    text = NightSummary(new_incidents=10, incidents={"new": 0, "open": 9, "worse_again": 6}).markdown()
+    text = NightSummary(new_incidents=10, incidents={"new": 0, "open": 9, "lost": 1}).markdown()
     assert "| incidents opened in the runs loaded | 10 |" in text
     assert "| latest run: incidents new | 0 |" in text and "| latest run: incidents open | 9 |" in text
-    assert "| latest run: incidents worse again | 6 |" in text
+    assert "| latest run: incidents lost | 1 |" in text
     assert "new_incidents" not in text

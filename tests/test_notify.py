@@ -122,11 +122,11 @@ def test_slack_shows_names_as_they_are_and_no_heading_marks(sample_warehouse, mo
     assert "\\_" not in text and "#" not in text
     lines = text.splitlines()
     assert lines[:5] == ["*Dumpscope: run `2026-11-18` (commit `9b03c5e`)*", "",
-                         "Last night: *5 new*, 0 still open, 0 fixed, 0 improvements.", "", "*New*"]
+                         "Last night: *5 new*, 0 still open, 0 fixed, 0 improvements, 0 lost.", "", "*New*"]
     assert "`jax-jit` / `jit_train_step` · regression · `I-b86084d8`" in lines
     assert "`jax-pmap` / `jit__fun` · regression · `I-48d7e96d`" in lines
     assert "`jax-jit / jit_train_step: memory.peak_live_bytes 65.0 KiB → 132.3 KiB (+67.2 KiB); " \
-           "memory.report_total_bytes 57.2 KiB → 108.4 KiB (+51.2 KiB); +9 more`" in lines
+           "memory.temp_bytes 28.0 KiB → 54.0 KiB (+26.0 KiB); +9 more`" in lines
 
 
 @pytest.mark.parametrize("name", ["<!channel>", "!here> x", "<@U123ABC>", "@U999> y", "a`b`c <!everyone>",

@@ -82,7 +82,8 @@ def test_seed_steps(seed):
 def test_seed_figures(seed):
     tables, summary = seed
     assert summary.errors == [] and not summary.truncated
-    assert summary.stage == "export" and summary.program is None
+    assert summary.stage == "export"
+    assert summary.program == "encoder+decoder+tencoder+tdecoder+freq+channel+crosstransformer(mix,spec)"
     m = summary.metrics
     assert m["onnx.parameters"] == 41984456
     assert m["onnx.fx_nodes"] == 1702
@@ -205,6 +206,91 @@ def test_nested_subgraphs_are_not_main_graph_nodes():
     assert ops["If"] == 1 and "Cos" not in ops and "Sigmoid" not in ops  # those live in the If branches
 
 
+# --- The model's name (program): from the exported program's ``def forward(self, ...)`` ---
+
+BUCKETS = Path(__file__).parent / "incident_buckets"
+SAMPLES = Path(__file__).resolve().parents[1] / "data" / "sample_bucket"
+
+
+def _program(path: Path) -> str | None:
+    import gzip
+
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text(encoding="utf-8")
+    return run(_lines(text))[1].program
+
+
+@pytest.mark.parametrize("case, name", [
+    ("mlp", "conv+bn+fc1+fc2(x)"),  # conv, bn (parameters and buffers), fc1, fc2: in the order they hold state
+    ("nestedcond", "fc+fc2(x)"),
+    ("bigmm", "fc(x)"),
+    ("custom", "fc(x)"),  # failed at translate: the exported program is there, and names it
+    ("datadep_draft", "fc(x)"),  # draft_export's program
+    ("datadep", None),  # every capture strategy failed: no exported program, no name (the folder's applies)
+])
+def test_the_program_is_the_model_the_exported_program_names(case, name):
+    assert _program(CASE[case]) == name
+
+
+def test_the_program_of_real_reports_in_buckets():
+    corpus = _program(CORPUS_REPORT)
+    assert corpus == "qkv+proj+norm(x)"
+    # The samples' MLP: 64 wide x 2 blocks, 96 x 2, 96 x 3 with a median that fails to translate,
+    # 128 x 3 with batch 32: one name every night, shapes and a block more inside `blocks` aside.
+    nights = sorted(SAMPLES.glob("*/torch-onnx/onnx_export_*.md.gz"))
+    assert [p.name.rsplit("_", 1)[1] for p in nights] == ["success.md.gz", "success.md.gz", "conversion.md.gz",
+                                                          "success.md.gz"]
+    assert {_program(p) for p in nights} == {"inp+blocks+head(x)"}
+    # Two models of one job: the conv net keeps its name when it grows (8 -> 12 channels, 2 -> 3 convs).
+    two = BUCKETS / "two_onnx_models"
+    assert {_program(p) for p in two.glob("*/torch-onnx/convnet/*.md.gz")} == {"features+head(x)"}
+    assert {_program(p) for p in two.glob("*/torch-onnx/mlp/*.md.gz")} == {"inp+blocks+head(x)"}
+
+
+def test_program_name_rules():
+    sig = '        def forward(self, {}):'
+    assert onnx.program_name(sig.format('p_fc_weight: "f32[4, 4]", p_fc_bias: "f32[4]", x: "f32[2, 4]"')) == "fc(x)"
+    # Buffers and constants name their module too; effect tokens and lifted constants are no module.
+    assert onnx.program_name(sig.format(
+        'token: "f32[0]", p_a_w: "f32[2]", b_norm_running_mean: "f32[2]", c_lifted_tensor_0: "i64[]", '
+        'c__tensor_constant0: "f32[]", c_table_x: "f32[3]", obj_cache: "FakeScriptObject", ids: "i64[2]", '
+        'mask: "b8[2]"')) == "a+norm+table+cache(ids,mask)"
+    # A model that is itself a Sequential: its numbered children are one entry, whatever their number.
+    assert onnx.program_name(sig.format('p_0_weight: "f32[4, 4]", p_2_weight: "f32[4, 4]", input: "f32[2, 4]"')) \
+        == "[i](input)"
+    assert onnx.program_name(sig.format(", ".join(f'p_m{i}_w: "f32[2]"' for i in range(11)) + ', x: "f32[2]"')) \
+        == "m0+m1+m2+m3+m4+m5+m6+m7+3_more(x)"
+    assert onnx.program_name(sig.format(", ".join(f'in{i}: "f32[2]"' for i in range(6)))) == "(in0,in1,in2,in3,2_more)"
+    # Symbolic sizes and unquoted annotations are no names; a signature without arguments names nothing.
+    assert onnx.program_name(sig.format('p_fc_w: "f32[s0, 4]", n: "Sym(s0)", flag: bool')) == "fc(n,flag)"
+    assert onnx.program_name("        def forward(self):") is None
+    assert onnx.program_name("    return (add,)") is None
+
+
+@pytest.mark.parametrize("line", [
+    "def forward(self, ",  # cut
+    'def forward(self, p_fc_weight: "f32[4, 4], x',  # an open quote swallows the rest
+    "def forward(self, <script>alert(1)</script>, x)",  # stops at what is no identifier
+    "def forward(self, " + "p_" * 100_000 + "x)",
+    "def forward(self, " + ", ".join(f"p_m{i}_w" for i in range(200_000)) + ", x)",  # many modules: counted
+    "def forward(self, " + "a" * 1_000_000 + ": 'f32', y)",
+    'def forward(self, p_a_w: "' + "," * 1_000_000 + '", x)',
+    "def forward(self, *args, **kwargs)",
+    "def forward(self, p_модуль_вес, x\u2028y, é)",
+    "def forward(self, \x00, p_\x1b[31m_w)",
+])
+def test_hostile_signatures_never_crash_and_stay_short(line):
+    start = time.perf_counter()
+    name = onnx.program_name(line)
+    assert time.perf_counter() - start < 2
+    assert name is None or (len(name) < 500 and "\n" not in name and "<" not in name and "\x00" not in name)
+    # In a report: whatever the line, the report parses and the program is that name.
+    text = CASE["nestedcond"].read_text(encoding="utf-8")
+    start = text.index("        def forward(self, p_fc_weight")
+    end = text.index("\n", start)
+    _, summary = run(_lines(text[:start] + "        " + line + text[end:]))
+    assert summary.program == name and not summary.truncated
+
+
 def test_sniff():
     for path in [SEED, *CASES]:
         assert onnx.sniff(path.name, path.read_text(encoding="utf-8")[:65536])
@@ -280,6 +366,7 @@ def _check_cut(name: str, path: Path, cut_text: str) -> None:
         else:
             assert _rowset(tables[t]) <= _rowset(full[t]), t
     assert summary.metrics.items() <= full_summary.metrics.items()
+    assert summary.program in (None, full_summary.program)  # a cut never renames the model
     if cut_text.rstrip() != text.rstrip():  # the cut removed content
         assert summary.truncated or summary.errors
 

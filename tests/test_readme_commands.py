@@ -101,8 +101,10 @@ def report_says(line: str):
     return lambda d: line in (d / "data" / "warehouse.report.md").read_text(encoding="utf-8").splitlines()
 
 
-NIGHT = "Last night: **0 new**, 9 still open (6 worse again), 1 fixed, 0 improvements."
-PMAP_HEADLINE = "jax-pmap / jit__fun: kernel.collective.all-reduce 7 → 9 (+2); kernel.collectives 7 → 9 (+2); +6 more"
+NIGHT = "Last night: **5 new**, 10 still open, 1 fixed, 2 improvements, 0 lost."
+PMAP_HEADLINE = ("jax-pmap / jit__fun: memory.peak_live_bytes 155.7 KiB → 265.2 KiB (+109.5 KiB); "
+                 "memory.temp_bytes 103.7 KiB → 176.5 KiB (+72.8 KiB); +14 more")
+ONNX_FIXED = "torch-onnx / inp+blocks+head(x): onnx.errors 0 → 3 (+3); ONNX export step translate fails"
 TEMP_MIB_CSV = """run_id,program,temp_mib
 2026-11-17,jit__fun,0.05199432373046875
 2026-11-18,jit__fun,0.10131072998046875
@@ -136,23 +138,26 @@ EXPECTED: dict[str, tuple[int, list, object]] = {
         2, ["error: scheduled runs need a Prefect server: start one with `prefect server start`"], None),
     # `check` against the run these dumps are: nothing new; against the night before,
     # the ONNX export failure they fix.
-    "check pr-dumps/": (0, ["dumpscope check pr-dumps against run 2026-11-20 (commit 1a8e6b4): 0 new incident(s)"], None),
-    "check pr-dumps/ --against 2026-11-19 --format json": (0, [lambda out: ("I-8e6059c4", "fixes") in [
+    "check pr-dumps/": (0, ["dumpscope check pr-dumps against run 2026-11-20 (commit 1a8e6b4): 0 new incidents"], None),
+    "check pr-dumps/ --against 2026-11-19 --format json": (0, [lambda out: ("I-9e63cf25", "fixes") in [
         (r["incident_id"], r["change"]) for r in json.loads(out)]], None),
-    "check pr-dumps/ --format markdown --fail-on new > comment.md": (0, [], lambda d: "**0 new incident(s)**" in (
+    "check pr-dumps/ --format markdown --fail-on new > comment.md": (0, [], lambda d: "**0 new incidents**" in (
         d / "comment.md").read_text(encoding="utf-8")),
-    "incidents": (0, ["9 incident(s), open, run 2026-11-20",
-                      has_row("I-f515e5b1", "open", "regression", "jax-pmap / jit__fun", "2026-11-19", "9b03c5e → c71f0d2",
-                              PMAP_HEADLINE)], None),
+    "incidents": (0, ["15 incident(s), open, run 2026-11-20",
+                      has_row("I-f515e5b1", "open", "regression", "jax-pmap / jit__fun", "2026-11-19")], None),
     "incidents --run 2026-11-19 --status new --format json": (0, [lambda out: sorted(
         (r["incident_id"], r["kind"], r["job"], r["program"]) for r in json.loads(out)) == [
+        ("I-6f4a75b1", "regression", "torch-inductor", "model__backward"),
         ("I-84ab3494", "regression", "jax-jit", "jit_eval_metrics"),
-        ("I-8e6059c4", "failure", "torch-onnx", "torch-onnx"),
+        ("I-9e63cf25", "failure", "torch-onnx", "inp+blocks+head(x)"),
         ("I-d9f2ab15", "regression", "torch-inductor", "model__forward"),
         ("I-f515e5b1", "regression", "jax-pmap", "jit__fun"),
         ("I-f61c3b88", "regression", "jax-jit", "jit_train_step")]], None),
+    "incidents I-f515e5b1": (0, ["I-f515e5b1  regression, open  jax-pmap / jit__fun",
+                                 "opened in 2026-11-19 (last good 2026-11-18); commits 9b03c5e → c71f0d2",
+                                 "on top of I-48d7e96d", "site: incidents/i-f515e5b1-"], None),
     "accept I-f515e5b1 --note two more psums, intended": (
-        0, ["accepted I-f515e5b1 at 2026-11-20; incidents closed: I-f515e5b1; regressions left there: 47."],
+        0, ["accepted I-f515e5b1 at 2026-11-20; incidents closed: I-f515e5b1; regressions left there: 50."],
         lambda d: query(d / "data" / "warehouse.duckdb", "SELECT closed_run, closed_how, accepted_note FROM incidents "
                         "WHERE incident_id = 'I-f515e5b1'") == [("2026-11-20", "accepted", "two more psums, intended")]),
     # Which incidents a pattern closes: tests/test_cli.py (test_accepting_a_pattern_closes_its_open_incidents).
@@ -165,8 +170,8 @@ EXPECTED: dict[str, tuple[int, list, object]] = {
         "  memory.temp_bytes 176.5 KiB → 299.3 KiB (+122.8 KiB, +69.5 %)\n",
         lambda out: "jax-jit/" not in out and "torch-" not in out], None),
     "sql SELECT status, incident_id, headline FROM incidents_at('2026-11-20')": (0, [
-        has_row("open", "I-f515e5b1", PMAP_HEADLINE), has_row("improved", "I-6f4a75b1"),
-        has_row("fixed", "I-8e6059c4", "torch-onnx / torch-onnx: onnx.errors 0 → 3 (+3); onnx.step.translate 1 → 0 (-1)")], None),
+        has_row("open", "I-f515e5b1", PMAP_HEADLINE), has_row("new", "I-a4cd47e9"),
+        has_row("fixed", "I-9e63cf25", ONNX_FIXED)], None),
     "site --warehouse data/warehouse.duckdb --out site": (0, [lambda out: out.startswith("site: ") and " pages, " in out],
                                                            lambda d: (d / "site" / "index.html").exists()),
     "sql SELECT table_name, comment FROM duckdb_tables()": (0, [has_row(

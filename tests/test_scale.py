@@ -109,7 +109,7 @@ def test_compaction_keeps_only_the_latest_runs_records_and_every_figure_exact(pr
     assert store(compacted) == listed and {name.split("/")[1][:64] for name in listed} <= latest_ids
     assert len(store(full)) > len(store(compacted))
     a, b = snapshot(compacted), snapshot(full)
-    derived = ["dump_series", "metric_trends", "regressions", "series_events", "run_rollups", "job_totals",
+    derived = ["dump_series", "metric_trends", "series_events", "run_rollups", "job_totals",
                "content_item_rows", "excerpt_texts", "diffs", "incidents", "incident_steps", "metrics", "dumps"]
     for table in derived:
         assert a[table] == b[table], table
@@ -309,15 +309,13 @@ def test_a_night_reads_the_figures_of_its_window_and_gets_the_rows_of_every_run(
     then from every run for the series short of rows there (their other runs from the
     warehouse): the same rows as reading every run, for every night of the sample (series
     come and go in it)."""
-    import dataclasses
-
     from transforms.trends import metric_trends as trends
 
     _, warehouse = four_nights
     with wh.connect_readonly(warehouse) as con:
         runs = aggregate_mod.frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
         order = trends.run_order(runs)
-        settings = dataclasses.replace(aggregate_mod.load_settings(None), baseline_runs=keep_before - 1)
+        settings = aggregate_mod.load_settings(None)
         all_dumps, all_series = history.night_frames(con, runs, order, 0, settings)
         assert all_series.equals(con.sql("SELECT * EXCLUDE (items_key) FROM dump_series ORDER BY path").pl())
         every_ok = all_series.join(all_dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
@@ -377,8 +375,8 @@ def test_a_nights_events_come_from_its_runs_and_the_runs_before_them(four_nights
 
 @pytest.fixture(scope="module")
 def narrow_nights(prefect, tmp_path_factory) -> tuple[Path, Path, Path]:
-    """The sample nights aggregated with a baseline of one run: a night's window (its run and
-    the two before) leaves the first run out."""
+    """The sample nights aggregated with an old settings file (baseline_runs, which changes
+    nothing now): a night's window (its run and the one before) leaves the first runs out."""
     where = tmp_path_factory.mktemp("narrow")
     bucket, warehouse, settings = where / "bucket", where / "wh.duckdb", where / "narrow.toml"
     settings.write_text("baseline_runs = 1\n")
@@ -404,7 +402,7 @@ def test_a_night_that_reads_only_its_window_writes_what_a_full_re_aggregation_wr
     monkeypatch.setattr(history, "night_frames",
                         lambda *a, **k: (lambda f: read_runs.append(f[0].get_column("run_id").n_unique()) or f)(frames(*a, **k)))
     nightly(bucket=str(copy), warehouse=work, workers=1, settings_path=settings)
-    assert read_runs == [3]  # of 5: the night and the two runs before it
+    assert read_runs == [2]  # of 5: the night and the run before it
     with wh.connect_readonly(work) as con:
         events = con.sql("SELECT event::VARCHAR AS event FROM series_events WHERE run_id = '2026-11-21'").pl().get_column("event")
         vanished = con.sql("SELECT count(*) FROM incident_steps WHERE opened_run = '2026-11-21' AND job = ? "
@@ -454,10 +452,15 @@ def test_a_re_aggregation_in_passes_of_one_run_writes_what_the_nights_wrote(four
         assert again[t].equals(frame), t
 
 
-def test_an_accept_rewrites_from_its_run_what_a_full_re_aggregation_writes(sample_warehouse, tmp_path, monkeypatch):
-    """An accept moves baselines and incidents from its run on: it rewrites the runs from
-    there (here the last two of four), walks every job, and the derived tables and incidents
-    are what a full re-aggregation with the same accept log writes."""
+@pytest.mark.parametrize(("run", "closed"), [
+    (NIGHTS[2], ["I-01dc4499", "I-48d7e96d", "I-f515e5b1"]),
+    # The last run: the incidents of other programs it does not touch stay as stored.
+    (NIGHTS[3], ["I-01dc4499", "I-48d7e96d", "I-a4cd47e9", "I-f515e5b1"])])
+def test_an_accept_rewrites_from_its_run_what_a_full_re_aggregation_writes(sample_warehouse, tmp_path, monkeypatch,
+                                                                           run, closed):
+    """An accept moves levels and incidents from its run on: it rewrites the runs from
+    there, walks every job, and the derived tables and incidents are what a full
+    re-aggregation with the same accept log writes."""
     from flows.accept import accept
 
     work = tmp_path / "wh.duckdb"
@@ -467,16 +470,17 @@ def test_an_accept_rewrites_from_its_run_what_a_full_re_aggregation_writes(sampl
     monkeypatch.setattr(aggregate_mod, "_aggregate_runs", lambda con, s, b, r, runs, acc, order, from_seq, *a, **k:
                         passes.append(order.get_column("run_id")[from_seq]) or real(con, s, b, r, runs, acc, order, from_seq, *a, **k))
     with wh.Warehouse(work) as con:
-        done = accept(con, aggregate_mod.load_settings(None), "jax-pmap/*", NIGHTS[2], note="intended")
-    assert passes == [NIGHTS[2]] and done.closed == ["I-48d7e96d", "I-f515e5b1"]
+        done = accept(con, aggregate_mod.load_settings(None), "jax-pmap/*", run, note="intended")
+    assert passes == [run] and done.closed == closed
     after = _every_derived(work)
     with wh.Warehouse(work) as con:
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # every run again, same accept log
         aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
     assert passes[-1] == NIGHTS[0]
     full = _every_derived(work)
-    assert after["metric_trends"].filter(pl.col("series").str.starts_with("jax-pmap/") & (pl.col("run_id") == NIGHTS[2])
-                                         & (pl.col("verdict").cast(pl.String) == "accepted")).height
+    assert after["incident_steps"].filter(pl.col("series").str.starts_with("jax-pmap/") & (pl.col("closed_run") == run)
+                                          & (pl.col("closed_how") == "accepted")).height
+    assert after["incidents"].height == 23
     for t, frame in full.items():
         assert after[t].equals(frame), t
 

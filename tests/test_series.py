@@ -93,7 +93,8 @@ def test_events_new_vanished_missing_and_failed():
         ("n2", "b", None, "job_missing"),
     ]
     assert ev.filter(pl.col("event") == "failed_dump").get_column("detail").to_list() == ["n2/a/p.hlo: line 3: bad"]
-    empty_trends = pl.DataFrame(schema={"run_id": pl.String, "job": pl.String, "series": pl.String, "verdict": pl.String})
+    empty_trends = pl.DataFrame(schema={"run_id": pl.String, "job": pl.String, "series": pl.String, "changed": pl.Boolean,
+                                        "previous_value": pl.Float64})
     roll = run_rollups(d, s, empty_trends, ev, order)
     assert roll.select("run_id", "job", "dumps", "parsed", "failed", "series", "new_series", "vanished_series").rows() == [
         ("n1", "a", 2, 2, 0, 2, 0, 0), ("n1", "b", 1, 1, 0, 1, 0, 0), ("n2", "a", 2, 1, 1, 2, 1, 1)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser import check_links, open_page, serve_directory
-from transforms.site.pages import series_file
+from transforms.site.data import series_file
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 SERIES = series_file("jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment").replace(".md", ".html")
@@ -34,7 +34,7 @@ def site(sample_warehouse, tmp_path_factory):
 
 
 def test_every_page_is_built(site):
-    assert (site.pages, site.charts) == (54, 41)  # 41 + 11 incident pages and their index + docs/site.md
+    assert (site.pages, site.charts) == (66, 41)  # 41 + 23 incident pages and their index + docs/site.md
     built = {p.relative_to(site.out).as_posix() for p in site.out.rglob("*.html")}
     assert set(PAGES) <= built
     assert len([p for p in built if p.startswith("series/")]) == 26  # 25 series and their index
@@ -63,7 +63,7 @@ def test_every_page_has_the_csp_and_no_inline_script_or_handler(site):
 
 def test_pages_say_something_without_javascript(site):
     overview = html.unescape((site.out / "index.html").read_text())
-    assert "Still open (9)" in overview and "Fixed (1)" in overview
+    assert "New (5)" in overview and "Still open (10)" in overview and "Fixed (1)" in overview
     assert "jax-pmap / jit__fun" in overview and "449.6 KiB" in overview  # headline: pmap total bytes
     memory = html.unescape((site.out / "memory.html").read_text())
     assert "The numbers" in memory and "299.3 KiB" in memory  # pmap temp bytes, in the table under the chart
@@ -73,7 +73,7 @@ def test_pages_say_something_without_javascript(site):
     query = (site.out / "query.html").read_text()
     for table in ("metric_trends", "regressions", "diffs", "accepts", "hlo_instructions", "latest_metrics"):
         assert f'id="{table}"' in query, table
-    assert "Median of the previous baseline_runs values" in query  # a column comment, from the warehouse
+    assert "The incident whose step is open on this figure at this run" in query  # a view's column comment, from the warehouse
 
 
 def test_each_kind_of_page_renders_in_chromium(site, browser):
@@ -111,8 +111,8 @@ def _text(page: Path) -> str:
 
 
 def test_one_count_is_the_same_number_everywhere(site, sample_warehouse):
-    """The night's counts come from incidents_at: the summary, the overview, the run page,
-    the incident pages and the CLI say the same."""
+    """The night's counts come from incident_status: the summary, the overview, the run page,
+    the runs index (run_verdicts), the incident pages and the CLI say the same."""
     import json
 
     from typer.testing import CliRunner
@@ -121,18 +121,24 @@ def test_one_count_is_the_same_number_everywhere(site, sample_warehouse):
 
     report = (sample_warehouse.parent / "report.md").read_text()
     counts = re.search(r"Last night: (.*)\.\n", report).group(1).replace("**", "")
-    assert counts == "0 new, 9 still open (6 worse again), 1 fixed, 0 improvements"
+    assert counts == "5 new, 10 still open, 1 fixed, 2 improvements, 0 lost"
     assert f"Last night: {counts}." in _text(site.out / "index.html")
     assert f"This run: {counts}." in _text(site.out / "runs" / "2026-11-20.html")
-    assert "Still open (9)" in _text(site.out / "index.html") and "Fixed (1)" in _text(site.out / "index.html")
+    overview = _text(site.out / "index.html")
+    assert "New (5)" in overview and "Still open (10)" in overview and "Fixed (1)" in overview and "Improvements (2)" in overview
     cli = CliRunner().invoke(app, ["incidents", "--status", "open", "--format", "json", "--warehouse", str(sample_warehouse)])
-    assert len(json.loads(cli.output)) == 9
-    assert sum(r["worse_again"] is not None for r in json.loads(cli.output)) == 6
-    assert _text(site.out / "index.html").count("worse again in this run") == 6
+    assert len(json.loads(cli.output)) == 15  # new and still open
+    new = CliRunner().invoke(app, ["incidents", "--status", "new", "--format", "json", "--warehouse", str(sample_warehouse)])
+    assert len(json.loads(new.output)) == 5
+    # The runs index: each run's counts, as its summary said them (the view run_verdicts).
+    runs = _text(site.out / "runs" / "index.html")
+    assert "2026-11-20 2026-11-20 02:00:00 1a8e6b4 44 0 0 24 5 10 1 2 0" in runs
+    assert "2026-11-19 2026-11-19 02:00:00 c71f0d2 44 0 0 25 6 5 0 5 0" in runs
     listed = _text(site.out / "incidents" / "index.html")
-    assert len(list((site.out / "incidents").glob("i-*.html"))) == 11 == listed.count(" open ") + listed.count(" fixed (")
-    # The night before: five new, one improvement.
-    assert "This run: 5 new, 5 still open (5 worse again), 0 fixed, 1 improvement." in _text(site.out / "runs" / "2026-11-19.html")
+    assert len(list((site.out / "incidents").glob("i-*.html"))) == 23 == (
+        listed.count(" new ") + listed.count(" open ") + listed.count(" fixed ("))
+    # The night before: six new (a failed export among them), five improvements.
+    assert "This run: 6 new, 5 still open, 0 fixed, 5 improvements, 0 lost." in _text(site.out / "runs" / "2026-11-19.html")
 
 
 def test_commits_link_to_their_pages_when_the_settings_say_where(sample_warehouse, tmp_path):
@@ -164,31 +170,34 @@ def test_the_text_summary_says_what_the_markdown_says_without_markup(sample_ware
     how = dict(commit_url="https://git.example/c/{commit}", compare_url="https://git.example/compare/{base}...{head}")
     md, text = night_markdown("2026-11-19", commit, at, **how), night_text("2026-11-19", commit, at, **how)
     assert text.splitlines()[:3] == ["Dumpscope: run 2026-11-19 (commit c71f0d2 (https://git.example/c/c71f0d2))", "",
-                                     "Last night: 5 new, 5 still open (5 worse again), 0 fixed, 1 improvement."]
+                                     "Last night: 6 new, 5 still open, 0 fixed, 5 improvements, 0 lost."]
     assert "Commits 9b03c5e (https://git.example/c/9b03c5e) → c71f0d2 (https://git.example/c/c71f0d2) " \
            "(compare (https://git.example/compare/9b03c5e...c71f0d2))" in text
     assert not any(m in text for m in ("**", "<code>", "&#", "](", "# "))
     assert len(text.splitlines()) == len(md.splitlines())  # line for line the same story
 
 
-def test_a_warehouse_from_before_worse_again_still_reads(sample_warehouse, tmp_path):
-    """Until a writer opens it, a warehouse keeps the incidents_at macro and incident_steps of
-    the version before worse_again: the CLI and the site read it, saying nothing of it."""
-    import duckdb
+def test_a_warehouse_no_writer_has_opened_since_the_upgrade_says_what_to_do(sample_warehouse, tmp_path):
+    """A warehouse at an older schema keeps its old views until a writer opens it: the CLI and
+    the site say so in one line (and how to bring it up to date) instead of reading the old verdict."""
+    from typer.testing import CliRunner
 
-    from flows.incidents import list_incidents
-    from flows.site import build_site
+    from flows.cli import app
     from flows.warehouse import schema
 
     old = tmp_path / "old.duckdb"
     shutil.copy(sample_warehouse, old)
-    body = schema.MACROS["incidents_at"][2]
-    before = body[: body.index("       i.*,")] + "       i.*\n" + body[body.index("FROM incidents i"):]
+    shutil.copytree(sample_warehouse.with_name(sample_warehouse.name + ".records"), old.with_name("old.duckdb.records"))
+    import duckdb
+
     with duckdb.connect(str(old)) as con:
-        con.execute(f"CREATE OR REPLACE MACRO incidents_at(run) AS TABLE {before}")
-        for col in ("worse_runs", "worse_from", "worse_to"):
-            con.execute(f"ALTER TABLE incident_steps DROP COLUMN {col}")
-    run, rows = list_incidents(old, None, "open")
-    assert (run, len(rows), {r["worse_again"] for r in rows}) == ("2026-11-20", 9, {None})
-    site = build_site(old, tmp_path / "site")
-    assert "Last night: 0 new, 9 still open, 1 fixed, 0 improvements." in _text(site.out / "index.html")
+        con.execute(schema.set_version_sql(schema.SCHEMA_VERSION - 1))
+    line = (f"error: the warehouse is at schema version {schema.SCHEMA_VERSION - 1}, this Dumpscope reads "
+            f"{schema.SCHEMA_VERSION}: run `dumpscope aggregate` (or the next night) to bring it up to date\n")
+    for args in (["incidents"], ["site", "--out", str(tmp_path / "site")]):
+        out = CliRunner().invoke(app, [*args, "--warehouse", str(old)])
+        assert (out.exit_code, out.stderr) == (1, line), args
+    fixed = CliRunner().invoke(app, ["aggregate", "--warehouse", str(old)])
+    assert fixed.exit_code == 0, fixed.output
+    now = CliRunner().invoke(app, ["incidents", "--warehouse", str(old)])
+    assert now.exit_code == 0, now.output

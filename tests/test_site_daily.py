@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.browser import serve_directory
-from transforms.site.pages import series_file
+from transforms.site.data import series_file
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 README_SHOT = ARTIFACTS / "readme_overview.png"
@@ -46,13 +46,16 @@ _PROBE = """() => {
   const inside = (box, outer) => box.left >= outer.left - 1 && box.right <= outer.right + 1;
   const viewport = {left: 0, right: window.innerWidth};
   const charts = Array.from(document.querySelectorAll('.ds-chart')).map((el) => {
-    const count = (cls) => Array.from(el.querySelectorAll(`svg g.${cls}`)).reduce((n, g) => n + g.childElementCount, 0);
+    // Marks drawn where they apply: a point sized 0 elsewhere has no area (charts.py draws rings
+    // and triangles on every row, never on filtered data, which Vega warns about).
+    const count = (cls) => Array.from(el.querySelectorAll(`svg g.${cls} path`)).filter((p) => p.getBBox().width > 0).length;
     const axis = el.querySelector('svg .role-axis-label text');
     return {
       label: el.getAttribute('aria-label'),
       last: count('ds_last_marks'),
-      labels: Array.from(el.querySelectorAll('svg g.ds_label_marks text')).map((t) => t.textContent),
+      labels: Array.from(el.querySelectorAll('svg g.ds_label_marks text')).map((t) => t.textContent).filter((t) => t !== ''),
       opened: count('ds_opened_marks'),
+      open: count('ds_open_marks'),
       axis_fill: axis ? getComputedStyle(axis).fill : null,
     };
   });
@@ -127,19 +130,20 @@ def reports(daily_site, browser):
                     shot = ARTIFACTS / f"daily_{SHOTS[page]}_{width}.png" if page in SHOTS and mode != "dark" else None
                     out[mode, page] = browser.open_page(base + path, probe=_PROBE, screenshot=shot)
                 if mode == "wide":
-                    out["click"] = _click_last_point(tab, base + "kernels.html")
+                    out["click"] = _click(tab, base + "kernels.html", "ds_point", r".*/runs/.*\.html$")
+                    out["click_open"] = _click(tab, base + "kernels.html", "ds_open", r".*/incidents/.*\.html$")
     if os.environ.get("DUMPSCOPE_UPDATE_README_SHOT"):
         shutil.copyfile(ARTIFACTS / "daily_overview_1400.png", README_SHOT)
     return out
 
 
-def _click_last_point(tab, url: str) -> str:
-    """Where a click on last night's point of the first kernels chart leads."""
+def _click(tab, url: str, mark: str, lands: str) -> str:
+    """Where a click on the first drawn ``mark`` of the first chart of ``url`` leads."""
     tab.goto(url)
-    point = tab.locator(".ds-chart svg g.ds_last_marks path").first
+    point = tab.locator(f".ds-chart svg g.{mark}_marks path").filter(visible=True).first
     point.wait_for()
     point.click(force=True)
-    tab.wait_for_url(re.compile(r".*/runs/.*\.html$"), timeout=5000)
+    tab.wait_for_url(re.compile(lands), timeout=5000)
     href = tab.url
     tab.goto("about:blank")
     return href
@@ -147,14 +151,14 @@ def _click_last_point(tab, url: str) -> str:
 
 def test_pages_open_without_errors_and_every_chart_draws(reports):
     for key, report in reports.items():
-        if key == "click":
+        if key in ("click", "click_open"):
             continue
         assert report.console_errors == [] and report.csp_violations == [], (key, report.console_errors)
         assert report.undrawn_charts == 0 and all(n > 0 for n in report.chart_marks), (key, report.chart_marks)
 
 
 def test_every_trend_chart_rings_and_labels_last_night(reports):
-    for (mode, page), report in ((k, r) for k, r in reports.items() if k != "click"):
+    for (mode, page), report in ((k, r) for k, r in reports.items() if k not in ("click", "click_open")):
         for chart in report.probe["charts"]:
             if chart["label"] == "Allocations by kind":  # bars of the latest run, not a trend
                 continue
@@ -164,7 +168,7 @@ def test_every_trend_chart_rings_and_labels_last_night(reports):
     assert sorted(kernels["Kernel launches (XLA, after optimizations)"]["labels"], key=int) == ["12", "39", "46"]
     memory = {c["label"]: c for c in reports["wide", "memory.html"].probe["charts"]}
     # memory.temp_bytes in 2026-11-20: 131,584, 306,440 and 32,976 bytes (jit_train_step, jit__fun, jit_eval_metrics).
-    assert sorted(memory["Temp bytes"]["labels"]) == ["128.5 KiB", "299.3 KiB", "32.2 KiB"]
+    assert sorted(memory["Temp bytes (buffer assignment)"]["labels"]) == ["128.5 KiB", "299.3 KiB", "32.2 KiB"]
     series = reports["wide", SERIES].probe["charts"]
     assert len(series) == 1 and {"449.6 KiB", "299.3 KiB"} <= set(series[0]["labels"])  # jit__fun's total and temp bytes
 
@@ -172,9 +176,14 @@ def test_every_trend_chart_rings_and_labels_last_night(reports):
 def test_incidents_are_marked_where_they_opened_and_a_point_opens_its_run(reports):
     kernels = {c["label"]: c for c in reports["wide", "kernels.html"].probe["charts"]}
     # Incidents I-f61c3b88 and I-84ab3494 opened with kernel.launches steps in 2026-11-19 (jit_train_step,
-    # jit_eval_metrics), I-f515e5b1 with jit__fun's: one triangle each, none on the runs after.
-    assert kernels["Kernel launches (XLA, after optimizations)"]["opened"] == 3
-    assert reports["click"].endswith("/runs/2026-11-20.html")
+    # jit_eval_metrics), I-f515e5b1 with jit__fun's, and I-c2dd8bab on top of I-f61c3b88 in 2026-11-20
+    # (jit_train_step again): one triangle each, none on the runs between.
+    launches = kernels["Kernel launches (XLA, after optimizations)"]
+    assert launches["opened"] == 4
+    # All three programs' launches have an incident open at the last run: a ring each, to its incident.
+    assert launches["open"] == 3
+    assert reports["click"].endswith("/runs/2026-11-17.html")  # a point: its run (the first panel's first run)
+    assert "/incidents/i-" in reports["click_open"]  # a ring: the incident open on the figure
 
 
 def test_a_chart_with_nothing_to_show_is_not_drawn(daily_site, reports):
@@ -186,7 +195,7 @@ def test_a_chart_with_nothing_to_show_is_not_drawn(daily_site, reports):
 
 
 def test_tables_keep_their_first_column_in_view(reports):
-    for (mode, page), report in ((k, r) for k, r in reports.items() if k != "click"):
+    for (mode, page), report in ((k, r) for k, r in reports.items() if k not in ("click", "click_open")):
         for table in report.probe["tables"]:
             assert table["first_inside"], (mode, page, table)
             assert table["first_width"] > (60 if mode == "phone" else 80), (mode, page, table)  # no letter-per-line column
@@ -223,7 +232,7 @@ def test_the_site_follows_the_system_colour_scheme(reports):
 
 
 def test_every_page_says_how_old_it_is(reports, daily_site):
-    for (mode, page), report in ((k, r) for k, r in reports.items() if k != "click"):
+    for (mode, page), report in ((k, r) for k, r in reports.items() if k not in ("click", "click_open")):
         status = report.probe["status"]
         assert re.fullmatch(r"Latest run 2026-11-20, started 2026-11-20 02:00 UTC \(\d+ days ago\), commit 1a8e6b4 · "
                             r"site built \d{4}-\d\d-\d\d \d\d:\d\d UTC \((just now|\d+ min ago)\)", status), (page, status)
@@ -248,7 +257,7 @@ def test_run_pages_and_the_overview_show_tags_commits_and_dump_links(daily_site,
 
 
 def test_a_dump_link_escapes_every_segment_of_the_path():
-    from transforms.site.pages import dump_link
+    from transforms.site.data import dump_link
 
     hostile = '2026-11-20 <img src=x onerror=alert(1)>/job"a&b/../x?y#z.txt'
     link = dump_link(SimpleNamespace(bucket_url=BUCKET_URL), hostile)
@@ -300,4 +309,4 @@ def test_every_incident_and_diff_item_leads_to_its_excerpt_on_the_page(daily_sit
             excerpts += sum(b["excerpt"] > 0 for b in found["blocks"])
             if page != "diff.html":
                 assert found["items"], page  # every incident of the sample has a cause
-    assert len(pages) == 11 and excerpts > 100
+    assert len(pages) == 23 and excerpts > 100

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from transforms.site.pages import run_anchor, run_file, series_anchor, series_file
+from transforms.site.data import run_anchor, run_file, series_anchor, series_file
 from transforms.trends.rules import parse_settings
 
 RUNS, WINDOW = 150, 30
@@ -65,7 +65,7 @@ def test_only_the_window_is_read(data):
     runs = _run_ids(data)
     window = set(runs[-WINDOW:])
     assert len(runs) == RUNS and data.run_pages == window
-    for name in ("trends", "dense", "regressions", "events", "rollups", "diffs"):
+    for name in ("trends", "dense", "events", "rollups", "diffs"):
         frame = getattr(data, name)
         assert frame.height and set(frame.get_column("run_id").unique().to_list()) <= window, name
     assert set(data.totals.get_column("run_id").unique().to_list()) == {runs[-1]}
@@ -88,7 +88,7 @@ def test_only_the_window_has_run_pages_and_older_runs_are_listed(site, data):
     assert built == {Path(run_file(r)).with_suffix(".html").name for r in runs[-WINDOW:]}
     index = (site.out / "runs" / "index.html").read_text()
     for r in runs[:-WINDOW]:
-        assert f'id="{run_anchor(r)}"' in index and f"run_id = &#39;{r}&#39;" in index.replace("&#x27;", "&#39;")
+        assert f'id="{run_anchor(r)}"' in index and f"incidents_at(&#39;{r}&#39;)" in index.replace("&#x27;", "&#39;")
     assert "Older runs" in index
 
 

@@ -193,7 +193,7 @@ def _series(warehouse: Path) -> list[str]:
 
 
 def test_every_name_gets_its_own_page_under_a_safe_file_name(hostile_site, hostile_warehouse):
-    from transforms.site.pages import run_file, series_file
+    from transforms.site.data import run_file, series_file
 
     built = {p.relative_to(hostile_site.out).as_posix() for p in hostile_site.out.rglob("*.html")}
     series = _series(hostile_warehouse)
@@ -257,7 +257,7 @@ def test_no_page_runs_a_payload_or_grows_an_element_from_one(visited):
 
 
 def test_the_payloads_read_as_text(visited, hostile_site):
-    from transforms.site.pages import run_file, series_file
+    from transforms.site.data import run_file, series_file
 
     html = lambda md: md.replace(".md", ".html")  # noqa: E731
     _shows(visited["index.html"], RUN_NEW, RUN_OLD, COMMIT, JOB_JAX, JOB_ONNX, f"{JOB_JAX} / {MODULE}", f"{JOB_JAX} / {PROGRAM}")

@@ -127,7 +127,7 @@ def test_every_table_view_and_column_is_commented(tmp_path, batch):
         assert tables == []
         views = dict(con.execute("SELECT view_name, comment FROM duckdb_views() WHERE database_name = 'w' AND NOT internal").fetchall())
         # The records tables are views over their Parquet files (flows.warehouse.records).
-        assert set(views) == {"latest_metrics", "metric_series", "dump_items", "content_items"} | set(all_tables())
+        assert set(views) == {"latest_metrics", "metric_series", "dump_items", "content_items"} | set(ws.VERDICT_VIEWS) | set(all_tables())
         assert all(views.values())
         assert set(ws.CORE_TABLES) <= {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'w'").fetchall()}
 

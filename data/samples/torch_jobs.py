@@ -8,8 +8,8 @@ is reset before each phase and read after it. The scheduler nodes Inductor print
 ``ir_pre_fusion.txt`` / ``ir_post_fusion.txt`` are counted from the scheduler's own
 node objects, by wrapping the two functions that print them.
 
-``run_onnx`` calls ``torch.onnx.export(..., dynamo=True, report=True, verify=True,
-artifacts_dir=DIR)`` and reads the saved model back with ``onnx.load``.
+``run_onnx`` calls ``torch.onnx.export(..., dynamo=True, report=True, verify=True, artifacts_dir=DIR)``
+(DIR may hold earlier exports' reports) and reads the saved model back with ``onnx.load``.
 
 Time stamps and process ids in the names the compilers choose (Inductor's
 ``run_<time>-pid_<pid>`` folder, ONNX's ``onnx_export_<time>_<outcome>.md``) are
@@ -194,6 +194,7 @@ def run_onnx(cfg: dict, dump_dir: Path, model_path: Path) -> dict:
     net = _net(cfg).eval()
     x, _ = _inputs(cfg)
     out: dict = {"model_parameters": sum(p.numel() for p in net.parameters())}
+    earlier = set(dump_dir.iterdir())  # reports of exports before this one into the same folder
     try:
         program = torch.onnx.export(
             net, (x,), dynamo=True, report=True, verify=True, artifacts_dir=str(dump_dir)
@@ -204,7 +205,7 @@ def run_onnx(cfg: dict, dump_dir: Path, model_path: Path) -> dict:
         program = None
     fixed = f"onnx_export_{_stamp(cfg).strftime('%Y-%m-%d_%H-%M-%S-%f')}"
     reports = []
-    for f in sorted(dump_dir.iterdir()):
+    for f in sorted(set(dump_dir.iterdir()) - earlier):
         new = dump_dir / _ONNX_STAMP.sub(fixed, f.name)
         f.rename(new)
         if new.suffix == ".md":

@@ -25,11 +25,11 @@ Comments and views are re-stated on every writable open (``comments_sql``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 def quote_ident(name: str) -> str:
@@ -172,32 +172,71 @@ FROM metrics m LEFT JOIN runs r USING (run_id)
 }
 
 
-# Table macros: parameterised views. incidents_at(run) is the one definition of "new",
-# "still open", "fixed" in a run, used by the summary, the CLI, the notifications and the site.
+# The verdict's views: incident_status is the one definition of each incident's status
+# at each run (new, open, fixed, accepted, lost); incidents_at(run), run_verdicts (the
+# counts), the summary, the CLI, the notifications and the site all read it.
+_RUN_ORDER = "(started_at, run_id)"
+VERDICT_VIEWS: dict[str, tuple[str, str]] = {
+    "incident_status": (
+        "Each incident's status at each run it is listed in, from the run it opened in to the run it closed in (or the latest run while open): new (opened there), open (opened earlier, not closed by then), fixed, accepted or lost (closed there). age_runs: runs since it opened. The one definition of every status and count Dumpscope shows.",
+        f"""
+SELECT r.run_id, i.incident_id,
+       CASE WHEN i.closed_run = r.run_id THEN i.closed_how
+            WHEN i.opened_run = r.run_id THEN 'new'
+            ELSE 'open' END AS status,
+       (SELECT count(*) FROM runs x WHERE (x.started_at, x.run_id) > (o.started_at, o.run_id)
+                                      AND (x.started_at, x.run_id) <= (r.started_at, r.run_id)) AS age_runs
+FROM incidents i
+JOIN runs o ON o.run_id = i.opened_run
+LEFT JOIN runs c ON c.run_id = i.closed_run
+JOIN runs r ON (r.started_at, r.run_id) >= (o.started_at, o.run_id)
+           AND (c.run_id IS NULL OR (r.started_at, r.run_id) <= (c.started_at, c.run_id))
+""",
+    ),
+    "run_verdicts": (
+        "Per run, the counts of its verdict (what the summary's first line says): new, open (still open, opened earlier), fixed and accepted regression and failure incidents; improvements (new improvement incidents) and lost (improvements that went back). From incident_status.",
+        """
+SELECT r.run_id, r.started_at,
+       count(*) FILTER (s.status = 'new' AND i.kind <> 'improvement') AS new,
+       count(*) FILTER (s.status = 'open' AND i.kind <> 'improvement') AS open,
+       count(*) FILTER (s.status = 'fixed') AS fixed,
+       count(*) FILTER (s.status = 'accepted') AS accepted,
+       count(*) FILTER (s.status = 'new' AND i.kind = 'improvement') AS improvements,
+       count(*) FILTER (s.status = 'lost') AS lost
+FROM runs r LEFT JOIN incident_status s USING (run_id) LEFT JOIN incidents i USING (incident_id)
+GROUP BY r.run_id, r.started_at
+""",
+    ),
+    "figure_status": (
+        "Each metric_trends row beside the incident step open on its series and metric at its run (the top of the stack when steps are stacked): step (regression, improvement, failure; NULL when none is open), its incident, its baseline and the change against it.",
+        """
+SELECT t.*, s.incident_id, s.step, s.opened_run, s.baseline, t.value - s.baseline AS change
+FROM metric_trends t JOIN runs r USING (run_id)
+LEFT JOIN (SELECT s.*, o.started_at AS o_at, c.started_at AS c_at FROM incident_steps s
+           JOIN runs o ON o.run_id = s.opened_run LEFT JOIN runs c ON c.run_id = s.closed_run) s
+  ON s.series = t.series AND s.metric = t.metric
+ AND (s.o_at, s.opened_run) <= (r.started_at, r.run_id)
+ AND (s.closed_run IS NULL OR (s.c_at, s.closed_run) > (r.started_at, r.run_id))
+QUALIFY row_number() OVER (PARTITION BY t.series, t.metric, t.run_id ORDER BY s.o_at DESC NULLS LAST, s.opened_run DESC) = 1
+""",
+    ),
+    "regressions": (
+        "The figures worse than their baseline at each run: the rows of figure_status whose open step is a regression or a failure (one row per series, metric and run; the incident says what stepped).",
+        "SELECT * FROM figure_status WHERE step IN ('regression', 'failure')",
+    ),
+}
+VIEWS |= VERDICT_VIEWS
+
+# Table macros: parameterised views. incidents_at(run) is incident_status at one run, with
+# each incident's columns.
 MACROS: dict[str, tuple[str, str, str]] = {
     "incidents_at": (
         "run",
-        "The incidents as they stand at a run: incidents_at('2026-11-20'). status: new (opened in that run), improvement (an improvement opened there), open (opened earlier, not closed by then), improved (an earlier improvement still in effect), fixed or accepted (closed in that run). age_runs: runs since it opened. worse_again: for an open incident whose figures moved further the worse way in that run (its steps are updated, nothing new opens), the moves (metric, series, value_before, value_after), most impact first; NULL otherwise. Every count of new, open and fixed incidents shown anywhere comes from here.",
+        "The incidents as they stand at a run: incidents_at('2026-11-20'): incident_status at that run (status: new, open, fixed, accepted, lost; age_runs) with each incident's columns. Every count of new, open and fixed incidents shown anywhere comes from here.",
         """
-SELECT CASE WHEN i.opened_run = run THEN CASE WHEN i.kind = 'improvement' THEN 'improvement' ELSE 'new' END
-            WHEN i.closed_run = run THEN i.closed_how
-            WHEN i.kind = 'improvement' THEN 'improved'
-            ELSE 'open' END AS status,
-       (SELECT count(*) FROM runs x WHERE (x.started_at, x.run_id) > (o.started_at, o.run_id)
-                                      AND (x.started_at, x.run_id) <= (r.started_at, r.run_id)) AS age_runs,
-       i.*,
-       (SELECT list(struct_pack(metric := s.metric, series := s.series,
-                                value_before := s.worse_from[list_position(s.worse_runs, run)],
-                                value_after := s.worse_to[list_position(s.worse_runs, run)])
-                    ORDER BY s.impact DESC, s.metric, s.series)
-        FROM incident_steps s
-        WHERE s.incident_id = i.incident_id AND list_contains(s.worse_runs, run)) AS worse_again
-FROM incidents i
-JOIN runs o ON o.run_id = i.opened_run
-JOIN runs r ON r.run_id = run
-LEFT JOIN runs c ON c.run_id = i.closed_run
-WHERE (o.started_at, o.run_id) <= (r.started_at, r.run_id)
-  AND (c.run_id IS NULL OR (c.started_at, c.run_id) >= (r.started_at, r.run_id))
+SELECT s.status, s.age_runs, i.*
+FROM incident_status s JOIN incidents i USING (incident_id)
+WHERE s.run_id = run
 """,
     ),
 }
@@ -206,6 +245,7 @@ WHERE (o.started_at, o.run_id) <= (r.started_at, r.run_id)
 VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
     "latest_metrics": ("job", "kind", "stage", "program", "metric", "value", "run_id", "started_at", "dump_id", "path"),
     "metric_series": ("started_at", "run_id", "commit", "job", "kind", "stage", "program", "metric", "value", "dump_id", "path"),
+
     "content_items": ("items_key", "category", "key", "label", "count", "bytes", "value", "detail", "excerpt_lines", "excerpt",
                       "excerpt_from"),
     "dump_items": ("path", "dump_id", "parser_version", "category", "key", "label", "count", "bytes", "value", "detail",
@@ -221,7 +261,19 @@ class SchemaTooNew(RuntimeError):
 class Migration:
     version: int
     summary: str
-    statements: tuple[str, ...]
+    # SQL, or a function of the connection for a step SQL cannot say (it runs its SQL on it).
+    statements: tuple[str | Callable[..., None], ...]
+
+
+def _drop_table_named(name: str) -> Callable[..., None]:
+    """A step dropping the table ``name`` when there is one (a view of that name may already
+    stand in its place: ``DROP TABLE IF EXISTS`` refuses a view)."""
+    def drop(con) -> None:
+        found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?",
+                            [name]).fetchall()[0][0]
+        if found:
+            con.execute(f"DROP TABLE {quote_ident(name)}")
+    return drop
 
 
 def _create_core(name: str) -> str:
@@ -262,6 +314,15 @@ MIGRATIONS: list[Migration] = [
     # Records rows leave the file for Parquet files beside it (flows.warehouse.records):
     # compacting them is an unlink. The writer moves the old tables' rows out (records.adopt).
     Migration(10, "records rows as Parquet files listed in records_files", (_create_core("records_files"),)),
+    # One verdict (issue 26): figures regress or improve only as incident steps. The rolling
+    # baseline's columns go, and regressions becomes a view over the steps (figure_status).
+    Migration(11, "the incidents' steps are the one verdict: rolling baselines and worse-again moves dropped", (
+        _drop_table_named("regressions"),
+        *(f"ALTER TABLE IF EXISTS metric_trends DROP COLUMN IF EXISTS {c}"
+          for c in ("baseline", "baseline_runs", "change", "change_ratio", "verdict", "regressed_since")),
+        *(f"ALTER TABLE IF EXISTS incident_steps DROP COLUMN IF EXISTS {c}" for c in ("worse_runs", "worse_from", "worse_to")),
+        *(f"ALTER TABLE IF EXISTS run_rollups DROP COLUMN IF EXISTS {c}" for c in ("regressed_series", "regressions")),
+    )),
 ]
 
 
@@ -274,7 +335,6 @@ def derived_tables() -> dict[str, tuple[pl.Schema, dict[str, str]]]:
         "dump_series": (series.SERIES_SCHEMA | {"items_key": pl.String}, series.SERIES_DOCS | {
             "items_key": "Content key of the dump's structural items (content_items.items_key); NULL for failed dumps."}),
         "metric_trends": (trends.TREND_SCHEMA, trends.TREND_DOCS),
-        "regressions": (trends.REGRESSION_SCHEMA, trends.REGRESSION_DOCS),
         "series_events": (rollups.EVENT_SCHEMA, rollups.EVENT_DOCS),
         "run_rollups": (rollups.ROLLUP_SCHEMA, rollups.ROLLUP_DOCS),
         "job_totals": (rollups.TOTAL_SCHEMA, rollups.TOTAL_DOCS),
@@ -363,10 +423,42 @@ def comments_sql(tables: Mapping[str, pl.Schema], docs: Mapping[str, Mapping[str
     known = (CORE_TABLES["runs"][1] | CORE_TABLES["metrics"][1]
              | {c: ("", d) for c, d in diffs.CONTENT_ITEM_DOCS.items()}
              | {"path": ("", "Dump path (dumps.path)."), "parser_version": CORE_TABLES["dumps"][1]["parser_version"]})
+    own = verdict_view_docs()
     for view, (doc, _) in VIEWS.items():
         out.append(f"COMMENT ON VIEW {quote_ident(view)} IS {quote_literal(doc)}")
-        out += [f"COMMENT ON COLUMN {quote_ident(view)}.{quote_ident(c)} IS {quote_literal(known[c][1])}" for c in VIEW_COLUMNS[view]]
+        cols = own[view] if view in own else {c: known[c][1] for c in VIEW_COLUMNS[view]}
+        out += [f"COMMENT ON COLUMN {quote_ident(view)}.{quote_ident(c)} IS {quote_literal(d)}" for c, d in cols.items()]
     return out
+
+
+def verdict_view_docs() -> dict[str, dict[str, str]]:
+    """Column docs of the verdict's views (``VERDICT_VIEWS``), in their column order."""
+    from transforms.trends import incidents
+    from transforms.trends import metric_trends as trends
+
+    figure = {c: trends.TREND_DOCS[c] for c in trends.TREND_SCHEMA.names()} | {
+        "incident_id": "The incident whose step is open on this figure at this run (the latest opened when steps are stacked); NULL when none is.",
+        "step": "That step's kind: regression, improvement or failure; NULL when no step is open.",
+        "opened_run": "Run the step opened in.",
+        "baseline": incidents.STEP_DOCS["baseline"],
+        "change": "value - baseline: how far the figure stands from the level before the step.",
+    }
+    return {
+        "incident_status": {
+            "run_id": "Run (runs.run_id).", "incident_id": "Incident (incidents.incident_id).",
+            "status": "new (opened in this run), open (opened earlier, not closed by this run), fixed, accepted or lost (closed in this run).",
+            "age_runs": "Runs since the incident opened (0 in its opening run)."},
+        "run_verdicts": {
+            "run_id": "Run (runs.run_id).", "started_at": "Start of the run.",
+            "new": "Regression and failure incidents opened in this run.",
+            "open": "Regression and failure incidents opened earlier and still open at this run.",
+            "fixed": "Regression and failure incidents fixed in this run.",
+            "accepted": "Incidents accepted in this run.",
+            "improvements": "Improvement incidents opened in this run.",
+            "lost": "Improvement incidents lost in this run (their figures went back)."},
+        "figure_status": figure,
+        "regressions": figure,
+    }
 
 
 def records_comments_sql(table: str, schema: pl.Schema, tdocs: Mapping[str, str]) -> list[str]:

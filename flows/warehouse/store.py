@@ -434,7 +434,7 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | Non
         version = schema_version(con)
         for step in steps:
             for sql in step.statements:
-                con.execute(sql)
+                sql(con) if callable(sql) else con.execute(sql)
             version = step.version
             con.execute(ws.set_version_sql(version))
         records.adopt(con, records_root or records.root_of(con))

@@ -10,7 +10,10 @@ each only when that stage ran. ``# PyTorch ONNX Conversion Error Report`` (no ca
 strategy worked) has the steps and an "Error message:" ``pytb`` block only.
 
 Output (``parse``): ``TableBatch`` items of the tables in ``TABLES``, then one
-``DumpSummary`` (stage ``export``; no program: reports do not name the model).
+``DumpSummary`` (stage ``export``). Its program is the model as the exported program's
+signature names it (``program_name``: ``inp+blocks+head(x)``), so several reports in one
+folder stay apart whatever their order; a report without an exported program (every
+capture strategy failed) has none (``None``: the caller names it after its folder).
 
 Guarantees: a row is yielded only when all its fields are final (ONNX op counts when
 the main graph closes; a verification entry when its histograms end), and a report
@@ -34,7 +37,9 @@ import polars as pl
 from transforms.parsers import onnx_report_sections as sec
 from transforms.records import DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error
 
-PARSER_VERSION = 2  # 2: every cut is an error; a whole last line without newline is read
+# 2: every cut is an error; a whole last line without newline is read.
+# 3: the program is named from the exported program's signature (was None: the folder's name).
+PARSER_VERSION = 3
 
 _TITLES = {"# PyTorch ONNX Conversion Report": "report", "# PyTorch ONNX Conversion Error Report": "error_report"}
 _SECTIONS = {  # heading -> section; its line number goes to the ``lineno_<section>`` column
@@ -60,6 +65,15 @@ _DECOMP = ("Ops exist only in the ExportedProgram before decomposition: ",
            "Ops exist only in the ExportedProgram after decomposition: ")  # fmt: skip
 _FILE_NAME = re.compile(r"^onnx_export_[\d_-]+_\w+\.md$")  # onnx_export_<timestamp>_<outcome>.md
 _MAX_ERRORS = 50
+# The model's name (``program_name``). torch.export names the forward's placeholders
+# (torch/_export/utils.py placeholder_prefixes): state as p_ (parameter), b_ (buffer),
+# c_ (constant), obj_ (custom object) + its dotted path lowercased with every other
+# character as "_"; effect tokens token, token_1...; user inputs by their argument name.
+_FORWARD = "def forward(self"
+_ARG = re.compile(r'\s*,\s*([^\W\d]\w*)\s*(?::\s*(?:"[^"]*"|[^,)"]*))?')  # ', p_fc_weight: "f32[4, 4]"'
+_STATE = ("p_", "b_", "c_", "obj_")
+_SYNTHETIC = re.compile(r"^(?:token(?:_\d+)?|c__tensor_constant\d+|c_lifted_tensor_\d+)$")
+_MAX_MODULES, _MAX_INPUTS, _MAX_PART, _MAX_SEEN = 8, 4, 40, 1000
 
 REPORTS = pl.Schema(
     {
@@ -167,6 +181,50 @@ def stage_from_name(name: str) -> str | None:
     return "export" if _FILE_NAME.match(name) else None
 
 
+def program_name(line: str) -> str | None:
+    """The model's name from its exported program's ``def forward(self, ...)`` line: the
+    top-level modules that hold its state, in order of first appearance, joined by ``+``,
+    then its user inputs: ``inp+blocks+head(x)`` from ``p_inp_weight``, ``p_blocks_0_norm_weight``,
+    ``p_head_bias``... and ``x``. No shapes: a wider model, another batch or a layer more
+    inside a container keeps the name; another model gets another.
+
+    The placeholder names join the state's dotted path with "_", so a top-level module is
+    the first word (``p_lm_head_weight`` → ``lm``): stable, not always the whole attribute
+    name; a user input named like state (``b_mask``) reads as state. Numbered top-level
+    modules (the model is itself a Sequential) are one ``[i]``. Synthetic placeholders
+    (effect tokens, lifted tensor constants) are left out; past 8 modules or 4 inputs the
+    rest is counted (``+3_more``), each part cut at 40 characters. None when the line is no
+    such signature or names nothing. Linear in the line, whatever its bytes.
+    """
+    text = line.lstrip()
+    if not text.startswith(_FORWARD):
+        return None
+    modules: dict[str, None] = {}  # ordered sets
+    inputs: dict[str, None] = {}
+    pos = len(_FORWARD)
+    while (m := _ARG.match(text, pos)) is not None:
+        pos, name = m.end(), m.group(1)
+        if _SYNTHETIC.match(name):
+            continue
+        prefix = next((p for p in _STATE if name.startswith(p)), None)
+        if prefix is None:
+            if len(inputs) < _MAX_SEEN:
+                inputs.setdefault(name[:_MAX_PART])
+            continue
+        top = name[len(prefix):].split("_", 1)[0]
+        if top and len(modules) < _MAX_SEEN:
+            modules.setdefault("[i]" if top.isdigit() else top[:_MAX_PART])
+    if not modules and not inputs:
+        return None
+    return f"{_capped(modules, _MAX_MODULES, '+')}({_capped(inputs, _MAX_INPUTS, ',')})"
+
+
+def _capped(names: dict[str, None], most: int, sep: str) -> str:
+    shown = list(names)[:most]
+    more = len(names) - len(shown)
+    return sep.join(shown + ([f"{more}_more"] if more else []))
+
+
 def parse(lines: Iterable[str]) -> ParserOutput:
     p = _Parser()
     yield from p.run(lines)
@@ -192,6 +250,8 @@ class _Parser:
         self.dispatch, self.dispatch_done = 0, False
         self.block_errors = 0  # exceptions in the Error messages block
         self.max_abs = self.max_rel = float("-inf")
+        self.program: str | None = None
+        self.forward_seen = False  # the exported program's first ``def forward`` (nested ones follow)
 
     def add(self, table: str, row: tuple | None):
         if row is not None and (batch := self.buf[table].add(row)) is not None:
@@ -215,7 +275,9 @@ class _Parser:
             if self.section == "top":
                 self._title(lineno, line)
             elif (fence := self.fence) == "exported_program" and not line.startswith("```"):
-                continue  # the bulk of a report; nothing in it is read
+                if not self.forward_seen and line.lstrip().startswith(_FORWARD):
+                    self.forward_seen, self.program = True, program_name(line)
+                continue  # the bulk of a report; nothing else in it is read
             elif fence == "onnx_model" and self.model is not None and not line.startswith("```"):
                 for row in self.model.feed(lineno, line) or ():  # the graph closed: op counts
                     yield from self.add("onnx_op_counts", row)
@@ -417,6 +479,6 @@ class _Parser:
         dispatch = 0 if r["report_kind"] == "error_report" else r["dispatch_failures"]
         if self.errors_done and dispatch is not None:
             metrics["onnx.errors"] = self.block_errors + dispatch
-        return DumpSummary(kind=DumpKind.ONNX_REPORT, stage="export", program=None, metrics=metrics,
+        return DumpSummary(kind=DumpKind.ONNX_REPORT, stage="export", program=self.program, metrics=metrics,
                            errors=self.errors, truncated=self.truncated)  # fmt: skip
 

@@ -1,22 +1,26 @@
 """Altair charts of the report site, as Vega-Lite specs (dicts) with their data inline.
 
 One theme for every chart (``THEME``), time on x with zoom and pan, tooltips with
-run, commit, value and change, and byte figures in the binary unit that fits (B, KiB,
-MiB, GiB). What a reader looks for first is last night: every trend chart rings the
-latest run's point of each line and writes its value beside it, and the x axis runs a
-little past the last run, so a point there never sits on the chart's border. Regressions
-and incidents are marked (triangles) on the run where they opened, not on every run they
-stayed open. A point opens its run's page; a triangle its incident (Vega's ``href``).
+run, commit, value, change and the incident open on the figure, and byte figures in the
+binary unit that fits (B, KiB, MiB, GiB), per panel. What a reader looks for first is
+last night: every trend chart rings the latest run's point of each line and writes its
+value beside it, and the x axis runs a little past the last run, so a point there never
+sits on the chart's border. Incidents are marked (triangles) on the run where they
+opened, and the latest point of a figure with an open incident carries a red (a
+regression or failure) or green (an improvement) ring that opens it. A point opens its
+run's page; a mark its incident (Vega's ``href``). A layer is drawn only when it has
+points (an empty one makes Vega warn of an infinite extent).
 
-Rows come in from ``transforms.site.pages`` with these columns: ``started_at``,
-``run_id``, ``commit``, ``value``, ``delta``, ``verdict``, ``metric``, the line's name,
-and optionally ``href`` (the run's page, relative to the page the chart is on), ``last``
-(the row is the latest run's), ``mark`` ("incident" or "regression": one opened here) and
-``mark_href`` (where the triangle leads). Section charts get a row for every run of the
-window (``steps=False``: straight lines between nights); the series pages' small
-multiples get the change points only (each line's first and last run and every run
-whose verdict is not ``unchanged``), drawn as steps, which is what a value held over
-many nights is.
+Rows come in from ``transforms.site`` with these columns: ``started_at``, ``run_id``,
+``commit``, ``value``, ``delta``, ``metric``, the line's name, and optionally ``changed``,
+``href`` (the run's page, relative to the page the chart is on), ``last`` (the row is the
+latest run's), ``mark`` ("incident": one opened here), ``mark_href``, ``state`` (the open
+step: "regression I-…"), ``open`` and ``open_href`` (``transforms.site.data.marked``).
+Section charts get a row for every run of the window (``steps=False``: straight lines
+between nights), one panel per program so that one program's spike does not flatten the
+others; the series pages' small multiples get the change points only (each line's first
+and last run and every run where it moved or an incident opened), drawn as steps, which
+is what a value held over many nights is.
 
 Altair builds the chart; the rows skip it (validating thousands of rows through its
 schema classes took seconds a chart) and go into the spec as inline CSV with short
@@ -37,6 +41,7 @@ import polars as pl
 from transforms.units import is_bytes_metric
 
 REGRESSED = "#d62728"
+IMPROVED = "#2ca02c"
 THEME = {
     "font": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif",
     "view": {"stroke": None},
@@ -50,12 +55,15 @@ WIDTH = "container"
 POINTS = alt.Data(name="points")  # replaced by the inline CSV in _spec
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
 # Columns of the inline data: t time, r run, c commit, k line or panel, y value (scaled),
-# d change against the previous run (scaled), v verdict, h the run's page, l the label of
-# last night's point (empty on other rows), m a mark opened here, i where the mark leads.
+# d change against the previous run (scaled), v the open incident step ("regression I-…"),
+# h the run's page, l the label of last night's point (empty on other rows), m a mark opened
+# here, i where the mark leads, o the open step's kind on a line's last point, j its incident.
 _PARSE = {"t": "date", "y": "number", "d": "number"}
 LAST_NAME = "ds_last"  # Vega mark names (classes of their SVG groups): the browser tests find them
 LABEL_NAME = "ds_label"
 MARK_NAME = "ds_opened"
+OPEN_NAME = "ds_open"
+POINT_NAME = "ds_point"
 DAILY_DAYS = 14  # runs spanning this many days or fewer get a tick a day
 MAX_RUN_TICKS = 10  # this many runs or fewer: a tick at each run
 Y_PAD = 14  # pixels above the highest point and below the lowest: a point is never cut in half
@@ -71,11 +79,13 @@ def byte_unit(max_value: float) -> tuple[str, int]:
 
 
 def change_points(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """Rows where the value moved (or was judged), plus the first and last of each line."""
+    """Rows where the value moved or an incident opened, plus the first and last of each line."""
     ordered = frame.sort([*keys, "started_at", "run_id"])
     first = pl.int_range(pl.len()).over(keys) == 0
     last = pl.int_range(pl.len()).over(keys) == pl.len().over(keys) - 1
-    return ordered.filter(first | last | (pl.col("verdict") != "unchanged"))
+    moved = pl.col("changed") if "changed" in frame.columns else pl.lit(True)
+    opened = pl.col("mark").is_not_null() if "mark" in frame.columns else pl.lit(False)
+    return ordered.filter(first | last | moved.fill_null(True) | opened)
 
 
 def is_empty(rows: pl.DataFrame) -> bool:
@@ -117,48 +127,71 @@ def _points(rows: pl.DataFrame, key: str, scale: pl.Expr | float, unit: pl.Expr 
     y = (pl.col("value") / scale).round_sig_figs(4)
     label = pl.when(y == y.round(0)).then(y.cast(pl.Int64).cast(pl.String)).otherwise(y.cast(pl.String))
     unit = pl.lit(unit) if isinstance(unit, str) else unit
+
+    def text(name: str) -> pl.Expr:
+        return (pl.col(name) if name in columns else pl.lit(None, pl.String)).fill_null("")
+
     last = pl.col("last") if "last" in columns else pl.lit(False)
-    href = pl.col("href") if "href" in columns else pl.lit(None, pl.String)
-    mark = pl.col("mark") if "mark" in columns else pl.lit(None, pl.String)
     return rows.select(
         pl.col("started_at").dt.strftime("%Y-%m-%dT%H:%M").alias("t"), pl.col("run_id").alias("r"),
         pl.col("commit").fill_null("").alias("c"), pl.col(key).alias("k"),
         (pl.col("value") / scale).round_sig_figs(6).alias("y"), (pl.col("delta") / scale).round_sig_figs(6).alias("d"),
-        pl.col("verdict").alias("v"), href.fill_null("").alias("h"),
+        text("state").alias("v"), text("href").alias("h"),
         pl.when(last & pl.col("value").is_not_null()).then(pl.concat_str(label, pl.when(unit == "").then(pl.lit(""))
                                                                         .otherwise(pl.lit(" ") + unit)))
         .otherwise(pl.lit("")).alias("l"),
-        mark.fill_null("").alias("m"),
-        (pl.col("mark_href") if "mark_href" in columns else href).fill_null("").alias("i"))
+        text("mark").alias("m"),
+        (pl.col("mark_href") if "mark_href" in columns else text("href")).fill_null("").alias("i"),
+        text("open").alias("o"), text("open_href").alias("j"))
 
 
 def _tooltip(value_title: str) -> list[alt.Tooltip]:
     return [alt.Tooltip("r:N", title="run"), alt.Tooltip("c:N", title="commit"), alt.Tooltip("k:N", title="series"),
             alt.Tooltip("y:Q", title=value_title, format=",.4~r"), alt.Tooltip("d:Q", title="change", format="+,.4~r"),
-            alt.Tooltip("v:N", title="verdict"), alt.Tooltip("m:N", title="opened here")]
+            alt.Tooltip("v:N", title="incident open on it")]
 
 
-def _marks(base: alt.Chart, tooltip: list, *, steps: bool, size: int = 28, label_right: bool = True) -> alt.LayerChart:
-    """Line, a point per row (its run's page), last night ringed and labelled, and a
-    triangle where a regression or incident opened (its incident's page)."""
-    last = base.transform_filter(alt.datum.l != "")
+def _layers(points: pl.DataFrame) -> tuple[bool, bool]:
+    """(any triangle, any open-incident ring): the layers a chart of these points draws."""
+    return (points.height > 0 and (points.get_column("m") != "").any(),
+            points.height > 0 and (points.get_column("o") != "").any())
+
+
+def _marks(base: alt.Chart, tooltip: list, *, steps: bool, size: int = 28, label_right: bool = True,
+           opened: bool = True, open_: bool = True) -> alt.LayerChart:
+    """Line, a point per row (its run's page), last night ringed and labelled, a triangle
+    where an incident opened (``opened``) and a coloured ring on the last point of a figure
+    with an open incident (``open_``), each to its incident's page.
+
+    The rings, labels and triangles are drawn on every row, sized 0 (or empty text) where they
+    do not apply, never on filtered data: a panel where a filter keeps no row gives Vega an
+    empty layer, whose y extent is infinite (it warns, and may draw the panel wrong)."""
+    def only(field: str, area: int):
+        return alt.condition(f"datum.{field} != ''", alt.value(area), alt.value(0))
+
     label = (dict(align="left", dx=8, dy=0) if label_right else dict(align="right", dx=3, dy=-9))
-    return alt.layer(
+    layers = [
         base.mark_line(interpolate="step-after" if steps else "linear", strokeWidth=2),
-        base.mark_point(filled=True, size=size, cursor="pointer").encode(tooltip=tooltip, href="h:N"),
-        last.mark_point(filled=False, size=5 * size, strokeWidth=2.5, cursor="pointer").encode(
-            tooltip=tooltip, href="h:N").properties(name=LAST_NAME),
-        last.mark_text(fontWeight="bold", fontSize=11, baseline="middle", **label).encode(text="l:N").properties(name=LABEL_NAME),
-        base.transform_filter(alt.datum.m != "").mark_point(
-            shape="triangle-up", size=4 * size, filled=True, color=REGRESSED, cursor="pointer").encode(
-            tooltip=tooltip, href="i:N").properties(name=MARK_NAME),
-    )
+        base.mark_point(filled=True, size=size, cursor="pointer").encode(tooltip=tooltip, href="h:N").properties(name=POINT_NAME),
+        base.mark_point(filled=False, strokeWidth=2.5, cursor="pointer").encode(
+            size=only("l", 5 * size), tooltip=tooltip, href="h:N").properties(name=LAST_NAME),
+        base.mark_text(fontWeight="bold", fontSize=11, baseline="middle", **label).encode(text="l:N").properties(name=LABEL_NAME),
+    ]
+    if opened:
+        layers.append(base.mark_point(shape="triangle-up", filled=True, color=REGRESSED, cursor="pointer").encode(
+            size=only("m", 4 * size), tooltip=tooltip, href="i:N").properties(name=MARK_NAME))
+    if open_:
+        colour = alt.condition("datum.o == 'improvement'", alt.value(IMPROVED), alt.value(REGRESSED))
+        layers.append(base.mark_point(shape="diamond", filled=False, strokeWidth=3, cursor="pointer").encode(
+            size=only("o", 9 * size), color=colour, tooltip=tooltip, href="j:N").properties(name=OPEN_NAME))
+    return alt.layer(*layers)
 
 
 def trend_chart(rows: pl.DataFrame, *, title: str, color: str = "line", metric_label: str | None = None,
                 height: int = 220, steps: bool = False) -> dict:
-    """Lines over runs, one per ``color`` value. ``rows``: metric_trends rows (one metric,
-    or metrics of one unit) with a ``line`` column naming each line (module docstring)."""
+    """Lines over runs, one per ``color`` value, on one y scale. ``rows``: metric_trends rows
+    (one metric, or metrics of one unit) with a ``line`` column naming each line (module
+    docstring). For counts of one kind (incidents per run); program figures go in ``panels``."""
     if steps:
         rows = change_points(rows, [color, "metric"])
     metric = rows.get_column("metric")[0] if rows.height else ""
@@ -169,8 +202,11 @@ def trend_chart(rows: pl.DataFrame, *, title: str, color: str = "line", metric_l
               scale=alt.Scale(domain=_time_domain(first, last)) if first is not None else alt.Undefined)
     base = alt.Chart(POINTS).encode(x=x, y=alt.Y("y:Q", title=y_title, scale=alt.Scale(padding=Y_PAD)),
                                     color=alt.Color("k:N", title=None))
-    chart = _marks(base, _tooltip(y_title), steps=steps).properties(title=title, width=WIDTH, height=height)
-    return _with_ticks(_spec(chart.interactive(bind_y=False), _points(rows, color, scale, unit)), rows)
+    points = _points(rows, color, scale, unit)
+    opened, open_ = _layers(points)
+    chart = _marks(base, _tooltip(y_title), steps=steps, opened=opened, open_=open_).properties(
+        title=title, width=WIDTH, height=height)
+    return _with_ticks(_spec(chart.interactive(bind_y=False), points), rows)
 
 
 def faceted_trend_chart(rows: pl.DataFrame, *, title: str, facet: str, color: str, metric_label: str,
@@ -183,8 +219,10 @@ def faceted_trend_chart(rows: pl.DataFrame, *, title: str, facet: str, color: st
               scale=alt.Scale(domain=_time_domain(first, last, right=0.05)))
     base = alt.Chart().encode(x=x, y=alt.Y("y:Q", title=None, scale=alt.Scale(zero=False, padding=Y_PAD)),
                               color=alt.Color("k:N", title=None))
-    layers = _marks(base, _tooltip(metric_label), steps=False, size=22, label_right=False).properties(width=260, height=130)
     points = pl.concat([rows.select(pl.col(facet).alias("p")), _points(rows, color, 1, "")], how="horizontal")
+    opened, open_ = _layers(points)
+    layers = _marks(base, _tooltip(metric_label), steps=False, size=22, label_right=False, opened=opened,
+                    open_=open_).properties(width=260, height=130)
     chart = layers.facet(facet=alt.Facet("p:N", title=None, header=alt.Header(labelLimit=280)), columns=columns,
                          data=POINTS).resolve_scale(y="independent").properties(title=title)
     return _with_ticks(_spec(chart, points), rows)
@@ -195,39 +233,53 @@ def small_multiples(rows: pl.DataFrame, *, title: str, columns: int = 3) -> dict
     return small_multiples_by(rows.with_columns(pl.lit(title).alias("_chart")), "_chart", columns=columns)[title]
 
 
-def small_multiples_by(rows: pl.DataFrame, key: str, *, columns: int = 3) -> dict[str, dict]:
-    """``small_multiples`` of each value of ``key`` (a series), titled by it, in one pass."""
-    rows = change_points(rows, [key, "metric"])
+def panels(rows: pl.DataFrame, *, title: str, panel: str = "line", columns: int = 3) -> dict:
+    """One panel per ``panel`` value (a program) over every run of the window, each with its own
+    y scale in its own unit: one program's spike does not flatten the others."""
+    return small_multiples_by(rows.with_columns(pl.lit(title).alias("_chart")), "_chart", panel=panel,
+                              columns=columns, steps=False)[title]
+
+
+def small_multiples_by(rows: pl.DataFrame, key: str, *, panel: str = "metric", columns: int = 3,
+                       steps: bool = True) -> dict[str, dict]:
+    """``small_multiples`` of each value of ``key`` (a series), titled by it, in one pass: a panel
+    per ``panel`` value, its bytes in the unit its largest value reaches. ``steps``: ``rows`` are
+    change points (drawn as steps); else a row per run (straight lines)."""
+    if steps:
+        rows = change_points(rows, [key, panel])
     if rows.is_empty():
         return {}
-    units = rows.group_by(key, "metric").agg(pl.col("value").abs().max().alias("_max"))
-    is_bytes = pl.col("metric").is_in([m for m in units.get_column("metric").unique().to_list() if is_bytes_metric(m)])
+    units = rows.group_by(key, panel).agg(pl.col("value").abs().max().alias("_max"),
+                                          pl.col("metric").first().alias("_metric"))
+    is_bytes = pl.col("_metric").is_in([m for m in units.get_column("_metric").unique().to_list() if is_bytes_metric(m)])
     unit, size = pl.lit("B"), pl.lit(1)
     for name, n in reversed(_UNITS[:-1]):  # byte_unit(): the largest unit the maximum reaches
         unit, size = pl.when(pl.col("_max") >= n).then(pl.lit(name)).otherwise(unit), pl.when(pl.col("_max") >= n).then(n).otherwise(size)
-    units = units.select(key, "metric", pl.when(is_bytes).then(unit).otherwise(pl.lit("")).alias("_unit"),
+    units = units.select(key, panel, pl.when(is_bytes).then(unit).otherwise(pl.lit("")).alias("_unit"),
                          pl.when(is_bytes).then(size).otherwise(1).cast(pl.Float64).alias("_scale"))
-    rows = rows.join(units, on=[key, "metric"], how="left", maintain_order="left").with_columns(
-        pl.when(pl.col("_unit") == "").then(pl.col("metric")).otherwise(pl.format("{} ({})", "metric", "_unit")).alias("panel"))
+    rows = rows.join(units, on=[key, panel], how="left", maintain_order="left").with_columns(
+        pl.when(pl.col("_unit") == "").then(pl.col(panel)).otherwise(pl.format("{} ({})", panel, "_unit")).alias("_panel"))
     span = dict((name, (lo, hi)) for name, lo, hi in rows.group_by(key).agg(
         pl.col("started_at").min().alias("lo"), pl.col("started_at").max().alias("hi")).iter_rows())
-    points = pl.concat([rows.select(key), _points(rows, "panel", pl.col("_scale"), pl.col("_unit"))], how="horizontal")
+    points = pl.concat([rows.select(key), _points(rows, "_panel", pl.col("_scale"), pl.col("_unit"))], how="horizontal")
     out = {}
     for (name,), part in points.partition_by(key, as_dict=True, maintain_order=True).items():
         first, last = span[name]
-        spec = json.loads(_small_multiples_spec(columns, _is_daily(first, last)))
+        opened, open_ = _layers(part)
+        spec = json.loads(_small_multiples_spec(columns, _is_daily(first, last), steps, opened, open_))
         spec["title"] = name
         _set_time_domain(spec, _time_domain(first, last, right=0.05), _run_ticks(rows.filter(pl.col(key) == name)))
         out[name] = _with_data(spec, part.drop(key))
     return out
 
 
-@lru_cache(maxsize=8)
-def _small_multiples_spec(columns: int, daily: bool) -> str:
-    """The spec every series page shares (JSON text: each caller gets its own copy)."""
+@lru_cache(maxsize=32)
+def _small_multiples_spec(columns: int, daily: bool, steps: bool, opened: bool, open_: bool) -> str:
+    """The spec the series pages (and the sections' panels) share (JSON text: each caller gets its own copy)."""
     x = alt.X("t:T", title=None, axis=_axis(daily, "%m-%d"))
     base = alt.Chart().encode(x=x, y=alt.Y("y:Q", title=None, scale=alt.Scale(zero=False, padding=Y_PAD)))
-    layers = _marks(base, _tooltip("value"), steps=True, size=22, label_right=False).properties(width=230, height=110)
+    layers = _marks(base, _tooltip("value"), steps=steps, size=22, label_right=False, opened=opened,
+                    open_=open_).properties(width=230, height=110)
     chart = layers.facet(facet=alt.Facet("k:N", title=None, header=alt.Header(labelLimit=260)), columns=columns,
                          data=POINTS).resolve_scale(y="independent").properties(title="")
     return json.dumps(chart.to_dict(validate=False))

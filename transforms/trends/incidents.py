@@ -1,66 +1,70 @@
-"""Incidents: one change of one program, opened in the run where its figures stepped.
+"""Incidents: every step of a program's figures is its own incident (docs/trends.md).
 
 Compiler figures are deterministic, so a change is a step, not drift. Each (series,
-metric) is walked in run order with a *step baseline*:
+metric) is walked in run order with a *level* (the value the next step is measured
+from) and a stack of open steps, each with its own *baseline* (the level before it):
 
-- the baseline is the value before the step, held until the step is closed;
-- a value that differs from the baseline by more than the metric's floor (below) opens
-  a step: ``regression`` when it is worse (the rule's direction), ``improvement`` when
-  better; metrics without a direction never open one;
-- an open step closes ``fixed`` in the run where the value is back within the floor of
-  its baseline, or ``accepted`` in the run someone accepted it at, the run it opened in
-  included (then that run's value is the new baseline); a further move while open updates it, it opens nothing;
-- below the floor nothing happens and the baseline stays: a slow creep opens a step in
-  the run where it passes the floor, against the value it crept from.
+1. Close: while the top step is no longer past its baseline the way it stepped, it
+   closes: a regression ``fixed`` (back within its floor, or past it the good way), an
+   improvement ``lost``. The level returns to its baseline. A revert to an older level
+   so fixes every step stacked above it and leaves the older one open.
+2. Open: a value past the floor from the level opens a step, stacked on the top one:
+   a ``regression`` when worse (the rule's direction), an ``improvement`` when better,
+   unless it goes against the open steps (a partial recovery of a regression, a partial
+   loss of an improvement: only the step's latest value moves; it is not news). The
+   level becomes the value.
+3. Below the floor nothing happens and the level stays: a slow creep opens a step in
+   the run where it passes the floor, against the level it crept from.
 
-Floors by family (``Floors``, set in the settings file's ``[floors]``): bytes at least
-``bytes`` (1 KiB) and the rule's relative threshold of the baseline; counts at least 1
-(and the rule's ``rel`` of the baseline: kernel launches +2 %); noisy floats (ONNX
-accuracy) their rule's ``noise`` band, and a regression only past its ``limit``.
+An accept at a run closes the accepted steps ``accepted`` there and makes the value
+there the level. Floors by family (``Floors``, settings ``[floors]``): bytes at least
+``bytes`` (1 KiB) and the rule's relative threshold; counts at least 1 (and the rule's
+``rel``); noisy floats (ONNX accuracy) their rule's ``noise``, a regression only past
+its ``limit``.
 
-Only figures of dumps that parsed ``ok`` are walked: a ``partial`` or ``failed`` dump
-opens a ``failure`` step about the dump instead (closed ``fixed`` when the dump parses
-again), and so does a series that vanished from a job that still ran, or an ONNX step
-that stopped passing (``onnx.step.*`` down, ``onnx.errors`` up).
+Only figures of dumps that parsed ``ok`` are walked: a ``partial`` or ``failed`` dump,
+or a series that vanished from a job that still ran, opens a ``failure`` step about the
+dump (closed ``fixed`` when it parses again); an ONNX export step that stops passing
+(``onnx.step.*`` down, ``onnx.errors`` up) is a failure too.
 
-Steps of one program (job + program, across dump kinds and stages) opened in the same
-run are one incident; its kind is ``failure`` if any step is one, else ``regression``
-if any step is worse, else ``improvement``. It is open while any step is; it closes in
-the run its last step closes, ``accepted`` if any step was accepted, else ``fixed``.
-Incidents are ranked by ``impact``: bytes against the program's memory, then counts
-with collectives and kernel launches first (``_WEIGHTS``), failures above all; never by
-percentage alone.
+The steps of one program (job + program, across dump kinds and stages) opened in one
+run form one regression incident (its regression and failure steps; kind ``failure`` if
+any is one) and one improvement incident (its improvement steps). An incident is open
+while any of its steps is; it closes in the run its last step closes: ``fixed`` /
+``lost`` (``accepted`` if any step was accepted). ``stacked_on`` names the incidents of
+the steps directly below its own when it opened. Statuses at a run: ``new``, ``open``,
+``fixed``, ``accepted``, ``lost`` (``STATUSES``); kinds: ``KINDS``.
 
-Pure: frames in, frames out. ``flows.aggregate`` feeds it and writes ``incidents`` and
-``incident_steps``; the cause (structural diff) is attached there from ``diffs``.
+Pure: frames in, frames out. ``transforms.trends.incident_rule.compute_incidents`` feeds it (for the
+nightly and for ``dumpscope check``); the cause (structural diff) is attached from ``diffs``.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
-import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable, NamedTuple
 
 import polars as pl
 
+from transforms.trends.headlines import headline, impact
 from transforms.trends.rules import ZERO_WHEN_ABSENT, Settings
-from transforms.units import human_delta, human_value, is_bytes_metric
+from transforms.units import is_bytes_metric
 
 KINDS = ("failure", "regression", "improvement")
-CLOSED_HOW = ("fixed", "accepted")
+STATUSES = ("new", "open", "fixed", "accepted", "lost")  # an incident's status at a run: one word each, everywhere
+CLOSED_HOW = ("fixed", "accepted", "lost")
 
 STEP_SCHEMA = pl.Schema({
     "incident_id": pl.String, "job": pl.String, "program": pl.String, "series": pl.String,
     "dump_kind": pl.String, "stage": pl.String, "metric": pl.String, "step": pl.String,
     "opened_run": pl.String, "last_good_run": pl.String, "closed_run": pl.String, "closed_how": pl.String,
     "baseline": pl.Float64, "value": pl.Float64, "latest_value": pl.Float64, "change": pl.Float64,
-    "impact": pl.Float64, "detail": pl.String,
-    "worse_runs": pl.List(pl.String), "worse_from": pl.List(pl.Float64), "worse_to": pl.List(pl.Float64),
+    "impact": pl.Float64, "detail": pl.String, "stacked_on": pl.String,
 })
 STEP_DOCS = {
-    "": "The per-metric steps behind each incident (drill-down): one row per series and metric that stepped away from its baseline, or per dump that failed, in the run the incident opened.",
+    "": "Every step behind each incident (drill-down): one row per series and metric whose figure stepped away from its level, or per dump that failed, in the run the incident opened. A step stays open until its figure is back within the floor of its own baseline (or past it the good way: fixed), loses its improvement (lost) or is accepted.",
     "incident_id": "The incident the step belongs to (incidents.incident_id).",
     "job": "Job.",
     "program": "Program name normalized across runs.",
@@ -69,19 +73,17 @@ STEP_DOCS = {
     "stage": "Compiler stage (NULL when the format has none).",
     "metric": "Metric that stepped (docs/metrics.md); for a failure about a dump: dump.status or dump.vanished.",
     "step": "regression (worse past the floor), improvement (better past the floor) or failure.",
-    "opened_run": "Run where the value first stepped away from the baseline.",
-    "last_good_run": "The series' run before that (the baseline's last run).",
-    "closed_run": "Run where the step was fixed (back at the baseline) or accepted; NULL while open.",
-    "closed_how": "fixed or accepted; NULL while open.",
-    "baseline": "Value before the step, held while it is open.",
+    "opened_run": "Run where the figure stepped.",
+    "last_good_run": "The series' run before that (the diff of the step is last_good_run → opened_run).",
+    "closed_run": "Run where the step closed; NULL while open.",
+    "closed_how": "fixed (a regression's figure no longer worse than its baseline), lost (an improvement's figure no longer better), accepted; NULL while open.",
+    "baseline": "The level before the step: what the figure stepped from, and what a fix returns to.",
     "value": "Value in the opening run.",
-    "latest_value": "Value in the last run that had one, up to the closing run.",
+    "latest_value": "Value in the latest run while the step was open (up to its closing run): a partial recovery shows here.",
     "change": "value - baseline.",
-    "impact": "How much the step matters (see incidents.impact).",
+    "impact": "How much the step matters, for ranking only (docs/trends.md: bytes against the program's memory, counts weighted by family).",
     "detail": "For a failure: the dump's path and error; else NULL.",
-    "worse_runs": "Runs after the opening one where the figure, still stepped, moved further the worse way past its floor (the step is updated, no incident opens): incidents_at(run).worse_again.",
-    "worse_from": "The value before each of those moves (the series' previous run), in the order of worse_runs.",
-    "worse_to": "The value after each of those moves, in the order of worse_runs.",
+    "stacked_on": "The incident of the step directly below this one on the same series and metric when it opened (a further step on top of an open one); NULL when none was open.",
 }
 
 INCIDENT_SCHEMA = pl.Schema({
@@ -89,42 +91,45 @@ INCIDENT_SCHEMA = pl.Schema({
     "opened_run": pl.String, "opened_at": pl.Datetime("us"), "last_good_run": pl.String,
     "last_good_commit": pl.String, "first_bad_commit": pl.String, "closed_run": pl.String, "closed_how": pl.String,
     "headline": pl.String, "cause": pl.String, "metrics": pl.List(pl.String), "series": pl.List(pl.String),
-    "impact": pl.Float64, "accepted_by": pl.String, "accepted_note": pl.String,
+    "impact": pl.Float64, "accepted_by": pl.String, "accepted_note": pl.String, "stacked_on": pl.List(pl.String),
 })
 INCIDENT_DOCS = {
-    "": "One row per incident: one change of one program, opened in the run where its figures stepped away from their baseline, with its cause and lifecycle. New in run R: opened_run = R; open at R: opened_run <= R and (closed_run IS NULL or closed_run > R) in run order; fixed at R: closed_run = R and closed_how = 'fixed'.",
-    "incident_id": "Stable id (I- and 8 hex digits of the job, program and opening run): what `dumpscope accept` takes.",
+    "": "One row per incident: one step of one program, opened in the run where its figures stepped, with its cause, commit range and lifecycle. A program's regression and failure steps of one run are one incident, its improvement steps another. Status at a run: incidents_at(run) / incident_status.",
+    "incident_id": "Stable id (I- and 8 hex digits of the job, program, opening run and, for an improvement, the word improvement): what `dumpscope accept` and `dumpscope incidents` take.",
     "job": "Job.",
     "program": "Program name normalized across runs.",
-    "kind": "failure (a dump that stopped parsing or vanished, an ONNX step that stopped passing), regression (a figure got worse past its floor) or improvement (better past its floor, nothing worse).",
+    "kind": "failure (a dump that stopped parsing or vanished, an ONNX step that stopped passing), regression (a figure got worse past its floor) or improvement (better past its floor).",
     "opened_run": "Run where the figures stepped.",
     "opened_at": "Start time of that run.",
-    "last_good_run": "The program's run before that: the baseline's last run (the diff is last_good_run → opened_run).",
+    "last_good_run": "The program's run before that (the diff is last_good_run → opened_run).",
     "last_good_commit": "Commit of last_good_run (run.json), the start of the commit range.",
     "first_bad_commit": "Commit of opened_run, the end of the commit range.",
-    "closed_run": "Run where the incident closed (every step fixed or accepted); NULL while open.",
-    "closed_how": "fixed (the figures came back to the baseline) or accepted (someone declared the change intended); NULL while open.",
-    "headline": "One line a person reads: program and the steps that matter most, with values.",
-    "cause": "The top structural changes between last_good_run and opened_run (fusions, collectives, allocations with source lines, Inductor groups, ONNX steps), most significant first, one per line.",
+    "closed_run": "Run where the incident closed (its last step closed); NULL while open.",
+    "closed_how": "fixed (a regression or failure whose figures came back), lost (an improvement whose figures went back), accepted (someone declared the change intended); NULL while open.",
+    "headline": "One line a person reads: program and the steps engineers track first (peak and temp memory, collectives, launches, fallbacks), with values; a failure's error first.",
+    "cause": "The top structural changes between last_good_run and opened_run (a failure's error first; new collectives, custom calls and fallbacks; fusions; allocations with source lines), most significant first, one per line.",
     "metrics": "Metrics that stepped (every dump kind and stage of the program).",
     "series": "Series whose figures stepped.",
-    "impact": "Ranking: failures above all, then bytes against the program's memory and counts weighted by family (collectives, kernel launches first); never a percentage alone.",
+    "impact": "Ranking only: failures above all, then bytes against the program's memory and counts weighted by family (collectives, launches and fallbacks first); never a percentage alone.",
     "accepted_by": "Who accepted it (NULL unless accepted).",
     "accepted_note": "Why it was accepted (the note given to dumpscope accept).",
+    "stacked_on": "Open incidents this one's steps stepped further from (the same figures, the same way): it is news of its own, and its fix returns to their level.",
 }
 
-# Impact weights by metric family: what a step of that family is worth per unit of its
-# relative size (bytes: against the program's memory; counts: against the baseline, at
-# least 1). Failures rank above any figure.
-_FAILURE_IMPACT = 100.0
-_WEIGHTS = (
-    (re.compile(r"^kernel\.collective"), 8.0),
-    (re.compile(r"^kernel\.(launches|fallback)"), 4.0),
-    (re.compile(r"^kernel\."), 2.0),
-    (re.compile(r"^fusion\."), 1.0),
-)
-_FAILURE_METRICS = re.compile(r"^onnx\.(step\.|errors$)")
-_ZERO_WHEN_ABSENT = re.compile(ZERO_WHEN_ABSENT)
+_FAILURE_METRICS = ("onnx.step.", "onnx.errors")
+
+
+def _failure_metric(metric: str) -> bool:
+    return metric.startswith(_FAILURE_METRICS[0]) or metric == _FAILURE_METRICS[1]
+
+
+class Walked(NamedTuple):
+    """What ``compute`` returns: incidents and their steps (``in_order``), and the ids of
+    the incidents it left out as unchanged (with ``since``; else empty)."""
+
+    incidents: pl.DataFrame
+    steps: pl.DataFrame
+    unchanged: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +144,7 @@ class Floors:
 class _Step:
     series: str
     metric: str
-    step: str
+    step: str  # regression, improvement, failure
     opened_seq: int
     last_good_seq: int | None
     baseline: float | None
@@ -149,11 +154,19 @@ class _Step:
     closed_how: str | None = None
     detail: str | None = None
     accept: int | None = None  # index in the accepts list
-    worse: list[tuple[int, float, float]] | None = None  # (run_seq, from, to): further moves the worse way
+    below: "_Step | None" = None  # the open step it stacked on
+    touched_seq: int | None = None  # the last run its row changed in (opened, latest value, closed)
+    job: str = ""
+    program: str = ""
+
+    @property
+    def improvement(self) -> bool:
+        return self.step == "improvement"
 
 
-def incident_id(job: str, program: str, opened_run: str) -> str:
-    return "I-" + hashlib.sha1(f"{job}\x00{program}\x00{opened_run}".encode()).hexdigest()[:8]
+def incident_id(job: str, program: str, opened_run: str, improvement: bool = False) -> str:
+    key = f"{job}\x00{program}\x00{opened_run}" + ("\x00improvement" if improvement else "")
+    return "I-" + hashlib.sha1(key.encode()).hexdigest()[:8]
 
 
 def step_test(metric: str, rule, floors: Floors):
@@ -178,12 +191,14 @@ def step_test(metric: str, rule, floors: Floors):
 
 
 def _accepted_at(accepts: list[dict], series: str, job: str, program: str, opened_run: str | None,
-                 run_id: str, metric: str | None = None) -> int | None:
-    """Index of the accept that closes a step of ``series`` (``metric``) at ``run_id``, if any."""
+                 run_id: str, metric: str | None = None, improvement: bool = False) -> int | None:
+    """Index of the accept that closes a step of ``series`` (``metric``) at ``run_id``: one naming
+    its incident (opened at ``opened_run``; None: only series patterns count), or its series."""
     for i, a in enumerate(accepts):
         if a["run_id"] != run_id or (a.get("metric") and metric and a["metric"] != metric):
             continue
-        if a.get("incident_id") and opened_run is not None and a["incident_id"] == incident_id(job, program, opened_run):
+        if a.get("incident_id") and opened_run is not None \
+                and a["incident_id"] == incident_id(job, program, opened_run, improvement):
             return i
         if a.get("series") and fnmatch.fnmatchcase(series, a["series"]):  # the accept log's pattern column
             return i
@@ -194,56 +209,60 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
                 rule, floors: Floors, run_ids: list[str], accepts: list[dict]) -> list[_Step]:
     """The steps of one (series, metric) from its (run_seq, value, previous run_seq) rows in
     run order. Rows equal to the one before may be left out (they change nothing), except
-    at runs with an accept; the previous run_seq keeps the last good run exact."""
+    at runs with an accept; the previous run_seq keeps each step's last good run exact."""
     out: list[_Step] = []
-    base: float | None = None
-    base_seq: int | None = None
-    open_: _Step | None = None
+    level: float | None = None
+    stack: list[_Step] = []
     is_step = step_test(metric, rule, floors)
+    direction = rule.direction
+    accept_runs = {a["run_id"] for a in accepts}  # most runs have none: their rows skip the accept checks
+    value = None
+
+    def worse(value: float, base: float) -> bool:
+        return (value - base) * direction > 0 and is_step(value, base)
+
+    def better(value: float, base: float) -> bool:
+        return (value - base) * direction < 0 and is_step(value, base)
+
     for seq, value, prev_seq in rows:
+        if level is None:
+            level = value
+            continue
         run_id = run_ids[seq]
-        if prev_seq is not None:
-            base_seq = prev_seq if open_ is None else base_seq
-        if base is None:
-            base, base_seq = value, seq
-            continue
-        if open_ is not None:
-            opened_run = run_ids[open_.opened_seq]
-            back = not is_step(value, open_.baseline)
-            acc = _accepted_at(accepts, series, job, program, opened_run, run_id, metric)
-            if back or acc is not None:
-                open_.closed_seq, open_.closed_how = seq, "fixed" if back else "accepted"
-                open_.accept = None if back else acc
-                open_.latest = value
-                open_, base, base_seq = None, value, seq
-            else:
-                # Still stepped. A further move the worse way past the floor updates the step
-                # (it opens nothing new) and is kept: the night it happens must say so.
-                if open_.step != "improvement" and open_.latest is not None and is_step(value, open_.latest) \
-                        and (value - open_.latest) * rule.direction > 0:
-                    if open_.worse is None:
-                        open_.worse = []
-                    open_.worse.append((seq, open_.latest, value))
-                open_.latest = value
-            continue
-        if _accepted_at(accepts, series, job, program, None, run_id, metric) is not None:
-            base, base_seq = value, seq  # accepted without a step: the baseline restarts here
-            continue
-        if rule.direction and is_step(value, base):
-            worse = (value - base) * rule.direction > 0
-            kind = "failure" if worse and _FAILURE_METRICS.match(metric) else "regression" if worse else "improvement"
-            open_ = _Step(series, metric, kind, seq, base_seq, base, value, value)
-            out.append(open_)
-            acc = _accepted_at(accepts, series, job, program, run_id, run_id, metric)
-            if acc is not None:  # accepted (by its id) in the run it opened in: closed there, its value the baseline
-                open_.closed_seq, open_.closed_how, open_.accept = seq, "accepted", acc
-                open_, base, base_seq = None, value, seq
-        else:
-            base_seq = seq  # the baseline's value stays; its last good run moves on
+        # 1. Close, from the top: a step no longer past its baseline the way it stepped.
+        while stack and not (better if stack[-1].improvement else worse)(value, stack[-1].baseline):
+            top = stack.pop()
+            top.closed_seq, top.closed_how, top.latest = seq, "lost" if top.improvement else "fixed", value
+            level = top.baseline
+        # 2. Open: past the floor from the level, and not against the open steps.
+        top = stack[-1] if stack else None
+        kind = None
+        if direction and worse(value, level) and (top is None or not top.improvement):
+            kind = "failure" if _failure_metric(metric) else "regression"
+        elif direction and better(value, level) and (top is None or top.improvement):
+            kind = "improvement"
+        if kind is not None:
+            out.append(_Step(series, metric, kind, seq, prev_seq, level, value, value, below=top, job=job, program=program))
+            stack.append(out[-1])
+            level = value
+        # Accepts at this run, after the opening (a step that stepped here is recorded, then
+        # accepted): of series (a pattern), every open step; of an incident, its steps (a step
+        # that opened here on top of it is news of its own). They close accepted there, and
+        # the value is the level.
+        for s in list(stack) if run_id in accept_runs else ():
+            acc = _accepted_at(accepts, series, job, program, run_ids[s.opened_seq], run_id, metric, s.improvement)
+            if acc is not None:
+                s.closed_seq, s.closed_how, s.accept, s.latest = seq, "accepted", acc, value
+                stack.remove(s)
+                level = value
+        # Otherwise nothing opens: below the floor, or a partial recovery / loss (the open
+        # steps' latest value moved).
+    for s in stack:  # still open: their latest value is the last one (a closed step's is its closing run's)
+        s.latest, s.touched_seq = value, seq
     return out
 
 
-def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict]) -> list[tuple[str, str, _Step]]:
+def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict]) -> list[_Step]:
     """Failure steps about dumps: partial/failed after ok, and vanished series.
 
     ``health``: series, job, program, run_seq, status (worst of the series' dumps in the
@@ -267,8 +286,8 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
                 continue
             if last_ok is not None:
                 metric = "dump.vanished" if status == "absent" else "dump.status"
-                open_ = _Step(series, metric, "failure", seq, last_ok, None, None, None, detail=detail)
-                out.append((job, program, open_))
+                open_ = _Step(series, metric, "failure", seq, last_ok, None, None, None, detail=detail, job=job, program=program)
+                out.append(open_)
                 acc = _accepted_at(accepts, series, job, program, run_ids[seq], run_ids[seq])
                 if acc is not None:  # accepted in the run it opened in
                     open_.closed_seq, open_.closed_how, open_.accept = seq, "accepted", acc
@@ -278,8 +297,8 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
 
 def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFrame, accepts: list[dict],
             settings: Settings, floors: Floors = Floors(), *, ok: pl.DataFrame | None = None,
-            info: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(incidents, incident_steps) without causes (``flows.aggregate`` adds them from ``diffs``).
+            info: pl.DataFrame | None = None, since: int | None = None) -> Walked:
+    """Incidents and incident_steps without causes (``incident_rule.causes`` adds them from ``diffs``).
 
     ``observations``: series, job, program, kind, stage, metric, run_id, value — figures
     of dumps that parsed ok only. ``health``: series, job, program, (kind, stage,) run_id,
@@ -289,14 +308,18 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     are walked (a year of observations is millions of rows: they are narrowed to the
     four columns the walk needs before anything is copied). ``info`` (series, job, program,
     kind, stage, one row per series): when given, ``observations`` needs only series,
-    metric, run_id and value.
+    metric, run_id and value. ``since`` (a run_seq): only the incidents with a step that
+    changed at that run or later (opened, moved while open, closed) — a night's, when the
+    runs before it are as they were; the others (``Walked.unchanged``) are what an earlier
+    walk made of the same runs (the walk is a function of the runs so far, and impact of
+    the step's own runs).
     """
     run_ids = order.sort("run_seq").get_column("run_id").to_list()
     seq_of = order.select("run_id", "run_seq")
     seq = {r: i for i, r in enumerate(run_ids)}
     if info is None:
         info = observations.select("series", "job", "program", "kind", "stage").unique("series")
-    program_bytes = _program_bytes(observations.select("series", "metric", "value"), info)
+    program_bytes = _program_bytes(observations.select("series", "metric", "run_id", "value"), info)
     obs = observations.select("series", "metric", "run_id", "value")
     # One join (on the run ids as they come, categoricals: no string per row for millions
     # of rows) both numbers the runs and keeps only the ``ok`` ones.
@@ -328,9 +351,9 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     # Every series' names, from the health rows (series whose figures never move included).
     meta = {r["series"]: r for r in health.select("series", "job", "program", "kind", "stage").unique("series")
             .iter_rows(named=True)} if "kind" in health.columns else {}
-    meta |= {r["series"]: r for r in obs.select("series", "job", "program", "kind", "stage").unique("series")
-             .iter_rows(named=True)}
-    steps: list[tuple[str, str, _Step]] = []
+    meta |= {r["series"]: r for r in info.select(pl.col("series", "job", "program", "kind", "stage").cast(pl.String))
+             .unique("series").iter_rows(named=True)}  # every series with figures, moving or not
+    steps: list[_Step] = []
     cols = [obs.get_column(c).to_list() for c in ("series", "metric", "run_seq", "value", "prev_seq")]
     start = 0
     for end in range(1, len(cols[0]) + 1):
@@ -339,12 +362,26 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
         series, metric = cols[0][start], cols[1][start]
         m = meta[series]
         rows = zip(cols[2][start:end], cols[3][start:end], cols[4][start:end])
-        for s in walk_metric(rows, series=series, job=m["job"], program=m["program"], metric=metric,
-                             rule=settings.rule_for(series, metric), floors=floors, run_ids=run_ids, accepts=accepts):
-            steps.append((m["job"], m["program"], s))
+        steps += walk_metric(rows, series=series, job=m["job"], program=m["program"], metric=metric,
+                             rule=settings.rule_for(series, metric), floors=floors, run_ids=run_ids, accepts=accepts)
         start = end
     steps += _health_steps(health.join(seq_of, on="run_id"), run_ids, accepts)
-    return _frames(steps, meta, order, accepts, program_bytes)
+    unchanged: list[str] = []
+    if since is not None:
+        steps, unchanged = _of_incidents_touched(steps, since, run_ids)
+    return Walked(*_frames(steps, meta, order, accepts, program_bytes), unchanged)
+
+
+def _of_incidents_touched(steps: list[_Step], since: int, run_ids: list[str]) -> tuple[list[_Step], list[str]]:
+    """The steps of the incidents (job, program, opening run, improvement) with a step
+    touched at ``since`` or later, and the ids of the others."""
+    def key(s: _Step) -> tuple:
+        return s.job, s.program, s.opened_seq, s.improvement
+
+    touched = {key(s) for s in steps if max(s.opened_seq, s.closed_seq or 0, s.touched_seq or 0) >= since}
+    others = {key(s) for s in steps} - touched
+    return ([s for s in steps if key(s) in touched],
+            sorted(incident_id(job, program, run_ids[seq], improvement) for job, program, seq, improvement in others))
 
 
 def _with_zero_counts(obs: pl.DataFrame, health: pl.DataFrame) -> pl.DataFrame:
@@ -366,82 +403,78 @@ def _with_zero_counts(obs: pl.DataFrame, health: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([obs, filled.select(obs.columns).cast(dict(obs.schema))])
 
 
-def _program_bytes(obs: pl.DataFrame, info: pl.DataFrame) -> dict[tuple[str, str], float]:
-    """Each program's memory (the largest byte figure it reports in any run): what byte
-    steps are measured against. ``obs``: series, metric, value; ``info``: series, job, program."""
-    per_series = obs.group_by("series", "metric").agg(pl.col("value").max())  # few rows, then strings
+def _program_bytes(obs: pl.DataFrame, info: pl.DataFrame) -> dict[tuple[str, str, str], float]:
+    """Each program's memory per run (the largest byte figure it reports there): what byte
+    steps are measured against, in the step's own runs, so a step's impact never changes
+    after it. ``obs``: series, metric, run_id, value; ``info``: series, job, program."""
+    memory = pl.col("metric").cast(pl.String)
+    is_memory = memory.str.starts_with("memory.") & memory.str.ends_with("_bytes")
+    per_series = obs.filter(is_memory).group_by("series", "run_id").agg(pl.col("value").max())
     mem = (per_series.join(info.select("series", "job", "program").with_columns(pl.col("series").cast(per_series.schema["series"])),
                            on="series")
-           .with_columns(pl.col("job", "program", "metric").cast(pl.String))
-           .filter(pl.col("metric").str.starts_with("memory.") & pl.col("metric").str.ends_with("_bytes"))
-           .group_by("job", "program").agg(pl.col("value").max()))
-    return {(j, p): float(v or 0) for j, p, v in mem.iter_rows()}
+           .group_by("job", "program", "run_id").agg(pl.col("value").max())
+           .with_columns(pl.col("job", "program", "run_id").cast(pl.String)))
+    return {(j, p, r): float(v or 0) for j, p, r, v in mem.iter_rows()}
 
 
-def impact(metric: str, step: str, change: float | None, baseline: float | None, program_bytes: float) -> float:
-    if step == "failure":
-        return _FAILURE_IMPACT
-    change = abs(change or 0.0)
-    if is_bytes_metric(metric):
-        return 3.0 * change / max(program_bytes, 1.0)
-    size = change / max(abs(baseline or 0.0), 1.0)
-    for pattern, weight in _WEIGHTS:
-        if pattern.match(metric):
-            return weight * size
-    return 0.5 * size
-
-
-def _frames(steps: list[tuple[str, str, _Step]], meta: dict, order: pl.DataFrame, accepts: list[dict],
+def _frames(steps: list[_Step], meta: dict, order: pl.DataFrame, accepts: list[dict],
             program_bytes: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
     runs = order.sort("run_seq")
     run_ids = runs.get_column("run_id").to_list()
     started = runs.get_column("started_at").to_list()
     commits = runs.get_column("commit").to_list()
+    position = {r: i for i, r in enumerate(run_ids)}
+    ids: dict[tuple, str] = {}  # a year of steps shares a few thousand incidents: one hash each
+
+    def iid_of(s: _Step) -> str:
+        key = (s.job, s.program, s.opened_seq, s.improvement)
+        if (iid := ids.get(key)) is None:
+            iid = ids[key] = incident_id(s.job, s.program, run_ids[s.opened_seq], s.improvement)
+        return iid
 
     def rid(seq: int | None) -> str | None:
         return None if seq is None else run_ids[seq]
 
     step_rows, groups = [], {}
-    for job, program, s in steps:
-        iid = incident_id(job, program, run_ids[s.opened_seq])
+    for s in steps:
+        iid = iid_of(s)
         m = meta.get(s.series) or {}
         change = None if s.value is None or s.baseline is None else s.value - s.baseline
-        score = impact(s.metric, s.step, change, s.baseline, program_bytes.get((job, program), 0.0))
-        step_rows.append({
-            "incident_id": iid, "job": job, "program": program, "series": s.series, "dump_kind": m.get("kind"),
-            "stage": m.get("stage"), "metric": s.metric, "step": s.step, "opened_run": rid(s.opened_seq),
-            "last_good_run": rid(s.last_good_seq), "closed_run": rid(s.closed_seq), "closed_how": s.closed_how,
-            "baseline": s.baseline, "value": s.value, "latest_value": s.latest, "change": change, "impact": score,
-            "detail": s.detail, "worse_runs": [run_ids[q] for q, _, _ in s.worse or ()],
-            "worse_from": [a for _, a, _ in s.worse or ()], "worse_to": [b for _, _, b in s.worse or ()],
-            "_seq": s.opened_seq, "_closed": s.closed_seq, "_accept": s.accept})
-        groups.setdefault(iid, []).append(step_rows[-1])
+        # The program's memory before or after the step, the larger: a step up and the same step down weigh the same.
+        memory = max(program_bytes.get((s.job, s.program, rid(s.opened_seq)), 0.0),
+                     program_bytes.get((s.job, s.program, rid(s.last_good_seq)), 0.0))
+        score = impact(s.metric, s.step, change, s.baseline, memory)
+        row = (iid, s.job, s.program, s.series, m.get("kind"), m.get("stage"), s.metric, s.step, rid(s.opened_seq),
+               rid(s.last_good_seq), rid(s.closed_seq), s.closed_how, s.baseline, s.value, s.latest, change, score,
+               s.detail, None if s.below is None else iid_of(s.below))
+        step_rows.append(row)
+        groups.setdefault(iid, []).append((row, s))
     incidents = []
-    for iid, rows in groups.items():
+    for iid, members in groups.items():
+        # The headline and the causes read steps as rows by name; an incident has a few.
+        rows = [dict(zip(STEP_SCHEMA.names(), row)) | {"_step": s} for row, s in members]
         rows.sort(key=lambda r: (-r["impact"], r["metric"], r["series"]))
-        # One figure often stands in several files of one compile (HLO before/after, the
-        # buffer assignment and the memory report): count and show each metric once.
-        top = [r for i, r in enumerate(rows) if r["metric"] not in {q["metric"] for q in rows[:i]}]
         kinds = {r["step"] for r in rows}
         kind = "failure" if "failure" in kinds else "regression" if "regression" in kinds else "improvement"
-        open_steps = [r for r in rows if r["_closed"] is None]
-        closed = None if open_steps else max(r["_closed"] for r in rows)
+        closed = None if any(r["_step"].closed_seq is None for r in rows) else max(r["_step"].closed_seq for r in rows)
         accepted = [r for r in rows if r["closed_how"] == "accepted"]
-        how = None if closed is None else "accepted" if accepted else "fixed"
-        acc = accepts[accepted[0]["_accept"]] if accepted and accepted[0]["_accept"] is not None else {}
-        seq = rows[0]["_seq"]
-        good = min((r["last_good_run"] for r in rows if r["last_good_run"]), default=None,
-                   key=lambda r: run_ids.index(r))
+        how = None if closed is None else "accepted" if accepted else "lost" if kind == "improvement" else "fixed"
+        acc = accepts[accepted[0]["_step"].accept] if accepted and accepted[0]["_step"].accept is not None else {}
+        seq = rows[0]["_step"].opened_seq
+        good = min((r["last_good_run"] for r in rows if r["last_good_run"]), default=None, key=position.__getitem__)
+        # One figure often stands in several files of one compile (HLO before/after, the buffer
+        # assignment and the memory report): impact counts each metric once.
+        seen: set[str] = set()
+        once = [r for r in rows if not (r["metric"] in seen or seen.add(r["metric"]))]
         incidents.append({
             "incident_id": iid, "job": rows[0]["job"], "program": rows[0]["program"], "kind": kind,
             "opened_run": run_ids[seq], "opened_at": started[seq], "last_good_run": good,
-            "last_good_commit": commits[run_ids.index(good)] if good else None, "first_bad_commit": commits[seq],
-            "closed_run": rid(closed), "closed_how": how, "headline": headline(rows[0]["job"], rows[0]["program"], top),
+            "last_good_commit": commits[position[good]] if good else None, "first_bad_commit": commits[seq],
+            "closed_run": rid(closed), "closed_how": how, "headline": headline(rows[0]["job"], rows[0]["program"], rows),
             "cause": None, "metrics": sorted({r["metric"] for r in rows}), "series": sorted({r["series"] for r in rows}),
-            "impact": sum(r["impact"] for r in top), "accepted_by": acc.get("accepted_by"),
-            "accepted_note": acc.get("note")})
-    step_frame = pl.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in step_rows],
-                              schema=STEP_SCHEMA)
+            "impact": sum(r["impact"] for r in once), "accepted_by": acc.get("accepted_by"),
+            "accepted_note": acc.get("note"), "stacked_on": sorted({r["stacked_on"] for r in rows if r["stacked_on"]})})
+    step_frame = pl.DataFrame(step_rows, schema=STEP_SCHEMA, orient="row")
     return in_order(pl.DataFrame(incidents, schema=INCIDENT_SCHEMA), step_frame)
 
 
@@ -450,33 +483,3 @@ def in_order(incidents: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame
     return (incidents.sort("opened_at", "impact", "incident_id", descending=[False, True, False], maintain_order=True),
             steps.sort("opened_run", "incident_id", "impact", "metric", "series", descending=[False, False, True, False, False],
                        maintain_order=True))
-
-
-def worse_again_line(moves: list[dict[str, Any]], most: int = 2) -> str:
-    """``memory.temp_bytes 132.3 KiB → 202.5 KiB (+70.2 KiB); +3 more``: an open incident's
-    further moves in one run (``incidents_at(run).worse_again``: metric, value_before,
-    value_after; most impact first), each metric once."""
-    seen, parts = set(), []
-    for m in moves:
-        if m["metric"] not in seen:
-            seen.add(m["metric"])
-            parts.append(m)
-    shown = [f"{m['metric']} {human_value(m['metric'], m['value_before'])} → {human_value(m['metric'], m['value_after'])}"
-             f" ({human_delta(m['metric'], m['value_after'] - m['value_before'])})" for m in parts[:most]]
-    more = len(parts) - len(shown)
-    return "; ".join(shown) + (f"; +{more} more" if more > 0 else "")
-
-
-def headline(job: str, program: str, rows: list[dict[str, Any]], most: int = 2) -> str:
-    """``jax-pmap / jit__fun: memory.temp_bytes 104.7 KiB → 299.3 KiB (+194.6 KiB); +3 more``
-    (``rows``: one per metric, most impact first)."""
-    parts = []
-    for r in rows[:most]:
-        if r["step"] == "failure" and r["metric"].startswith("dump."):
-            what = "vanished" if r["metric"] == "dump.vanished" else "stopped parsing"
-            parts.append(f"{r['dump_kind']} dump {what}")
-        else:
-            parts.append(f"{r['metric']} {human_value(r['metric'], r['baseline'])} → {human_value(r['metric'], r['value'])}"
-                         f" ({human_delta(r['metric'], r['change'])})")
-    more = len(rows) - len(rows[:most])
-    return f"{job} / {program}: " + "; ".join(parts) + (f"; +{more} more" if more > 0 else "")

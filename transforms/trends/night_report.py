@@ -4,11 +4,12 @@ every value from outside a code span, headings bold lines), and as plain text fo
 that show text only (``night_text``: webhooks, SMS; links written out after their label).
 
 One story, in the order a person reads it: the counts ("2 new, 1 still open, 1 fixed,
-0 improvements"), then each new incident with its headline, commit range and cause,
-then what was fixed, what is still open (with its age), and the improvements. Input is
-the ``incidents_at(run)`` rows (``flows.verdict``), so every count here is the count
-the CLI, the notifications and the site show. Names come from dumps and paths: each
-reaches the text through ``transforms.escape``.
+0 improvements, 0 lost"), then each new regression or failure with its headline, what
+it stacks on, its commit range and cause, then what was fixed or accepted, what is
+still open (with its age), the new improvements and the improvements lost. Every line
+says its incident's kind. Input is the ``incidents_at(run)`` rows (``flows.verdict``),
+so every count here is the count the CLI, the notifications and the site show. Names
+come from dumps and paths: each reaches the text through ``transforms.escape``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import NamedTuple
 import polars as pl
 
 from transforms.escape import code, md_text, plain_text, shell_word, url_path
-from transforms.trends.incidents import worse_again_line
 
 
 class Style(NamedTuple):
@@ -41,31 +41,43 @@ TEXT = Style(plain_text, plain_text, lambda label, href: f"{label} ({href})", st
 # incident's own line, which starts with a code span, stays plain: "* `x`*" is not bold in Slack).
 CHAT = Style(code, code, MARKDOWN.link, MARKDOWN.bold, lambda level, s: f"**{s}**" if level < 3 else s)
 
+# (key, title): the lists of the summary, in order. A key is a status, or "improvement"
+# (improvement incidents new at the run) / "lost" (improvements lost there).
 SECTIONS = (("new", "New"), ("fixed", "Fixed"), ("accepted", "Accepted"), ("open", "Still open"),
-            ("improvement", "Improvements"))
+            ("improvement", "Improvements"), ("lost", "Improvements lost"))
 
 
-def counts(at: pl.DataFrame) -> dict[str, int]:
-    """new, open (opened earlier, still open), worse_again (of those open, the ones whose figures
-    moved further the worse way in this run), fixed, accepted, improvements: at one run."""
-    by = dict(at.group_by("status").len().iter_rows()) if at.height else {}
-    again = at.filter((pl.col("status") == "open") & pl.col("worse_again").is_not_null()).height if at.height else 0
-    return {"new": by.get("new", 0), "open": by.get("open", 0), "worse_again": again, "fixed": by.get("fixed", 0),
-            "accepted": by.get("accepted", 0), "improvements": by.get("improvement", 0)}
+def section_of(row: dict) -> str | None:
+    """The list an ``incidents_at`` row goes to (None: an improvement still in effect, listed nowhere)."""
+    improvement = row["kind"] == "improvement"
+    if row["status"] == "new":
+        return "improvement" if improvement else "new"
+    if row["status"] == "open":
+        return None if improvement else "open"
+    return row["status"]  # fixed, accepted, lost
+
+
+def counts(at: pl.DataFrame | None) -> dict[str, int]:
+    """new, open (regressions and failures: opened in the run; earlier and still open), fixed,
+    accepted, improvements (new improvement incidents), lost (improvements lost): at one run.
+    The same counts as the view run_verdicts."""
+    out = {key: 0 for key, _ in SECTIONS}
+    for row in ([] if at is None else at.select("status", "kind").to_dicts()):
+        key = section_of(row)
+        if key is not None:
+            out[key] += 1
+    return {"new": out["new"], "open": out["open"], "fixed": out["fixed"], "accepted": out["accepted"],
+            "improvements": out["improvement"], "lost": out["lost"]}
 
 
 def ordered(at: pl.DataFrame) -> list[dict]:
-    """``at``'s rows in the order the summary and the site list them: the open incidents
-    whose figures moved further the worse way in this run first, then by impact."""
-    calm = pl.col("worse_again").is_null()
-    return (at.with_columns(calm.alias("_calm")).sort("_calm", "impact", "incident_id", descending=[False, True, False])
-            .drop("_calm").to_dicts())
+    """``at``'s rows in the order the summary and the site list them: by impact."""
+    return at.sort("impact", "incident_id", descending=[True, False]).to_dicts()
 
 
 def counts_line(c: dict[str, int], style: Style = MARKDOWN) -> str:
-    again = f" ({c['worse_again']} worse again)" if c.get("worse_again") else ""
-    return (f"{style.bold(str(c['new']) + ' new')}, {c['open']} still open{again}, {c['fixed']} fixed, "
-            f"{c['improvements']} improvement{'s' if c['improvements'] != 1 else ''}"
+    return (f"{style.bold(str(c['new']) + ' new')}, {c['open']} still open, {c['fixed']} fixed, "
+            f"{c['improvements']} improvement{'s' if c['improvements'] != 1 else ''}, {c['lost']} lost"
             + (f", {c['accepted']} accepted" if c["accepted"] else ""))
 
 
@@ -98,13 +110,13 @@ def night_markdown(run_id: str | None, commit: str | None, at: pl.DataFrame | No
     lines = [s.heading(1, f"Dumpscope: run {s.text(run_id)} (commit {commit_link(commit, commit_url, s)})"), "",
              "Last night: " + counts_line(c, s) + ".", ""]
     rows = ordered(at)
-    for status, title in SECTIONS:
-        chosen = [r for r in rows if r["status"] == status and status in sections]
+    for key, title in SECTIONS:
+        chosen = [r for r in rows if section_of(r) == key and key in sections]
         if not chosen:
             continue
         lines += [s.heading(2, title), ""]
         for r in chosen:
-            lines += _new(r, commit_url, compare_url, s) if status == "new" else [_short(r, status, s)]
+            lines += _new(r, commit_url, compare_url, s) if key == "new" else [_short(r, key, s)]
         lines.append("")
     if not rows:
         lines += ["Nothing changed: no incident is open.", ""]
@@ -118,9 +130,12 @@ def night_text(run_id: str | None, commit: str | None, at: pl.DataFrame | None, 
 
 def _new(r: dict, commit_url: str | None, compare_url: str | None, s: Style) -> list[str]:
     out = [s.heading(3, f"{s.text(r['job'])} / {s.text(r['program'])} · {r['kind']} · {s.code(r['incident_id'])}"), "",
-           s.text(r["headline"]), "",
-           f"Commits {commit_range(r, commit_url, compare_url, s)}, runs {s.text(r['last_good_run'] or '?')} → "
-           f"{s.text(r['opened_run'])}."]
+           s.text(r["headline"]), ""]
+    if r.get("stacked_on"):
+        out += ["On top of " + ", ".join(s.code(i) for i in r["stacked_on"])
+                + ": the figures stepped again while it was open; a fix of this one returns to its level.", ""]
+    out += [f"Commits {commit_range(r, commit_url, compare_url, s)}, runs {s.text(r['last_good_run'] or '?')} → "
+            f"{s.text(r['opened_run'])}."]
     if r["cause"]:
         out += ["", "Cause:", ""] + [f"- {s.text(line)}" for line in r["cause"].splitlines()]
     if r["last_good_run"]:
@@ -130,12 +145,12 @@ def _new(r: dict, commit_url: str | None, compare_url: str | None, s: Style) -> 
     return out + [""]
 
 
-def _short(r: dict, status: str, s: Style) -> str:
-    when = {"open": f"open since {s.text(r['opened_run'])} ({r['age_runs']} run{'' if r['age_runs'] == 1 else 's'})",
+def _short(r: dict, key: str, s: Style) -> str:
+    age = f"{r['age_runs']} run{'' if r['age_runs'] == 1 else 's'}"
+    when = {"open": f"open since {s.text(r['opened_run'])} ({age})",
             "fixed": f"opened {s.text(r['opened_run'])}, fixed in this run",
             "accepted": f"opened {s.text(r['opened_run'])}, accepted by {s.text(r['accepted_by'] or '?')}"
                         + (f": {s.text(r['accepted_note'])}" if r["accepted_note"] else ""),
-            "improvement": "opened in this run"}[status]
-    if status == "open" and r.get("worse_again"):
-        when += f"; worse again in this run: {s.text(worse_again_line(r['worse_again']))}"
-    return f"- {s.code(r['incident_id'])} {s.text(r['headline'])} — {when}"
+            "improvement": "opened in this run",
+            "lost": f"opened {s.text(r['opened_run'])}, lost in this run"}[key]
+    return f"- {s.code(r['incident_id'])} {r['kind']}: {s.text(r['headline'])} — {when}"

@@ -4,7 +4,7 @@
   first run, a new series, a series that vanished (its job ran, it did not show), a
   job missing from a run, failed and partial dumps.
 - ``run_rollups``: one row per run and job: dumps by status, programs, series, new
-  and vanished series, changed series and regressions.
+  and vanished series, changed series (what got worse is the incidents' to say).
 - ``job_totals``: per run, job, kind, stage and metric, the sum over the job's series
   and its delta against the job's previous run: the headline figures.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-EVENT = pl.Enum(["first_run", "new_series", "vanished", "job_missing", "failed_dump", "partial_dump"])
+EVENT = pl.Enum(["first_run", "new_series", "vanished", "job_missing", "failed_dump", "partial_dump", "same_name"])
 
 EVENT_SCHEMA = pl.Schema({
     "run_id": pl.String, "started_at": pl.Datetime("us"), "job": pl.String, "series": pl.String,
@@ -25,7 +25,7 @@ EVENT_DOCS = {
     "started_at": "Start of that run.",
     "job": "Job concerned.",
     "series": "Series concerned (NULL for job-level events: first_run, job_missing).",
-    "event": "first_run (the job's first run), new_series, vanished (the job ran, the series did not show), job_missing (the job ran in the previous run, not in this one), failed_dump, partial_dump.",
+    "event": "first_run (the job's first run), new_series, vanished (the job ran, the series did not show), job_missing (the job ran in the previous run, not in this one), failed_dump, partial_dump, same_name (dumps of one run, job, kind and stage whose programs have one name: told apart by file order only, #2, #3...; name them in run.json or the settings' [series]).",
     "path": "Dump path concerned (failed and partial dumps; for vanished, the path in the previous run).",
     "detail": "Human text: the error of a failed or partial dump, the previous run of a vanished series or missing job.",
 }
@@ -34,10 +34,9 @@ ROLLUP_SCHEMA = pl.Schema({
     "run_id": pl.String, "started_at": pl.Datetime("us"), "job": pl.String, "dumps": pl.Int64,
     "parsed": pl.Int64, "partial": pl.Int64, "failed": pl.Int64, "unknown": pl.Int64, "programs": pl.Int64,
     "series": pl.Int64, "new_series": pl.Int64, "vanished_series": pl.Int64, "changed_series": pl.Int64,
-    "regressed_series": pl.Int64, "regressions": pl.Int64,
 })
 ROLLUP_DOCS = {
-    "": "One row per run and job: ingest health (dumps by status), programs and series seen, and how many series changed or regressed.",
+    "": "One row per run and job: ingest health (dumps by status), programs and series seen, and how many series changed (what got worse is the incidents': incident_status, run_verdicts).",
     "run_id": "Run.", "started_at": "Start of the run.", "job": "Job.",
     "dumps": "Files of the job in the run (any kind).",
     "parsed": "Dumps of a known kind fully parsed (status ok).",
@@ -48,9 +47,7 @@ ROLLUP_DOCS = {
     "series": "Series seen (program × kind × stage).",
     "new_series": "Series seen for the first time in this run (the job's first run excluded).",
     "vanished_series": "Series of the job's previous run not seen in this one.",
-    "changed_series": "Series with at least one metric changed, improved or regressed against the previous run.",
-    "regressed_series": "Series with at least one regression.",
-    "regressions": "Regressed metrics (rows of regressions).",
+    "changed_series": "Series with at least one metric that moved against its previous run (metric_trends.changed, a first value aside).",
 }
 
 TOTAL_SCHEMA = pl.Schema({
@@ -119,7 +116,20 @@ def series_events(dumps: pl.DataFrame, series: pl.DataFrame, order: pl.DataFrame
            .select("run_id", "job", "series", (pl.col("status") + "_dump").alias("event"), "path",
                    pl.col("error").str.split("\n").list.first().alias("detail")))
 
-    parts = [f.with_columns(pl.col("event").cast(EVENT)) for f in (first, new, vanished, missing, bad)]
+    # Series told apart by file order only (series rule 3): the night says so, for each of them.
+    numbered = pl.col("series_program").str.extract(r"^(.*)#(\d+)$", 1)
+    collided = series.with_columns(numbered.alias("_base")).filter(pl.col("_base").is_not_null())
+    bases = collided.select("run_id", "job", "kind", "stage", "_base").unique()
+    same = (series.join(bases, left_on=["run_id", "job", "kind", "stage", "series_program"],
+                        right_on=["run_id", "job", "kind", "stage", "_base"], how="semi", nulls_equal=True)
+            .with_columns(pl.col("series_program").alias("_base"))
+            .pipe(lambda first: pl.concat([first.select(collided.columns), collided]))
+            .with_columns(pl.len().over("run_id", "job", "kind", "stage", "_base").alias("_n"))
+            .select("run_id", "job", "series", pl.lit("same_name").alias("event"), "path",
+                    pl.format("{} {} dumps of this run name the same program {}: told apart by file order only "
+                              "(name them in run.json's \"series\" or the settings' [series])",
+                              "_n", "kind", "_base").alias("detail")))
+    parts = [f.with_columns(pl.col("event").cast(EVENT)) for f in (first, new, vanished, missing, bad, same)]
     out = pl.concat(parts, how="vertical_relaxed").join(seq, on="run_id")
     return out.select(EVENT_SCHEMA.names()).cast(dict(EVENT_SCHEMA)).sort("started_at", "run_id", "job", "event", "series", "path", nulls_last=False)
 
@@ -156,10 +166,8 @@ def run_rollups(dumps: pl.DataFrame, series: pl.DataFrame, trends: pl.DataFrame,
     ev = events.group_by("run_id", "job").agg(
         (pl.col("event") == "new_series").sum().alias("new_series"),
         (pl.col("event") == "vanished").sum().alias("vanished_series"))
-    moved = trends.filter(pl.col("verdict").is_in(["regressed", "improved", "changed"])).group_by("run_id", "job").agg(
-        pl.col("series").n_unique().alias("changed_series"),
-        pl.col("series").filter(pl.col("verdict") == "regressed").n_unique().alias("regressed_series"),
-        (pl.col("verdict") == "regressed").sum().alias("regressions"))
+    moved = trends.filter(pl.col("changed") & pl.col("previous_value").is_not_null()).group_by("run_id", "job").agg(
+        pl.col("series").n_unique().alias("changed_series"))
     out = (status.join(progs, on=["run_id", "job"], how="left").join(ev, on=["run_id", "job"], how="left")
            .join(moved, on=["run_id", "job"], how="left").join(order.select("run_id", "started_at"), on="run_id"))
     counts = [c for c in ROLLUP_SCHEMA.names() if ROLLUP_SCHEMA[c] == pl.Int64]

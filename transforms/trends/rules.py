@@ -12,7 +12,6 @@ series (a pattern on the series id) to apply only there.
 
 Settings file (TOML, ``dumpscope.toml``)::
 
-    baseline_runs = 7                 # the baseline: median of the previous N runs
     memory_limit = "2GB"              # most a night may hold (DuckDB and Python): flows.resources
 
     commit_url = "https://github.com/org/repo/commit/{commit}"            # optional: commits become links
@@ -28,6 +27,7 @@ Settings file (TOML, ``dumpscope.toml``)::
     [site]                            # the report site (dumpscope site, run --site)
     history_runs = 90                 # the last N runs: charts, run pages, incidents (0: every run)
     bucket_url = "https://console.example/bucket/{path}"   # optional: dumps become links
+    url = "https://dumpscope.example.org/"   # optional: where the site is published (links from chats, check)
 
     [warehouse]
     keep_records_runs = 1             # records rows kept for the contents of the last N runs (0: all)
@@ -106,7 +106,6 @@ ZERO_WHEN_ABSENT = r"^(?:kernel|fusion|inductor)\.|^onnx\.errors$"
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    baseline_runs: int = 7
     series_patterns: dict[str, str] = field(default_factory=dict)
     rules: tuple[Rule, ...] = ()  # user rules, tried before DEFAULT_RULES
     commit_url: str | None = None  # "{commit}" is replaced by the commit
@@ -121,6 +120,8 @@ class Settings:
     site_history_runs: int = field(default=90, repr=False, compare=False)
     # [site] bucket_url: "{path}" -> a dump's page in the bucket's console (dumps become links on the site).
     site_bucket_url: str | None = field(default=None, repr=False, compare=False)
+    # [site] url: where the published site is read (notifications, summaries and check link to its pages).
+    site_url: str | None = field(default=None, repr=False, compare=False)
 
     def rule_for(self, series: str, metric: str) -> Rule:
         for rule in self.rules:
@@ -172,21 +173,34 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
         raise ValueError(f"{source}: [warehouse] takes keep_records_runs, an integer >= 0")
     site = data.get("site", {})
     history = site.get("history_runs", 90) if isinstance(site, dict) else None
-    if (not isinstance(site, dict) or set(site) - {"history_runs", "bucket_url"} or not isinstance(history, int)
+    if (not isinstance(site, dict) or set(site) - {"history_runs", "bucket_url", "url"} or not isinstance(history, int)
             or isinstance(history, bool) or history < 0):
-        raise ValueError(f"{source}: [site] takes history_runs, an integer >= 0 (0: every run), and bucket_url")
+        raise ValueError(f"{source}: [site] takes history_runs, an integer >= 0 (0: every run), bucket_url and url")
     bucket_url = _url_template(site["bucket_url"], "[site] bucket_url", ("path",), source) if "bucket_url" in site else None
+    site_url = _site_url(site["url"], source) if "url" in site else None
+    # baseline_runs sized the rolling median the trends used before incidents were the one
+    # verdict (issue 26): a settings file that still has it keeps working; it changes nothing.
     n = data.get("baseline_runs", 7)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"{source}: baseline_runs must be a positive integer, not {n!r}")
     series = data.get("series", {})
     if not isinstance(series, dict) or not all(isinstance(v, str) for v in series.values()):
         raise ValueError(f"{source}: [series] maps program regexes to names (strings)")
-    return Settings(baseline_runs=n, series_patterns=dict(series),
+    return Settings(series_patterns=dict(series),
                     rules=tuple(_rule(entry, source, i) for i, entry in enumerate(data.get("rule", []), 1)),
                     **urls, floor_bytes=float(floors.get("bytes", 1024)), floor_count=float(floors.get("count", 1)),
                     memory_limit=memory, keep_records_runs=keep,
-                    site_history_runs=history, site_bucket_url=bucket_url)
+                    site_history_runs=history, site_bucket_url=bucket_url, site_url=site_url)
+
+
+def _site_url(value: Any, source: str) -> str:
+    """The site's address: an http(s) URL (links to its pages are made by appending paths)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise ValueError(f"{source}: [site] url must be an http(s) URL such as \"https://dumpscope.example.org/\"")
+    return value.rstrip("/") + "/"
 
 
 def _url_template(value: Any, key: str, fields: tuple[str, ...], source: str) -> str:

@@ -102,15 +102,9 @@ def assign_series(dumps: pl.DataFrame, run_overrides: Mapping[str, Mapping[str, 
     names = [series_program(p, run_overrides.get(r), overrides) for r, p in pairs.iter_rows()]
     pairs = pairs.with_columns(pl.Series("base", names, pl.String))
     frame = frame.join(pairs, on=["run_id", "program"], how="left")
-    # Rule 3: distinct programs colliding on one name get #2, #3... in path order.
-    firsts = (
-        frame.group_by("run_id", "job", "kind", "stage", "base", "program")
-        .agg(pl.col("path").min().alias("first_path"))
-        .sort("first_path")
-        .with_columns(pl.int_range(1, pl.len() + 1).over("run_id", "job", "kind", "stage", "base").alias("ordinal"))
-    )
-    frame = frame.join(firsts.select("run_id", "job", "kind", "stage", "program", "ordinal"),
-                       on=["run_id", "job", "kind", "stage", "program"], how="left", nulls_equal=True)
+    # Rule 3: dumps colliding on one name (of a kind and stage) get #2, #3... in path order.
+    frame = frame.sort("path").with_columns(
+        pl.int_range(1, pl.len() + 1).over("run_id", "job", "kind", "stage", "base").alias("ordinal"))
     frame = frame.with_columns(
         pl.when(pl.col("ordinal") > 1).then(pl.format("{}#{}", "base", "ordinal")).otherwise("base").alias("series_program")
     )

@@ -1,0 +1,160 @@
+"""A small reference implementation of the incident model (.briefs/incident_model.md), for tests.
+
+Input: a dump bucket (``<bucket>/<run_id>/<job>/**``), read with the project's parser
+(``transforms.parse.parse_dump``); series ids as the project names them (job, program
+without counters, dump kind, stage). Output (``incidents``): one dict per incident, keyed
+by ``(job, program, opened_run, improvement)``, with its kind, closing, ``stacked_on``,
+status at every run from the opening one, metrics and steps (series, metric, baseline,
+value). Only the stable pieces of the project are used: the parser, ``normalize_program``,
+``DEFAULT_RULES`` (direction) and ``step_test``/``Floors`` (floors). No accepts, and no
+renaming of colliding programs (``#2``): a bucket that needs either raises.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from transforms.parse import parse_dump
+from transforms.trends.incidents import Floors, step_test
+from transforms.trends.rules import DEFAULT_RULES, FALLBACK_RULE, ZERO_WHEN_ABSENT
+from transforms.trends.series import normalize_program
+
+
+@dataclass
+class Step:
+    series: str
+    job: str
+    program: str
+    metric: str
+    kind: str  # regression, improvement, failure
+    opened: int  # index of the run
+    baseline: float | None = None
+    value: float | None = None
+    below: "Step | None" = None
+    closed: int | None = None
+    how: str | None = None
+
+
+def read_bucket(bucket: Path) -> tuple[list[str], list[set[str]], dict[str, dict]]:
+    """Run ids in order, the jobs that ran in each, and per series: job, program and per run
+    (status, metrics)."""
+    run_ids = sorted(p.name for p in bucket.iterdir() if p.is_dir())
+    jobs, series = [], {}
+    for i, run_id in enumerate(run_ids):
+        run = bucket / run_id
+        jobs.append({p.name for p in run.iterdir() if p.is_dir()})
+        for path in sorted(run.rglob("*.gz")):
+            with open(path, "rb") as f:
+                s = parse_dump(f, str(path.relative_to(bucket))).summary
+            if s.kind.value == "unknown":
+                continue
+            job = path.relative_to(run).parts[0]
+            program = normalize_program(s.program)
+            sid = "/".join(p for p in (job, program, s.kind.value, s.stage) if p)
+            entry = series.setdefault(sid, {"job": job, "program": program, "runs": {}})
+            assert i not in entry["runs"], f"two dumps of {sid} in {run_id}: the oracle does not number them"
+            entry["runs"][i] = (s.status.value, dict(s.metrics))
+    return run_ids, jobs, series
+
+
+def rule_for(metric: str):
+    return next((r for r in DEFAULT_RULES if fnmatch.fnmatchcase(metric, r.metric)), FALLBACK_RULE)
+
+
+def walk(values: list[tuple[int, float]], metric: str, **names) -> list[Step]:
+    """The steps of one (series, metric): a level and a stack of open steps, in run order."""
+    rule = rule_for(metric)
+    direction, is_step = rule.direction, step_test(metric, rule, Floors())
+    if not direction:
+        return []
+    failure = metric.startswith("onnx.step.") or metric == "onnx.errors"
+
+    def past(v: float, base: float, way: int) -> bool:  # way 1: worse, -1: better
+        return (v - base) * direction * way > 0 and is_step(v, base)
+
+    level, stack, out = None, [], []
+    for run, v in values:
+        if level is None:
+            level = v
+            continue
+        while stack and not past(v, stack[-1].baseline, -1 if stack[-1].kind == "improvement" else 1):
+            top = stack.pop()
+            top.closed, top.how, level = run, "lost" if top.kind == "improvement" else "fixed", top.baseline
+        top = stack[-1] if stack else None
+        if past(v, level, 1) and (top is None or top.kind != "improvement"):
+            kind = "failure" if failure else "regression"
+        elif past(v, level, -1) and (top is None or top.kind == "improvement"):
+            kind = "improvement"
+        else:
+            continue  # below the floor, or a partial recovery (loss) of the open steps
+        step = Step(metric=metric, kind=kind, opened=run, baseline=level, value=v, below=top, **names)
+        out.append(step)
+        stack.append(step)
+        level = v
+    return out
+
+
+def health(runs: dict[int, tuple], jobs: list[set[str]], job: str, **names) -> list[Step]:
+    """Failure steps about the dumps: partial/failed, or vanished while its job ran, after ok."""
+    out, open_, seen_ok = [], None, False
+    for i, ran in enumerate(jobs):
+        status = runs[i][0] if i in runs else "absent" if job in ran else None
+        if status is None:
+            continue
+        if status == "ok":
+            if open_ is not None:
+                open_.closed, open_.how, open_ = i, "fixed", None
+            seen_ok = True
+        elif open_ is None and seen_ok:
+            metric = "dump.vanished" if status == "absent" else "dump.status"
+            open_ = Step(job=job, metric=metric, kind="failure", opened=i, **names)
+            out.append(open_)
+    return out
+
+
+def all_steps(bucket: Path) -> tuple[list[str], list[Step]]:
+    run_ids, jobs, series = read_bucket(bucket)
+    steps = []
+    for sid, s in series.items():
+        names = {"series": sid, "program": s["program"]}
+        steps += health(s["runs"], jobs, s["job"], **names)
+        ok = {i: m for i, (status, m) in sorted(s["runs"].items()) if status == "ok"}
+        for metric in sorted({k for m in ok.values() for k in m}):
+            zero = 0 if re.search(ZERO_WHEN_ABSENT, metric) else None
+            values = [(i, m.get(metric, zero)) for i, m in ok.items() if m.get(metric, zero) is not None]
+            steps += walk(values, metric, job=s["job"], **names)
+    return run_ids, steps
+
+
+def incidents(bucket: Path) -> dict[tuple, dict]:
+    """Every incident of the bucket, keyed by (job, program, opened run, improvement)."""
+    run_ids, steps = all_steps(bucket)
+
+    def key(s: Step) -> tuple:
+        return s.job, s.program, run_ids[s.opened], s.kind == "improvement"
+
+    groups: dict[tuple, list[Step]] = {}
+    for s in steps:
+        groups.setdefault(key(s), []).append(s)
+    out = {}
+    for k, group in groups.items():
+        kinds = {s.kind for s in group}
+        kind = "failure" if "failure" in kinds else "regression" if "regression" in kinds else "improvement"
+        closed = None if any(s.closed is None for s in group) else max(s.closed for s in group)
+        how = None if closed is None else "lost" if kind == "improvement" else "fixed"
+        opened = group[0].opened
+        last = len(run_ids) - 1 if closed is None else closed
+        out[k] = {
+            "kind": kind,
+            "closed": None if closed is None else run_ids[closed],
+            "closed_as": how,
+            "stacked_on": sorted({key(s.below) for s in group if s.below is not None}),
+            "lifecycle": {run_ids[i]: "new" if i == opened else how if i == closed else "open"
+                          for i in range(opened, last + 1)},
+            "metrics": sorted({s.metric for s in group}),
+            "steps": sorted((s.series, s.metric, s.baseline, s.value) for s in group),
+        }
+    return out

@@ -1,0 +1,281 @@
+"""What the report site reads, and the links and marks every page shares (pure).
+
+``SiteData`` holds the warehouse frames the site needs (read by ``flows.site``). The
+site shows a window: the last ``history_runs`` runs (``[site] history_runs``, 0: all).
+Charts and run pages cover the window; incidents open at its end or opened or closed in
+it get pages; a series gets a page when it changed in the window (or is in one of those
+incidents). Everything older or unchanged is still listed, on the runs, incidents and
+series indexes, and every link to a run or series without a page (``SiteData.run_link``,
+``SiteData.series_link``) leads to its row there.
+
+One verdict: whether a figure is worse or better than its baseline is said only by the
+incident steps open on it (``with_states``, ``transforms.trends.incident_rule.figure_states``),
+and every count by ``incidents_at`` / ``run_verdicts``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import polars as pl
+
+from transforms.escape import Markup, breakable_code, code, md_text, slug, url_path
+from transforms.trends.incident_rule import figure_states
+
+MAX_LINES = 12  # lines (or panels) drawn in one trend chart
+MAX_RUN_ROWS = 60  # figures and structural changes listed on a run's page
+DEFAULT_HISTORY_RUNS = 90  # [site] history_runs (transforms.trends.rules.Settings.site_history_runs)
+ONNX_RUNS = 14  # runs in the ONNX step matrix
+# What a figure's open step is called on the pages: one word per kind, as everywhere.
+STATE_WORDS = {"regression": "regression", "failure": "failure", "improvement": "improvement"}
+
+
+@dataclass
+class SiteData:
+    """The frames of the window (the last ``history_runs`` runs) unless said otherwise."""
+    runs: pl.DataFrame  # every run: run_id, started_at, commit, run_seq
+    trends: pl.DataFrame  # metric_trends change points: each (series, metric)'s first and last run and every change
+    events: pl.DataFrame  # series_events
+    rollups: pl.DataFrame  # run_rollups
+    totals: pl.DataFrame  # job_totals of the latest run
+    diffs: pl.DataFrame
+    accepts: pl.DataFrame
+    items: pl.DataFrame  # dump_items of the latest run's dumps, with series
+    allocations: pl.DataFrame  # latest run: series, kind, size_bytes
+    onnx_errors: pl.DataFrame  # latest run: series, exception_type, message
+    onnx_ops: pl.DataFrame  # latest run: series, source, op, count
+    tables: pl.DataFrame  # warehouse catalog: name, type, comment
+    columns: pl.DataFrame  # name, column, data_type, comment
+    warehouse_path: str
+    incidents: pl.DataFrame | None = None  # open at the window's end, or opened or closed in it
+    incident_steps: pl.DataFrame | None = None  # of those incidents
+    incidents_at: dict[str, pl.DataFrame] | None = None  # run_id -> incidents_at(run): status there (window runs)
+    run_verdicts: pl.DataFrame | None = None  # every run: the view run_verdicts (its counts)
+    commit_url: str | None = None  # settings: "{commit}" -> a commit's page
+    compare_url: str | None = None  # settings: "{base}", "{head}" -> a compare page
+    history_runs: int = DEFAULT_HISTORY_RUNS  # the window: the last N runs (0: every run)
+    dense: pl.DataFrame | None = None  # every run of the window: ONNX steps (last ONNX_RUNS runs), fused-ratio inputs
+    series_catalog: pl.DataFrame | None = None  # every series ever seen: series, job, program, kind, stage, runs, last_run
+    run_totals: pl.DataFrame | None = None  # every run: dumps, failed, partial, changed_series
+    older_incidents: int = 0  # incidents closed before the window (not shown)
+    chart_rows: pl.DataFrame | None = None  # every run of the window for the (series, metric) pairs the sections draw
+    dump_paths: pl.DataFrame | None = None  # run_id, series, path of each dump of the window
+    bucket_url: str | None = None  # settings: "{path}" -> a dump's page in the bucket's console
+
+    @cached_property
+    def steps(self) -> pl.DataFrame:
+        if self.incident_steps is not None:
+            return self.incident_steps
+        return pl.DataFrame(schema={"incident_id": pl.String, "series": pl.String, "metric": pl.String, "step": pl.String,
+                                    "baseline": pl.Float64, "opened_run": pl.String, "closed_run": pl.String})
+
+    def with_states(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """``rows`` (metric_trends rows) with the incident step open on each at its run
+        (incident_id, step, baseline, opened_run; nulls where none is)."""
+        return figure_states(rows, self.steps, self.runs)
+
+    @cached_property
+    def states(self) -> pl.DataFrame:
+        """``trends`` with their states."""
+        return self.with_states(self.trends)
+
+    @cached_property
+    def opened_incidents(self) -> dict[tuple[str, str, str], str]:
+        """(series, metric, opened run) -> the incident shown that opened with that step."""
+        return {(s, m, r): i for s, m, r, i in self.steps.group_by("series", "metric", "opened_run")
+                .agg(pl.col("incident_id").min()).iter_rows()}
+
+    @cached_property
+    def diff_sections(self) -> frozenset[tuple[str, str, str]]:
+        """(run_id, job, program) of every program's section of structural changes on a run page."""
+        return frozenset(self.diffs.select("run_id", "job", "program").unique().iter_rows())
+
+    @property
+    def latest(self) -> str | None:
+        return self.runs.get_column("run_id")[-1] if self.runs.height else None
+
+    @property
+    def previous(self) -> str | None:
+        return self.runs.get_column("run_id")[-2] if self.runs.height > 1 else None
+
+    @cached_property
+    def window(self) -> pl.DataFrame:
+        """The runs the site shows: the last ``history_runs`` (every run when 0)."""
+        return self.runs.tail(self.history_runs) if self.history_runs else self.runs
+
+    @cached_property
+    def known_runs(self) -> frozenset[str]:
+        return frozenset(self.runs.get_column("run_id").to_list())
+
+    @cached_property
+    def run_pages(self) -> frozenset[str]:
+        return frozenset(self.window.get_column("run_id").to_list())
+
+    @cached_property
+    def series_pages(self) -> frozenset[str]:
+        """Series with a page: a value changed (or first seen) in the window, or in an incident shown."""
+        changed = self.trends.filter(pl.col("changed")).get_column("series").unique().to_list()
+        stepped = self.steps.get_column("series").drop_nulls().to_list()
+        listed = [] if self.incidents is None else self.incidents.get_column("series").explode().drop_nulls().to_list()
+        return (frozenset(changed) | frozenset(stepped) | frozenset(listed)) & self._with_trends
+
+    @cached_property
+    def _with_trends(self) -> frozenset[str]:
+        return frozenset(self.trends.get_column("series").unique().to_list())
+
+    def series_link(self, series: str, here: str = "") -> Markup:
+        """Its page, or its row on the series index."""
+        if series in self.series_pages:
+            return series_link(series, here)
+        return _link("series", "index.md", here, fragment=series_anchor(series))
+
+    def run_link(self, run_id: str, here: str = "") -> Markup:
+        """Its page, or its row on the runs index (runs before the window)."""
+        if run_id in self.run_pages:
+            return run_link(run_id, here)
+        return _link("runs", "index.md", here, fragment=run_anchor(run_id))
+
+    def known_run(self, run_id: str | None, here: str) -> Markup | None:
+        """A run's page or index row; None for no run or one the warehouse does not have."""
+        return self.run_link(run_id, here) if run_id is not None and run_id in self.known_runs else None
+
+
+# ------------------------------------------------------------------ files, anchors, links
+
+def series_file(series: str) -> str:
+    """Where a series' page is written, below the docs directory."""
+    return f"series/{slug(series)}.md"
+
+
+def run_file(run_id: str) -> str:
+    return f"runs/{slug(run_id)}.md"
+
+
+def incident_file(incident_id: str) -> str:
+    return f"incidents/{slug(incident_id)}.md"
+
+
+def series_anchor(series: str) -> str:
+    """The id of a series' row on the series index (series without a page)."""
+    return slug("series", series)
+
+
+def run_anchor(run_id: str) -> str:
+    """The id of a run's row on the runs index (runs before the window)."""
+    return slug("run", run_id)
+
+
+def program_anchor(job: str, program: str) -> str:
+    """The id of a program's section on the diff page and on run pages."""
+    return slug(job, program)
+
+
+def _link(directory: str, name: str, here: str, fragment: str | None = None) -> Markup:
+    """A relative link to ``directory/name`` from a page in directory ``here`` ("" = top)."""
+    if here == directory:
+        return url_path(name, fragment=fragment)
+    return url_path(*([".."] if here else []), directory, name, fragment=fragment)
+
+
+def series_link(series: str, here: str = "") -> Markup:
+    return _link("series", f"{slug(series)}.md", here)
+
+
+def run_link(run_id: str, here: str = "", fragment: str | None = None) -> Markup:
+    return _link("runs", f"{slug(run_id)}.md", here, fragment=fragment)
+
+
+def incident_link(incident_id: str, here: str = "") -> Markup:
+    return _link("incidents", f"{slug(incident_id)}.md", here)
+
+
+def html_href(link: Markup) -> str:
+    """A Markdown page link as the built site's HTML href (charts link by URL: mkdocs rewrites
+    Markdown links to .html, not a chart's)."""
+    path, sep, fragment = str(link).partition("#")
+    return path.replace(".md", ".html", 1) + sep + fragment
+
+
+def commit_link(d: SiteData, commit: str | None) -> Markup:
+    """A commit as code, a link to its page when the settings give ``commit_url``."""
+    if not commit:
+        return md_text("?")
+    if not d.commit_url:
+        return code(commit)
+    return Markup("[{}]({})").format(code(commit), Markup(d.commit_url.format(commit=url_path(commit))))
+
+
+def commit_range(d: SiteData, good: str | None, bad: str | None) -> Markup:
+    """``a1b2c3 → d4e5f6``, commits as links and a compare link when the settings give templates."""
+    text = commit_link(d, good) + Markup(" → ") + commit_link(d, bad)
+    if d.compare_url and good and bad:
+        text += Markup(" ([compare]({}))").format(Markup(d.compare_url.format(base=url_path(good), head=url_path(bad))))
+    return text
+
+
+def dump_link(d: SiteData, path: str | None) -> Markup:
+    """A dump's bucket path as code (wrapping at its slashes), a link to it when the settings
+    give ``[site] bucket_url`` (``{path}``: the path, each segment percent-encoded)."""
+    if not path:
+        return Markup("")
+    if not d.bucket_url:
+        return breakable_code(path)
+    # An HTML link (it also stands in the raw HTML tables); Markup.format escapes the URL for the attribute.
+    return Markup('<a class="ds-dump" href="{}">{}</a>').format(
+        d.bucket_url.format(path=url_path(*path.split("/"))), breakable_code(path))
+
+
+def paths_by(d: SiteData, run_id: str | None = None) -> dict[tuple[str, str], str]:
+    """(run_id, series) -> the dump's bucket path (the first by name when a series has several)."""
+    if d.dump_paths is None:
+        return {}
+    frame = d.dump_paths if run_id is None else d.dump_paths.filter(pl.col("run_id") == run_id)
+    return {(r, s): p for r, s, p in frame.group_by("run_id", "series").agg(pl.col("path").min()).iter_rows()}
+
+
+def run_info(d: SiteData, run: dict) -> dict:
+    """What the run's page and the overview say of a run besides its figures: its commit
+    (a link when the settings say where) and its run.json tags."""
+    tags = [t for t in (run.get("tags") or []) if t is not None]
+    return {"commit_link": commit_link(d, run.get("commit")) if run.get("commit") else None, "tags": tags}
+
+
+def state_text(step: str | None, incident_id: str | None) -> str:
+    """A figure's state as the pages and tooltips say it: ``regression I-1a2b3c4d`` (empty when
+    no step is open on it)."""
+    return f"{STATE_WORDS.get(step, step)} {incident_id}" if step and incident_id else ""
+
+
+def marked(d: SiteData, rows: pl.DataFrame, here: str) -> pl.DataFrame:
+    """Trend rows (with ``with_states``' columns) with what a chart needs besides the figures:
+    ``href`` (the run's page), ``last`` (the latest run's row), ``mark`` ("incident": one opened
+    on this figure here), ``mark_href`` (its page), ``state`` (the open step's kind and
+    incident) and ``open`` ("regression"/"failure"/"improvement" on a line's last point when
+    an incident is open on it there: the chart marks it)."""
+    hrefs = {r: html_href(d.run_link(r, here)) for r in d.window.get_column("run_id").to_list()}
+    rows = rows.with_columns(pl.col("run_id").replace_strict(hrefs, default=None, return_dtype=pl.String).alias("href"),
+                             (pl.col("run_id") == (d.latest or "")).alias("last"))
+    links = {i: html_href(incident_link(i, here)) for i in set(d.opened_incidents.values())}
+    if d.opened_incidents and "series" in rows.columns:
+        opened = pl.DataFrame([(s, m, r, links[i]) for (s, m, r), i in d.opened_incidents.items()],
+                              schema=["series", "metric", "run_id", "_incident"], orient="row")
+        rows = rows.join(opened, on=["series", "metric", "run_id"], how="left", maintain_order="left")
+    else:
+        rows = rows.with_columns(pl.lit(None, pl.String).alias("_incident"))
+    step = pl.col("step") if "step" in rows.columns else pl.lit(None, pl.String)
+    incident = pl.col("incident_id") if "incident_id" in rows.columns else pl.lit(None, pl.String)
+    pages = {i: html_href(incident_link(i, here)) for i in paged_incidents(d)}
+    is_open = pl.col("last") & step.is_not_null()
+    return rows.with_columns(
+        pl.when(pl.col("_incident").is_not_null()).then(pl.lit("incident")).otherwise(None).alias("mark"),
+        pl.coalesce("_incident", "href").alias("mark_href"),
+        pl.when(step.is_not_null()).then(pl.concat_str(step, pl.lit(" "), incident)).otherwise(pl.lit("")).alias("state"),
+        pl.when(is_open).then(step).otherwise(None).alias("open"),
+        pl.when(is_open).then(incident.replace_strict(pages, default=None, return_dtype=pl.String)).alias("open_href"),
+    ).drop("_incident")
+
+
+def paged_incidents(d: SiteData) -> list[str]:
+    """The incidents with a page (those ``SiteData.incidents`` holds)."""
+    return [] if d.incidents is None else d.incidents.get_column("incident_id").to_list()

@@ -1,0 +1,244 @@
+"""The figure pages of the report site: memory, fusion, kernels and ONNX (pure).
+
+Each page is a list of trend sections (``SECTIONS``: one metric at one stage per chart,
+a panel per program so that one program's spike does not flatten the others, each
+panel's bytes in its own unit), then the latest run's breakdowns and what changed in its
+structure. A section's table lists every program's latest value, its change against the
+previous run and the incident open on it (``SiteData.with_states``: the only place a
+figure is called worse or better). Contexts for the templates, as in ``transforms.site.pages``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from transforms.escape import url_path
+from transforms.site import charts
+from transforms.site.data import (MAX_LINES, ONNX_RUNS, SiteData, dump_link, incident_link, marked, paths_by,
+                                  program_anchor, state_text)
+from transforms.units import human_bytes, human_delta, human_value
+
+# An ONNX step's outcome: the symbol, the word beside it (no emoji font shows an empty box) and its colour class.
+STEP_CELL = {1.0: ("✅", "passed", "ds-good"), 0.0: ("❌", "failed", "ds-bad"), None: ("⚪", "skipped", "ds-skip")}
+
+# The trend sections of each page: (metric, title, which rows: one stage). charted_pairs() and the pages read the same.
+MEMORY_SECTIONS = (
+    ("memory.total_bytes", "Total bytes (buffer assignment)", pl.col("stage") == "buffer_assignment"),
+    ("memory.peak_live_bytes", "Peak live bytes (live ranges)", pl.col("stage") == "live_ranges"),
+    ("memory.temp_bytes", "Temp bytes (buffer assignment)", pl.col("stage") == "buffer_assignment"),
+    ("memory.buffer_bytes", "Inductor buffer bytes (after fusion)", pl.col("stage") == "post_fusion"),
+)
+FUSION_SECTIONS = (("fusion.count", "Inductor fused groups (after fusion)",
+                    (pl.col("kind") == "inductor_ir") & (pl.col("stage") == "post_fusion")),)
+KERNEL_SECTIONS = (
+    ("kernel.launches", "Kernel launches (XLA, after optimizations)", pl.col("stage") == "after_optimizations"),
+    ("kernel.custom_calls", "Custom calls (XLA, after optimizations)", pl.col("stage") == "after_optimizations"),
+    ("kernel.collectives", "Collectives (XLA, before optimizations)", pl.col("stage") == "before_optimizations"),
+    ("kernel.generated", "Inductor generated kernels (output code)", pl.col("kind") == "inductor_output_code"),
+    ("kernel.extern", "Inductor extern kernels (after fusion)", (pl.col("kind") == "inductor_ir") & (pl.col("stage") == "post_fusion")),
+    ("kernel.user_triton", "User Triton kernels (after fusion)", (pl.col("kind") == "inductor_ir") & (pl.col("stage") == "post_fusion")),
+    ("kernel.fallback", "Inductor fallback kernels (after fusion)", (pl.col("kind") == "inductor_ir") & (pl.col("stage") == "post_fusion")),
+)
+ONNX_SECTIONS = (
+    ("onnx.graph_nodes", "ONNX graph nodes", pl.col("stage") == "export"),
+    ("onnx.max_abs_diff", "Accuracy: max absolute difference (ONNX Runtime vs PyTorch)", pl.col("stage") == "export"),
+)
+SECTIONS = MEMORY_SECTIONS + FUSION_SECTIONS + KERNEL_SECTIONS + ONNX_SECTIONS
+
+
+def _line(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(pl.format("{}/{}", "job", "program").alias("line"))
+
+
+def _section_lines(d: SiteData, metric: str, where: pl.Expr) -> pl.DataFrame:
+    """The change points of a section's metric at its stage, each with its ``line`` (job/program)
+    and its state (``SiteData.with_states``)."""
+    rows = d.states.filter((pl.col("metric") == metric) & where)
+    return _line(rows)
+
+
+def _fusion_kind_lines(d: SiteData) -> pl.DataFrame:
+    """XLA fusions by kind after optimizations: a line per program and fusion.count.* metric."""
+    kinds = d.states.filter(pl.col("metric").str.starts_with("fusion.count") & (pl.col("kind") == "xla_hlo")
+                            & (pl.col("stage") == "after_optimizations"))
+    return _line(kinds).with_columns(pl.format("{} {}", "line", "metric").alias("line"))
+
+
+def charted_pairs(d: SiteData) -> pl.DataFrame:
+    """(series, metric) of every line the section charts draw: the site reads every run of
+    the window for these (``SiteData.chart_rows``), and only the change points of the rest."""
+    parts = []
+    for metric, title, where in SECTIONS:
+        rows = _section_lines(d, metric, where)
+        if rows.height and not charts.is_empty(rows):
+            shown, _ = _top_lines(_last_of_lines(rows), title)
+            parts.append(rows.filter(pl.col("line").is_in(shown.implode())).select("series", "metric"))
+    kinds = _fusion_kind_lines(d)
+    if kinds.height:
+        shown = _top_programs(kinds)
+        parts.append(kinds.filter(pl.col("line").is_in(shown.implode())).select("series", "metric"))
+    empty = pl.DataFrame(schema={"series": pl.String, "metric": pl.String})
+    return pl.concat([empty, *parts]).unique().sort("series", "metric")
+
+
+def _last_of_lines(rows: pl.DataFrame) -> pl.DataFrame:
+    return rows.sort("started_at", "run_id").group_by("line").agg(pl.all().last()).sort("line")
+
+
+def _every_run(d: SiteData, rows: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
+    """The rows of every run of the window for the lines of ``rows`` (change points), each
+    named as there, with their states; (rows, False) when the site did not read them."""
+    if d.chart_rows is None:
+        return rows, False
+    names = rows.select("series", "metric", "line").unique(subset=["series", "metric"])
+    return d.with_states(d.chart_rows.join(names, on=["series", "metric"])), True
+
+
+def _open_cell(d: SiteData, r: dict, here: str) -> dict | None:
+    """The incident open on a figure (a table cell: its kind, its page)."""
+    if not r.get("step"):
+        return None
+    return {"text": state_text(r["step"], r["incident_id"]), "link": incident_link(r["incident_id"], here),
+            "bad": r["step"] != "improvement"}
+
+
+def _trend_section(d: SiteData, metric: str, title: str, where: pl.Expr, here: str = "") -> dict | None:
+    rows = _section_lines(d, metric, where)
+    if rows.is_empty():
+        return None
+    latest = _last_of_lines(rows)
+    table = [{"line": r["line"], "series": d.series_link(r["series"], here), "run": r["run_id"],
+              "value": human_value(metric, r["value"]), "change": human_delta(metric, r["delta"]) if r["delta"] else "",
+              "incident": _open_cell(d, r, here)} for r in latest.iter_rows(named=True)]
+    if charts.is_empty(rows):  # a flat line at 0 says nothing: the sentence says why there is no chart
+        return {"title": title, "metric": metric, "chart": None, "table": table,
+                "empty": f"Every program shows 0 for {metric} in the runs shown: nothing to draw."}
+    shown, chart_title = _top_lines(latest, title)
+    drawn, every_run = _every_run(d, rows.filter(pl.col("line").is_in(shown.implode())))
+    if every_run:
+        chart = charts.panels(marked(d, drawn, here), title=chart_title)
+    else:
+        chart = charts.small_multiples_by(marked(d, drawn, here).with_columns(pl.lit(chart_title).alias("_chart")),
+                                          "_chart", panel="line")[chart_title]
+    return {"title": title, "metric": metric, "chart": chart, "table": table, "empty": None}
+
+
+def _top_programs(kinds: pl.DataFrame, most: int = 9) -> pl.Series:
+    """The lines of the fusion-kind panels: every kind of the programs with an open regression
+    in the latest run, then of the largest (by their total fusions), ``most`` programs at most."""
+    last = _last_of_lines(kinds)
+    programs = (last.group_by("job", "program").agg(pl.col("step").is_in(["regression", "failure"]).any().alias("_reg"),
+                                                    pl.col("value").abs().sum().alias("_size"))
+                .sort("_reg", "_size", "job", "program", descending=[True, True, False, False]).head(most))
+    return last.join(programs.select("job", "program"), on=["job", "program"]).get_column("line")
+
+
+def _top_lines(latest: pl.DataFrame, title: str) -> tuple[pl.Series, str]:
+    """A chart of a hundred panels reads as noise: it draws the programs with an incident open
+    in the latest run, then the largest (``latest``: the last row of each line); tables list them all."""
+    shown = (latest.sort(pl.col("step").is_not_null(), pl.col("value").abs(), descending=True, nulls_last=True)
+             .head(MAX_LINES).get_column("line"))
+    return shown, title if shown.len() == latest.height else f"{title} ({shown.len()} of {latest.height}: with an open incident, then largest)"
+
+
+def _diff_rows(d: SiteData, categories: tuple[str, ...], changes: tuple[str, ...] | None = None) -> list[dict]:
+    rows = d.diffs.filter((pl.col("run_id") == d.latest) & pl.col("category").is_in(categories))
+    if changes:
+        rows = rows.filter(pl.col("change").is_in(changes))
+    paths = paths_by(d, d.latest)
+    return [{**r, "diff": url_path("diff.md", fragment=program_anchor(r["job"], r["program"])),
+             "dump": dump_link(d, paths.get((d.latest, r["series"])))}
+            for r in rows.select("job", "program", "series", "kind", "category", "change", "description").iter_rows(named=True)]
+
+
+def _sections(d: SiteData, specs: tuple) -> list[dict]:
+    return [s for s in (_trend_section(d, metric, title, where) for metric, title, where in specs) if s]
+
+
+def memory_page(d: SiteData) -> dict:
+    sections = _sections(d, MEMORY_SECTIONS)
+    alloc = d.allocations.group_by("program", "kind").agg(pl.col("size_bytes").sum()).sort("program", "size_bytes", descending=[False, True])
+    breakdown = charts.bar_chart(alloc.with_columns(pl.format("{} · {}", "program", "kind").alias("allocation")),
+                                 x="size_bytes", y="allocation", color="kind", title=f"Allocations by kind, run {d.latest}",
+                                 bytes_axis=True) if alloc.height else None
+    peak = d.items.filter(pl.col("category") == "peak_value").sort("bytes", descending=True, nulls_last=True).head(20)
+    top = [{"program": r["program"], "value": r["label"], "bytes": human_bytes(r["bytes"]), "source": r["detail"] or "",
+            "dump": dump_link(d, r.get("path"))} for r in peak.iter_rows(named=True)]
+    return {"sections": sections, "breakdown": breakdown, "allocation_table": [
+                {"program": p, "kind": k, "bytes": human_bytes(b)} for p, k, b in alloc.iter_rows()],
+            "top_at_peak": top, "grew": _diff_rows(d, ("allocation", "peak_value"), ("grew", "appeared")), "run": d.latest}
+
+
+def fusion_page(d: SiteData) -> dict:
+    kinds = _fusion_kind_lines(d)
+    kinds_chart = None
+    if kinds.height and not charts.is_empty(kinds):
+        shown = _top_programs(kinds)
+        programs = kinds.select(pl.struct("job", "program").n_unique()).item()
+        drawn, _ = _every_run(d, kinds.filter(pl.col("line").is_in(shown.implode())))
+        title = "XLA fusions by kind (after optimizations), one panel per program" + (
+            "" if shown.len() == _last_of_lines(kinds).height else f" ({drawn.select(pl.struct('job', 'program').n_unique()).item()} of {programs}: with an open regression, then largest)")
+        kinds_chart = charts.faceted_trend_chart(
+            _line(marked(d, drawn, "")).with_columns(
+                pl.when(pl.col("metric") == "fusion.count").then(pl.lit("all fusions"))
+                .otherwise(pl.col("metric").str.strip_prefix("fusion.count.")).alias("fusion kind")),
+            title=title, facet="line", color="fusion kind", metric_label="fusions")
+    ratio = _fused_ratio(d)
+    groups = d.items.filter(pl.col("category") == "fused_group").sort("count", descending=True).head(20)
+    return {"kinds_chart": kinds_chart, "sections": _sections(d, FUSION_SECTIONS),
+            "ratio_chart": ratio, "groups": [{"program": r["program"], "group": r["label"], "count": r["count"],
+                                             "bytes": human_bytes(r["bytes"]) if r["bytes"] is not None else ""}
+                                            for r in groups.iter_rows(named=True)],
+            "changes": _diff_rows(d, ("fusion", "fused_group")), "run": d.latest}
+
+
+def _fused_ratio(d: SiteData) -> dict | None:
+    """Inductor: members of fused groups / nodes before fusion, per graph and run (a ratio no
+    incident judges: no marks)."""
+    dense = d.trends if d.dense is None else d.dense  # every run of the window: the two sides meet on run_id
+    post = dense.filter((pl.col("metric") == "fusion.fused_nodes") & (pl.col("stage") == "post_fusion"))
+    pre = dense.filter((pl.col("metric") == "inductor.nodes") & (pl.col("stage") == "pre_fusion"))
+    if post.is_empty() or pre.is_empty():
+        return None
+    both = post.join(pre.select("run_id", "job", "program", pl.col("value").alias("_nodes")), on=["run_id", "job", "program"])
+    ratio = (pl.col("value") / pl.col("_nodes"))
+    moved = ratio != ratio.shift(1).over("job", "program")  # a step of the line (its first run: null)
+    both = _line(both.sort("started_at", "run_id").with_columns(
+        ratio.alias("value"), pl.lit("fusion.fused_node_ratio").alias("metric"), pl.lit(None, pl.Float64).alias("delta"),
+        moved.fill_null(True).alias("changed")))
+    shown = both.group_by("line").agg(pl.col("value").last()).sort("value", descending=True).head(MAX_LINES).get_column("line")
+    title = "Fused-node ratio (Inductor: fused members / nodes before fusion)"
+    return charts.panels(marked(d, both.filter(pl.col("line").is_in(shown.implode())), ""), title=title)
+
+
+def kernels_page(d: SiteData) -> dict:
+    sections = _sections(d, KERNEL_SECTIONS)
+    latest = d.trends.filter(pl.col("run_id") == d.latest)
+    fallbacks = latest.filter(pl.col("metric").str.starts_with("kernel.fallback.") & (pl.col("value") > 0))
+    targets = latest.filter(pl.col("metric").str.starts_with("kernel.custom_call.") & (pl.col("stage") == "after_optimizations"))
+    collectives = latest.filter(pl.col("metric").str.starts_with("kernel.collective.") & (pl.col("value") > 0))
+    pick = lambda f, prefix: [{"program": r["program"], "stage": r["stage"], "name": r["metric"].removeprefix(prefix),  # noqa: E731
+                               "count": human_value("n", r["value"]), "change": human_delta("n", r["delta"]) if r["delta"] else ""}
+                              for r in f.sort("value", descending=True).iter_rows(named=True)]
+    return {"sections": sections, "fallbacks": pick(fallbacks, "kernel.fallback."),
+            "targets": pick(targets, "kernel.custom_call."), "collectives": pick(collectives, "kernel.collective."),
+            "changes": _diff_rows(d, ("custom_call", "collective", "fallback_kernel", "kernel_category", "extern_kernel")),
+            "run": d.latest}
+
+
+def onnx_page(d: SiteData, last_runs: int = ONNX_RUNS) -> dict:
+    dense = d.trends if d.dense is None else d.dense  # a cell for every run
+    steps = dense.filter(pl.col("metric").str.starts_with("onnx.step.") & (pl.col("kind") == "onnx_report"))
+    runs = d.window.tail(last_runs).get_column("run_id").to_list()
+    matrices = []
+    for (program,), rows in steps.group_by("program", maintain_order=True):
+        cells = {(r["metric"].removeprefix("onnx.step."), r["run_id"]): r["value"] for r in rows.iter_rows(named=True)}
+        names = sorted({s for s, _ in cells})
+        matrices.append({"program": program, "runs": runs, "rows": [
+            {"step": s, "cells": [STEP_CELL.get(cells.get((s, r)), STEP_CELL[None]) for r in runs]} for s in names]})
+    sections = _sections(d, ONNX_SECTIONS)
+    ops = d.onnx_ops.sort("count", descending=True).head(25)
+    errors = [{"program": r["program"], "title": f"{r['exception_type'] or 'error'} ({r['section']})",
+               "message": (r["message"] or "").strip()} for r in d.onnx_errors.iter_rows(named=True)]
+    return {"matrices": matrices, "sections": sections, "ops": ops.select("program", "source", "op", "count").to_dicts(),
+            "errors": errors, "changes": _diff_rows(d, ("onnx_step", "onnx_op", "accuracy")), "run": d.latest}
