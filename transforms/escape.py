@@ -49,6 +49,15 @@ JSON in ``<script type=            ``json_script``: ``< > &`` and U+2028/2029 as
 Copy-paste snippets                ``sql_literal`` (a SQL string literal) and
                                    ``shell_word`` (one POSIX shell word); plain
                                    strings that still go through ``code``/``pre``.
+A notification's text (a chat      ``chat_text(value, service)``: ``plain_text``
+message, a webhook's plain text)   with every mention inert (``CHAT_MENTIONS``);
+                                   for Discord and Mattermost, which read a text
+                                   message as Markdown, ASCII punctuation
+                                   backslash-escaped too.
+A notification's HTML (Apprise     ``chat_code(value, service)``: ``code`` of the
+converts it for the target)        value with its mentions inert.
+A notification's title (plain to   ``chat_title``: the value when it is a plain
+some, Markdown to others)          name (letters, digits, ``. _ : + -``), else None.
 =================================  ===============================================
 
 ``Markup`` marks text one of these functions made (or HTML the site's own code
@@ -69,8 +78,9 @@ from urllib.parse import quote
 
 from markupsafe import Markup
 
-__all__ = ["Markup", "block_text", "breakable", "breakable_code", "code", "finalize", "html_attr", "json_script", "md_text",
-           "plain_text", "pre", "shell_word", "slug", "sql_literal", "url_path"]
+__all__ = ["CHAT_MENTIONS", "Markup", "block_text", "breakable", "breakable_code", "chat_code", "chat_text", "chat_title",
+           "code", "finalize",
+           "html_attr", "json_script", "md_text", "plain_text", "pre", "shell_word", "slug", "sql_literal", "url_path"]
 
 _REF = {c: f"&#{ord(c)};" for c in "&<>\"'\\`*[]{}|#~"}
 _SPACE = " "
@@ -208,3 +218,62 @@ def breakable(value: object) -> Markup:
 def breakable_code(value: object) -> Markup:
     """``breakable`` as inline code."""
     return Markup("<code>") + breakable(value) + Markup("</code>")
+
+
+# ---------------------------------------------------------------- notifications (chats and webhooks)
+
+# What each kind of notification target reads as a mention: a ping of a person, a role, a channel
+# or everyone. Every target gets the same rule (``_MENTION``), which breaks them all: a name inert on
+# one chat is inert on every other, and a webhook's text may be forwarded to any of them.
+CHAT_MENTIONS = {
+    "discord": "@everyone, @here, <@id>, <@!id>, <@&role>, <#channel>; Apprise's Discord plugin, given "
+               "Markdown, also turns every @word of the body into a ping (allow_mentions)",
+    "slack": "<!channel>, <!here>, <!everyone>, <@U…>, <!subteam^…>; @channel and @name where link_names is on",
+    "teams": "<at>name</at>: Apprise's Workflows plugin makes each a mention entity of the card, inside a code span too",
+    "mattermost": "@channel, @all, @here, @name",
+    "webhook": "none of its own (json://, form://, xml://): whatever it forwards the text to reads any of the above",
+    "chat": "any other target: Telegram and Rocket.Chat @name, Matrix @room, Zulip @**all**, Google Chat "
+            "<users/all>, Webex <@all>...",
+}
+# Where a mention starts: an @ (or a fullwidth one) before a non-space, or a < that opens a mention,
+# a channel or a special token (<!, <@, <#, <&, <:, </, <^, <at>, <users/...>). A zero-width space
+# goes after it, as discord.py's escape_mentions does: the text reads the same and parses as none.
+_MENTION = re.compile(r"[@\uff20](?=\S)|<(?=[!@#&:/^]|[a-z])", re.IGNORECASE)
+_ZERO_WIDTH_SPACE = "\u200b"
+# Targets whose text messages the service shows as Markdown whatever Apprise sends them as.
+_MARKDOWN_TEXT = frozenset({"discord", "mattermost"})
+_ASCII_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # CommonMark and Discord read "\\" + any of these as it
+
+
+def _inert_mentions(text: str, service: str) -> str:
+    if service not in CHAT_MENTIONS:
+        raise ValueError(f"not a notification service: {service!r} (one of {', '.join(CHAT_MENTIONS)})")
+    return _MENTION.sub(lambda m: m.group() + _ZERO_WIDTH_SPACE, text)
+
+
+def chat_text(value: object, service: str = "chat") -> str:
+    """``value`` as one line of a notification's text for ``service`` (a key of ``CHAT_MENTIONS``):
+    ``plain_text`` in which no mention pings, and, where the service shows a text message as
+    Markdown (Discord, Mattermost), every ASCII punctuation character backslash-escaped, so no
+    link, emphasis, quote or heading comes out of a name."""
+    text = _inert_mentions(plain_text(value), service)
+    return _ASCII_PUNCTUATION.sub(r"\\\1", text) if service in _MARKDOWN_TEXT else text
+
+
+def chat_title(value: object) -> str | None:
+    """``value`` for a notification's title, or None when it may not go in one. A title is plain
+    text to some services and Markdown to others (a Teams card's heading, a Discord message), in
+    which Apprise escapes nothing: only a name no markup and no mention reads (ASCII letters and
+    digits, then ``. _ : + -``; at most 80) goes in a title, any other is named in the body only."""
+    text = _text(value)
+    return text if _PLAIN_NAME.fullmatch(text) else None
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,79}")
+
+
+def chat_code(value: object, service: str = "chat") -> Markup:
+    """``value`` as inline code of the HTML a notification target gets (Apprise converts it into
+    the service's own markup): ``code`` of the value with its mentions inert. A code span shows
+    the value verbatim, but Apprise still reads mentions in it (Teams' ``<at>``, Discord's @word)."""
+    return code(_inert_mentions(plain_text(value), service))

@@ -1,7 +1,9 @@
 """The night's summary in Markdown, ready for an issue, a pull-request comment or the report
-file (``night_markdown``); the same summary for chat and e-mail notifications (``CHAT``:
+file (``night_markdown``); the same summary for chat and e-mail notifications (``chat_style``:
 every value from outside a code span, headings bold lines), and as plain text for targets
-that show text only (``night_text``: webhooks, SMS; links written out after their label).
+that show text only (``text_style``: webhooks, SMS, Discord; links written out after their
+label). A notification's style is made for its target's service: no name from a dump pings
+anyone there (``transforms.escape.chat_text``, ``chat_code``).
 
 One story, in the order a person reads it: the counts ("2 new, 1 still open, 1 fixed,
 0 improvements, 0 lost"), then each new regression or failure with its headline, what
@@ -19,7 +21,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from transforms.escape import code, md_text, plain_text, shell_word, url_path
+from transforms.escape import chat_code, chat_text, code, md_text, plain_text, shell_word, url_path
 
 
 class Style(NamedTuple):
@@ -35,11 +37,30 @@ class Style(NamedTuple):
 MARKDOWN = Style(md_text, code, lambda label, href: f"[{label}]({href})", lambda s: f"**{s}**",
                  lambda level, s: f"{'#' * level} {s}")
 TEXT = Style(plain_text, plain_text, lambda label, href: f"{label} ({href})", str, lambda level, s: s)
-# Notifications reach chats through Apprise's HTML-to-Markdown conversion, which backslash-escapes
-# "_" and "*" in text (Slack showed jit\_train\_step) and keeps headings that Slack shows as "###":
-# names go in code spans, which every chat shows verbatim, and headings become bold lines (an
-# incident's own line, which starts with a code span, stays plain: "* `x`*" is not bold in Slack).
-CHAT = Style(code, code, MARKDOWN.link, MARKDOWN.bold, lambda level, s: f"**{s}**" if level < 3 else s)
+
+
+def chat_style(service: str) -> Style:
+    """The summary for a notification target that gets HTML (``service``: a key of
+    ``transforms.escape.CHAT_MENTIONS``).
+
+    It reaches chats through Apprise's HTML-to-Markdown conversion, which backslash-escapes "_"
+    and "*" in text (Slack showed jit\\_train\\_step) and keeps headings that Slack shows as "###":
+    names go in code spans, which every chat shows verbatim, with their mentions made inert
+    (Apprise reads them even there), and headings become bold lines (an incident's own line,
+    which starts with a code span, stays plain: "* `x`*" is not bold in Slack)."""
+    named = lambda value: chat_code(value, service)  # noqa: E731
+    return Style(named, named, MARKDOWN.link, MARKDOWN.bold, lambda level, s: f"**{s}**" if level < 3 else s)
+
+
+def text_style(service: str) -> Style:
+    """The summary for a notification target that gets plain text: ``TEXT`` with every name
+    through ``chat_text`` for ``service`` (no mention pings; Markdown escaped where the service
+    shows text as Markdown)."""
+    named = lambda value: chat_text(value, service)  # noqa: E731
+    return Style(named, named, TEXT.link, str, TEXT.heading)
+
+
+CHAT = chat_style("chat")  # any chat: the style the site's tests and the docs show
 
 # (key, title): the lists of the summary, in order. A key is a status, or "improvement"
 # (improvement incidents new at the run) / "lost" (improvements lost there).
