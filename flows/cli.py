@@ -43,6 +43,19 @@ def _prefect_defaults() -> None:
     _note_signals()
 
 
+def _check_notify() -> None:
+    """Exit 2 with one line unless every notification target (``--notify``, or the environment's
+    DUMPSCOPE_NOTIFY) is a URL Apprise can use: checked before any work, never inside a night."""
+    from flows import storage_secrets
+    from flows.notify import BadTarget, check_targets
+
+    try:
+        check_targets(storage_secrets.notify_targets())
+    except (BadTarget, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 def _exit_in_order(signum: int, frame) -> None:
     raise SystemExit(128 + signum)
 
@@ -145,7 +158,9 @@ def run(
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Same as --fail-on new.")] = False,
     notify: Annotated[Optional[list[str]], typer.Option(
         "--notify", metavar="URL", help="Send the summary of NEW incidents to this Apprise URL (repeatable: Slack, "
-        "Teams, email, GitHub, json:// webhooks...), once per run; never again on a re-run.")] = None,
+        "Teams, email, GitHub, json:// webhooks...), once per run; never again on a re-run. A URL Apprise cannot "
+        "use exits 2 before any work; a message not delivered is retried by the next run, and the run exits 5 "
+        "(the night is published). Default: the DUMPSCOPE_NOTIFY environment variable (a JSON list).")] = None,
     site_dir: Annotated[Optional[Path], typer.Option("--site", help="Also build the report site into this directory.")] = None,
     max_line_bytes: Annotated[int, typer.Option(help="Longest line a dump may have (bytes); a dump past it is failed. "
                                                 "A parse holds about this much memory at most.")] = 64 << 20,  # = transforms.parse.ParseLimits()
@@ -167,6 +182,7 @@ def run(
         raise typer.Exit(2) from None
     storage_secrets.export(storage_options)  # values by the environment, never as flow parameters
     storage_secrets.export_notify_targets(notify or [])
+    _check_notify()
     if fail_on not in (None, "new", "open"):
         raise typer.BadParameter("use new or open", param_hint="--fail-on")
     fail_on = fail_on or ("new" if fail_on_regression else None)
@@ -190,10 +206,14 @@ def run(
         raise typer.Exit(2) from None
     if summary_json is not None:
         summary_json.write_text(summary.json(), encoding="utf-8")
+    for line in summary.undelivered:
+        typer.echo(f"warning: {line}", err=True)
     failing = summary.new_incidents if fail_on == "new" else summary.incidents.get("new", 0) + summary.incidents.get("open", 0)
     if fail_on and failing:
         typer.echo(f"{failing} {'new' if fail_on == 'new' else 'open'} incident(s) (regressions or failures)", err=True)
         raise typer.Exit(4)
+    if summary.undelivered:  # the night is published; the scheduler sees that a message is owed
+        raise typer.Exit(5)
 
 
 SETTINGS_HELP = "Settings file (TOML: [series] names, [floors], [[rule]] thresholds, [site]); default ./dumpscope.toml when present."
@@ -386,10 +406,14 @@ def watch(
     marker: Annotated[Optional[str], typer.Option(help="Completion marker file name.")] = None,
     iterations: Annotated[int, typer.Option(help="Stop after this many looks (0: never).")] = 0,
 ) -> None:
-    """Keep polling the bucket; ingest new files once they have settled."""
+    """Keep polling the bucket; ingest new files once they have settled.
+
+    Notification targets come from DUMPSCOPE_NOTIFY (a JSON list of Apprise URLs), checked at start.
+    """
     import time
 
     _prefect_defaults()
+    _check_notify()
     from flows.bucket import BucketNotFound
     from flows.nightly import nightly
 
@@ -397,8 +421,10 @@ def watch(
     while True:
         started = time.monotonic()
         try:
-            nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, marker=marker, wait_for_lock=True,
-                    state_path=warehouse.with_suffix(".settle.json"))
+            summary = nightly(bucket=bucket, warehouse=warehouse, settle_seconds=settle, marker=marker,
+                              wait_for_lock=True, state_path=warehouse.with_suffix(".settle.json"))
+            for line in summary.undelivered:  # retried at the next look
+                typer.echo(f"warning: {line}", err=True)
         except BucketNotFound as exc:
             if not done:  # at the first look: a wrong --bucket, said once, like `run`
                 typer.echo(f"error: {exc}", err=True)
@@ -418,7 +444,11 @@ def serve(
     warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
     settle: Annotated[float, typer.Option(help="Seconds a file must stay unchanged before it is taken.")] = 300.0,
 ) -> None:
-    """Register the nightly as a scheduled deployment and serve it (needs a Prefect server)."""
+    """Register the nightly as a scheduled deployment and serve it (needs a Prefect server).
+
+    Notification targets come from DUMPSCOPE_NOTIFY (a JSON list of Apprise URLs), checked at start.
+    """
+    _check_notify()
     if not os.environ.get("PREFECT_API_URL"):
         typer.echo("error: scheduled runs need a Prefect server: start one with `prefect server start` "
                    "and set PREFECT_API_URL=http://127.0.0.1:4200/api (see README)", err=True)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import polars as pl
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
 
@@ -68,7 +68,8 @@ class NightSummary:
     reused: int = 0  # dumps whose content the warehouse held already: not parsed again
     rows_loaded: int = 0
     new_incidents: int = 0  # regressions and failures opened in the runs this night loaded
-    notified: int = 0  # notification targets told about them
+    notified: int = 0  # notification messages delivered (new incidents, and any still owed to a target)
+    undelivered: list[str] = field(default_factory=list)  # notifications that failed (retried by the next run), and why
     incidents: dict[str, int] = field(default_factory=dict)  # the latest run's counts (incidents_at)
     failures: list[str] = field(default_factory=list)
     run_errors: list[str] = field(default_factory=list)  # what was wrong with run.json files
@@ -91,13 +92,17 @@ class NightSummary:
         label = {"new_incidents": "incidents opened in the runs loaded"}
         lines = ["| | |", "| --- | ---: |"] + [
             f"| {label.get(k, k)} | {v} |" for k, v in asdict(self).items()
-            if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up", "leveled", "peak_mib", "written_mib")
+            if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up", "leveled", "peak_mib", "written_mib",
+                         "undelivered")
         ] + [f"| latest run: incidents {k.replace('_', ' ')} | {v} |" for k, v in self.incidents.items()]
         lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
         if self.failures:
             lines += ["", "Failures:", ""] + [f"- {f}" for f in self.failures]
         if self.run_errors:
             lines += ["", "run.json errors (the valid fields were kept):", ""] + [f"- {e}" for e in self.run_errors]
+        if self.undelivered:
+            lines += ["", "Notifications not delivered (the night is published; the next run retries them):", ""] + [
+                f"- {u}" for u in self.undelivered]
         return "\n".join(lines)
 
 
@@ -212,7 +217,8 @@ class LoadResult:
     rows: int = 0
     loaded_runs: list[str] = field(default_factory=list)  # runs this load added or changed dumps in
     new_incidents: int = 0  # regressions and failures opened in those runs
-    notified: int = 0  # targets told about them (not before)
+    notified: int = 0  # messages delivered
+    undelivered: list[str] = field(default_factory=list)  # what was not delivered, and why
     staging_dropped: int = 0  # staged contents removed once loaded
     seconds: dict[str, float] = field(default_factory=dict)  # catch_up, load, aggregate stages, publish
     publish_bytes: int = 0
@@ -231,7 +237,8 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
     What to load is decided again once the lock is held, against the warehouse about to
     change: a run that overlapped this one may have loaded the same objects meanwhile, and
     discovery only looked at the last published file. ``notify_count``: how many
-    notification targets the environment holds (``storage_secrets.notify_targets``).
+    notification targets the environment holds (``storage_secrets.notify_targets``): they get
+    the new incidents of the runs loaded, and any message still owed to them.
     """
     settings = load_settings(settings_path)  # a bad settings file fails before any write
     result = LoadResult()
@@ -276,8 +283,9 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         clock = time.perf_counter()
         result.loaded_runs = sorted({o.obj.run_id for o in staged})
         result.new_incidents = verdict.opened_in(con, result.loaded_runs)
-        if notify_count and result.new_incidents:
-            result.notified = _announce(con, result.loaded_runs, settings)
+        if notify_count:
+            result.notified, result.undelivered = _announce(
+                con, result.loaded_runs if result.new_incidents else [], settings)
         if staging_dir is not None:
             result.staging_dropped = _drop_loaded_staging(con, staging_dir)
         lap("announce")
@@ -312,23 +320,49 @@ def _drop_loaded_staging(con, staging_dir: Path) -> int:
     return staging.drop_staged(staging_dir, held)
 
 
-def _announce(con, loaded_runs: list[str], settings) -> int:
-    """The summary of each loaded run with new incidents, to every target, once."""
-    from flows.notify import notify_new
-    from transforms.escape import plain_text
-    from transforms.trends.night_report import CHAT, night_markdown, night_text
+def _announce(con, run_ids: list[str], settings) -> tuple[int, list[str]]:
+    """The summary of each run of ``run_ids`` that opened regressions or failures, and of each run
+    whose message is still owed to a target, to every target once, in the target's form and
+    escaping (``flows.notify``): (messages delivered, a line for each that was not)."""
+    from flows.notify import Message, notify_new
+    from transforms.escape import chat_title
+    from transforms.trends.night_report import chat_style, counts, night_markdown, text_style
 
-    sent = 0
-    for run_id in loaded_runs:
-        at = verdict.incidents_at(con, run_id)
+    how = dict(sections=("new",), commit_url=settings.commit_url, compare_url=settings.compare_url)
+    verdicts: dict[str, tuple] = {}
+
+    def render(run_id: str, target) -> Message | None:
+        if run_id not in verdicts:
+            at = verdict.incidents_at(con, run_id)
+            verdicts[run_id] = (at, verdict.run_commit(con, run_id))
+        at, commit = verdicts[run_id]
+        if not counts(at)["new"]:
+            return None
         new = at.filter(pl.col("status") == "new").height
-        how = dict(sections=("new",), commit_url=settings.commit_url, compare_url=settings.compare_url)
-        commit = verdict.run_commit(con, run_id)
-        sent += len(notify_new(con, storage_secrets.notify_targets(), run_id,
-                               f"Dumpscope: {new} new incident(s) in run {plain_text(run_id)}",
-                               night_markdown(run_id, commit, at, **how, style=CHAT), night_text(run_id, commit, at, **how),
-                               new))
-    return sent
+        style = text_style(target.service) if target.form == "text" else chat_style(target.service)
+        name = chat_title(run_id)  # a name that is not plain is in the body only
+        return Message(f"Dumpscope: {new} new incident(s)" + (f" in run {name}" if name else ""),
+                       night_markdown(run_id, commit, at, **how, style=style), new)
+
+    done = notify_new(con, storage_secrets.notify_targets(), run_ids, render)
+    return len(done.sent), done.failed
+
+
+def _owes_notifications(warehouse: Path) -> bool:
+    """Whether the published warehouse owes a message to a target this run has: the writer then
+    retries it, even on a night with nothing new."""
+    targets = storage_secrets.notify_targets()
+    if not targets or not Path(warehouse).exists():
+        return False
+    import duckdb
+
+    from flows.notify import has_owed
+
+    with wh.connect_readonly(warehouse) as con:
+        try:
+            return has_owed(con, targets)
+        except duckdb.Error:  # a warehouse from before notifications were kept: nothing is owed
+            return False
 
 
 def still_new(con, staged: list[Outcome]) -> list[Outcome]:
@@ -459,11 +493,13 @@ def nightly(
     t2 = time.perf_counter()
     # Nothing new: no writer, no lock, no copy of the warehouse (the no-op night stays cheap).
     stale = not (outcomes or runs) and needs_aggregate(warehouse, load_settings(settings_path))
+    owed = not (outcomes or runs or stale) and _owes_notifications(warehouse)
     loaded = (load(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()),
                    staging_dir, memory_limit, run_items=items_runner(MemoryBudget(memory_limit).items_workers,
                                                    source=DumpSource(bucket, storage_options)))  # excerpts: read from the dumps
-              if outcomes or runs or stale else LoadResult())
+              if outcomes or runs or stale or owed else LoadResult())
     summary.rows_loaded, summary.new_incidents, summary.notified = loaded.rows, loaded.new_incidents, loaded.notified
+    summary.undelivered = loaded.undelivered
     summary.publish_bytes, summary.caught_up, summary.leveled = loaded.publish_bytes, loaded.caught_up, loaded.leveled
     summary.seconds["load"] = time.perf_counter() - t2
     summary.seconds.update({f"load.{k}": v for k, v in loaded.seconds.items()})
@@ -477,6 +513,8 @@ def nightly(
         print(render_site(warehouse, Path(site_dir), settings_path))
         summary.seconds["site"] = time.perf_counter() - t4
     summary.seconds["total"] = time.perf_counter() - t0
+    for line in summary.undelivered:  # a scheduled run's log shows it as a warning (the CLI exits 5)
+        get_run_logger().warning(line)
     create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")
     if text:
         create_markdown_artifact(text, key="nightly-incidents", description="Dumpscope: the latest run's incidents")

@@ -140,6 +140,10 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
             commit_url=getattr(settings, "commit_url", None), compare_url=getattr(settings, "compare_url", None),
             bucket_url=getattr(settings, "site_bucket_url", None),
             dump_paths=q(f"SELECT DISTINCT run_id, series, path FROM dump_series WHERE {in_window}", [shown]),
+            undelivered=q(f"""SELECT n.run_id, n.target, n.new_incidents, n.attempts, n.sent_at, n.error
+                              FROM notifications n JOIN runs r USING (run_id)
+                              WHERE NOT coalesce(n.delivered, false) AND n.{in_window}
+                              ORDER BY r.started_at, n.run_id, n.target""", [shown]),
         )
         # Every run of the window for the lines the section charts draw (a point a night);
         # the pages need only the change points of everything else.

@@ -8,7 +8,9 @@ way: ``--storage-option KEY=VALUE`` is put in this process's environment
 come from a Prefect ``Secret`` block named by ``--storage-secret`` (a JSON object of
 fsspec options), or from the store's own variables (``AWS_*``). The flow records only the
 option names. Notification targets (Apprise URLs, which often carry a token) travel the
-same way (``DUMPSCOPE_NOTIFY``, a JSON list); the flow records only how many there are.
+same way (``DUMPSCOPE_NOTIFY``, a JSON list, which an operator may also set for ``dumpscope
+watch`` and ``serve``); the flow records only how many there are. Every command that runs the
+nightly checks them before any work (``flows.notify.check_targets``).
 """
 
 from __future__ import annotations
@@ -27,8 +29,18 @@ def export_notify_targets(urls: list[str]) -> None:
 
 
 def notify_targets() -> list[str]:
+    """The notification URLs the environment holds; ValueError (naming the variable, never
+    quoting it) when it is not a JSON list of strings."""
     raw = os.environ.get(NOTIFY_VAR)
-    return [str(u) for u in json.loads(raw)] if raw else []
+    if not raw:
+        return []
+    try:
+        urls = json.loads(raw)
+    except ValueError:
+        urls = None
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        raise ValueError(f"{NOTIFY_VAR} is not a JSON list of Apprise URLs (strings)")
+    return urls
 
 
 def export(options: dict[str, Any]) -> None:

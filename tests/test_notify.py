@@ -1,24 +1,34 @@
-"""--notify: the summary of a run's new incidents reaches a webhook once, never again on a re-run."""
+"""--notify: the summary of a run's new incidents reaches a webhook once, never again on a re-run;
+a URL Apprise cannot use stops the command before any work; a failed delivery is owed, shown and
+retried, never lost and never the end of a night; no name from a dump pings anyone."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import socket
+import subprocess
+import sys
 import threading
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from flows import storage_secrets
 from flows.warehouse import store as wh
 
-SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
+ROOT = Path(__file__).parents[1]
+SAMPLE = ROOT / "data" / "sample_bucket"
 
 
-@pytest.fixture
-def webhook():
-    """A receiver on 127.0.0.1 that keeps every JSON body posted to it."""
+@contextmanager
+def receiver(port: int = 0):
+    """A receiver on 127.0.0.1 that keeps every JSON body posted to it: (its json:// URL, the bodies)."""
     received: list[dict] = []
 
     class Receiver(BaseHTTPRequestHandler):
@@ -30,11 +40,27 @@ def webhook():
         def log_message(self, *args):
             pass
 
-    server = HTTPServer(("127.0.0.1", 0), Receiver)
+    server = HTTPServer(("127.0.0.1", port), Receiver)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"json://127.0.0.1:{server.server_port}/hook", received
-    server.shutdown()
+    try:
+        yield f"json://127.0.0.1:{server.server_port}/hook", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def webhook():
+    with receiver() as (url, received):
+        yield url, received
+
+
+def closed_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (until a test starts a receiver there)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_new_incidents_are_announced_once(prefect, tmp_path, webhook, monkeypatch):
@@ -87,23 +113,53 @@ def test_slack_gets_mrkdwn_not_the_markdown_source(monkeypatch):
 
 def _slack_text(monkeypatch, body_markdown: str) -> str:
     """What Apprise's own Slack plugin posts (its HTTP call caught) for a summary in Markdown."""
-    import duckdb
-    import requests
+    from flows.notify import Message
 
-    from flows.notify import notify_new
+    posted = _posted(monkeypatch, SLACK, lambda run_id, target: Message("Dumpscope", body_markdown, 1))
+    return "\n".join(p["attachments"][0]["text"] for p in posted)
+
+
+SLACK = "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#perf"
+
+
+def _notifications_db():
+    import duckdb
+
     from flows.warehouse.schema import _create_core
+
+    con = duckdb.connect()
+    for table in ("runs", "notifications"):
+        con.execute(_create_core(table))
+    return con
+
+
+def _posted(monkeypatch, url: str, render) -> list[dict]:
+    """The JSON bodies Apprise's own plugin for ``url`` posts (its HTTP calls caught) for the
+    message ``render`` makes of run "r" in that target's form."""
+    from flows.notify import notify_new
+
+    posted = _capture(monkeypatch)
+    done = notify_new(_notifications_db(), [url], ["r"], render)
+    assert (len(done.sent), done.failed) == (1, [])
+    return posted
+
+
+def _capture(monkeypatch) -> list[dict]:
+    """Apprise's HTTP calls caught: the JSON bodies they post, each answered 200."""
+    import requests
 
     posted: list[dict] = []
 
     class Ok:
-        status_code, content, text = 200, b"ok", "ok"
+        status_code, content, text, headers = 200, b"ok", "ok", {}
 
-    monkeypatch.setattr(requests, "request", lambda method, url, *a, **kw: posted.append(json.loads(kw["data"])) or Ok())
-    con = duckdb.connect()
-    con.execute(_create_core("notifications"))
-    url = "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#perf"
-    assert len(notify_new(con, [url], "r", "Dumpscope", body_markdown, "(text)", 1)) == 1
-    return "\n".join(p["attachments"][0]["text"] for p in posted)
+    def post(*args, **kw):
+        posted.append(kw["json"] if kw.get("json") is not None else json.loads(kw["data"]))
+        return Ok()
+
+    monkeypatch.setattr(requests, "request", lambda method, url, *a, **kw: post(**kw))
+    monkeypatch.setattr(requests, "post", lambda url, *a, **kw: post(**kw))
+    return posted
 
 
 def test_slack_shows_names_as_they_are_and_no_heading_marks(sample_warehouse, monkeypatch):
@@ -148,19 +204,231 @@ def test_the_nightly_hands_chats_the_chat_summary(sample_warehouse, monkeypatch)
     that get HTML, the plain text for text-only ones."""
     import flows.notify
     from flows.nightly import _announce
+    from flows.notify import Delivery, describe
     from flows.warehouse.store import connect_readonly
     from transforms.trends.rules import Settings
 
     handed = []
-    monkeypatch.setattr(flows.notify, "notify_new", lambda con, targets, run_id, title, body, text, new:
-                        handed.append((run_id, title, body, text, new)) or ["x"])
+
+    def fake(con, urls, run_ids, render):
+        handed.extend((run_id, url, render(run_id, describe(url))) for run_id in run_ids for url in urls)
+        return Delivery(sent=[(run_id, "x") for run_id in run_ids])
+
+    monkeypatch.setattr(flows.notify, "notify_new", fake)
     monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
-    storage_secrets.export_notify_targets(["json://127.0.0.1:9/hook"])
+    storage_secrets.export_notify_targets([SLACK, "json://127.0.0.1:9/hook"])
     with connect_readonly(sample_warehouse) as con:
-        assert _announce(con, ["2026-11-18"], Settings()) == 1
-    [(run_id, title, body, text, new)] = handed
-    assert (run_id, title, new) == ("2026-11-18", "Dumpscope: 5 new incident(s) in run 2026-11-18", 5)
-    assert body.startswith("**Dumpscope: run <code>2026-11-18</code> (commit <code>9b03c5e</code>)**\n")
-    assert "\n<code>jax-jit</code> / <code>jit_train_step</code> · regression · <code>I-b86084d8</code>\n" in body
-    assert not any(line.startswith("#") for line in body.splitlines())  # no heading
-    assert text.startswith("Dumpscope: run 2026-11-18 (commit 9b03c5e)\n")
+        assert _announce(con, ["2026-11-18"], Settings()) == (1, [])
+    [(_, _, chat), (_, _, text)] = handed
+    assert (chat.title, chat.new_incidents) == ("Dumpscope: 5 new incident(s) in run 2026-11-18", 5)
+    assert chat.body.startswith("**Dumpscope: run <code>2026-11-18</code> (commit <code>9b03c5e</code>)**\n")
+    assert "\n<code>jax-jit</code> / <code>jit_train_step</code> · regression · <code>I-b86084d8</code>\n" in chat.body
+    assert not any(line.startswith("#") for line in chat.body.splitlines())  # no heading
+    assert text.title == chat.title
+    assert text.body.startswith("Dumpscope: run 2026-11-18 (commit 9b03c5e)\n")
+
+
+# ---------------------------------------------------------------- an operator's typo: exit 2, before any work
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != storage_secrets.NOTIFY_VAR} | (env or {})
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=environ, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_url_apprise_cannot_use_stops_run_before_any_work(tmp_path):
+    """On main the night ran, and every night that opened an incident ended rc 1 with nothing
+    published (the ValueError came from inside the night, after the work)."""
+    from flows.notify import target_digest
+
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
+    shutil.copytree(SAMPLE / "2026-11-17", bucket / "2026-11-17")
+    good, bad = "json://127.0.0.1:9/hook", "notaurl://deploy:s3cr3t-t0ken@hooks.example.com/T0KEN-PATH"
+    done = _cli("run", "--bucket", str(bucket), "--warehouse", str(warehouse), "--notify", good, "--notify", bad)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"error: notification target 2 (notaurl://…, {target_digest(bad)}): not a notification URL "
+                           "Apprise can use (the forms it reads: https://appriseit.com/services/)\n")
+    assert not list(tmp_path.glob("wh*"))  # no warehouse, lock, staging or report: nothing started
+
+
+@pytest.mark.parametrize("command", [["watch", "--iterations", "1"], ["serve"]])
+@pytest.mark.parametrize("value, said", [
+    ('["json://127.0.0.1:9/hook", "discord://only-an-id"]', "error: notification target 2 (discord://…, "),
+    ("json://127.0.0.1:9/hook", "error: DUMPSCOPE_NOTIFY is not a JSON list of Apprise URLs (strings)\n"),
+])
+def test_watch_and_serve_check_the_environment_s_targets_at_start(tmp_path, command, value, said):
+    done = _cli(*command, "--bucket", str(tmp_path / "bucket"), "--warehouse", str(tmp_path / "wh.duckdb"),
+                env={storage_secrets.NOTIFY_VAR: value, "PREFECT_API_URL": "http://127.0.0.1:9/api"})
+    assert done.returncode == 2 and done.stderr.startswith(said) and len(done.stderr.splitlines()) == 1
+    assert "only-an-id" not in done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------- a failed delivery: owed, shown, retried
+
+def test_an_unreachable_target_is_owed_shown_and_retried_never_the_end_of_the_night(prefect, tmp_path, monkeypatch):
+    """On main the failed message counted as notified (rc 0), was recorded and never sent again."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from flows.notify import target_digest
+    from flows.site import _environment, read_site_data
+    from transforms.site import pages
+
+    monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
+    for run in ("2026-11-17", "2026-11-18"):
+        shutil.copytree(SAMPLE / run, bucket / run)
+    port = closed_port()
+    url = f"json://127.0.0.1:{port}/hook"
+    digest = target_digest(url)
+    night = ["run", "--bucket", str(bucket), "--warehouse", str(warehouse), "--workers", "1", "--notify", url]
+
+    first = CliRunner().invoke(app, night)
+    # Published (both runs, their incidents, the report) and the scheduler told: exit 5, one warning line.
+    assert first.exit_code == 5, first.output
+    [warning] = [line for line in first.output.splitlines() if line.startswith("warning: ")]
+    assert warning.startswith(f"warning: notification of run 2026-11-18 to target {digest} (webhook) failed: ")
+    assert warning.endswith(" (retried by the next run)") and str(port) not in warning
+    with wh.connect_readonly(warehouse) as con:
+        assert con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall() == [("2026-11-17",), ("2026-11-18",)]
+        assert con.execute("SELECT count(*) FROM incidents WHERE opened_run = '2026-11-18'").fetchall() == [(5,)]
+        [(delivered, attempts, error)] = con.execute("SELECT delivered, attempts, error FROM notifications "
+                                                    "WHERE run_id = '2026-11-18' AND target = ?", [digest]).fetchall()
+    assert (delivered, attempts) == (False, 1) and error and error in warning
+    # The overview page says so.
+    context = pages.overview_page(read_site_data(warehouse))
+    page = _environment().get_template("overview.md.j2").render(
+        **context, run_link=lambda run_id, here="": f"runs/{run_id}.md")
+    assert "## Notifications not delivered" in page
+    [row] = [line for line in page.splitlines() if f"<code>{digest}</code>" in line]
+    assert row.startswith("| [2026&#45;11&#45;18](runs/2026-11-18.md) |") or row.startswith("| [2026-11-18](")
+    assert "| 5 | 1 |" in row
+
+    with receiver(port) as (_, received):  # the target is back: the next run (nothing new in it) delivers
+        second = CliRunner().invoke(app, night)
+        assert second.exit_code == 0, second.output
+        [message] = received
+        assert message["title"] == "Dumpscope: 5 new incident(s) in run 2026-11-18"
+        assert "Last night: 5 new, " in message["message"]
+        third = CliRunner().invoke(app, night)  # delivered once: never again
+        assert third.exit_code == 0 and len(received) == 1, third.output
+    with wh.connect_readonly(warehouse) as con:
+        assert con.execute("SELECT run_id, delivered, attempts, error FROM notifications").fetchall() == [
+            ("2026-11-18", True, 2, None)]
+    context = pages.overview_page(read_site_data(warehouse))
+    assert context["undelivered"] == []
+
+
+def test_a_delivery_is_bounded_and_its_reason_never_holds_the_url(monkeypatch):
+    """A target that takes the connection and never answers, and one that refuses it: both recorded
+    failed with a reason, none of which quotes the URL's host, path or token."""
+    import flows.notify
+    from flows.notify import Message, notify_new
+
+    monkeypatch.setattr(flows.notify, "DELIVERY_SECONDS", 0.5)  # Apprise's own read timeout is 4 s
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)  # the kernel accepts the connection; nobody ever reads or answers
+    silent = f"json://127.0.0.1:{mute.getsockname()[1]}/hook/SILENT-t0ken"
+    refused = f"json://127.0.0.1:{closed_port()}/hooks/REFUSED-t0ken?key=qs-s3cret"
+    con = _notifications_db()
+    try:
+        done = notify_new(con, [silent, refused], ["r"], lambda run_id, target: Message("t", "body", 1))
+    finally:
+        mute.close()
+    assert done.sent == [] and len(done.failed) == 2
+    assert "failed: no answer within 0.5 s (retried by the next run)" in done.failed[0]
+    rows = con.execute("SELECT delivered, attempts, error FROM notifications ORDER BY error").fetchall()
+    assert [(d, a) for d, a, _ in rows] == [(False, 1), (False, 1)] and all(e for _, _, e in rows)
+    said = " ".join(done.failed) + " ".join(e for _, _, e in rows)
+    for secret in ("SILENT-t0ken", "REFUSED-t0ken", "qs-s3cret", "127.0.0.1", "hooks"):
+        assert secret not in said
+
+
+def test_a_url_that_reaches_the_flow_anyway_is_a_failed_delivery_not_a_failed_night():
+    """A flow run started without the CLI's check (a deployment, a Python call): on main
+    notify_new raised ValueError inside the night."""
+    from flows.notify import Message, notify_new, target_digest
+
+    con = _notifications_db()
+    done = notify_new(con, ["notaurl://x"], ["r"], lambda run_id, target: Message("t", "body", 1))
+    assert done.failed == [f"notification of run r to target {target_digest('notaurl://x')} (chat) failed: "
+                           "not a notification URL Apprise can use (retried by the next run)"]
+    assert con.execute("SELECT run_id, delivered, attempts, error FROM notifications").fetchall() == [
+        ("r", False, 1, "not a notification URL Apprise can use")]
+
+
+# ---------------------------------------------------------------- no name from a dump pings anyone
+
+HOSTILE = "@everyone <!channel> <@123456789012345678> <at>Boss</at> @here [x](http://e) <!subteam^S1|team>"
+# What any chat reads as a mention (CHAT_MENTIONS), as Discord, Slack, Teams, Mattermost or a webhook's
+# consumer would find it in the text they get.
+MENTION = re.compile(r"@(?:everyone|here|channel|all|room)\b|<[!@#&]|<at>|@[0-9]{17}", re.IGNORECASE)
+
+
+def _hostile_incident() -> pl.DataFrame:
+    """One new regression whose every name, headline and cause line is ``HOSTILE``."""
+    return pl.DataFrame([{
+        "incident_id": "I-1a2b3c4d", "kind": "regression", "status": "new", "impact": 1.0, "job": HOSTILE,
+        "program": HOSTILE, "headline": HOSTILE, "cause": f"{HOSTILE}\nsecond line {HOSTILE}", "stacked_on": None,
+        "last_good_commit": HOSTILE, "first_bad_commit": "9b03c5e", "last_good_run": HOSTILE, "opened_run": HOSTILE,
+        "age_runs": 0, "accepted_by": None, "accepted_note": None}])
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+@pytest.mark.parametrize("url, service, form", [
+    ("discord://123456789012345678/abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ab", "discord", "text"),
+    ("discord://123456789012345678/abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ab?format=markdown",
+     "discord", "html"),
+    (SLACK, "slack", "html"),
+    ("workflows://prod-01.westus.logic.azure.com:443/abc123/sigabc?api-version=2016-06-01", "teams", "html"),
+    ("mmosts://mm.example.com/3ccdd113474722377935511fc85d3dd4", "mattermost", "text"),
+    ("json://127.0.0.1:9/hook", "webhook", "text"),
+])
+def test_a_hostile_name_pings_nobody_on_any_service(url, service, form, monkeypatch):
+    """The nightly's summary of a run whose every name is a mention, through Apprise's own plugin
+    for each service: no mention in what is posted (title included), no mention entity (Teams),
+    no allow_mentions (Discord), no Markdown link where the service reads text as Markdown."""
+    from flows.nightly import _announce
+    from flows.notify import describe
+    from transforms.trends.rules import Settings
+
+    assert (describe(url).service, describe(url).form) == (service, form)
+    monkeypatch.setattr("flows.verdict.incidents_at", lambda con, run_id: _hostile_incident())
+    monkeypatch.setattr("flows.verdict.run_commit", lambda con, run_id: HOSTILE)
+    posted = _capture(monkeypatch)
+    monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
+    storage_secrets.export_notify_targets([url])
+    assert _announce(_notifications_db(), [HOSTILE], Settings()) == (1, [])
+    [payload] = posted
+    text = "\n".join(_strings(payload))
+    assert text.count("Boss") >= 7 and text.count("everyone") >= 7  # every name is there, shown
+    assert not MENTION.search(text), MENTION.search(text)
+    # The title, plain to some services and Markdown to others, holds no name that is not plain.
+    assert any(s.startswith("Dumpscope: 1 new incident(s)") for s in _strings(payload)) and " in run " not in text
+    assert "allow_mentions" not in payload and "entities" not in json.dumps(payload)
+    if form == "html":  # every name of the body is a code span: shown verbatim, never a link (titles are plain)
+        assert "[x](" not in "".join(text.split("`")[0::2])
+    elif service in ("discord", "mattermost"):  # they show a text message as Markdown: it is escaped
+        assert "[x](" not in text and "\\[x\\]\\(http\\:\\/\\/e\\)" in text
+
+
+@pytest.mark.parametrize("service", ["discord", "slack", "teams", "mattermost", "webhook", "chat"])
+def test_chat_text_leaves_no_mention_in_any_service(service):
+    from transforms.escape import chat_code, chat_text
+
+    text = chat_text(HOSTILE, service)
+    assert not MENTION.search(text) and text.replace("\u200b", "").replace("\\", "") == HOSTILE
+    assert not MENTION.search(str(chat_code(HOSTILE, service)).replace("&#60;", "<"))
+    if service in ("discord", "mattermost"):  # they read a text message as Markdown
+        assert "[x](" not in text and "\\[x\\]\\(http\\:\\/\\/e\\)" in text
+    with pytest.raises(ValueError, match="not a notification service"):
+        chat_text("x", "irc")

@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 def quote_ident(name: str) -> str:
@@ -118,13 +118,15 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         },
     ),
     "notifications": (
-        "What was sent to whom (dumpscope run --notify): one row per run and target, so a run's new incidents are announced once.",
+        "What was sent to whom (dumpscope run --notify): one row per run and target, so a run's new incidents are announced once; a message not delivered is retried by every later run that has the target until it is.",
         {
             "run_id": ("VARCHAR", "Run whose new incidents were announced."),
             "target": ("VARCHAR", "Digest (sha256, 16 hex digits) of the Apprise URL: the URL itself often holds a token."),
             "new_incidents": ("INTEGER", "How many new incidents the message listed."),
-            "delivered": ("BOOLEAN", "Whether Apprise reported the message delivered (a failed delivery is not retried)."),
-            "sent_at": ("TIMESTAMP", "When it was sent (UTC)."),
+            "delivered": ("BOOLEAN", "Whether Apprise reported the message delivered. false: owed to the target, retried by the next run (and shown on the site's overview)."),
+            "sent_at": ("TIMESTAMP", "When it was last sent or tried (UTC); NULL when it was never tried (its run ran out of time, or an earlier message to the target failed)."),
+            "error": ("VARCHAR", "Why the last try failed (Apprise's words, without the URL); NULL once delivered."),
+            "attempts": ("INTEGER", "How many times it was tried."),
         },
     ),
     "schema_info": (
@@ -322,6 +324,12 @@ MIGRATIONS: list[Migration] = [
           for c in ("baseline", "baseline_runs", "change", "change_ratio", "verdict", "regressed_since")),
         *(f"ALTER TABLE IF EXISTS incident_steps DROP COLUMN IF EXISTS {c}" for c in ("worse_runs", "worse_from", "worse_to")),
         *(f"ALTER TABLE IF EXISTS run_rollups DROP COLUMN IF EXISTS {c}" for c in ("regressed_series", "regressions")),
+    )),
+    # A failed delivery was recorded and never tried again (issue 27): it is owed now, with its reason.
+    Migration(12, "notifications: why a delivery failed and how often it was tried (failed ones are retried)", (
+        "ALTER TABLE notifications ADD COLUMN IF NOT EXISTS error VARCHAR",
+        "ALTER TABLE notifications ADD COLUMN IF NOT EXISTS attempts INTEGER",
+        "UPDATE notifications SET attempts = 1 WHERE attempts IS NULL",
     )),
 ]
 

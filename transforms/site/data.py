@@ -62,6 +62,9 @@ class SiteData:
     chart_rows: pl.DataFrame | None = None  # every run of the window for the (series, metric) pairs the sections draw
     dump_paths: pl.DataFrame | None = None  # run_id, series, path of each dump of the window
     bucket_url: str | None = None  # settings: "{path}" -> a dump's page in the bucket's console
+    # notifications of the window's runs not delivered (owed: retried by the next run): run_id, target, new_incidents,
+    # attempts, sent_at, error
+    undelivered: pl.DataFrame | None = None
 
     @cached_property
     def steps(self) -> pl.DataFrame:

@@ -76,7 +76,18 @@ def overview_page(d: SiteData) -> dict:
         (pl.col("run_id") == run) & (pl.col("event") != "first_run")).select("job", "series", "event", "path", "detail").to_dicts()]
     return {"run": run, "info": info, **run_info(d, info), "headline": headline, **_verdict(d, run, here=""),
             "headline_metrics": metrics_shown, "headline_labels": HEADLINE, "health": health, "problems": problems,
-            "previous": d.previous, "history_chart": _incidents_chart(d), "accepts": d.accepts.height}
+            "previous": d.previous, "history_chart": _incidents_chart(d), "accepts": d.accepts.height,
+            "undelivered": _undelivered(d)}
+
+
+def _undelivered(d: SiteData) -> list[dict]:
+    """The notifications of the window's runs that were not delivered (the next run retries
+    them): the run, the target's digest, the tries and the last one's reason."""
+    if d.undelivered is None:
+        return []
+    return [{**n, "run_link": d.run_link(n["run_id"]),
+             "tried": f"{n['sent_at']:%Y-%m-%d %H:%M} UTC" if n["sent_at"] else "not yet",
+             "error": n["error"] or "not tried yet"} for n in d.undelivered.to_dicts()]
 
 
 def _incidents_chart(d: SiteData) -> dict | None:
