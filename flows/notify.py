@@ -211,7 +211,7 @@ def _deliver(target: Target, message: Message) -> str | None:
     if outcome.get("ok"):
         return None
     said = [outcome["error"]] if "error" in outcome else []
-    said += outcome.get("warnings") or ["Apprise reported the message not delivered"]
+    said += outcome.get("warnings") or ([] if said else ["Apprise reported the message not delivered"])
     return _without_url("; ".join(dict.fromkeys(said)), target.url)
 
 

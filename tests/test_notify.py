@@ -350,6 +350,29 @@ def test_a_delivery_is_bounded_and_its_reason_never_holds_the_url(monkeypatch):
         assert secret not in said
 
 
+def test_a_plugin_that_raises_is_a_failed_delivery_and_the_next_target_still_gets_its_message(monkeypatch):
+    """On main an exception from Apprise's notify went up through the night (rc 1, nothing published)."""
+    import apprise
+
+    from flows.notify import Message, notify_new, target_digest
+
+    broken, fine = "json://127.0.0.1:9/broken-T0KEN", "json://127.0.0.1:9/fine"
+
+    def notify(sender, *args, **kwargs):
+        if "broken-T0KEN" in sender[0].url(privacy=False):
+            raise RuntimeError("plugin bug")
+        return True
+
+    monkeypatch.setattr(apprise.Apprise, "notify", notify)
+    con = _notifications_db()
+    done = notify_new(con, [broken, fine], ["r"], lambda run_id, target: Message("t", "body", 1))
+    assert done.sent == [("r", target_digest(fine))]
+    assert done.failed == [f"notification of run r to target {target_digest(broken)} (webhook) failed: "
+                           "RuntimeError: plugin bug (retried by the next run)"]
+    assert sorted(con.execute("SELECT target, delivered, attempts, error FROM notifications").fetchall()) == sorted([
+        (target_digest(broken), False, 1, "RuntimeError: plugin bug"), (target_digest(fine), True, 1, None)])
+
+
 def test_a_url_that_reaches_the_flow_anyway_is_a_failed_delivery_not_a_failed_night():
     """A flow run started without the CLI's check (a deployment, a Python call): on main
     notify_new raised ValueError inside the night."""
