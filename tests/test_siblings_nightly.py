@@ -1,0 +1,44 @@
+"""A cut XLA side file told by its siblings, through the nightly (``flows.siblings``): the issue's
+own example, a listing cut before its temp arena, reads by itself as a smaller program."""
+
+import gzip
+import shutil
+from pathlib import Path
+
+from flows.warehouse import store as wh
+
+SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
+PREFIX = "2026-11-20/jax-jit/module_0000.jit_train_step.cpu_after_optimizations"
+LISTING = f"{PREFIX}-buffer-assignment.txt.gz"
+SERIES = "jax-jit/jit_train_step/xla_buffer_assignment/buffer_assignment"
+
+
+def _rows(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]:
+    with wh.connect_readonly(warehouse) as con:
+        return con.execute(sql, params or []).fetchall()
+
+
+def test_a_listing_cut_before_its_temp_arena_is_partial_and_a_failure_not_an_improvement(prefect, tmp_path):
+    from flows.nightly import nightly
+
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
+    for night in ("2026-11-19", "2026-11-20"):
+        shutil.copytree(SAMPLE / night / "jax-jit", bucket / night / "jax-jit")
+        shutil.copyfile(SAMPLE / night / "run.json", bucket / night / "run.json")
+    whole = gzip.decompress((bucket / LISTING).read_bytes())
+    kept = whole[:whole.index(b"allocation 37: size 131584, preallocated-temp:")]  # a line-boundary cut
+    (bucket / LISTING).write_bytes(gzip.compress(kept))
+
+    night = nightly(bucket=str(bucket), warehouse=warehouse, workers=2)
+    assert night.partial == 1
+
+    path = LISTING
+    values = "module_0000.jit_train_step.cpu_after_optimizations-buffer-assignment-values.txt.gz"
+    reason = f"{path}: its allocations add up to 158,416 of the 290,000 bytes its values file ({values}) states: cut"
+    assert _rows(warehouse, "SELECT status, error FROM dumps WHERE path = ?", [path]) == [("partial", reason)]
+    assert _rows(warehouse, "SELECT count(*) FROM dumps WHERE run_id = '2026-11-20' AND status <> 'ok'") == [(1,)]
+    # Its figures open no step (temp 131,584 -> 0 B would be an improvement): a failure about the dump does.
+    steps = _rows(warehouse, "SELECT metric, step, detail FROM incident_steps WHERE series = ? AND opened_run = "
+                             "'2026-11-20'", [SERIES])
+    assert [(metric, step) for metric, step, _ in steps] == [("dump.status", "failure")]
+    assert reason in steps[0][2]
