@@ -42,3 +42,24 @@ def test_a_listing_cut_before_its_temp_arena_is_partial_and_a_failure_not_an_imp
                              "'2026-11-20'", [SERIES])
     assert [(metric, step) for metric, step, _ in steps] == [("dump.status", "failure")]
     assert reason in steps[0][2]
+
+
+def test_a_cut_listing_that_comes_a_night_after_its_siblings_is_told_by_the_loaded_ones(prefect, tmp_path):
+    """The values file and report were loaded by an earlier night (the listing was not there yet):
+    the warehouse's figures of them are evidence too."""
+    from flows.nightly import nightly
+
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
+    shutil.copytree(SAMPLE / "2026-11-20" / "jax-jit", bucket / "2026-11-20" / "jax-jit")
+    shutil.copyfile(SAMPLE / "2026-11-20" / "run.json", bucket / "2026-11-20" / "run.json")
+    whole = gzip.decompress((bucket / LISTING).read_bytes())
+    (bucket / LISTING).unlink()
+    assert nightly(bucket=str(bucket), warehouse=warehouse, workers=2).partial == 0
+
+    (bucket / LISTING).write_bytes(gzip.compress(whole[:whole.index(b"allocation 37:")]))
+    later = nightly(bucket=str(bucket), warehouse=warehouse, workers=2)
+    assert (later.new, later.partial) == (1, 1)
+    [(status, error)] = _rows(warehouse, "SELECT status, error FROM dumps WHERE path = ?", [LISTING])
+    assert (status, error.split(": ", 1)[1]) == ("partial", "its allocations add up to 158,416 of the 290,000 bytes its "
+                                                 "values file (module_0000.jit_train_step.cpu_after_optimizations-"
+                                                 "buffer-assignment-values.txt.gz) states: cut")
