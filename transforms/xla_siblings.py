@@ -26,8 +26,12 @@ sizes it prints. What the other files state tells them (xla/service/buffer_assig
 Input (``short_dumps``): ``SiblingDump`` items, the staged summaries of a run's dumps (any
 number of compiles: they are grouped here by directory and prefix). Only dumps that parsed
 ``ok`` are judged, and only those are evidence; a listing's counts are evidence only once
-its total agrees with a stated one (else it may be the cut one). A file that is not there
-is no evidence: a job may dump only some of them. Live ranges and HLO text are not
+its total agrees with a stated one, or it states its own (the combined file): else it may be
+the cut one. A cut only loses lines, so of two files that disagree the one that holds fewer
+bytes, values or allocations is told cut; but a listing holding more bytes than its values
+file states is of another compile (that total is the values file's first line), and a
+report whose spaces' totals fall short of the listing may have lost a space or be another
+compile's. A file that is not there is no evidence: a job may dump only some of them. Live ranges and HLO text are not
 compared (their own parsers tell their cuts: ``max N`` entries, the peak, ENTRY).
 
 Output: path -> the error that makes that dump ``partial`` (``downgraded`` applies it to a
