@@ -42,6 +42,7 @@ from flows.bucket import BucketReadError, read_runs
 from flows.items import _lines as dump_lines
 from flows.parse_files import json_value, number
 from flows.resources import MemoryBudget, parse_memory
+from flows.siblings import told_by_siblings
 from flows.staging import StagedResult, stage_object
 from flows.warehouse.store import connect_readonly
 from transforms.check_report import FORMATS, CheckResult, render
@@ -202,18 +203,21 @@ def _parse(objects: list[BucketObject], work: Path, limits: ParseLimits
     """(dumps rows, metrics rows of the dumps that parsed ok, damaged dumps, staged result by
     path) of the candidate, each staged by the nightly's driver into ``work``."""
     fs = LocalFileSystem()
-    rows, metric_rows, damaged, staged = [], [], [], {}
-    for obj in objects:
-        if obj.role is not Role.DUMP:
-            continue
+    rows, metric_rows, damaged, staged, unreadable = [], [], [], {}, {}
+    dumps = [obj for obj in objects if obj.role is Role.DUMP]
+    for obj in dumps:
         try:
-            result = stage_object(fs, obj, work, limits=limits)
+            staged[obj.path] = stage_object(fs, obj, work, limits=limits)
         except (BucketReadError, OSError) as exc:
+            unreadable[obj.path] = str(exc)
+    # XLA side files short of what their compile's other files state: partial, as the nightly says.
+    staged.update(told_by_siblings([(obj, staged[obj.path]) for obj in dumps if obj.path in staged]))
+    for obj in dumps:
+        if (result := staged.get(obj.path)) is None:
             damaged.append({"path": obj.path, "job": obj.job or "", "kind": None, "program": None,
-                            "status": "unreadable", "error": str(exc)})
+                            "status": "unreadable", "error": unreadable[obj.path]})
             continue
         s = result.summary
-        staged[obj.path] = result
         error = "\n".join(s["errors"]) or None
         rows.append({"path": obj.path, "run_id": obj.run_id, "job": obj.job or "", "kind": s["kind"], "stage": s["stage"],
                      "program": s["program"], "status": s["status"], "error": error, "dump_id": result.sha256,

@@ -40,7 +40,7 @@ from flows.report import write_night_report
 from flows.items import DumpSource, items_runner
 from flows.resources import MemoryBudget, peak_mib
 from flows.bucket import BucketNotFound, connect, list_objects, load_settle_state, read_runs, save_settle_state
-from flows import storage_secrets, verdict
+from flows import siblings, storage_secrets, verdict
 from flows import staging
 # The parse worker's code lives in flows.staging: a spawned worker imports that module
 # (no Prefect, no DuckDB: ~60 MiB less per worker than importing this one).
@@ -143,9 +143,12 @@ def _held(warehouse: Path) -> dict[str, dict]:
     if not Path(warehouse).exists():
         return {}
     with wh.connect_readonly(warehouse) as con:
+        # A partial XLA side file may be partial at that path only (its siblings there told it:
+        # flows.siblings): parsed again, it is judged by tonight's siblings (such files are rare and small).
         rows = con.execute("""SELECT dump_id, kind, stage, program, status, error, parser_version FROM dumps
                               WHERE run_id = (SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 1)
                                 AND dump_id IS NOT NULL AND status <> 'failed'
+                                AND NOT (status = 'partial' AND kind IN ('xla_buffer_assignment', 'xla_memory_usage_report'))
                               QUALIFY row_number() OVER (PARTITION BY dump_id ORDER BY path) = 1""").fetchall()
     return {sha: staging.held_summary(*rest) for sha, *rest in rows}
 
@@ -476,6 +479,7 @@ def nightly(
     outcomes = recognised + [o for chunk in _with_progress(futures, total=len(rest)) for o in chunk]
     _shut_down_pool()  # its workers' memory is not needed for the rest of the night
     parse_peak = peak_mib()
+    siblings.check_outcomes(outcomes, warehouse)  # XLA side files short of what their compile's other files state
     summary.seconds["parse"] = time.perf_counter() - t1
     for o in outcomes:
         if o.staged is None:

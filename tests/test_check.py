@@ -189,6 +189,24 @@ def test_a_damaged_dump_is_a_failure_naming_the_file(sample_warehouse, tmp_path)
     assert f"Damaged dumps:\n  partial     {expected.errors[0]}" in out.stdout
 
 
+def test_a_listing_its_values_file_tells_cut_is_a_failure_as_in_the_nightly(sample_warehouse, tmp_path):
+    """The issue's example: cut before its temp arena, the listing reads ok by itself; its values
+    file tells it (flows.siblings, the nightly's check), so no improvement of temp memory is reported."""
+    pr = night_copy(tmp_path)
+    listing = pr / "jax-jit/module_0000.jit_train_step.cpu_after_optimizations-buffer-assignment.txt.gz"
+    text = gzip.decompress(listing.read_bytes())
+    listing.write_bytes(gzip.compress(text[:text.index(b"allocation 37: size 131584, preallocated-temp:")]))
+    assert str(parsed_metrics(listing)["memory.temp_bytes"]) == "0"
+
+    got = check_json(sample_warehouse, pr)
+    assert [(r["job"], r["program"], r["kind"], r["metrics"]) for r in got] == [
+        ("jax-jit", "jit_train_step", "failure", ["dump.status"])]
+    [step] = got[0]["steps"]
+    reason = (f"{listing}: its allocations add up to 158,416 of the 290,000 bytes its values file "
+              "(module_0000.jit_train_step.cpu_after_optimizations-buffer-assignment-values.txt.gz) states: cut")
+    assert step["detail"] == f"{listing}: {reason}"  # as every damaged dump's: its path, then its errors
+
+
 def test_a_damaged_dump_of_a_new_program_still_fails_the_check(sample_warehouse, tmp_path):
     pr = night_copy(tmp_path)
     (pr / "jax-new").mkdir()
