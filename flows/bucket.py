@@ -431,15 +431,22 @@ def _open_below(root: str, rel: str, shown: str) -> BinaryIO:
 
 
 def _refusal(exc: OSError, name: str, at: int, shown: str, component: str) -> BucketReadError:
-    """Why ``name`` (in the directory ``at``) did not open: refused for what it is, or an I/O failure."""
-    if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a link (O_NOFOLLOW), or not a directory (O_DIRECTORY)
-        try:
-            kind = _kind(os.stat(name, dir_fd=at, follow_symlinks=False).st_mode)
-        except OSError:
-            kind = "symlink" if exc.errno == errno.ELOOP else "not a directory"
-        return RefusedObject(shown, f"not read: {component} is a {kind}" if component else f"not a regular file: {kind}")
+    """Why ``name`` (in the directory ``at``) did not open: refused for what it is (a link:
+    ELOOP; a socket: ENXIO; a device without a driver: ENODEV...), or an I/O failure."""
     if exc.errno == errno.ENOENT:
         return BucketReadError(shown, f"vanished since the listing ({component or 'the file'} is gone)")
+    try:
+        mode: int | None = os.stat(name, dir_fd=at, follow_symlinks=False).st_mode
+    except OSError:
+        mode = None
+    if mode is None and exc.errno == errno.ELOOP:  # swapped again since: O_NOFOLLOW saw a link
+        kind = "symlink"
+    elif mode is not None and not (stat.S_ISDIR(mode) if component else stat.S_ISREG(mode)):
+        kind = _kind(mode)
+    else:
+        kind = None
+    if kind is not None:
+        return RefusedObject(shown, f"not read: {component} is a {kind}" if component else f"not a regular file: {kind}")
     return BucketReadError(shown, f"cannot open: {type(exc).__name__}: {exc.strerror}")
 
 

@@ -342,3 +342,47 @@ def test_check_on_a_fifo_as_a_dump_and_as_run_json_ends_and_says_so(reference, t
     assert f"Damaged dumps:\n  failed      {fifo}: not a regular file: FIFO\n" in out.stdout, out.output
     assert f"run.json errors (the valid fields were kept):\n  {pr}/run.json: not a regular file: FIFO\n" in out.stdout
     assert released == []
+
+
+# ---------------------------------------------------------------- the one open, alone
+
+
+def test_open_object_reads_regular_files_only_and_says_what_it_refused(tmp_path, monkeypatch):
+    """A socket (open: ENXIO), a device (as root: open succeeds, fstat refuses), a link below the
+    root to a directory and to a file: refused with their kind; the root itself may be a link."""
+    import socket
+
+    from flows.bucket import RefusedObject, connect, list_objects, open_object
+
+    real = tmp_path / "real"
+    job = real / NIGHT / PMAP
+    job.mkdir(parents=True)
+    (job / "module_0000.jit_ok.before_optimizations.txt").write_bytes(b"HloModule ok\n")
+    server = socket.socket(socket.AF_UNIX)
+    monkeypatch.chdir(job)  # a socket's path is at most 107 bytes: bound by its name
+    server.bind("module_0001.jit_sock.before_optimizations.txt")
+    if os.geteuid() == 0:
+        os.mknod(job / "module_0002.jit_dev.before_optimizations.txt", 0o600 | 0o020000, os.makedev(1, 3))  # /dev/null
+    secret = _secret(tmp_path / "home" / "module_0003.jit_key.before_optimizations.txt")
+    (job / secret.name).symlink_to(secret)
+    (real / NIGHT / "jax-leak").symlink_to(secret.parent)
+    (tmp_path / "bucket").symlink_to(real)
+    fs, _ = connect(str(tmp_path / "bucket"))
+    said = {}
+    for obj in list_objects(str(tmp_path / "bucket")):
+        try:
+            with open_object(fs, obj) as f:
+                said[obj.path] = f.read()
+        except RefusedObject as exc:
+            said[obj.path] = str(exc)
+    server.close()
+    where = f"{NIGHT}/{PMAP}"
+    assert said == {
+        f"{where}/module_0000.jit_ok.before_optimizations.txt": b"HloModule ok\n",
+        f"{where}/module_0001.jit_sock.before_optimizations.txt":
+            f"{where}/module_0001.jit_sock.before_optimizations.txt: not a regular file: socket",
+        f"{where}/{secret.name}": f"{where}/{secret.name}: not a regular file: symlink",
+        f"{NIGHT}/jax-leak": f"{NIGHT}/jax-leak: not a regular file: symlink",
+    } | ({f"{where}/module_0002.jit_dev.before_optimizations.txt":
+          f"{where}/module_0002.jit_dev.before_optimizations.txt: not a regular file: character device"}
+         if os.geteuid() == 0 else {})
