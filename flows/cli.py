@@ -404,10 +404,11 @@ def watch(
     import time
 
     _prefect_defaults()
+    from flows import storage_secrets
     from flows.bucket import BucketUnusable
     from flows.nightly import nightly
 
-    _check_bucket(bucket, None)
+    _check_bucket(bucket, storage_secrets.resolve(None))  # the options the nightly will resolve
     done = 0
     while True:
         started = time.monotonic()
