@@ -24,7 +24,7 @@ object vanished, permission denied) so a flow can retry or record them; bad
 ``RunInfo.meta_errors``.
 
 What is read (``open_object``, the one way every reader opens a bucket object): on a
-local disk, only a regular file inside the bucket. The path is walked from the bucket
+local disk, only a regular file inside the bucket (``flows.local_open``). The path is walked from the bucket
 root one component at a time (``O_NOFOLLOW``, ``dir_fd``) by its real name (the bytes
 of a name that is not UTF-8, never its escaped form), so no symbolic link below the
 root is followed (the root itself may be one); the file is opened ``O_NONBLOCK`` and
@@ -41,8 +41,6 @@ connect and read timeouts on S3 (``S3_TIMEOUTS``, unless the storage options set
 from __future__ import annotations
 
 import copy
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -57,6 +55,7 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from flows import local_open
 from transforms.layout import (
     RUN_JSON_MAX_BYTES,
     BucketObject,
@@ -362,11 +361,20 @@ def open_object(fs: fsspec.AbstractFileSystem, obj: BucketObject) -> BinaryIO:
             root, rel = obj.root, obj.full_path[len(obj.root.rstrip("/")) + 1 :]
         else:  # a root nobody told: the file itself is checked, not the directories above it
             root, rel = os.path.split(obj.full_path)
-        return _open_below(root, rel, obj.path)
+        return _open_local(root, rel, obj.path)
     try:
         return fs.open(obj.full_path, "rb")
     except OSError as exc:
         raise BucketReadError(obj.path, f"cannot open: {type(exc).__name__}: {exc}") from exc
+
+
+def _open_local(root: str, rel: str, shown: str) -> BinaryIO:
+    try:
+        return local_open.open_regular_below(root, rel)
+    except local_open.Refused as exc:
+        raise RefusedObject(shown, exc.reason) from None
+    except local_open.Unopened as exc:
+        raise BucketReadError(shown, exc.reason) from None
 
 
 def open_in_bucket(fs: fsspec.AbstractFileSystem, root: str, rel: str) -> BinaryIO:
@@ -374,80 +382,13 @@ def open_in_bucket(fs: fsspec.AbstractFileSystem, root: str, rel: str) -> Binary
     ``root`` as ``connect`` gives it) when no listing of it is at hand."""
     shown = escape_name(rel)
     if isinstance(fs, LocalFileSystem):
-        return _open_below(root, rel, shown)
+        return _open_local(root, rel, shown)
     if any(part in ("", ".", "..") for part in rel.split("/")):
         raise RefusedObject(shown, "an empty, '.' or '..' component in the path")
     try:
         return fs.open(f"{root}/{rel}", "rb")
     except OSError as exc:
         raise BucketReadError(shown, f"cannot open: {type(exc).__name__}: {exc}") from exc
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_KINDS = ((stat.S_ISLNK, "symlink"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
-          (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "directory"),
-          (stat.S_ISREG, "file"))
-
-
-def _kind(mode: int) -> str:
-    return next((word for test, word in _KINDS if test(mode)), "special file")
-
-
-def _open_below(root: str, rel: str, shown: str) -> BinaryIO:
-    """The regular file at ``rel`` below the directory ``root``, walked without following a
-    link below the root, opened without blocking (the module docstring says why)."""
-    parts = rel.split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        raise RefusedObject(shown, "an empty, '.' or '..' component in the path")
-    try:
-        at = os.open(root or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the root may be a link
-    except OSError as exc:
-        raise BucketReadError(shown, f"cannot open the bucket: {exc.strerror}") from exc
-    try:
-        for depth, part in enumerate(parts[:-1], start=1):
-            where = escape_name("/".join(parts[:depth]))
-            try:
-                fd = os.open(part, _DIR_FLAGS, dir_fd=at)
-            except OSError as exc:
-                raise _refusal(exc, part, at, shown, f"its directory {where}") from None
-            os.close(at)
-            at = fd
-        try:
-            fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=at)
-        except OSError as exc:
-            raise _refusal(exc, parts[-1], at, shown, "") from None
-    finally:
-        os.close(at)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):  # what was opened, not what a look before the open saw
-            raise RefusedObject(shown, f"not a regular file: {_kind(mode)}")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _refusal(exc: OSError, name: str, at: int, shown: str, component: str) -> BucketReadError:
-    """Why ``name`` (in the directory ``at``) did not open: refused for what it is (a link:
-    ELOOP; a socket: ENXIO; a device without a driver: ENODEV...), or an I/O failure."""
-    if exc.errno == errno.ENOENT:
-        return BucketReadError(shown, f"vanished since the listing ({component or 'the file'} is gone)")
-    try:
-        mode: int | None = os.stat(name, dir_fd=at, follow_symlinks=False).st_mode
-    except OSError:
-        mode = None
-    if mode is None and exc.errno == errno.ELOOP:  # swapped again since: O_NOFOLLOW saw a link
-        kind = "symlink"
-    elif mode is not None and not (stat.S_ISDIR(mode) if component else stat.S_ISREG(mode)):
-        kind = _kind(mode)
-    else:
-        kind = None
-    if kind is not None:
-        return RefusedObject(shown, f"not read: {component} is a {kind}" if component else f"not a regular file: {kind}")
-    return BucketReadError(shown, f"cannot open: {type(exc).__name__}: {exc.strerror}")
 
 
 def read_runs(fs: fsspec.AbstractFileSystem, objects: Iterable[BucketObject]) -> dict[str, RunInfo]:
