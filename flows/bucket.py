@@ -14,18 +14,37 @@ written (``escape_name``), is decided by ``transforms.layout``.
 
 ``list_objects`` raises ``BucketNotFound(url)`` when the bucket itself is missing (a
 local directory that does not exist, an S3 bucket that does not exist; an existing
-but empty prefix is an empty bucket): a wrong ``--bucket``, not worth a retry.
+but empty prefix is an empty bucket) and ``BucketAccessDenied(url)`` when the store
+refuses the credentials (InvalidAccessKeyId, SignatureDoesNotMatch, ExpiredToken,
+AccessDenied on the listing): both are ``BucketUnusable``, an operator's mistake, not
+worth a retry; ``check_bucket`` finds them with one cheap look before a night starts.
 Raises ``BucketReadError(path, reason)`` for other I/O failures (listing refused,
 object vanished, permission denied) so a flow can retry or record them; bad
 *content* (a broken run.json) is never raised, it is reported in
 ``RunInfo.meta_errors``.
+
+What is read (``open_object``, the one way every reader opens a bucket object): on a
+local disk, only a regular file inside the bucket (``flows.local_open``). The path is walked from the bucket
+root one component at a time (``O_NOFOLLOW``, ``dir_fd``) by its real name (the bytes
+of a name that is not UTF-8, never its escaped form), so no symbolic link below the
+root is followed (the root itself may be one); the file is opened ``O_NONBLOCK`` and
+its descriptor must be a regular file, so a FIFO, a socket or a device is never read
+and nothing blocks. Such an object raises ``RefusedObject``: the caller records it
+failed with the reason ("not a regular file: symlink"), it is not retried. The listing
+lists them too (as the store reports them) so that they are refused where people see
+it, skips directory marker objects (keys ending in ``/``) and leaves out, with a
+warning, objects whose run id or job name is refused (``transforms.layout.refused_name``).
+Object stores hold no links: their objects are read through fsspec, with bounded
+connect and read timeouts on S3 (``S3_TIMEOUTS``, unless the storage options set them).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from datetime import datetime
@@ -36,6 +55,7 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from flows import local_open
 from transforms.layout import (
     RUN_JSON_MAX_BYTES,
     BucketObject,
@@ -45,23 +65,34 @@ from transforms.layout import (
     escape_name,
     locate,
     parse_run_json,
+    refused_path,
     run_info,
 )
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "BucketAccessDenied",
     "BucketNotFound",
     "BucketObject",
     "BucketReadError",
+    "BucketUnusable",
+    "RefusedObject",
+    "S3_TIMEOUTS",
+    "check_bucket",
     "connect",
     "list_objects",
     "load_settle_state",
+    "open_in_bucket",
     "open_object",
     "parse_storage_options",
     "read_runs",
     "save_settle_state",
 ]
+
+# botocore's Config for S3 unless the storage options say otherwise (config_kwargs.*):
+# an open or a read that hangs fails after this many seconds instead of holding the night.
+S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 60}
 
 
 class BucketReadError(OSError):
@@ -75,21 +106,91 @@ class BucketReadError(OSError):
         return type(self), (self.path, self.reason)
 
 
-class BucketNotFound(FileNotFoundError):
-    """The bucket root does not exist (or is a file): a wrong URL, not worth retrying."""
+class RefusedObject(BucketReadError):
+    """Not a regular file inside the bucket (a symlink, a FIFO, a device...): never read.
+    Bad input, not an I/O failure: the object is recorded failed with ``reason``, not retried."""
+
+
+class BucketUnusable(OSError):
+    """The bucket cannot be used as given (a wrong URL, credentials the store refuses): an
+    operator's mistake, said in one line and not retried."""
 
     def __init__(self, url: str, detail: str = ""):
         self.url, self.detail = url, detail
-        super().__init__(f"no bucket at {escape_name(url)}{f' ({detail})' if detail else ''}")
+        super().__init__(self._message(escape_name(url)) + (f" ({detail})" if detail else ""))
 
-    def __reduce__(self):
+    def _message(self, url: str) -> str:
+        return f"cannot use the bucket {url}"
+
+    def __reduce__(self):  # rebuilt from its arguments (Dask, process pools), not from its message
         return type(self), (self.url, self.detail)
+
+
+class BucketNotFound(BucketUnusable, FileNotFoundError):
+    """The bucket root does not exist (or is a file): a wrong URL, not worth retrying."""
+
+    def _message(self, url: str) -> str:
+        return f"no bucket at {url}"
+
+
+class BucketAccessDenied(BucketUnusable, PermissionError):
+    """The store refuses the credentials (or this bucket to them): not worth retrying."""
+
+    def _message(self, url: str) -> str:
+        return f"access to the bucket {url} denied"
 
 
 def connect(bucket_url: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem and root path (as the fs spells it) of ``bucket_url``."""
-    fs, root = url_to_fs(str(bucket_url), **(storage_options or {}))
+    options = storage_options or {}
+    protocol, _ = fsspec.core.split_protocol(str(bucket_url))
+    if protocol in ("s3", "s3a"):
+        options = copy.deepcopy(options)
+        config = options.setdefault("config_kwargs", {})
+        for key, seconds in S3_TIMEOUTS.items():
+            config.setdefault(key, seconds)
+    fs, root = url_to_fs(str(bucket_url), **options)
     return fs, root.rstrip("/")
+
+
+def check_bucket(bucket_url: str, storage_options: dict[str, Any] | None = None) -> None:
+    """Raise ``BucketNotFound`` or ``BucketAccessDenied`` when the bucket cannot be used as
+    given, from one cheap look (its first level); other failures are left to the night,
+    which retries them. For the commands, before any work starts."""
+    fs, root = connect(bucket_url, storage_options)
+    try:
+        fs.invalidate_cache(root)
+        fs.ls(root, detail=False)
+    except FileNotFoundError:
+        pass  # an object store's empty prefix, or no bucket at all: told apart below
+    except PermissionError as exc:
+        raise BucketAccessDenied(bucket_url, _denial(exc)) from None
+    except OSError:
+        return
+    try:
+        exists = _root_exists(fs, root)
+    except PermissionError as exc:
+        raise BucketAccessDenied(bucket_url, _denial(exc)) from None
+    except OSError:
+        return
+    if not exists:
+        raise BucketNotFound(bucket_url)
+    if isinstance(fs, LocalFileSystem) and not os.path.isdir(root):
+        raise BucketNotFound(bucket_url, "a file, not a directory")
+
+
+def _denial(exc: BaseException) -> str:
+    """What the store said when it refused: its error code and message (botocore's ClientError
+    is the cause of s3fs's PermissionError), on one line."""
+    error = getattr(exc.__cause__, "response", {}).get("Error", {}) if exc.__cause__ is not None else {}
+    code, text = error.get("Code"), " ".join(str(exc).split())
+    return f"{code}: {text}" if code and code not in text else text
+
+
+def _listing_error(bucket_url: str, exc: OSError) -> OSError:
+    if isinstance(exc, PermissionError):
+        return BucketAccessDenied(bucket_url, _denial(exc))
+    return BucketReadError(escape_name(bucket_url), f"cannot list: {exc}")
 
 
 def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
@@ -141,14 +242,22 @@ def list_objects(
     layout_regex: str | None = None,
     storage_options: dict[str, Any] | None = None,
     marker: str | None = None,
+    refused: list[str] | None = None,
 ) -> list[BucketObject]:
     """Every object under the bucket that belongs to a run, sorted by path.
 
     Includes run.json files (``role=run_meta``) and markers (``role=marker``) next to
-    the dumps (``role=dump``); filter on ``role`` for the dumps. Raises ``BucketNotFound``
-    when the bucket root does not exist, ``BucketReadError`` when it cannot be listed.
-    Should an escaped name equal a real one (the one ambiguity of ``escape_name``), the
-    real one is listed and the other left out, with a warning.
+    the dumps (``role=dump``); filter on ``role`` for the dumps. Entries that are not
+    regular files (symbolic links, FIFOs...) are listed as objects too, for
+    ``open_object`` to refuse; directories and directory markers (keys ending in ``/``)
+    are not. Objects whose run id, job name or path ``refused_path`` refuses are left
+    out, with a warning; with ``refused``, one line per reason (naming the run id, job
+    or path, and how many objects) is appended to it. Raises ``BucketNotFound``
+    when the bucket root does not exist, ``BucketAccessDenied`` when the store refuses
+    the credentials, ``BucketReadError`` when it cannot be listed.
+    Should an escaped name equal a real one (the one ambiguity of ``escape_name``), a
+    regular file wins over anything else, then the real name; the other is left out,
+    with a warning.
     """
     fs, root = connect(bucket_url, storage_options)
     cause: OSError | None = None
@@ -158,12 +267,12 @@ def list_objects(
     except FileNotFoundError as exc:  # s3fs: "The specified bucket does not exist"
         found, cause = {}, exc
     except OSError as exc:
-        raise BucketReadError(escape_name(bucket_url), f"cannot list: {exc}") from exc
+        raise _listing_error(bucket_url, exc) from exc
     if not found:
         try:
             exists = _root_exists(fs, root)
         except OSError as exc:
-            raise BucketReadError(escape_name(bucket_url), f"cannot list: {exc}") from exc
+            raise _listing_error(bucket_url, exc) from exc
         if not exists:
             raise BucketNotFound(bucket_url) from cause
         if cause is not None:  # the bucket is there, something below it vanished: try again later
@@ -171,23 +280,39 @@ def list_objects(
     if list(found) == [root] and found[root].get("type", "file") == "file":
         raise BucketNotFound(bucket_url, "a file, not a directory")
     by_path: dict[str, BucketObject] = {}
+    left_out: dict[str, int] = {}
     prefix = root + "/" if root else ""
+    local = isinstance(fs, LocalFileSystem)
     for full, info in found.items():
-        if info.get("type", "file") != "file":
+        if info.get("type", "file") == "directory" or full.endswith("/"):  # S3 directory markers: "run/job/"
             continue
         rel = full.removeprefix(prefix)
         path = escape_name(rel)
         where = locate(path, layout_regex, marker=marker)
         if where is None:
             continue
-        obj = BucketObject(path, full, int(info.get("size") or 0), _mtime(info), where.run_id, where.job, where.role,
-                           _version(fs, full, info))
-        if (other := by_path.get(path)) is not None:  # the name that needed no escaping wins
-            keep, drop = (obj, other) if path == rel else (other, obj)
+        if (why := refused_path(rel, where)) is not None:
+            left_out[why] = left_out.get(why, 0) + 1
+            continue
+        size, version = _size_and_version(fs, full, info) if local else (int(info.get("size") or 0), _version(info))
+        obj = BucketObject(path, full, size, _mtime(info), where.run_id, where.job, where.role, version, root)
+        if (other := by_path.get(path)) is not None:
+            keep, drop = (obj, other) if _preferred(info, path == rel) > _preferred(found[other.full_path], path != rel) \
+                else (other, obj)
             log.warning("two names read %s once escaped: listing %r, leaving out %r", path, keep.full_path, drop.full_path)
             obj = keep
         by_path[path] = obj
+    for why, n in sorted(left_out.items()):
+        line = f"{why}: {n} object{'s' if n > 1 else ''} not read"
+        log.warning("%s", line)
+        if refused is not None:
+            refused.append(line)
     return sorted(by_path.values(), key=lambda o: o.path)
+
+
+def _preferred(info: dict[str, Any], unescaped: bool) -> tuple[bool, bool]:
+    """Of two names that read the same once escaped: a regular file first, then the real name."""
+    return info.get("type", "file") == "file", unescaped
 
 
 def _root_exists(fs: fsspec.AbstractFileSystem, root: str) -> bool:
@@ -209,25 +334,61 @@ def _root_exists(fs: fsspec.AbstractFileSystem, root: str) -> bool:
 _VERSION_KEYS = ("ETag", "etag", "VersionId", "version_id", "generation")
 
 
-def _version(fs: fsspec.AbstractFileSystem, full: str, info: dict[str, Any]) -> str:
+def _version(info: dict[str, Any]) -> str:
     """What identifies this write of the object (see ``BucketObject.version``)."""
-    if isinstance(fs, LocalFileSystem):
-        try:
-            return str(os.stat(full).st_mtime_ns)  # fsspec's info has float seconds only
-        except OSError:
-            pass  # vanished since the listing: opening it will say so
     for key in _VERSION_KEYS:
         if info.get(key) not in (None, ""):
             return str(info[key])
     return str(round(_mtime(info) * 1e9))
 
 
+def _size_and_version(fs: fsspec.AbstractFileSystem, full: str, info: dict[str, Any]) -> tuple[int, str]:
+    """A local object's own size and mtime in nanoseconds (fsspec's info has float seconds,
+    and a link's size is its target's: never what is read of a link, which is nothing)."""
+    try:
+        st = os.lstat(full)
+    except OSError:  # vanished since the listing: opening it will say so
+        return int(info.get("size") or 0), _version(info)
+    return (st.st_size if stat.S_ISREG(st.st_mode) else 0), str(st.st_mtime_ns)
+
+
 def open_object(fs: fsspec.AbstractFileSystem, obj: BucketObject) -> BinaryIO:
-    """The object's raw bytes as a binary stream (the caller closes it)."""
+    """The object's raw bytes as a binary stream (the caller closes it). Raises
+    ``RefusedObject`` for what is not a regular file inside the bucket (see the module
+    docstring), ``BucketReadError`` when it cannot be opened (vanished, permission denied)."""
+    if isinstance(fs, LocalFileSystem):
+        if obj.root and obj.full_path.startswith(obj.root.rstrip("/") + "/"):
+            root, rel = obj.root, obj.full_path[len(obj.root.rstrip("/")) + 1 :]
+        else:  # a root nobody told: the file itself is checked, not the directories above it
+            root, rel = os.path.split(obj.full_path)
+        return _open_local(root, rel, obj.path)
     try:
         return fs.open(obj.full_path, "rb")
-    except (OSError, PermissionError) as exc:
+    except OSError as exc:
         raise BucketReadError(obj.path, f"cannot open: {type(exc).__name__}: {exc}") from exc
+
+
+def _open_local(root: str, rel: str, shown: str) -> BinaryIO:
+    try:
+        return local_open.open_regular_below(root, rel)
+    except local_open.Refused as exc:
+        raise RefusedObject(shown, exc.reason) from None
+    except local_open.Unopened as exc:
+        raise BucketReadError(shown, exc.reason) from None
+
+
+def open_in_bucket(fs: fsspec.AbstractFileSystem, root: str, rel: str) -> BinaryIO:
+    """``open_object`` for the object at ``rel`` (its real name, relative to the bucket root
+    ``root`` as ``connect`` gives it) when no listing of it is at hand."""
+    shown = escape_name(rel)
+    if isinstance(fs, LocalFileSystem):
+        return _open_local(root, rel, shown)
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        raise RefusedObject(shown, "an empty, '.' or '..' component in the path")
+    try:
+        return fs.open(f"{root}/{rel}", "rb")
+    except OSError as exc:
+        raise BucketReadError(shown, f"cannot open: {type(exc).__name__}: {exc}") from exc
 
 
 def read_runs(fs: fsspec.AbstractFileSystem, objects: Iterable[BucketObject]) -> dict[str, RunInfo]:
@@ -235,7 +396,8 @@ def read_runs(fs: fsspec.AbstractFileSystem, objects: Iterable[BucketObject]) ->
 
     A run.json listed larger than ``RUN_JSON_MAX_BYTES`` is not read; at most that many
     bytes (and one more, to tell) are read of the others. What is wrong with one goes to
-    ``RunInfo.meta_errors``; only I/O failures raise (``BucketReadError``).
+    ``RunInfo.meta_errors`` (a refused one too: a link, a FIFO); only I/O failures raise
+    (``BucketReadError``).
     """
     by_run: dict[str, list[BucketObject]] = {}
     for o in objects:
@@ -249,7 +411,13 @@ def read_runs(fs: fsspec.AbstractFileSystem, objects: Iterable[BucketObject]) ->
                 meta = None
                 errors.append(f"{m.path}: {m.size} bytes, larger than {RUN_JSON_MAX_BYTES}: not read")
                 continue
-            with open_object(fs, m) as f:
+            try:
+                f = open_object(fs, m)
+            except RefusedObject as exc:  # a link, a FIFO...: never read, said like bad content
+                meta = None
+                errors.append(str(exc))
+                continue
+            with f:
                 try:
                     raw = f.read(RUN_JSON_MAX_BYTES + 1)
                 except OSError as exc:

@@ -18,6 +18,11 @@ records, or taken from the warehouse when the warehouse holds the same content),
 change with the dump lines it stands on. Nothing is written to the warehouse, beside it
 or in DIR.
 
+DIR's files are read as the nightly reads a bucket's (``flows.bucket.open_object``): only
+regular files inside DIR, never through a symbolic link below it, never a FIFO or a
+device, which are reported as failed dumps (a refused run.json as a run.json error),
+quoting nothing of what they point to; excerpts only from the bytes that were parsed.
+
 ``check_dir`` raises ``CheckError`` (one line for people) when the warehouse does not
 exist or is no DuckDB file; ``BadDirectory`` (a ``CheckError``, exit 2) when DIR is not a
 directory, holds no job directory with files, or holds a job's files rather than job
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -38,8 +44,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from flows import history as history_mod
 from flows.aggregate import frame_of, load_settings
-from flows.bucket import BucketReadError, read_runs
-from flows.items import _lines as dump_lines
+from flows.bucket import BucketReadError, open_object, read_runs
+from flows.items import excerpts_of
 from flows.parse_files import json_value, number
 from flows.resources import MemoryBudget, parse_memory
 from flows.siblings import told_by_siblings
@@ -49,7 +55,6 @@ from transforms.check_report import FORMATS, CheckResult, render
 from transforms.layout import BucketObject, Role, escape_name, locate
 from transforms.parse import DEFAULT_LIMITS, ParseLimits
 from transforms.trends import diffs as diff_mod
-from transforms.trends import evidence
 from transforms.trends import incident_rule
 from transforms.trends import incidents as incident_mod
 from transforms.trends import metric_trends as trends
@@ -140,28 +145,33 @@ def _list_dir(directory: Path, run_id: str) -> list[BucketObject]:
     """Every file under ``directory`` as an object of run ``run_id``, located as the nightly
     locates a run directory's files (``transforms.layout.locate``). ``path`` is the path a
     person reads (``directory`` joined with the file's relative path, escaped as the
-    nightly escapes names), ``full_path`` the real one; symbolic links to directories are
-    not followed. Raises ``BadDirectory`` for a directory that is not one night's jobs."""
+    nightly escapes names), ``full_path`` the real one. Symbolic links (to files or
+    directories), FIFOs and the like are listed, not followed: reading refuses them, as the
+    nightly's listing lists them for its reads to refuse. Raises ``BadDirectory`` for a
+    directory that is not one night's jobs."""
     if not directory.is_dir():
         raise BadDirectory(f"{directory} is not a directory")
     root = str(directory).rstrip("/") or "/"
     out, loose = [], []
     for parent, dirs, files in os.walk(root):
         dirs.sort()
-        for name in sorted(files):
+        links = [d for d in dirs if os.path.islink(os.path.join(parent, d))]  # os.walk lists them, never enters
+        for name in sorted(files + links):
             full = os.path.join(parent, name)
             rel = escape_name(os.path.relpath(full, root).replace(os.sep, "/"))
             where = locate(f"{run_id}/{rel}")
             if where is None:
                 continue
-            if where.job is None and where.role is Role.DUMP:
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue  # vanished: nothing to read
+            regular = stat.S_ISREG(st.st_mode)
+            if where.job is None and where.role is Role.DUMP and regular:
                 loose.append(rel)
                 continue
-            try:
-                stat = os.stat(full)
-            except OSError:
-                continue  # vanished, or a dangling link: nothing to read
-            out.append(BucketObject(escape_name(full), full, stat.st_size, stat.st_mtime, run_id, where.job, where.role))
+            out.append(BucketObject(escape_name(full), full, st.st_size if regular else 0, st.st_mtime, run_id, where.job,
+                                    where.role, root=root))
     if loose:
         raise BadDirectory(f"{directory} holds dump files directly ({', '.join(loose[:3])}{', …' if len(loose) > 3 else ''}): "
                            "check takes a run directory whose job directories hold the dumps (DIR/<job>/...)")
@@ -224,7 +234,7 @@ def _parse(objects: list[BucketObject], work: Path, limits: ParseLimits
                      "parser_version": s["parser_version"]})
         if s["status"] == "ok":
             metric_rows += [(obj.path, k, json_value(float(v))) for k, v in sorted(s["metrics"].items())]
-        elif s["kind"] != "unknown":
+        elif s["kind"] != "unknown" or result.sha256 is None:  # a refused file fails whatever its name
             damaged.append({"path": obj.path, "job": obj.job or "", "kind": s["kind"], "program": s["program"],
                             "status": s["status"], "error": error or ""})
     schema = {c: pl.String for c in _DUMP_COLUMNS} | {"parser_version": pl.Int64}
@@ -308,20 +318,23 @@ def _computed_items(todo: pl.DataFrame, candidate: pl.DataFrame, staged: dict[st
                 records.setdefault(table, []).append(pl.read_parquet(file))
         frames = {t: pl.concat(fs, how="diagonal_relaxed") for t, fs in records.items()}
         found = diff_mod.items_of_contents(pl.DataFrame([row]).select("items_key", "kind", "stage", "dump_id"), frames)
-        parts.append(_with_excerpts(found, objects[row["path"]]))
+        parts.append(_with_excerpts(found, objects[row["path"]], row["dump_id"]))
     return pl.concat(parts) if parts else pl.DataFrame(schema=diff_mod.CONTENT_ITEM_SCHEMA)
 
 
-def _with_excerpts(found: pl.DataFrame, obj: BucketObject) -> pl.DataFrame:
-    """``found`` with the excerpt of each item read from the candidate's file (bounded as the nightly's)."""
+def _with_excerpts(found: pl.DataFrame, obj: BucketObject, content: str) -> pl.DataFrame:
+    """``found`` with the excerpt of each item read from the candidate's file (bounded as the
+    nightly's), when the file still holds ``content`` (the sha256 that was parsed)."""
     items = found.sort("bytes", "category", "key", descending=[True, False, False], nulls_last=True)
     wanted = items.get_column("excerpt_lines").to_list()
     if not any(wanted):
         return found
     try:
-        with open(obj.full_path, "rb") as raw:
-            read = evidence.read_excerpts(dump_lines(raw), wanted)
+        with open_object(LocalFileSystem(), obj) as raw:
+            read = excerpts_of(raw, content, wanted)
     except OSError:
+        return found
+    if read is None:  # changed since it was parsed
         return found
     return items.with_columns(
         pl.Series("excerpt", [t for t, _ in read], pl.String),

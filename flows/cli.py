@@ -186,11 +186,13 @@ def run(
     if fail_on not in (None, "new", "open"):
         raise typer.BadParameter("use new or open", param_hint="--fail-on")
     fail_on = fail_on or ("new" if fail_on_regression else None)
-    from flows.bucket import BucketNotFound
+    from flows.bucket import BucketUnusable
     from flows.nightly import run_nightly
     from flows.warehouse.store import WarehouseBusy
 
     memory = _memory_limit(memory_limit, _check_settings(settings), settings)
+    if not storage_secret:  # with one, the options are Prefect's to give: the flow says it, unretried
+        _check_bucket(bucket, storage_secrets.resolve(None))
     try:
         summary = run_nightly(memory_limit=memory, bucket=bucket, warehouse=warehouse, settle_seconds=settle, layout_regex=layout_regex,
                               marker=marker, workers=workers, wait_for_lock=wait, storage_secret=storage_secret,
@@ -201,7 +203,7 @@ def run(
     except WarehouseBusy as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from None
-    except BucketNotFound as exc:
+    except BucketUnusable as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if summary_json is not None:
@@ -217,6 +219,18 @@ def run(
 
 
 SETTINGS_HELP = "Settings file (TOML: [series] names, [floors], [[rule]] thresholds, [site]); default ./dumpscope.toml when present."
+
+
+def _check_bucket(bucket: str, storage_options: Optional[dict]) -> None:
+    """Exit 2 with one line when the bucket is missing or the store refuses the credentials:
+    an operator's mistake, told before any work starts (no retries, no traceback)."""
+    from flows.bucket import BucketUnusable, check_bucket
+
+    try:
+        check_bucket(bucket, storage_options)
+    except BucketUnusable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _check_settings(path: Optional[Path]):
@@ -414,9 +428,11 @@ def watch(
 
     _prefect_defaults()
     _check_notify()
-    from flows.bucket import BucketNotFound
+    from flows import storage_secrets
+    from flows.bucket import BucketUnusable
     from flows.nightly import nightly
 
+    _check_bucket(bucket, storage_secrets.resolve(None))  # the options the nightly will resolve
     done = 0
     while True:
         started = time.monotonic()
@@ -425,7 +441,7 @@ def watch(
                               wait_for_lock=True, state_path=warehouse.with_suffix(".settle.json"))
             for line in summary.undelivered:  # retried at the next look
                 typer.echo(f"warning: {line}", err=True)
-        except BucketNotFound as exc:
+        except BucketUnusable as exc:
             if not done:  # at the first look: a wrong --bucket, said once, like `run`
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(2) from None

@@ -12,8 +12,12 @@ aggregate``, ``accept``) the batches run one after another in the process.
 Evidence: with a ``DumpSource`` (the bucket), each batch also reads the excerpt of each
 item from a dump of its content (``transforms.trends.evidence``: one streaming pass
 per dump, bounded lines and characters; gzip read as the parse reads it). The batch
-names a few paths per content (the newest first) and the first that opens is read; a
-content none of whose dumps is in the bucket any more keeps its line ranges and no
+names a few paths per content (the newest first); each is opened as every bucket
+object is (``flows.bucket.open_in_bucket``: a regular file inside the bucket, by its
+real name, never through a link, never blocking), and its excerpts are kept only when
+its bytes, hashed whole while they are read, are the content the items came from
+(its sha256): a dump rewritten or swapped since its parse gives no excerpt. A content
+none of whose dumps is in the bucket any more, unchanged, keeps its line ranges and no
 excerpt: never a failure. Without a source (``dumpscope aggregate``, ``accept``: they
 are not given the bucket) no excerpt is read.
 """
@@ -21,6 +25,8 @@ are not given the bucket) no excerpt is read.
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
 import logging
 import shutil
 from dataclasses import dataclass, field
@@ -69,17 +75,21 @@ def compute_batch(batch_dir: Path, source: DumpSource | None = None) -> Path:
 
 def with_excerpts(found: pl.DataFrame, keys: pl.DataFrame, source: DumpSource) -> pl.DataFrame:
     """``found`` (content items) with excerpt and excerpt_from filled from a dump of each
-    key's content (``keys``: items_key, paths)."""
+    key's content (``keys``: items_key, paths), when its bytes are that content."""
     from flows.bucket import connect
 
     fs, root = connect(source.bucket, source.storage_options)
     parts = []
     paths = dict(keys.select("items_key", "paths").iter_rows())
+    # The content whose lines the items name: the key's own (a buffer assignment's key also
+    # names its HLO dumps, whose lines it does not quote).
+    owners = diff_mod.key_contents(keys.get_column("items_key").to_list()).filter(pl.col("role") == "own")
+    content = dict(owners.select("items_key", "dump_id").iter_rows())
     for (key,), items in found.group_by("items_key", maintain_order=True):
         # The per-dump cap serves the biggest items first.
         items = items.sort("bytes", "category", "key", descending=[True, False, False], nulls_last=True)
         wanted = items.get_column("excerpt_lines").to_list()
-        read, path = _read_dump(fs, root, paths.get(key) or [], wanted) if any(wanted) else ([], None)
+        read, path = _read_dump(fs, root, paths.get(key) or [], content.get(key), wanted) if any(wanted) else ([], None)
         if not read:
             parts.append(items)
             continue
@@ -91,17 +101,70 @@ def with_excerpts(found: pl.DataFrame, keys: pl.DataFrame, source: DumpSource) -
     return pl.concat(parts).sort("items_key", "category", "key") if parts else found
 
 
-def _read_dump(fs, root: str, paths: list[str], wanted: list[str | None]) -> tuple[list, str | None]:
-    """Excerpts from the first of ``paths`` that opens; ([], None) when none does."""
-    for path in paths:
-        try:
-            raw = fs.open(f"{root}/{path}", "rb")
-        except (OSError, ValueError) as exc:  # gone, refused: try the next path
-            log.info("no excerpts from %s: %s", path, exc)
-            continue
-        with raw:
-            return evidence.read_excerpts(_lines(raw), wanted), path
+def _read_dump(fs, root: str, paths: list[str], content: str | None, wanted: list[str | None]) -> tuple[list, str | None]:
+    """Excerpts from the first of ``paths`` (as the warehouse keeps them: escaped) whose bytes
+    are ``content`` (sha256); ([], None) when none is."""
+    from flows.bucket import BucketReadError, open_in_bucket
+
+    for path in paths if content else ():
+        for name in _real_names(path):
+            try:
+                raw = open_in_bucket(fs, root, name)
+            except (BucketReadError, ValueError) as exc:  # gone, refused: try the next name
+                log.info("no excerpts from %s: %s", path, exc)
+                continue
+            with raw:
+                try:
+                    read = excerpts_of(raw, content, wanted)
+                except OSError as exc:
+                    log.info("no excerpts from %s: %s", path, exc)
+                    continue
+            if read is not None:
+                return read, path
+            log.info("no excerpts from %s: its bytes are not the content parsed (changed since)", path)
     return [], None
+
+
+def _real_names(path: str) -> list[str]:
+    """The names ``path`` (escaped, ``transforms.layout.escape_name``) may stand for: the real
+    one first, then the text itself where it differs (the one ambiguity of the escaping:
+    the digest tells which holds the content)."""
+    from transforms.layout import unescape_name
+
+    real = unescape_name(path)
+    return [real] if real == path else [real, path]
+
+
+def excerpts_of(raw, content: str, wanted: list[str | None]) -> list | None:
+    """``evidence.read_excerpts`` of the dump whose raw bytes ``raw`` streams, or None unless
+    those bytes, all of them, hash to ``content`` (sha256 hex, the dump_id)."""
+    hashed = _Hashing(raw)
+    read = evidence.read_excerpts(_lines(hashed), wanted)
+    hashed.drain()
+    return read if hashed.hexdigest() == content else None
+
+
+class _Hashing(io.RawIOBase):
+    """A raw stream that hashes every byte read through it; ``drain`` reads (and hashes) the rest."""
+
+    def __init__(self, raw) -> None:
+        self._raw, self._sha = raw, hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        data = self._raw.read(len(buffer))
+        buffer[: len(data)] = data
+        self._sha.update(data)
+        return len(data)
+
+    def drain(self) -> None:
+        while chunk := self._raw.read(1 << 20):
+            self._sha.update(chunk)
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
 
 
 def _lines(raw) -> Iterable[str]:
@@ -207,5 +270,5 @@ def computed(dirs: list[Path], files: Iterable[Path]) -> pl.DataFrame:
     return pl.concat(frames) if frames else pl.DataFrame(schema=diff_mod.CONTENT_ITEM_SCHEMA)
 
 
-__all__ = ["DumpSource", "ItemsRunner", "compute_batch", "compute_batch_task", "computed", "export_batches", "in_process", "items_runner", "reading",
-           "with_excerpts"]
+__all__ = ["DumpSource", "ItemsRunner", "compute_batch", "compute_batch_task", "computed", "excerpts_of", "export_batches", "in_process",
+           "items_runner", "reading", "with_excerpts"]

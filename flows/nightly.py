@@ -15,7 +15,10 @@ Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse.store``
   stdout and a Prefect artifact; with ``site_dir``, the report site is rebuilt.
 
 Objects the bucket could not deliver are reported and retried next night; dumps the
-parsers could not read are stored as ``failed`` with their error.
+parsers could not read, and objects that are no regular file inside the bucket (a
+symbolic link, a FIFO: ``flows.bucket.open_object`` never reads them), are stored as
+``failed`` with their error; objects whose run id or job name is refused never become
+runs or jobs, and the night's summary lists them among its failures.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from flows.aggregate import aggregate, compact_records, load_settings, needs_agg
 from flows.report import write_night_report
 from flows.items import DumpSource, items_runner
 from flows.resources import MemoryBudget, peak_mib
-from flows.bucket import BucketNotFound, connect, list_objects, load_settle_state, read_runs, save_settle_state
+from flows.bucket import BucketUnusable, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows import siblings, storage_secrets, verdict
 from flows import staging
 # The parse worker's code lives in flows.staging: a spawned worker imports that module
@@ -107,10 +110,10 @@ class NightSummary:
 
 
 def _retry_unless_missing(task, task_run, state) -> bool:
-    """A bucket that does not exist will not appear in 20 s: fail at once."""
+    """A bucket that does not exist will not appear in 20 s, nor refused credentials work: fail at once."""
     try:
         state.result()
-    except BucketNotFound:
+    except BucketUnusable:
         return False
     except Exception:
         return True
@@ -120,7 +123,9 @@ def _retry_unless_missing(task, task_run, state) -> bool:
 @task(retries=3, retry_delay_seconds=[1, 5, 20], retry_condition_fn=_retry_unless_missing)
 def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Path | None,
              storage_options: dict | None, layout_regex: str | None, marker: str | None):
-    listing = list_objects(bucket, layout_regex=layout_regex, storage_options=storage_options, marker=marker)
+    refused: list[str] = []  # run ids and job names refused: never runs or jobs, told in the summary
+    listing = list_objects(bucket, layout_regex=layout_regex, storage_options=storage_options, marker=marker,
+                           refused=refused)
     fs, _ = connect(bucket, storage_options)
     runs = read_runs(fs, listing)
     state = load_settle_state(state_path) if state_path else {}
@@ -133,7 +138,7 @@ def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Pa
     new = [o for o in ready if o.role is Role.DUMP and not _up_to_date(known.get(o.path), o)]
     dumps_seen = sum(o.role is Role.DUMP for o in listing)
     new_runs = {r: info for r, info in runs.items() if r not in known_runs}
-    return new, len(deferred), dumps_seen, new_runs, _held(warehouse) if new else {}
+    return new, len(deferred), dumps_seen, new_runs, _held(warehouse) if new else {}, refused
 
 
 def _held(warehouse: Path) -> dict[str, dict]:
@@ -145,7 +150,7 @@ def _held(warehouse: Path) -> dict[str, dict]:
     with wh.connect_readonly(warehouse) as con:
         # A partial XLA side file may be partial at that path only (its siblings there told it:
         # flows.siblings): parsed again, it is judged by tonight's siblings (such files are rare and small).
-        rows = con.execute("""SELECT dump_id, kind, stage, program, status, error, parser_version FROM dumps
+        rows = con.execute("""SELECT dump_id, kind, stage, program, status, error, parser_version, path FROM dumps
                               WHERE run_id = (SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 1)
                                 AND dump_id IS NOT NULL AND status <> 'failed'
                                 AND NOT (status = 'partial' AND kind IN ('xla_buffer_assignment', 'xla_memory_usage_report'))
@@ -261,18 +266,20 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         lap("catch_up")
         staged = still_new(con, [o for o in outcomes if o.staged is not None])
         wh.upsert_runs(con, [_run_row(info) for info in runs.values()])
+        contents = sorted({o.staged.sha256 for o in staged if o.staged.sha256 is not None})  # None: a refused object
         if staged:  # unlists the superseded records files (unlinked after the publish)
-            compact_records(con, settings.keep_records_runs, sorted({o.staged.sha256 for o in staged}))
+            compact_records(con, settings.keep_records_runs, contents)
         lap("compact")
         seen: set[str] = set()
         # Contents whose records were compacted away since: loaded again, not copied.
-        kept = wh.with_records(con, [o.staged.sha256 for o in staged])
-        done = wh.parsed_contents(con, [o.staged.sha256 for o in staged])  # one query, not one per dump
+        kept = wh.with_records(con, contents)
+        done = wh.parsed_contents(con, contents)  # one query, not one per dump
         for start in range(0, len(staged), LOAD_BATCH):
             batch = []
             for o in staged[start : start + LOAD_BATCH]:
                 s = o.staged.summary
-                first = o.staged.sha256 not in seen and (
+                # A refused object has no content: its row alone, as a copy with nothing to copy.
+                first = o.staged.sha256 is not None and o.staged.sha256 not in seen and (
                     o.staged.sha256 not in kept or (o.staged.sha256, s["kind"], s["parser_version"]) not in done)
                 if first and o.staged.summary.get("held"):
                     continue  # not parsed (held at discovery), and its records went since: the next night parses it
@@ -460,8 +467,9 @@ def nightly(
     limits = ParseLimits(max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, max_seconds=parse_seconds)
     # What killed runs left half-written: older than any parse still going on (another run's).
     staging.sweep_tmp(staging_dir, older_than_seconds=2 * limits.max_seconds + 60)
-    new, summary.deferred, summary.seen, runs, held = discover(
+    new, summary.deferred, summary.seen, runs, held, refused = discover(
         bucket, warehouse, settle_seconds, state_path, storage_options, layout_regex, marker)
+    summary.failures += refused
     summary.new, summary.skipped = len(new), summary.seen - len(new) - summary.deferred
     summary.run_errors = [e for info in runs.values() for e in info.meta_errors]
     summary.seconds["discover"] = time.perf_counter() - t0

@@ -9,6 +9,9 @@ file beyond), computing its sha256 on the way. Then:
   failed HLO dump under another), and was not failed by a limit that ``limits`` raises
   (a retry, or the same content under another path): nothing is parsed, the staged
   summary is returned;
+- the object is not a regular file inside the bucket (``flows.bucket.RefusedObject``: a
+  symbolic link, a FIFO...): nothing is read, the result is ``failed`` with the reason,
+  no content (``sha256`` None) and no tables;
 - else the spool is parsed with ``transforms.parse.iter_dump`` (``dump_id`` = sha256),
   each table's batches are written as they come with one ``ParquetWriter`` per table
   (``<table>.parquet``), plus ``summary.json`` (kind, stage, program, status, errors,
@@ -16,6 +19,9 @@ file beyond), computing its sha256 on the way. Then:
   into a temp dir that is renamed into place last. A crash leaves at most an entry in
   ``.tmp/``, never a final dir without its summary. A failed dump stages its summary and
   no tables.
+
+A summary staged (or held) for the same content under another path is returned with its
+errors naming this path: each error starts with the path it was read under.
 
 Housekeeping, for the one writer (it holds the warehouse lock, and no parse of another
 run may be writing to the same staging dir: staging itself takes no lock):
@@ -44,7 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +58,7 @@ import fsspec
 import polars as pl
 import pyarrow.parquet as pq
 
-from flows.bucket import BucketReadError, connect, open_object
+from flows.bucket import BucketReadError, RefusedObject, connect, open_object
 from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject
 from transforms.parse import DEFAULT_LIMITS, ParseLimits, iter_dump, kind_of
@@ -66,7 +72,7 @@ SUMMARY = "summary.json"
 
 @dataclass(frozen=True, slots=True)
 class StagedResult:
-    sha256: str
+    sha256: str | None  # None: nothing was read (a refused object)
     dir: Path  # staging_dir/<sha256>/<kind>-v<parser_version>
     summary: dict[str, Any]
     parsed: bool  # False when an existing staging dir was reused
@@ -82,23 +88,46 @@ class StagedResult:
 
 def stage_object(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: str | os.PathLike, *,
                  limits: ParseLimits = DEFAULT_LIMITS, held: dict[str, dict] | None = None) -> StagedResult:
-    """Stage ``obj`` (see the module docstring). Raises ``BucketReadError`` on I/O errors only.
+    """Stage ``obj`` (see the module docstring). Raises ``BucketReadError`` on I/O errors only
+    (a refused object is a failed result, not an error).
 
     ``held``: contents the warehouse already holds with their records (sha256 -> the
     summary fields of its dumps row, ``held_summary``): one of them under a new path is
     not parsed again — its result carries no tables, the load copies the stored rows."""
     staging = Path(staging_dir)
     with tempfile.SpooledTemporaryFile(SPOOL_MEMORY, dir=_tmp_root(staging)) as spool:
-        sha, size = _spool(fs, obj, spool)
+        try:
+            sha, size = _spool(fs, obj, spool)
+        except RefusedObject as exc:
+            return StagedResult(None, staging, refused_summary(obj, exc.reason), parsed=False)
         spool.seek(0)
         # From a copy of the first bytes: a reader of the spool itself would close it.
         kind = _kind(obj, spool.read(HEAD_BYTES + 1024))
         if (known := _held_as(kind, (held or {}).get(sha))) is not None:
-            return StagedResult(sha, staging / sha, known, parsed=False)
+            return StagedResult(sha, staging / sha, naming(known, obj.path), parsed=False)
         if (done := find_staged(staging, sha, kind, limits)) is not None:
-            return done
+            return replace(done, summary=naming(done.summary, obj.path))
         spool.seek(0)
         return _parse_into(spool, obj, staging, sha, size, limits)  # type: ignore[arg-type]
+
+
+def refused_summary(obj: BucketObject, reason: str) -> dict[str, Any]:
+    """The staged summary of an object that was not read (``RefusedObject``): ``failed`` with
+    ``reason``, its kind, stage and program as its name alone gives them."""
+    *_, summary = iter_dump(io.BytesIO(b""), obj.path)  # an empty read: no tables, only the summary
+    return {"sha256": None, "size": 0, "kind": str(summary.kind), "stage": summary.stage, "program": summary.program,
+            "status": "failed", "errors": [f"{obj.path}: {reason}"], "metrics": {},
+            "parser_version": parser_version(summary.kind), "rows": {}, "first_path": obj.path, "limit": None}
+
+
+def naming(summary: dict[str, Any], path: str) -> dict[str, Any]:
+    """``summary``, staged or held for its content under another path (``first_path``), with
+    the errors that name that path naming ``path``: the same bytes, this object's errors."""
+    first = summary.get("first_path")
+    if not first or first == path:
+        return summary
+    lead = f"{first}: "
+    return summary | {"errors": [f"{path}: {e[len(lead):]}" if e.startswith(lead) else e for e in summary["errors"]]}
 
 
 def recognise_held(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: str | os.PathLike,
@@ -116,7 +145,7 @@ def recognise_held(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir
         return None
     if sha not in held or (known := _held_as(_kind(obj, head.bytes), held[sha])) is None:
         return None
-    return StagedResult(sha, Path(staging_dir) / sha, known, parsed=False)
+    return StagedResult(sha, Path(staging_dir) / sha, naming(known, obj.path), parsed=False)
 
 
 class _Head:
@@ -144,11 +173,13 @@ def _held_as(kind: DumpKind, known: dict | None) -> dict | None:
 
 
 def held_summary(kind: str, stage: str | None, program: str | None, status: str, error: str | None,
-                 parser_version: int) -> dict[str, Any]:
+                 parser_version: int, first_path: str | None = None) -> dict[str, Any]:
     """A staged summary for a content the warehouse holds (``stage_object``'s ``held``):
-    no rows, no metrics (the load copies them from the stored path)."""
+    no rows, no metrics (the load copies them from the stored path). ``first_path``: the
+    stored path ``error`` names."""
     return {"kind": kind, "stage": stage, "program": program, "status": status, "parser_version": parser_version,
-            "errors": error.split("\n") if error else [], "metrics": {}, "rows": {}, "held": True}
+            "errors": error.split("\n") if error else [], "metrics": {}, "rows": {}, "held": True,
+            "first_path": first_path}
 
 
 def find_staged(staging_dir: str | os.PathLike, sha256: str, kind: DumpKind | None = None,
@@ -354,7 +385,7 @@ def _parse_into(raw, obj: BucketObject, staging: Path, sha: str, size: int, limi
         except OSError:
             # Another worker staged the same content first: keep theirs.
             if (done := find_staged(staging, sha, summary.kind, limits)) is not None:
-                return done
+                return replace(done, summary=naming(done.summary, obj.path))
             # What is there failed by a limit these limits raise: replace it.
             old = _tmp_root(staging) / f"{sha}-{uuid.uuid4().hex}-replaced"
             os.rename(final, old)

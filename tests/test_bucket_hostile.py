@@ -5,6 +5,7 @@ dump rewritten in place at the same size."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 from pathlib import Path
@@ -202,3 +203,84 @@ def test_watch_on_a_missing_bucket_says_so_and_keeps_watching_once_it_was_there(
     later = CliRunner().invoke(app, [*args, "--bucket", str(bucket), "--iterations", "3"])
     assert later.exit_code == 0, later.output + repr(later.exception)
     assert len(looks) == 3 and f"warning: no bucket at {bucket}; looking again in 0 s\n" in later.output
+
+
+# ---------------------------------------------------------------- S3 (a moto server), issue 27 item 7
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on 127.0.0.1 with the bucket "dumps"; yields its endpoint and a client."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.create_bucket(Bucket="dumps")
+    yield endpoint, client
+    server.stop()
+
+
+def _s3_options(endpoint: str, key: str = "testing") -> list[str]:
+    return [f"key={key}", f"secret={key}", f"client_kwargs.endpoint_url={endpoint}", "client_kwargs.region_name=us-east-1"]
+
+
+def test_s3_keys_that_name_no_run_or_job_are_refused_by_name(prefect, s3, tmp_path, monkeypatch):
+    """'..' keys, a directory marker (a key ending in '/'), a run '2026-11-20 ' beside the real one:
+    never runs or jobs (on main: runs '..' and '2026-11-20 ', a job '..'); each named in the night's failures."""
+    from flows import storage_secrets
+    from flows.bucket import parse_storage_options
+    from flows.nightly import nightly
+
+    endpoint, client = s3
+    dump = gzip.decompress((SAMPLE / "2026-11-20" / PMAP / "module_0000.jit__fun.before_optimizations.txt.gz").read_bytes())
+    for key in ("keys/2026-11-20/jax/module_0000.jit__fun.before_optimizations.txt", "keys/2026-11-20/jax/",
+                "keys/2026-11-20/", "keys/../module_0001.jit__up.before_optimizations.txt",
+                "keys/2026-11-20/../module_0002.jit__side.before_optimizations.txt",
+                "keys/2026-11-20 /jax/module_0000.jit__fun.before_optimizations.txt"):
+        client.put_object(Bucket="dumps", Key=key, Body=dump)
+    monkeypatch.setenv(storage_secrets.ENV_VAR, json.dumps(parse_storage_options(_s3_options(endpoint))))
+    warehouse = tmp_path / "wh.duckdb"
+    summary = nightly(bucket="s3://dumps/keys", warehouse=warehouse, workers=1)
+    assert _query(warehouse, "SELECT run_id FROM runs") == [("2026-11-20",)]
+    assert _query(warehouse, "SELECT path, job, status FROM dumps") == [
+        ("2026-11-20/jax/module_0000.jit__fun.before_optimizations.txt", "jax", "ok")]
+    assert summary.failures == ["job name '..' names no directory: 1 object not read",
+                                "run id '..' names no directory: 1 object not read",
+                                "run id '2026-11-20 ' starts or ends with white space: 1 object not read"]
+
+
+def test_s3_credentials_the_store_refuses_are_one_line_exit_2_and_not_retried(prefect, s3, tmp_path, monkeypatch):
+    """On main: three retries (61 s) and 290 lines ending in a traceback."""
+    from moto.core.authorization import enable_iam_authentication
+    from typer.testing import CliRunner
+
+    import flows.bucket as bucket_module
+    from flows import storage_secrets
+    from flows.cli import app
+
+    endpoint, _ = s3
+    listings = _count_listings(monkeypatch)
+    looks: list[str] = []
+    real_connect = bucket_module.connect
+
+    def counting_connect(url, options=None):  # every look at the bucket, the one before the night included
+        looks.append(url)
+        return real_connect(url, options)
+
+    monkeypatch.setattr(bucket_module, "connect", counting_connect)
+    monkeypatch.setenv(storage_secrets.ENV_VAR, "")  # the run exports its options here: gone after the test
+    args = ["run", "--bucket", "s3://dumps/keys", "--warehouse", str(tmp_path / "wh.duckdb")]
+    for opt in _s3_options(endpoint, key="wrong"):
+        args += ["--storage-option", opt]
+    with enable_iam_authentication():
+        result = CliRunner().invoke(app, args)
+    assert (result.exit_code, result.stdout) == (2, ""), result.output + repr(result.exception)
+    assert result.stderr == ("error: access to the bucket s3://dumps/keys denied (InvalidAccessKeyId: "
+                             "The AWS Access Key Id you provided does not exist in our records.)\n")
+    assert (looks, listings) == (["s3://dumps/keys"], [])
+    assert not (tmp_path / "wh.duckdb").exists()

@@ -84,11 +84,11 @@ def test_two_runs_that_discovered_the_same_night_load_it_once(prefect, tmp_path,
     # Both runs list the bucket against the same published warehouse, then parse...
     found = [n.discover.fn(str(bucket), warehouse, 0.0, None, None, None, None) for _ in range(2)]
     assert [len(f[0]) for f in found] == [44, 44]
-    outcomes = [n.stage_chunk(str(bucket), None, new, staging, held=held) for new, *_, held in found]
+    outcomes = [n.stage_chunk(str(bucket), None, new, staging, held=held) for new, *_, held, _ in found]
     # ...then take the lock one after the other.
     from flows import items
 
-    for (new, _, _, runs, _), staged in zip(found, outcomes):  # excerpts read from the bucket, as the nightly does
+    for (new, _, _, runs, *_), staged in zip(found, outcomes):  # excerpts read from the bucket, as the nightly does
         n.load.fn(warehouse, staged, runs, True, run_items=items.reading(items.DumpSource(str(bucket))))
     assert snapshot(warehouse) == one_after_another
 

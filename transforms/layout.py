@@ -25,6 +25,13 @@ reverses it. The one ambiguity: a valid name that already holds the text ``\\x80
 collides with the name that really has it (likewise ``\\ud800`` .. ``\\udfff``). Layout regexes, run ids and jobs see the
 escaped path; ``BucketObject.full_path`` keeps the name the filesystem needs.
 
+Refused names (``refused_name``): a run id or job name that is empty, ``.`` or ``..``,
+starts or ends with white space, or holds a control character is no name a compiler
+wrote (``..`` from an S3 key, ``2026-11-20 `` beside ``2026-11-20``): such an object
+never becomes a run or a job; the caller reports it (``shown_name`` makes it readable).
+So is any path with an empty, ``.`` or ``..`` component below the job: a filesystem
+cannot hold one, and an object store's key of that form names nothing a dump could be.
+
 Run time: ``started_at`` of run.json, else an ISO date (``YYYY-MM-DD``, optionally
 followed by a time) in the run id, else the earliest modification time among the
 run's objects, else the time of the listing (``now``). Each source counts only inside
@@ -82,6 +89,10 @@ class BucketObject:
     ``version`` is what the store says of this write of the object: the ETag (else the
     version id) on object stores, the modification time in nanoseconds on a local disk.
     A rewrite in place changes it, even at the same size ("" when the store says nothing).
+
+    ``root`` is the bucket root as the fs spells it, ``full_path`` being ``root`` + ``/`` +
+    the real relative name: a local open follows no link below it ("": the root is not
+    known, only the file itself is checked).
     """
 
     path: str
@@ -92,6 +103,7 @@ class BucketObject:
     job: str | None
     role: Role = Role.DUMP
     version: str = ""
+    root: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +136,37 @@ def _escape_one(m: re.Match[str]) -> str:
 def unescape_name(path: str) -> str:
     """The name ``escape_name`` was given (``os.fsencode`` of it: the raw bytes on POSIX)."""
     return _ESCAPED_BYTE.sub(lambda m: chr(0xDC00 + int(m[1], 16)) if m[1] else chr(int(m[2], 16)), path)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def refused_name(name: str, what: str = "name") -> str | None:
+    """Why ``name`` (a run id, a job; ``what`` says which) cannot be one, or None when it can."""
+    if name in ("", ".", ".."):
+        return f"{what} {shown_name(name)} names no directory"
+    if name != name.strip():
+        return f"{what} {shown_name(name)} starts or ends with white space"
+    if _CONTROL.search(name):
+        return f"{what} {shown_name(name)} holds a control character"
+    return None
+
+
+def refused_path(path: str, where: Located) -> str | None:
+    """Why the object at ``path`` (relative to the bucket, as ``locate`` was given it) is
+    refused although ``locate`` placed it at ``where``, or None."""
+    why = refused_name(where.run_id, "run id")
+    if why is None and where.job is not None:
+        why = refused_name(where.job, "job name")
+    if why is None and any(part in ("", ".", "..") for part in path.split("/")):
+        why = "an empty, '.' or '..' component in the path"
+    return why
+
+
+def shown_name(name: str) -> str:
+    """``name`` quoted, with its control characters as ``\\xNN`` and bytes that are not UTF-8 as
+    ``escape_name`` writes them: white space at its ends stays visible, nothing reaches a terminal raw."""
+    return "'" + _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", escape_name(name)) + "'"
 
 
 def locate(path: str, layout_regex: str | re.Pattern[str] | None = None, *, marker: str | None = None) -> Located | None:
