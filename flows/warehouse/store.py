@@ -139,6 +139,11 @@ def _lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def has_records_store(con: duckdb.DuckDBPyConnection) -> bool:
+    """The warehouse lists records files (schema 10 and later)."""
+    return _has_table(con, "records_files")
+
+
 def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?",
                             [name]).fetchall()[0][0])
@@ -192,6 +197,25 @@ class Warehouse:
         self.leveled = ""  # after the publish: "replay" (the standby is level), else why not
         self.level_seconds = 0.0
         self.swept = 0  # records files unlinked after the publish
+        self.healed: dict[str, str] = {}  # records files found damaged on entering: store name -> why
+        self.healed_contents: list[str] = []  # their contents, unlisted and marked compacted
+
+    def _heal(self) -> None:
+        """Listed records files that are missing or unreadable (deleted, cut, overwritten
+        since the last night) are unlisted, their contents marked compacted
+        (``records.heal``): every view reads again, and a dump bringing a content back
+        parses it again. The files go at the sweep."""
+        assert self.recorder is not None
+        self.healed = records.damaged(self.recorder)
+        if not self.healed:
+            return
+        self.recorder.begin()
+        try:
+            self.healed_contents = records.heal(self.recorder, self.healed)
+            self.recorder.commit()
+        except BaseException:
+            self.recorder.rollback()
+            raise
 
     def __enter__(self) -> journal.Recorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,6 +229,7 @@ class Warehouse:
             shutil.rmtree(self.next_journal, ignore_errors=True)
             self.recorder = journal.Recorder(self.con, self.next_journal)
             migrate(self.recorder, records_root=self.records_root)
+            self._heal()
         except BaseException:
             self._discard()
             raise
@@ -698,6 +723,6 @@ def table_counts(con: duckdb.DuckDBPyConnection, *, every: bool = False) -> dict
 
 
 __all__ = [
-    "StagedDump", "Warehouse", "WarehouseBusy", "connect_readonly", "load_dumps", "migrate", "needs_parse", "parsed_contents",
+    "StagedDump", "Warehouse", "WarehouseBusy", "connect_readonly", "has_records_store", "load_dumps", "migrate", "needs_parse", "parsed_contents",
     "schema_version", "storage_version_number", "table_counts", "upsert_runs",
 ]
