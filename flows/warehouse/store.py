@@ -131,6 +131,10 @@ def _lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         files = records.allowed_files(con) if _has_table(con, "records_files") else []
         if files:
             con.execute("SET allowed_paths = ?", [files])
+        # DuckDB always lets a connection write into its temporary directory
+        # (``<warehouse>.tmp/``), even with external access off: COPY TO could land there.
+        # No temporary directory: a query too big for memory fails instead of spilling.
+        con.execute("SET temp_directory = ''")
         for name, value in LOCKED_DOWN.items():
             con.execute(f"SET {name} = {'true' if value else 'false'}")  # names and values: the constant above
     except BaseException:
