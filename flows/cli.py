@@ -465,6 +465,40 @@ def check(
         raise typer.Exit(4)
 
 
+@app.command()
+def doctor(
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+    bucket: Annotated[Optional[str], typer.Option(help="The dump bucket: with --repair, damaged records are parsed "
+                                                  "again from their dumps (one night is run on it).")] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Fix what can be fixed (takes the writer lock).")] = False,
+) -> None:
+    """Check the warehouse and its records store (and repair them with --repair): exit 0 healthy, 1 problems left."""
+    from flows import doctor as doc
+    from flows.bucket import BucketNotFound
+    from flows.warehouse.store import WarehouseBusy
+
+    _check_warehouse(warehouse)
+    if repair:
+        if bucket is not None:
+            _prefect_defaults()
+        try:
+            for line in doc.repair(warehouse, bucket):
+                typer.echo(f"repaired: {line}")
+        except BucketNotFound as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        except WarehouseBusy as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(3) from None
+    found = doc.examine(warehouse)
+    for line in found.lines():
+        typer.echo(line)
+    if found.problems:
+        if not repair:
+            typer.echo(f"{len(found.problems)} problem(s): dumpscope doctor --warehouse {warehouse} --repair [--bucket B]")
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """The console script. Once SIGTERM came, the exit status says so (128 + 15), whatever
     surfaces on the way out: during a flow Prefect's handler takes the signal, and a DuckDB

@@ -254,7 +254,7 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
     with writer as con:
         lap("catch_up")
         staged = still_new(con, [o for o in outcomes if o.staged is not None], healed=set(writer.healed_contents))
-        result.healed = [f"records file {name} {why}: its content was marked compacted and is parsed again when "
+        result.healed = [f"records file {name} was {why}: its content was marked compacted and is parsed again when "
                          "a dump of it is in the bucket" for name, why in writer.healed.items()]
         wh.upsert_runs(con, [_run_row(info) for info in runs.values()])
         if staged:  # unlists the superseded records files (unlinked after the publish)

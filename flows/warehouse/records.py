@@ -287,11 +287,8 @@ def _bring_over(con, before: Path, root: Path) -> None:
         con.unregister("_records_missing")
 
 
-class StoreDamaged(RuntimeError):
-    """A records file the warehouse lists is missing or unreadable; says how to repair."""
-
-
-REPAIR_HINT = "repair: dumpscope doctor --warehouse {warehouse} --repair [--bucket B], or run the next night"
+REPAIR_HINT = ("repair with `dumpscope doctor --warehouse {warehouse} --repair --bucket B` "
+               "(or the next `dumpscope run` heals it)")
 
 
 def damaged(con) -> dict[str, str]:
@@ -319,7 +316,7 @@ def _file_damage(path: Path, rows: int) -> str | None:
     except Exception as exc:  # noqa: BLE001 - pyarrow's ArrowInvalid and kin: not a Parquet file any more
         return f"not a readable Parquet file ({' '.join(str(exc).split())[:120]})"
     if found != rows:
-        return f"holds {found} rows, {rows} listed"
+        return f"cut short ({found} rows, {rows} listed)"
     return None
 
 
@@ -358,5 +355,5 @@ def allowed_files(con) -> list[str]:
     return [str(root / n) for (n,) in con.execute("SELECT file FROM records_files ORDER BY file").fetchall()]
 
 
-__all__ = ["REPAIR_HINT", "ROOT_KEY", "StoreDamaged", "add_rows", "adopt", "allowed_files", "damaged", "damaged_contents", "heal", "drop_contents", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for",
+__all__ = ["REPAIR_HINT", "ROOT_KEY", "add_rows", "adopt", "allowed_files", "damaged", "damaged_contents", "heal", "drop_contents", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for",
            "root_of", "stored_root", "store_name", "sweep", "view_sql"]
