@@ -366,8 +366,15 @@ def site(
     from flows.site import build_site
     from flows.verdict import OlderWarehouse
 
+    from flows.query import damaged_store
+
     conf = _check_settings(settings)
     _check_warehouse(warehouse)
+    # A records file gone or cut since the last night: a site with its rows silently missing
+    # would mislead; the next night heals the store (and rebuilds the site with --site-dir).
+    if (damage := damaged_store(warehouse)):
+        typer.echo(f"error: {damage}", err=True)
+        raise typer.Exit(1)
     try:
         result = build_site(warehouse, out, conf)
     except OlderWarehouse as exc:

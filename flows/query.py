@@ -43,6 +43,18 @@ def run_query(warehouse: Path, query: str) -> tuple[list[str], list[tuple]]:
         con.close()
 
 
+def damaged_store(warehouse: Path) -> str | None:
+    """``store_damage`` of the published warehouse (for commands that read records views)."""
+    try:
+        con = connect_readonly(warehouse)
+    except (FileNotFoundError, duckdb.Error):
+        return None
+    try:
+        return store_damage(con, warehouse)
+    finally:
+        con.close()
+
+
 def store_damage(con, warehouse: Path) -> str | None:
     """One line naming a damaged records file of the warehouse (and how to repair), or
     None: a view reading a file that is gone fails in DuckDB as refused or "No files

@@ -106,3 +106,88 @@ def test_a_damaged_store_heals_at_the_next_night_as_if_never_damaged(prefect, tm
         assert records.damaged(con) == {}
     assert sorted(p.relative_to(records.root_for(warehouse)).as_posix()
                   for p in records.root_for(warehouse).glob("*/*.parquet")) == sorted(_listed_files(warehouse))
+
+
+# ---------------------------------------------------------------- without a night (no Prefect)
+
+from tests.test_records_store import hlo, warehouse_with  # noqa: E402,F401 - the fixture and helper
+
+
+def _damaged_warehouse(tmp_path: Path, hlo, damage: str) -> Path:
+    db = warehouse_with(tmp_path / "wh.duckdb", hlo[0])
+    DAMAGE[damage](db)
+    return db
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_the_writer_unlists_damaged_files_and_marks_their_content_compacted(tmp_path, hlo, damage):
+    db = _damaged_warehouse(tmp_path, hlo, damage)
+    writer = wh.Warehouse(db)
+    with writer as con:
+        assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(0,)]  # the views read again
+    assert writer.healed_contents == [hlo[0].dump_id] and len(writer.healed) >= 1
+    with wh.connect_readonly(db) as con:
+        assert con.execute("SELECT dump_id FROM compacted_contents").fetchall() == [(hlo[0].dump_id,)]
+        assert con.execute("SELECT count(*) FROM records_files").fetchall() == [(0,)]
+        assert con.execute("SELECT count(*) FROM dumps").fetchall() == [(1,)]  # the dump row and metrics stay
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "store gone"])
+def test_sql_on_a_damaged_store_names_the_file_and_the_repair(tmp_path, hlo, damage):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    db = warehouse_with(tmp_path / "wh.duckdb", hlo[0])
+    first = min(_listed_files(db)) if damage == "store gone" else _hlo_file(db).relative_to(records.root_for(db)).as_posix()
+    DAMAGE[damage](db)
+    result = CliRunner().invoke(app, ["sql", "SELECT count(*) FROM hlo_instructions", "--warehouse", str(db)])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: records file {records.root_for(db) / first} is ")
+    assert f"dumpscope doctor --warehouse {db} --repair --bucket B" in lines[0]
+
+
+def test_site_on_a_damaged_store_fails_with_the_same_line_and_builds_nothing(tmp_path, hlo):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    db = _damaged_warehouse(tmp_path, hlo, "garbage")
+    result = CliRunner().invoke(app, ["site", "--warehouse", str(db), "--out", str(tmp_path / "site")])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: records file ") and "is not a readable Parquet file" in line and "doctor" in line
+    assert not (tmp_path / "site").exists()
+
+
+def test_doctor_reports_the_damage_and_repair_leaves_a_healthy_warehouse(tmp_path, hlo):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    db = _damaged_warehouse(tmp_path, hlo, "truncated")
+    leftover = tmp_path / ".items-killed"
+    (leftover / "batch").mkdir(parents=True)
+    orphan = records.root_for(db) / "hlo_instructions" / f"{'0' * 64}.v1.0.parquet"
+    orphan.write_bytes(b"x")
+    runner = CliRunner()
+
+    found = runner.invoke(app, ["doctor", "--warehouse", str(db)])
+    assert found.exit_code == 1
+    problems = [line for line in found.output.splitlines() if line.startswith("problem: ")]
+    assert len(problems) == 2
+    assert "is cut short" in problems[0] or "not a readable Parquet file" in problems[0]
+    assert problems[1] == f"problem: leftover of a stopped night: {leftover}"
+    assert "1 records files no listing names" in found.output
+    assert leftover.exists() and orphan.exists()  # without --repair nothing changes
+
+    fixed = runner.invoke(app, ["doctor", "--warehouse", str(db), "--repair"])
+    assert fixed.exit_code == 0, fixed.output
+    done = [line for line in fixed.output.splitlines() if line.startswith("repaired: ")]
+    assert any("unlisted, its content marked compacted" in line for line in done)
+    assert f"repaired: removed {leftover}" in done
+    assert not leftover.exists() and not orphan.exists()
+    assert not [line for line in fixed.output.splitlines() if line.startswith("problem: ")]
+    assert runner.invoke(app, ["doctor", "--warehouse", str(db)]).exit_code == 0
