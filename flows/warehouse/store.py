@@ -35,7 +35,7 @@ import polars as pl
 import pyarrow as pa
 
 from flows.resources import MemoryBudget
-from flows.warehouse import journal, records
+from flows.warehouse import journal, readers, records
 from flows.warehouse import schema as ws
 from transforms.parsers.formats import all_table_docs, all_tables
 
@@ -108,16 +108,26 @@ def connect_readonly(path: Path | str, *, locked: bool = False, budget: MemoryBu
     if not path.exists():
         raise FileNotFoundError(f"no warehouse at {path} (run `dumpscope run` first)")
     config = budget.duckdb_config() if budget else {}
+    # Taken before the open: the writer's sweep spares the files of the generation this
+    # reader sees for as long as the connection lives (``flows.warehouse.readers``).
+    store = records.root_for(path)
+    lease = readers.take(store) if store.is_dir() else None
     for attempt in range(_OPEN_ATTEMPTS):
         try:
             con = duckdb.connect(str(path), read_only=True, config=config)
-            return _lock_down(con) if locked else con
+            con = _lock_down(con) if locked else con
+            readers.hold(con, lease)
+            return con
         except duckdb.IOException as exc:
             # Opened the generation a publish had just replaced, as the writer took it to
             # level it: the path names the new file now.
             if "lock" not in str(exc).lower() or attempt == _OPEN_ATTEMPTS - 1:
+                readers.drop(lease)
                 raise
             time.sleep(0.05 * (attempt + 1))
+        except BaseException:
+            readers.drop(lease)
+            raise
     raise AssertionError("unreachable")
 
 
@@ -304,7 +314,8 @@ class Warehouse:
             # Both generations list the same files now: the others can go. Not after a
             # night that had to copy the file: that may be a reader still holding an older
             # generation (it held the standby), whose files it could still read.
-            if self.leveled == "replay" and self.caught_up != "copy":
+            # Nor while a reader of an older generation holds a lease (``readers``).
+            if self.leveled == "replay" and self.caught_up != "copy" and not readers.held(self.records_root):
                 self.swept = records.sweep(self.records_root, listed)
             self.level_seconds = time.perf_counter() - started
         finally:
