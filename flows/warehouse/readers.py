@@ -3,8 +3,7 @@ an old generation lists while a reader may still read it.
 
 A reader holding one connection across nights (a notebook) sees the generation it
 opened, whose views list records files later nights unlist. ``connect_readonly`` takes a
-lease, a file ``<warehouse>.records/.readers/<pid>.<n>`` holding the process's id and
-start time, before it opens the file, and drops it when the connection object goes (or
+lease, a file ``<warehouse>.readers/<pid>.<n>`` holding the process's id and start time, before it opens the file, and drops it when the connection object goes (or
 the process ends). ``held`` is what the sweep asks: while a live lease of another
 process exists, taken less than ``HELD_READER_DAYS`` ago, no unlisted file is unlinked;
 the next writer after the reader goes sweeps them all. Dead processes' leases are
@@ -23,7 +22,6 @@ import weakref
 from pathlib import Path
 
 HELD_READER_DAYS = 7  # a lease older than this no longer holds the sweep back
-_DIR = ".readers"
 _count = itertools.count()
 
 
@@ -37,16 +35,26 @@ def _start_time(pid: int) -> str:
     return stat.rsplit(")", 1)[-1].split()[19]
 
 
-def take(store: Path) -> Path | None:
-    """A lease for this process under ``store`` (None when the store cannot hold one: a
+def leases_of(warehouse: Path) -> Path:
+    """The directory of the leases of the warehouse file at ``warehouse``."""
+    path = Path(os.path.abspath(warehouse))
+    return path.with_name(path.name + ".readers")
+
+
+def take(warehouse: Path) -> Path | None:
+    """A lease for this process on ``warehouse`` (None when none can be written: a
     read-only directory, say; the reader then reads without)."""
-    lease = store / _DIR / f"{os.getpid()}.{next(_count)}"
-    try:
-        lease.parent.mkdir(parents=True, exist_ok=True)
-        lease.write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
-    except OSError:
-        return None
-    return lease
+    lease = leases_of(warehouse) / f"{os.getpid()}.{next(_count)}"
+    for _ in range(3):  # the last lease's drop may remove the directory in between
+        try:
+            lease.parent.mkdir(exist_ok=True)
+            lease.write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+            return lease
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+    return None
 
 
 def hold(connection, lease: Path | None) -> None:
@@ -59,16 +67,17 @@ def drop(lease: Path | None) -> None:
     if lease is not None:
         try:
             lease.unlink()
+            lease.parent.rmdir()  # the last one: nothing stays beside the warehouse
         except OSError:
             pass
 
 
-def held(store: Path, now: float | None = None) -> int:
+def held(warehouse: Path, now: float | None = None) -> int:
     """Live leases of other processes taken less than ``HELD_READER_DAYS`` ago; removes
     the leases of processes that are gone and of those older."""
     now = time.time() if now is None else now
     live = 0
-    directory = store / _DIR
+    directory = leases_of(warehouse)
     for lease in directory.iterdir() if directory.is_dir() else ():
         try:
             pid_text, _, started = lease.read_text().partition(" ")
@@ -94,4 +103,4 @@ def _alive(pid: int, started: str) -> bool:
     return not started or _start_time(pid) in ("", started)
 
 
-__all__ = ["HELD_READER_DAYS", "drop", "held", "hold", "take"]
+__all__ = ["HELD_READER_DAYS", "drop", "held", "hold", "leases_of", "take"]

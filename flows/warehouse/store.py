@@ -110,8 +110,7 @@ def connect_readonly(path: Path | str, *, locked: bool = False, budget: MemoryBu
     config = budget.duckdb_config() if budget else {}
     # Taken before the open: the writer's sweep spares the files of the generation this
     # reader sees for as long as the connection lives (``flows.warehouse.readers``).
-    store = records.root_for(path)
-    lease = readers.take(store) if store.is_dir() else None
+    lease = readers.take(path)
     for attempt in range(_OPEN_ATTEMPTS):
         try:
             con = duckdb.connect(str(path), read_only=True, config=config)
@@ -315,7 +314,7 @@ class Warehouse:
             # night that had to copy the file: that may be a reader still holding an older
             # generation (it held the standby), whose files it could still read.
             # Nor while a reader of an older generation holds a lease (``readers``).
-            if self.leveled == "replay" and self.caught_up != "copy" and not readers.held(self.records_root):
+            if self.leveled == "replay" and self.caught_up != "copy" and not readers.held(self.path):
                 self.swept = records.sweep(self.records_root, listed)
             self.level_seconds = time.perf_counter() - started
         finally:
