@@ -191,3 +191,19 @@ def test_doctor_reports_the_damage_and_repair_leaves_a_healthy_warehouse(tmp_pat
     assert not leftover.exists() and not orphan.exists()
     assert not [line for line in fixed.output.splitlines() if line.startswith("problem: ")]
     assert runner.invoke(app, ["doctor", "--warehouse", str(db)]).exit_code == 0
+
+
+def test_doctor_repair_with_the_bucket_parses_the_damaged_content_again(prefect, tmp_path, undamaged):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
+    _add(bucket, FIRST)
+    _night(bucket, warehouse)
+    _night(bucket, warehouse)
+    _truncate(warehouse)
+    fixed = CliRunner().invoke(app, ["doctor", "--warehouse", str(warehouse), "--repair", "--bucket", str(bucket)])
+    assert fixed.exit_code == 0, fixed.output
+    assert f"repaired: ran a night on {bucket}" in fixed.output
+    assert _state(warehouse) == undamaged[False]
