@@ -400,8 +400,15 @@ def site(
     from flows.site import build_site
     from flows.verdict import OlderWarehouse
 
+    from flows.query import damaged_store
+
     conf = _check_settings(settings)
     _check_warehouse(warehouse)
+    # A records file gone or cut since the last night: a site with its rows silently missing
+    # would mislead; the next night heals the store (and rebuilds the site with --site-dir).
+    if (damage := damaged_store(warehouse)):
+        typer.echo(f"error: {damage}", err=True)
+        raise typer.Exit(1)
     try:
         result = build_site(warehouse, out, conf)
     except OlderWarehouse as exc:
@@ -509,6 +516,40 @@ def check(
     if fail_on and result.failing:
         typer.echo(f"{len(result.failing)} new incident(s) (regressions or failures)", err=True)
         raise typer.Exit(4)
+
+
+@app.command()
+def doctor(
+    warehouse: Annotated[Path, typer.Option(help="DuckDB warehouse file.")] = Path("data/warehouse.duckdb"),
+    bucket: Annotated[Optional[str], typer.Option(help="The dump bucket: with --repair, damaged records are parsed "
+                                                  "again from their dumps (one night is run on it).")] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Fix what can be fixed (takes the writer lock).")] = False,
+) -> None:
+    """Check the warehouse and its records store (and repair them with --repair): exit 0 healthy, 1 problems left."""
+    from flows import doctor as doc
+    from flows.bucket import BucketNotFound
+    from flows.warehouse.store import WarehouseBusy
+
+    _check_warehouse(warehouse)
+    if repair:
+        if bucket is not None:
+            _prefect_defaults()
+        try:
+            for line in doc.repair(warehouse, bucket):
+                typer.echo(f"repaired: {line}")
+        except BucketNotFound as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        except WarehouseBusy as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(3) from None
+    found = doc.examine(warehouse)
+    for line in found.lines():
+        typer.echo(line)
+    if found.problems:
+        if not repair:
+            typer.echo(f"{len(found.problems)} problem(s): dumpscope doctor --warehouse {warehouse} --repair [--bucket B]")
+        raise typer.Exit(1)
 
 
 def main() -> None:

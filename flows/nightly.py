@@ -37,7 +37,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
 
-from flows.warehouse import store as wh
+from flows.warehouse import records, store as wh
 from flows.aggregate import aggregate, compact_records, load_settings, needs_aggregate
 from flows.report import write_night_report
 from flows.items import DumpSource, items_runner
@@ -134,14 +134,14 @@ def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Pa
     ready, deferred, state = settled(state, listing, time.time(), settle_seconds, trust_mtime=True)
     if state_path:
         save_settle_state(state_path, state)
-    known, known_runs = _loaded(warehouse, [o.path for o in ready if o.role is Role.DUMP])
+    known, known_runs, damaged = _loaded(warehouse, [o.path for o in ready if o.role is Role.DUMP])
     new = [o for o in ready if o.role is Role.DUMP and not _up_to_date(known.get(o.path), o)]
     dumps_seen = sum(o.role is Role.DUMP for o in listing)
     new_runs = {r: info for r, info in runs.items() if r not in known_runs}
-    return new, len(deferred), dumps_seen, new_runs, _held(warehouse) if new else {}, refused
+    return new, len(deferred), dumps_seen, new_runs, _held(warehouse, damaged) if new else {}, refused
 
 
-def _held(warehouse: Path) -> dict[str, dict]:
+def _held(warehouse: Path, damaged: set[str] = frozenset()) -> dict[str, dict]:
     """Contents of the latest run (whose records the warehouse keeps) by sha256, as staged
     summaries: most of a night's dumps are byte-identical to the night before's, under
     new paths, and need no parse (``staging.stage_object``)."""
@@ -155,23 +155,26 @@ def _held(warehouse: Path) -> dict[str, dict]:
                                 AND dump_id IS NOT NULL AND status <> 'failed'
                                 AND NOT (status = 'partial' AND kind IN ('xla_buffer_assignment', 'xla_memory_usage_report'))
                               QUALIFY row_number() OVER (PARTITION BY dump_id ORDER BY path) = 1""").fetchall()
-    return {sha: staging.held_summary(*rest) for sha, *rest in rows}
+    return {sha: staging.held_summary(*rest) for sha, *rest in rows if sha not in damaged}
 
 
-def _loaded(warehouse: Path, paths: list[str]) -> tuple[dict[str, tuple], set[str]]:
+def _loaded(warehouse: Path, paths: list[str]) -> tuple[dict[str, tuple], set[str], set[str]]:
     """What the published warehouse holds of these paths: dumps by path (size, kind,
-    parser version, the object version read); and the run ids. Only the listed paths
-    come back: a year of history is half a million rows."""
+    parser version, the object version read); the run ids; and the contents whose records
+    files are damaged (``records.damaged``): their paths are left out, so they are staged
+    again and the writer, which heals the store, loads their records anew. Only the listed
+    paths come back: a year of history is half a million rows."""
     if not Path(warehouse).exists():
-        return {}, set()
+        return {}, set(), set()
     import pyarrow as pa
 
     with wh.connect_readonly(warehouse) as con:
         con.register("_listed", pa.table({"path": pa.array(paths, pa.string())}))
-        rows = con.execute("SELECT path, size_bytes, kind, parser_version, source_version FROM dumps "
+        rows = con.execute("SELECT path, size_bytes, kind, parser_version, source_version, dump_id FROM dumps "
                            "WHERE path IN (SELECT path FROM _listed)").fetchall()
         runs = {r for (r,) in con.execute("SELECT run_id FROM runs").fetchall()}
-    return {p: rest for p, *rest in rows}, runs
+        damaged = set(records.damaged_contents(con, records.damaged(con))) if wh.has_records_store(con) else set()
+    return {p: rest for p, *rest, d in rows if d not in damaged}, runs, damaged
 
 
 def _up_to_date(loaded: tuple | None, obj: BucketObject) -> bool:
@@ -234,6 +237,7 @@ class LoadResult:
     leveled: str = ""
     peak_mib: dict[str, float] = field(default_factory=dict)  # this process's peak RSS at the end of each stage
     written_mib: dict[str, float] = field(default_factory=dict)  # MiB written since the writer started, at each stage's end
+    healed: list[str] = field(default_factory=list)  # damaged records files the writer found (and healed)
 
 
 @task
@@ -264,7 +268,9 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
     writer = wh.Warehouse(warehouse, wait=wait, budget=budget)
     with writer as con:
         lap("catch_up")
-        staged = still_new(con, [o for o in outcomes if o.staged is not None])
+        staged = still_new(con, [o for o in outcomes if o.staged is not None], healed=set(writer.healed_contents))
+        result.healed = [f"records file {name} was {why}: its content was marked compacted and is parsed again when "
+                         "a dump of it is in the bucket" for name, why in writer.healed.items()]
         wh.upsert_runs(con, [_run_row(info) for info in runs.values()])
         contents = sorted({o.staged.sha256 for o in staged if o.staged.sha256 is not None})  # None: a refused object
         if staged:  # unlists the superseded records files (unlinked after the publish)
@@ -375,9 +381,10 @@ def _owes_notifications(warehouse: Path) -> bool:
             return False
 
 
-def still_new(con, staged: list[Outcome]) -> list[Outcome]:
+def still_new(con, staged: list[Outcome], healed: set[str] = frozenset()) -> list[Outcome]:
     """The outcomes whose path does not already hold the same content, parsed by the same
-    parser version, in the warehouse ``con`` writes (the writer's decision, under its lock)."""
+    parser version, in the warehouse ``con`` writes (the writer's decision, under its lock);
+    and those parsed again for a content whose records the writer ``healed``."""
     if not staged:
         return []
     import pyarrow as pa
@@ -388,7 +395,8 @@ def still_new(con, staged: list[Outcome]) -> list[Outcome]:
             "SELECT path, dump_id, parser_version FROM dumps JOIN _candidates USING (path)").fetchall()}
     finally:
         con.unregister("_candidates")
-    fresh = [o for o in staged if held.get(o.obj.path) != (o.staged.sha256, o.staged.summary["parser_version"])]
+    fresh = [o for o in staged if held.get(o.obj.path) != (o.staged.sha256, o.staged.summary["parser_version"])
+             or (o.staged.sha256 in healed and not o.staged.summary.get("held"))]
     # Same bytes under a new store version (touched, or rewritten identically): note the
     # version, so that the next night does not read them again; nothing else changes.
     taken = {id(o) for o in fresh}
@@ -512,6 +520,7 @@ def nightly(
               if outcomes or runs or stale or owed else LoadResult())
     summary.rows_loaded, summary.new_incidents, summary.notified = loaded.rows, loaded.new_incidents, loaded.notified
     summary.undelivered = loaded.undelivered
+    summary.failures += loaded.healed
     summary.publish_bytes, summary.caught_up, summary.leveled = loaded.publish_bytes, loaded.caught_up, loaded.leveled
     summary.seconds["load"] = time.perf_counter() - t2
     summary.seconds.update({f"load.{k}": v for k, v in loaded.seconds.items()})

@@ -29,13 +29,50 @@ def run_query(warehouse: Path, query: str) -> tuple[list[str], list[tuple]]:
         cur = con.execute(query)
         names = [d[0] for d in cur.description] if cur.description else []
         return names, (cur.fetchall() if names else [])
-    except (duckdb.PermissionException, duckdb.InvalidInputException) as exc:
+    except (duckdb.PermissionException, duckdb.InvalidInputException, duckdb.IOException) as exc:
+        damage = store_damage(con, warehouse)
+        if damage:
+            raise QueryError(damage) from None
+        if isinstance(exc, duckdb.IOException):
+            raise QueryError(_one_line(exc)) from None
         raise QueryError(f"refused: {_one_line(exc)} (dumpscope sql only reads the warehouse; "
                          "see README, 'Operating it safely')") from None
     except duckdb.Error as exc:
         raise QueryError(_one_line(exc)) from None
     finally:
         con.close()
+
+
+def damaged_store(warehouse: Path) -> str | None:
+    """``store_damage`` of the published warehouse (for commands that read records views)."""
+    try:
+        con = connect_readonly(warehouse)
+    except (FileNotFoundError, duckdb.Error):
+        return None
+    try:
+        return store_damage(con, warehouse)
+    finally:
+        con.close()
+
+
+def store_damage(con, warehouse: Path) -> str | None:
+    """One line naming a damaged records file of the warehouse (and how to repair), or
+    None: a view reading a file that is gone fails in DuckDB as refused or "No files
+    found", which says nothing of the cause."""
+    from flows.warehouse import records
+    from flows.warehouse.store import has_records_store
+
+    try:
+        found = records.damaged(con) if has_records_store(con) else {}
+        root = records.root_of(con)
+    except (duckdb.Error, OSError, ValueError):
+        return None
+    if not found:
+        return None
+    name, why = next(iter(found.items()))
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return plain_text(f"records file {root / name} is {why}{more}: "
+                      + records.REPAIR_HINT.format(warehouse=warehouse))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -220,16 +220,13 @@ def prune_staging(staging_dir: str | os.PathLike, keep: set[str]) -> int:
     kept ones the results no current parser would reuse (older parser versions). Returns
     how many content dirs were removed. Same caveat as ``clean_staging_leftovers``: no
     parse may be writing to ``staging_dir``."""
-    removed = 0
-    for content in _content_dirs(Path(staging_dir)):
-        if content.name not in keep:
-            shutil.rmtree(content, ignore_errors=True)
-            removed += 1
-            continue
-        for result in content.iterdir():
-            if _stale(result):
-                _remove(result)
-    return removed
+    contents = _content_dirs(Path(staging_dir))
+    for content in contents:
+        if content.name in keep:
+            for result in content.iterdir():
+                if _stale(result):
+                    _remove(result)
+    return _drop_all(Path(staging_dir), [c for c in contents if c.name not in keep])
 
 
 def staged_contents(staging_dir: str | os.PathLike) -> set[str]:
@@ -241,12 +238,39 @@ def drop_staged(staging_dir: str | os.PathLike, shas: set[str]) -> int:
     """Remove the content dirs of ``shas`` (contents the warehouse holds now). Safe while
     other runs stage: a run that staged the same content no longer needs its records (the
     content is in the warehouse), and other contents are not touched. Returns how many."""
-    removed = 0
-    for content in _content_dirs(Path(staging_dir)):
-        if content.name in shas:
-            shutil.rmtree(content, ignore_errors=True)
-            removed += 1
-    return removed
+    return _drop_all(Path(staging_dir), [c for c in _content_dirs(Path(staging_dir)) if c.name in shas])
+
+
+def _drop_all(staging: Path, contents: list[Path]) -> int:
+    """Remove ``contents`` (content dirs) one after another, each by ``_remove_tree``:
+    no stat per file, two syscalls per directory fewer than ``shutil.rmtree``'s. (Moving
+    them all into one directory first and removing that was 1.5-4x slower on ext4: the
+    unlinks then follow the big directory's hash order.)"""
+    for content in contents:
+        _remove_tree(content)
+    return len(contents)
+
+
+def _remove_tree(top: Path) -> None:
+    """``top`` and all below it, never following a link: ``os.scandir`` tells directories
+    by the entry's type (no stat per file), one unlink per file, one rmdir per directory."""
+    stack, seen = [os.fspath(top)], []
+    while stack:
+        directory = stack.pop()
+        seen.append(directory)
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    else:
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
+        except OSError:
+            continue
+    for directory in reversed(seen):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
 
 
 def sweep_tmp(staging_dir: str | os.PathLike, older_than_seconds: float = 3600.0) -> int:
@@ -271,17 +295,20 @@ def _remove_tmp(staging: Path, chosen) -> int:
 
 def _remove(entry: Path) -> None:
     if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry, ignore_errors=True)
+        _remove_tree(entry)
     else:
         entry.unlink(missing_ok=True)
 
 
 def _content_dirs(staging: Path) -> list[Path]:
     """The ``<sha256>/`` dirs (``.tmp`` and anything else left alone)."""
-    if not staging.is_dir():
+    try:
+        entries = os.scandir(staging)
+    except OSError:
         return []
-    return [d for d in staging.iterdir() if len(d.name) == 64 and d.is_dir() and not d.is_symlink()
-            and all(c in "0123456789abcdef" for c in d.name)]
+    with entries:  # the entry's type, not a stat per entry (50,000 contents: two stats each)
+        return [Path(e.path) for e in entries if len(e.name) == 64 and e.is_dir(follow_symlinks=False)
+                and all(c in "0123456789abcdef" for c in e.name)]
 
 
 def _stale(result: Path) -> bool:

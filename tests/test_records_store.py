@@ -210,3 +210,36 @@ def test_a_warehouse_path_with_quotes_and_markup_is_a_literal_in_the_views(tmp_p
         with connect_readonly(db, locked=locked) as con:
             assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(rows_of(first, "hlo_instructions"),)]
             assert con.execute("SELECT count(*) FROM dumps").fetchall() == [(1,)]
+
+
+LEASED_READER = """
+import sys
+from flows.warehouse.store import connect_readonly
+con = connect_readonly(sys.argv[1])
+print("open", flush=True)
+sys.stdin.readline()
+print(*con.execute("SELECT count(*), min(dump_id) FROM hlo_instructions").fetchall()[0], flush=True)
+"""
+
+
+def test_a_reader_holding_connect_readonly_across_three_nights_reads_its_records_then_the_files_go(tmp_path, hlo):
+    first, second = hlo
+    db = warehouse_with(tmp_path / "w.duckdb", first)
+    first_files = store_files(db)
+    reader = subprocess.Popen([sys.executable, "-c", LEASED_READER, str(db)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert reader.stdout.readline().strip() == "open"
+        for night in range(3):  # the first unlists the reader's files; nights two and three would sweep them
+            with Warehouse(db) as con:
+                if night == 0:
+                    load_dumps(con, [second])
+        assert first_files <= store_files(db)
+        out = reader.communicate("go\n", timeout=60)[0].split()
+        assert out == [str(rows_of(first, "hlo_instructions")), first.dump_id]
+    finally:
+        reader.kill()
+    writer = Warehouse(db)  # the reader is gone: its lease no longer holds the sweep back
+    with writer:
+        pass
+    assert writer.swept == len(first_files) and not first_files & store_files(db)

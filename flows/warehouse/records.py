@@ -23,6 +23,11 @@ links of the staged Parquet files (a copy across file systems), or frames writte
 - A warehouse file copied or moved without its store is *adopted* by its next writer
   (``adopt``): the files are linked over from the store it names, and contents whose
   files are gone are marked compacted (a dump bringing them back is parsed again).
+- A listed file found missing or unreadable (deleted, truncated, overwritten between
+  nights) is *healed* by the next writer (``damaged``, ``heal``): its content's files
+  are unlisted and the content marked compacted, so every view reads again; the night
+  that saw the damage at discovery stages that content's dumps again (``flows.nightly``),
+  which brings its records back as for any compacted content.
 
 May import: duckdb, polars, pyarrow, ``flows.warehouse.schema``, ``transforms``.
 """
@@ -282,11 +287,73 @@ def _bring_over(con, before: Path, root: Path) -> None:
         con.unregister("_records_missing")
 
 
+REPAIR_HINT = ("repair with `dumpscope doctor --warehouse {warehouse} --repair --bucket B` "
+               "(or the next `dumpscope run` heals it)")
+
+
+def damaged(con) -> dict[str, str]:
+    """Listed store files that are missing or unreadable: store name -> why. Cheap: a
+    stat and the Parquet footer of each file (``pq.read_metadata`` reads only the footer),
+    and the footer's row count against the listing."""
+    root = root_of(con)
+    out: dict[str, str] = {}
+    for name, rows in con.execute("SELECT file, rows FROM records_files ORDER BY file").fetchall():
+        why = _file_damage(root / name, rows)
+        if why:
+            out[name] = why
+    return out
+
+
+def _file_damage(path: Path, rows: int) -> str | None:
+    try:
+        if not path.is_file():
+            return "missing"
+        if path.stat().st_size == 0:
+            return "empty (0 bytes)"
+        found = pq.read_metadata(path).num_rows
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or type(exc).__name__})"
+    except Exception as exc:  # noqa: BLE001 - pyarrow's ArrowInvalid and kin: not a Parquet file any more
+        return f"not a readable Parquet file ({' '.join(str(exc).split())[:120]})"
+    if found != rows:
+        return f"cut short ({found} rows, {rows} listed)"
+    return None
+
+
+def damaged_contents(con, files: Iterable[str]) -> list[str]:
+    """The contents (dump_id) the store files ``files`` belong to."""
+    names = sorted(set(files))
+    if not names:
+        return []
+    return [d for (d,) in con.execute("SELECT DISTINCT dump_id FROM records_files WHERE list_contains(?, file) ORDER BY 1",
+                                      [names]).fetchall()]
+
+
+def heal(con, files: Iterable[str]) -> list[str]:
+    """The writer's repair of damaged store ``files``: every file of their contents is
+    unlisted (a content is whole or gone), the contents are marked compacted, and the views
+    they touched are defined again. Returns the contents healed; a dump bringing one back
+    is parsed again (``flows.warehouse.store.with_records``)."""
+    contents = damaged_contents(con, files)
+    if not contents:
+        return []
+    before = listed(con)
+    con.register("_records_damaged", pl.DataFrame({"dump_id": contents}).to_arrow())
+    try:
+        con.execute("DELETE FROM records_files WHERE dump_id IN (SELECT dump_id FROM _records_damaged)")
+        con.execute("""INSERT INTO compacted_contents SELECT dump_id FROM _records_damaged
+                       WHERE dump_id NOT IN (SELECT dump_id FROM compacted_contents)""")
+    finally:
+        con.unregister("_records_damaged")
+    refresh_changed(con, before)
+    return contents
+
+
 def allowed_files(con) -> list[str]:
     """Absolute paths of every file the views read (what a locked-down reader may open)."""
     root = root_of(con)
     return [str(root / n) for (n,) in con.execute("SELECT file FROM records_files ORDER BY file").fetchall()]
 
 
-__all__ = ["ROOT_KEY", "add_rows", "adopt", "allowed_files", "drop_contents", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for",
+__all__ = ["REPAIR_HINT", "ROOT_KEY", "add_rows", "adopt", "allowed_files", "damaged", "damaged_contents", "heal", "drop_contents", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for",
            "root_of", "stored_root", "store_name", "sweep", "view_sql"]

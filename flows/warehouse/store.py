@@ -35,7 +35,7 @@ import polars as pl
 import pyarrow as pa
 
 from flows.resources import MemoryBudget
-from flows.warehouse import journal, records
+from flows.warehouse import journal, readers, records
 from flows.warehouse import schema as ws
 from transforms.parsers.formats import all_table_docs, all_tables
 
@@ -108,16 +108,25 @@ def connect_readonly(path: Path | str, *, locked: bool = False, budget: MemoryBu
     if not path.exists():
         raise FileNotFoundError(f"no warehouse at {path} (run `dumpscope run` first)")
     config = budget.duckdb_config() if budget else {}
+    # Taken before the open: the writer's sweep spares the files of the generation this
+    # reader sees for as long as the connection lives (``flows.warehouse.readers``).
+    lease = readers.take(path)
     for attempt in range(_OPEN_ATTEMPTS):
         try:
             con = duckdb.connect(str(path), read_only=True, config=config)
-            return _lock_down(con) if locked else con
+            con = _lock_down(con) if locked else con
+            readers.hold(con, lease)
+            return con
         except duckdb.IOException as exc:
             # Opened the generation a publish had just replaced, as the writer took it to
             # level it: the path names the new file now.
             if "lock" not in str(exc).lower() or attempt == _OPEN_ATTEMPTS - 1:
+                readers.drop(lease)
                 raise
             time.sleep(0.05 * (attempt + 1))
+        except BaseException:
+            readers.drop(lease)
+            raise
     raise AssertionError("unreachable")
 
 
@@ -131,12 +140,21 @@ def _lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         files = records.allowed_files(con) if _has_table(con, "records_files") else []
         if files:
             con.execute("SET allowed_paths = ?", [files])
+        # DuckDB always lets a connection write into its temporary directory
+        # (``<warehouse>.tmp/``), even with external access off: COPY TO could land there.
+        # No temporary directory: a query too big for memory fails instead of spilling.
+        con.execute("SET temp_directory = ''")
         for name, value in LOCKED_DOWN.items():
             con.execute(f"SET {name} = {'true' if value else 'false'}")  # names and values: the constant above
     except BaseException:
         con.close()
         raise
     return con
+
+
+def has_records_store(con: duckdb.DuckDBPyConnection) -> bool:
+    """The warehouse lists records files (schema 10 and later)."""
+    return _has_table(con, "records_files")
 
 
 def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
@@ -192,6 +210,25 @@ class Warehouse:
         self.leveled = ""  # after the publish: "replay" (the standby is level), else why not
         self.level_seconds = 0.0
         self.swept = 0  # records files unlinked after the publish
+        self.healed: dict[str, str] = {}  # records files found damaged on entering: store name -> why
+        self.healed_contents: list[str] = []  # their contents, unlisted and marked compacted
+
+    def _heal(self) -> None:
+        """Listed records files that are missing or unreadable (deleted, cut, overwritten
+        since the last night) are unlisted, their contents marked compacted
+        (``records.heal``): every view reads again, and a dump bringing a content back
+        parses it again. The files go at the sweep."""
+        assert self.recorder is not None
+        self.healed = records.damaged(self.recorder)
+        if not self.healed:
+            return
+        self.recorder.begin()
+        try:
+            self.healed_contents = records.heal(self.recorder, self.healed)
+            self.recorder.commit()
+        except BaseException:
+            self.recorder.rollback()
+            raise
 
     def __enter__(self) -> journal.Recorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,6 +242,7 @@ class Warehouse:
             shutil.rmtree(self.next_journal, ignore_errors=True)
             self.recorder = journal.Recorder(self.con, self.next_journal)
             migrate(self.recorder, records_root=self.records_root)
+            self._heal()
         except BaseException:
             self._discard()
             raise
@@ -275,7 +313,8 @@ class Warehouse:
             # Both generations list the same files now: the others can go. Not after a
             # night that had to copy the file: that may be a reader still holding an older
             # generation (it held the standby), whose files it could still read.
-            if self.leveled == "replay" and self.caught_up != "copy":
+            # Nor while a reader of an older generation holds a lease (``readers``).
+            if self.leveled == "replay" and self.caught_up != "copy" and not readers.held(self.path):
                 self.swept = records.sweep(self.records_root, listed)
             self.level_seconds = time.perf_counter() - started
         finally:
@@ -698,6 +737,6 @@ def table_counts(con: duckdb.DuckDBPyConnection, *, every: bool = False) -> dict
 
 
 __all__ = [
-    "StagedDump", "Warehouse", "WarehouseBusy", "connect_readonly", "load_dumps", "migrate", "needs_parse", "parsed_contents",
+    "StagedDump", "Warehouse", "WarehouseBusy", "connect_readonly", "has_records_store", "load_dumps", "migrate", "needs_parse", "parsed_contents",
     "schema_version", "storage_version_number", "table_counts", "upsert_runs",
 ]

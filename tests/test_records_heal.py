@@ -1,0 +1,209 @@
+"""The records store heals: a listed Parquet file deleted, cut, emptied or overwritten
+between nights (or the whole ``<warehouse>.records/`` gone) is found by the next night,
+which parses its content again from the bucket and ends as if nothing had happened;
+``sql`` names the file; ``dumpscope doctor`` reports and repairs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from flows.warehouse import records
+from flows.warehouse import schema as ws
+from flows.warehouse import store as wh
+from transforms.parsers.formats import all_tables
+
+SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
+FIRST, SECOND = ("2026-11-19", "jax-pmap"), ("2026-11-20", "jax-pmap")
+
+
+def _night(bucket: Path, warehouse: Path):
+    from flows.nightly import nightly
+
+    return nightly(bucket=str(bucket), warehouse=warehouse, workers=1)
+
+
+def _add(bucket: Path, run_job: tuple[str, str]) -> None:
+    run, job = run_job
+    shutil.copytree(SAMPLE / run / job, bucket / run / job)
+
+
+def _state(warehouse: Path) -> dict[str, list[str]]:
+    """Every derived table, the records views, metrics and what is compacted, row by row
+    (order-free); not the dumps' ingested_at nor where the store is."""
+    tables = list(ws.derived_tables()) + list(all_tables()) + ["metrics", "compacted_contents", "records_files"]
+    with wh.connect_readonly(warehouse) as con:
+        return {t: sorted(map(repr, con.execute(f"SELECT * FROM {ws.quote_ident(t)}").fetchall())) for t in tables}
+
+
+def _listed_files(warehouse: Path) -> list[str]:
+    with wh.connect_readonly(warehouse) as con:
+        return [n for names in records.listed(con).values() for n in names]
+
+
+def _hlo_file(warehouse: Path) -> Path:
+    name = next(n for n in _listed_files(warehouse) if n.startswith("hlo_instructions/"))
+    return records.root_for(warehouse) / name
+
+
+def _delete(warehouse: Path) -> None:
+    _hlo_file(warehouse).unlink()
+
+
+def _truncate(warehouse: Path) -> None:
+    f = _hlo_file(warehouse)
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def _zero(warehouse: Path) -> None:
+    _hlo_file(warehouse).write_bytes(b"")
+
+
+def _garbage(warehouse: Path) -> None:
+    f = _hlo_file(warehouse)
+    f.write_bytes(b"not parquet at all\n" * 50)
+
+
+def _store_gone(warehouse: Path) -> None:
+    shutil.rmtree(records.root_for(warehouse))
+
+
+DAMAGE = {"deleted": _delete, "truncated": _truncate, "zero bytes": _zero, "garbage": _garbage, "store gone": _store_gone}
+
+
+@pytest.fixture(scope="module")
+def undamaged(prefect, tmp_path_factory) -> dict[bool, dict]:
+    """The state after night one and a good night two, with the same bucket (False) and with a new run (True)."""
+    out = {}
+    for changed in (False, True):
+        root = tmp_path_factory.mktemp(f"undamaged-{changed}")
+        bucket, warehouse = root / "bucket", root / "wh.duckdb"
+        _add(bucket, FIRST)
+        _night(bucket, warehouse)
+        if changed:
+            _add(bucket, SECOND)
+        _night(bucket, warehouse)
+        out[changed] = _state(warehouse)
+    return out
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["same bucket", "new run"])
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_store_heals_at_the_next_night_as_if_never_damaged(prefect, tmp_path, undamaged, damage, changed):
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
+    _add(bucket, FIRST)
+    _night(bucket, warehouse)
+    DAMAGE[damage](warehouse)
+    if changed:
+        _add(bucket, SECOND)
+    summary = _night(bucket, warehouse)
+    assert _state(warehouse) == undamaged[changed]
+    assert any("records file" in f and "parsed again" in f for f in summary.failures)
+    # every listed file is back and readable; nothing unlisted stays behind the sweep
+    with wh.connect_readonly(warehouse) as con:
+        assert records.damaged(con) == {}
+    assert sorted(p.relative_to(records.root_for(warehouse)).as_posix()
+                  for p in records.root_for(warehouse).glob("*/*.parquet")) == sorted(_listed_files(warehouse))
+
+
+# ---------------------------------------------------------------- without a night (no Prefect)
+
+from tests.test_records_store import hlo, warehouse_with  # noqa: E402,F401 - the fixture and helper
+
+
+def _damaged_warehouse(tmp_path: Path, hlo, damage: str) -> Path:
+    db = warehouse_with(tmp_path / "wh.duckdb", hlo[0])
+    DAMAGE[damage](db)
+    return db
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_the_writer_unlists_damaged_files_and_marks_their_content_compacted(tmp_path, hlo, damage):
+    db = _damaged_warehouse(tmp_path, hlo, damage)
+    writer = wh.Warehouse(db)
+    with writer as con:
+        assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(0,)]  # the views read again
+    assert writer.healed_contents == [hlo[0].dump_id] and len(writer.healed) >= 1
+    with wh.connect_readonly(db) as con:
+        assert con.execute("SELECT dump_id FROM compacted_contents").fetchall() == [(hlo[0].dump_id,)]
+        assert con.execute("SELECT count(*) FROM records_files").fetchall() == [(0,)]
+        assert con.execute("SELECT count(*) FROM dumps").fetchall() == [(1,)]  # the dump row and metrics stay
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "store gone"])
+def test_sql_on_a_damaged_store_names_the_file_and_the_repair(tmp_path, hlo, damage):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    db = warehouse_with(tmp_path / "wh.duckdb", hlo[0])
+    first = min(_listed_files(db)) if damage == "store gone" else _hlo_file(db).relative_to(records.root_for(db)).as_posix()
+    DAMAGE[damage](db)
+    result = CliRunner().invoke(app, ["sql", "SELECT count(*) FROM hlo_instructions", "--warehouse", str(db)])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: records file {records.root_for(db) / first} is ")
+    assert f"dumpscope doctor --warehouse {db} --repair --bucket B" in lines[0]
+
+
+def test_site_on_a_damaged_store_fails_with_the_same_line_and_builds_nothing(tmp_path, hlo):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    db = _damaged_warehouse(tmp_path, hlo, "garbage")
+    result = CliRunner().invoke(app, ["site", "--warehouse", str(db), "--out", str(tmp_path / "site")])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: records file ") and "is not a readable Parquet file" in line and "doctor" in line
+    assert not (tmp_path / "site").exists()
+
+
+def test_doctor_reports_the_damage_and_repair_leaves_a_healthy_warehouse(tmp_path, hlo):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    db = _damaged_warehouse(tmp_path, hlo, "truncated")
+    leftover = tmp_path / ".items-killed"
+    (leftover / "batch").mkdir(parents=True)
+    orphan = records.root_for(db) / "hlo_instructions" / f"{'0' * 64}.v1.0.parquet"
+    orphan.write_bytes(b"x")
+    runner = CliRunner()
+
+    found = runner.invoke(app, ["doctor", "--warehouse", str(db)])
+    assert found.exit_code == 1
+    problems = [line for line in found.output.splitlines() if line.startswith("problem: ")]
+    assert len(problems) == 2
+    assert "is cut short" in problems[0] or "not a readable Parquet file" in problems[0]
+    assert problems[1] == f"problem: leftover of a stopped night: {leftover}"
+    assert "1 records files no listing names" in found.output
+    assert leftover.exists() and orphan.exists()  # without --repair nothing changes
+
+    fixed = runner.invoke(app, ["doctor", "--warehouse", str(db), "--repair"])
+    assert fixed.exit_code == 0, fixed.output
+    done = [line for line in fixed.output.splitlines() if line.startswith("repaired: ")]
+    assert any("unlisted, its content marked compacted" in line for line in done)
+    assert f"repaired: removed {leftover}" in done
+    assert not leftover.exists() and not orphan.exists()
+    assert not [line for line in fixed.output.splitlines() if line.startswith("problem: ")]
+    assert runner.invoke(app, ["doctor", "--warehouse", str(db)]).exit_code == 0
+
+
+def test_doctor_repair_with_the_bucket_parses_the_damaged_content_again(prefect, tmp_path, undamaged):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
+    _add(bucket, FIRST)
+    _night(bucket, warehouse)
+    _night(bucket, warehouse)
+    _truncate(warehouse)
+    fixed = CliRunner().invoke(app, ["doctor", "--warehouse", str(warehouse), "--repair", "--bucket", str(bucket)])
+    assert fixed.exit_code == 0, fixed.output
+    assert f"repaired: ran a night on {bucket}" in fixed.output
+    assert _state(warehouse) == undamaged[False]
