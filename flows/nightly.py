@@ -38,7 +38,7 @@ from flows.warehouse import store as wh
 from flows.aggregate import aggregate, compact_records, load_settings, needs_aggregate
 from flows.report import write_night_report
 from flows.items import DumpSource, items_runner
-from flows.resources import MemoryBudget, peak_mib
+from flows.resources import MemoryBudget, night_limit, peak_mib
 from flows.bucket import BucketNotFound, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows import storage_secrets, verdict
 from flows import staging
@@ -414,6 +414,8 @@ def nightly(
     the environment or the Secret block ``storage_secret``; ``storage_option_names`` only
     records which were given."""
     summary, t0 = NightSummary(), time.perf_counter()
+    memory_limit, chosen = night_limit(memory_limit)  # none set: a share of the machine's memory
+    print(f"memory limit: {chosen}")
     storage_options = storage_secrets.resolve(storage_secret)
     on_dask = _on_dask()
     if dask_address and not on_dask:
