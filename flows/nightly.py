@@ -35,7 +35,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
 
 from flows.warehouse import store as wh
-from flows.aggregate import aggregate, compact_records, load_settings, needs_aggregate
+from flows.aggregate import aggregate, compact_records, load_settings, needs_aggregate, sweep_work_dirs
 from flows.report import write_night_report
 from flows.items import DumpSource, items_runner
 from flows.resources import MemoryBudget, night_limit, peak_mib
@@ -425,6 +425,8 @@ def nightly(
     limits = ParseLimits(max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, max_seconds=parse_seconds)
     # What killed runs left half-written: older than any parse still going on (another run's).
     staging.sweep_tmp(staging_dir, older_than_seconds=2 * limits.max_seconds + 60)
+    for gone in sweep_work_dirs(Path(warehouse).resolve().parent):  # items work of a killed night (its pid is gone)
+        print(f"removed {gone.name}, left by a killed night")
     new, summary.deferred, summary.seen, runs, held = discover(
         bucket, warehouse, settle_seconds, state_path, storage_options, layout_regex, marker)
     summary.new, summary.skipped = len(new), summary.seen - len(new) - summary.deferred
