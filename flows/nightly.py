@@ -20,6 +20,7 @@ parsers could not read are stored as ``failed`` with their error.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import sys
@@ -543,21 +544,23 @@ def run_nightly(*, dask_address: str | None = None, **kwargs) -> NightSummary:
     The workers must reach the bucket, the staging directory (next to the warehouse
     unless ``staging_dir`` says otherwise) and the Prefect API the flow reports to.
     """
-    if not dask_address:
-        return nightly(**kwargs)
     from prefect.settings import PREFECT_API_URL, temporary_settings
-    from prefect_dask import DaskTaskRunner
 
-    on_dask = nightly.with_options(task_runner=DaskTaskRunner(address=dask_address))
+    if dask_address:
+        from prefect_dask import DaskTaskRunner
+
+        run = functools.partial(nightly.with_options(task_runner=DaskTaskRunner(address=dask_address)),
+                                dask_address=dask_address)
+    else:
+        run = nightly
     if PREFECT_API_URL.value():
-        return on_dask(dask_address=dask_address, **kwargs)
-    # Ephemeral mode: start the temporary API server here and hand its URL to the tasks,
-    # else every Dask worker starts a temporary server of its own (~10 s each, and the
-    # task runs land in the workers' databases). It listens on 127.0.0.1 only: workers on
-    # other machines need a real server (PREFECT_API_URL).
-    from prefect.server.api.server import SubprocessASGIServer
+        return run(**kwargs)
+    # Ephemeral mode: start the temporary API server here, dying with this process even if
+    # it is killed (flows.prefect_server), and hand its URL to the tasks, else every Dask
+    # worker starts a temporary server of its own (~10 s each, and the task runs land in
+    # the workers' databases). It listens on 127.0.0.1 only: workers on other machines
+    # need a real server (PREFECT_API_URL).
+    from flows.prefect_server import temporary_server
 
-    server = SubprocessASGIServer()
-    server.start()
-    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-        return on_dask(dask_address=dask_address, **kwargs)
+    with temporary_settings(updates={PREFECT_API_URL: temporary_server().api_url}):
+        return run(**kwargs)
