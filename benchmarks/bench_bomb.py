@@ -112,7 +112,7 @@ def _du(path: Path) -> int:
 
 def killed_night(argv: list[str], warehouse: Path, scratch: Path, wait_s: float = 15.0) -> dict:
     """Start the night, SIGKILL its flow process once an items work directory beside the
-    warehouse holds a batch, and see which of its processes remain after ``wait_s``."""
+    warehouse holds a batch's records, and see which of its processes remain after ``wait_s``."""
     env = _night_env(str(scratch / "prefect-killed"))
     with (scratch / "killed.log").open("w") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -123,8 +123,8 @@ def killed_night(argv: list[str], warehouse: Path, scratch: Path, wait_s: float 
                     seen.setdefault(p.pid, (p, " ".join(p.cmdline())[:100]))
             except psutil.Error:
                 pass
-            if any(d.is_dir() and any(d.glob("batch-*")) for d in warehouse.parent.glob(".items-*")):
-                break
+            if any(f.stat().st_size for d in warehouse.parent.glob(".items-*") for f in d.rglob("t_*.parquet")):
+                break  # mid-items: a batch's records are being written
             time.sleep(0.2)
         at = time.perf_counter() - t0
         if proc.poll() is not None:
@@ -166,16 +166,27 @@ def big_module_night(mb: int, scratch: Path) -> dict:
     def night(name: str, *extra: str) -> tuple[list[str], Path]:
         warehouse = scratch / name / "wh.duckdb"
         warehouse.parent.mkdir()
-        return [str(DUMPSCOPE), "run", "--bucket", bucket, "--warehouse", str(warehouse), "--workers", "1", *extra], warehouse
+        return [str(DUMPSCOPE), "run", "--bucket", bucket, "--warehouse", str(warehouse), "--workers", "1",
+                "--summary-json", str(warehouse.parent / "summary.json"), *extra], warehouse
+
+    def stages(m: dict, argv: list[str]) -> dict:
+        """The flow process's peak RSS after each stage (the night's summary), MiB."""
+        summary = Path(argv[argv.index("--summary-json") + 1])
+        m["peak_mib_by_stage"] = json.loads(summary.read_text())["peak_mib"] if summary.exists() else {}
+        print(f"  the flow process's peak after each stage, MiB: "
+              f"{ {k: round(v) for k, v in m['peak_mib_by_stage'].items()} }", flush=True)
+        return m
 
     argv, _ = night("limited", "--memory-limit", "2GB")
     limited = measure(argv, f"dumpscope run --memory-limit 2GB ({mb} MB module)", keep_output=True)
     _show_big(f"a night of the {mb} MB module with --memory-limit 2GB", limited, parse_memory("2GB"))
+    stages(limited, argv)
     out["night_limit_2GB"] = limited
     default, how = machine_limit()
     argv, _ = night("default")
     unlimited = measure(argv, f"dumpscope run ({mb} MB module, default limit)", keep_output=True)
     _show_big(f"the same night without --memory-limit (default here: {how})", unlimited, default)
+    stages(unlimited, argv)
     out["night_default_limit"] = unlimited | {"machine_limit": default, "chosen": how}
     argv, warehouse = night("killed")
     killed = killed_night(argv, warehouse, scratch)
@@ -188,6 +199,7 @@ def big_module_night(mb: int, scratch: Path) -> dict:
     swept = [line for line in (after.get("output") or "").splitlines() if "left by a killed night" in line]
     print(f"the next night: exit {after['returncode']}, {after['wall_s']:.0f} s, peak RSS {after['peak_rss_tree_mib']:.0f} MiB; "
           f"{swept}; .items-* beside the warehouse after it: {left}", flush=True)
+    stages(after, argv)
     out["killed_night"] = killed
     out["next_night"] = after | {"items_dirs_after": left, "sweep_lines": swept}
     for m in (limited, unlimited, after):
