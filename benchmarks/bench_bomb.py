@@ -47,7 +47,8 @@ import zlib
 from pathlib import Path
 
 import psutil
-from bench_ingest import DUMPSCOPE, OUT, ROOT, STARTUP_TIMEOUT, measure  # the same process-tree measurement as the ingest bench
+# the same process-tree measurement as the ingest bench
+from bench_ingest import DUMPSCOPE, OUT, ROOT, STARTUP_TIMEOUT, measure
 
 REAL_DUMP = ROOT / "data/sample_bucket/2026-11-20/jax-jit/module_0000.jit_train_step.cpu_after_optimizations.txt.gz"
 BOMB_NAME = "module_0001.bomb.after_optimizations.txt.gz"
@@ -95,7 +96,8 @@ def _limit_line(m: dict) -> str:
 
 def _show_big(label: str, m: dict, limit_bytes: int) -> None:
     verdict = "under" if m["peak_rss_tree_mib"] * (1 << 20) <= limit_bytes else "OVER"
-    print(f"{label}: {m['wall_s']:.1f} s, exit {m['returncode']}, peak RSS {m['peak_rss_tree_mib']:.0f} MiB (whole tree, "
+    print(f"{label}: {m['wall_s']:.1f} s, exit {m['returncode']}, "
+          f"peak RSS {m['peak_rss_tree_mib']:.0f} MiB (whole tree, "
           f"{m['max_processes']} processes at most): {verdict} the limit of {limit_bytes / GIB:.2f} GiB "
           f"[memory limit: {_limit_line(m)}]", flush=True)
 
@@ -191,13 +193,15 @@ def big_module_night(mb: int, scratch: Path) -> dict:
     argv, warehouse = night("killed")
     killed = killed_night(argv, warehouse, scratch)
     print(f"a night SIGKILLed in the items step after {killed.get('killed_after_s', 0):.0f} s: "
-          f"{len(killed.get('still_running', []))} of its {len(killed.get('processes_seen', []))} processes still running "
+          f"{len(killed.get('still_running', []))} of its {len(killed.get('processes_seen', []))} processes "
+          f"still running "
           f"{killed.get('still_running_after_s')} s later {killed.get('still_running')}; left beside the warehouse: "
           f"{killed.get('left_beside_warehouse')}", flush=True)
     after = measure(argv, f"the next night ({mb} MB module)", keep_output=True)
     left = sorted(p.name for p in warehouse.parent.glob(".items-*"))
     swept = [line for line in (after.get("output") or "").splitlines() if "left by a killed night" in line]
-    print(f"the next night: exit {after['returncode']}, {after['wall_s']:.0f} s, peak RSS {after['peak_rss_tree_mib']:.0f} MiB; "
+    print(f"the next night: exit {after['returncode']}, {after['wall_s']:.0f} s, "
+          f"peak RSS {after['peak_rss_tree_mib']:.0f} MiB; "
           f"{swept}; .items-* beside the warehouse after it: {left}", flush=True)
     stages(after, argv)
     out["killed_night"] = killed
@@ -211,7 +215,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--line-gib", type=float, default=4.0, help="length of the bomb's one line, GiB")
     ap.add_argument("--skip-night", action="store_true", help="only measure `dumpscope parse`")
-    ap.add_argument("--module-mb", type=int, default=0, help="also the night of one module of about this many MB (2000)")
+    ap.add_argument("--module-mb", type=int, default=0,
+                    help="also the night of one module of about this many MB (2000)")
     ap.add_argument("--only-module", action="store_true", help="only the --module-mb nights, not the gzip bomb")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
