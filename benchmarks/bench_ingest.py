@@ -144,8 +144,9 @@ def _bucket_stats() -> dict:
 # ---------------------------------------------------------------- measuring
 
 
-def measure(argv: list[str], label: str, home: str | None = None) -> dict:
-    """Run argv in a fresh process with a fresh PREFECT_HOME (or ``home``); wall time, output, peak RSS."""
+def measure(argv: list[str], label: str, home: str | None = None, keep_output: bool = False) -> dict:
+    """Run argv in a fresh process with a fresh PREFECT_HOME (or ``home``); wall time, output, peak RSS
+    (``keep_output``: and its whole stdout + stderr, as ``output``)."""
     with tempfile.TemporaryDirectory(prefix="bench-prefect-") as tmp:
         home = home or tmp
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
@@ -191,7 +192,7 @@ def measure(argv: list[str], label: str, home: str | None = None) -> dict:
             "peak_rss_single_mib": ru.ru_maxrss / 1024, "max_processes": peak_procs,
             "max_parse_workers": peak_workers, "parse_workers_started": sum(kinds.values()),
             "cpu_user_s": ru.ru_utime, "cpu_sys_s": ru.ru_stime,
-            "summary": _summary(stdout + "\n" + stderr)}
+            "summary": _summary(stdout + "\n" + stderr)} | ({"output": stdout + "\n" + stderr} if keep_output else {})
 
 
 _ROW = re.compile(r"^\|\s*([a-z_ ]+?)\s*\|\s*([0-9.]+)\s*\|\s*$", re.M)

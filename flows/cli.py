@@ -84,6 +84,10 @@ def _signals_noted() -> set[int]:
 
 MEMORY_HELP = ("Most memory the command may hold, e.g. 2GB (DuckDB and the Python side share it; a lower limit "
                "is slower, never wrong). Default: memory_limit in the settings file, else none.")
+RUN_MEMORY_HELP = ("Most memory the night's processes may hold, e.g. 2GB (DuckDB and the Python side share it; a "
+                   "lower limit is slower, never wrong). Default: memory_limit in the settings file, else half of "
+                   "what the machine can give (the smaller of MemAvailable and the cgroup memory limit), stated in "
+                   "the night's log line 'memory limit: ...'.")
 
 
 @app.command()
@@ -166,7 +170,7 @@ def run(
                                                 "A parse holds about this much memory at most.")] = 64 << 20,  # = transforms.parse.ParseLimits()
     max_dump_bytes: Annotated[int, typer.Option(help="Most text one dump may hold once decompressed (bytes).")] = 4 << 30,
     parse_seconds: Annotated[float, typer.Option(help="Longest one parse may take (seconds).")] = 600.0,
-    memory_limit: Annotated[Optional[str], typer.Option(help=MEMORY_HELP)] = None,
+    memory_limit: Annotated[Optional[str], typer.Option(help=RUN_MEMORY_HELP)] = None,
     summary_json: Annotated[Optional[Path], typer.Option(
         help="Also write the night's summary (counts, seconds per stage, bytes published) to this JSON file.")] = None,
 ) -> None:

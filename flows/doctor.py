@@ -22,7 +22,6 @@ orphans and leftovers are removed. Exit status: 0 healthy or repaired, 1 problem
 from __future__ import annotations
 
 import fcntl
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 import duckdb
 
 from flows import staging
+from flows.aggregate import leftover_work_dirs, sweep_work_dirs
 from flows.warehouse import journal, records
 from flows.warehouse import schema as ws
 from flows.warehouse import store as wh
@@ -129,7 +129,7 @@ def _records_state(con, found: Findings) -> None:
 
 
 def _leftovers(warehouse: Path, staging_dir: Path, found: Findings) -> None:
-    found.leftovers += sorted(p for p in warehouse.parent.glob(".items-*") if p.is_dir() and not p.is_symlink())
+    found.leftovers += leftover_work_dirs(warehouse.parent)
     tmp = staging_dir / ".tmp"
     cutoff = time.time() - _stopped_parse_seconds()
     if tmp.is_dir():
@@ -159,11 +159,7 @@ def repair(warehouse: Path, bucket: str | None = None, staging_dir: Path | None 
         with writer:
             for name, why in writer.healed.items():
                 done.append(f"records file {name} was {why}: unlisted, its content marked compacted")
-            # Under the lock no night is in its items step: those work directories are leftovers.
-            for p in sorted(warehouse.parent.glob(".items-*")):
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p, ignore_errors=True)
-                    done.append(f"removed {p}")
+            done += [f"removed {p}" for p in sweep_work_dirs(warehouse.parent)]
         if writer.swept:
             done.append(f"removed {writer.swept} records files no listing names")
     # Parses run outside the lock: only what is older than any parse still going on.

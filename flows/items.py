@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import json
 import logging
 import shutil
 from dataclasses import dataclass, field
@@ -34,16 +35,18 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from transforms.escape import sql_literal
 from transforms.parsers.formats import all_tables
 from transforms.parse import DEFAULT_LIMITS
 from transforms.reading import LineReader, ReadLimitError
 from transforms.trends import diffs as diff_mod
-from transforms.trends import evidence
+from transforms.trends import evidence, item_chunks
 
 log = logging.getLogger(__name__)
 PATHS_PER_CONTENT = 3  # bucket paths tried per content, newest first, before it counts as gone
+CHUNKED = "chunked.json"  # in a batch directory: its one HLO content is read {"rows": N} rows at a time
 
 # runs compute_batch over batch directories; returns the item files, in order
 ItemsRunner = Callable[[list[Path]], list[Path]]
@@ -60,17 +63,34 @@ class DumpSource:
 def compute_batch(batch_dir: Path, source: DumpSource | None = None) -> Path:
     """Items of the keys in ``batch_dir/keys.parquet`` from the records files beside it,
     with their excerpts read from ``source``; written to ``batch_dir/items.parquet``
-    (its path returned)."""
+    (its path returned). A batch marked ``CHUNKED`` (one HLO content larger than a batch)
+    is read a chunk of rows at a time (``transforms.trends.item_chunks``)."""
     batch_dir = Path(batch_dir)
     keys = pl.read_parquet(batch_dir / "keys.parquet")
-    records = {p.stem: pl.read_parquet(p) for p in sorted(batch_dir.glob("t_*.parquet"))}
-    records = {name.removeprefix("t_"): frame for name, frame in records.items()}
     out = batch_dir / "items.parquet"
-    found = diff_mod.items_of_contents(keys, records)
+    if (batch_dir / CHUNKED).exists():
+        found = _items_in_chunks(batch_dir, keys.select("items_key", "kind", "stage", "dump_id"))
+    else:
+        records = {p.stem: pl.read_parquet(p) for p in sorted(batch_dir.glob("t_*.parquet"))}
+        records = {name.removeprefix("t_"): frame for name, frame in records.items()}
+        found = diff_mod.items_of_contents(keys, records)
     if source is not None and "paths" in keys.columns:
         found = with_excerpts(found, keys, source)
     found.write_parquet(out)
     return out
+
+
+def _items_in_chunks(batch_dir: Path, key: pl.DataFrame) -> pl.DataFrame:
+    """Items of the batch's one HLO content, its instructions read ``CHUNKED``'s rows at a
+    time (the export sorted them by computation); its computations read whole."""
+    rows = int(json.loads((batch_dir / CHUNKED).read_text())["rows"])
+
+    def chunks(columns: list[str]) -> Iterable[pl.DataFrame]:
+        with pq.ParquetFile(batch_dir / "t_hlo_instructions.parquet") as f:
+            for batch in f.iter_batches(batch_size=rows, columns=columns):
+                yield pl.from_arrow(batch)
+
+    return item_chunks.hlo_items_in_chunks(key, chunks, pl.read_parquet(batch_dir / "t_hlo_computations.parquet"))
 
 
 def with_excerpts(found: pl.DataFrame, keys: pl.DataFrame, source: DumpSource) -> pl.DataFrame:
@@ -239,17 +259,37 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
         d.mkdir(parents=True)
         keys = batch.select("items_key", "kind", "stage", "dump_id")
         keys.join(paths, on="dump_id", how="left").write_parquet(d / "keys.parquet")
-        ids = contents.join(keys.select("items_key"), on="items_key", how="semi").select("dump_id").unique()
-        con.register("_batch_ids", ids.to_arrow())
+        # One HLO content larger than a batch: its instructions in computation order, read
+        # a batch's rows at a time (DuckDB sorts within its memory limit, spilling).
+        chunked = batch.height == 1 and batch.get_column("kind")[0] == "xla_hlo" and batch.get_column("rows")[0] > max_rows
+        roles = contents.join(keys.select("items_key"), on="items_key", how="semi")
+        con.register("_batch_own", roles.filter(pl.col("role") == "own").select("dump_id").unique().to_arrow())
+        con.register("_batch_hlo", roles.filter(pl.col("role") == "hlo").select("dump_id").unique().to_arrow())
         try:
             for t in tables:
                 target = sql_literal(str(d / f"t_{t}.parquet"))
-                con.execute(f'COPY (SELECT * FROM "{t}" WHERE dump_id IN (SELECT dump_id FROM _batch_ids)) '
-                            f"TO {target} (FORMAT parquet)")
+                order = " ORDER BY module_index, computation, lineno" if chunked and t == "hlo_instructions" else ""
+                con.execute(f'COPY (SELECT * FROM "{t}" WHERE {_batch_rows(t)}{order}) TO {target} (FORMAT parquet)')
         finally:
-            con.unregister("_batch_ids")
+            con.unregister("_batch_own")
+            con.unregister("_batch_hlo")
+        if chunked:
+            (d / CHUNKED).write_text(json.dumps({"rows": max_rows}))
         dirs.append(d)
     return dirs
+
+
+def _batch_rows(table: str) -> str:
+    """Which rows of ``table`` a batch exports: those of its own contents; and of the HLO
+    dump a buffer assignment key names, only the instructions its values name (all its
+    items read of them is their op metadata: a 2 GB module's instructions would be a
+    2 GB batch)."""
+    own = "dump_id IN (SELECT dump_id FROM _batch_own)"
+    if table != "hlo_instructions":
+        return own
+    named = " UNION ".join(f"SELECT instruction FROM {t} WHERE {own}" for t in ("buffer_values", "buffer_peak_values")
+                           if t in all_tables())
+    return f"({own} OR (dump_id IN (SELECT dump_id FROM _batch_hlo) AND name IN ({named})))"
 
 
 def _content_paths(con, dump_ids: pl.DataFrame) -> pl.DataFrame:

@@ -23,6 +23,7 @@ runs or jobs, and the night's summary lists them among its failures.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import sys
@@ -38,10 +39,10 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
 
 from flows.warehouse import records, store as wh
-from flows.aggregate import aggregate, compact_records, load_settings, needs_aggregate
+from flows.aggregate import aggregate, compact_records, load_settings, needs_aggregate, sweep_work_dirs
 from flows.report import write_night_report
 from flows.items import DumpSource, items_runner
-from flows.resources import MemoryBudget, peak_mib
+from flows.resources import MemoryBudget, night_limit, peak_mib
 from flows.bucket import BucketUnusable, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows import siblings, storage_secrets, verdict
 from flows import staging
@@ -466,6 +467,8 @@ def nightly(
     the environment or the Secret block ``storage_secret``; ``storage_option_names`` only
     records which were given."""
     summary, t0 = NightSummary(), time.perf_counter()
+    memory_limit, chosen = night_limit(memory_limit)  # none set: a share of the machine's memory
+    print(f"memory limit: {chosen}")
     storage_options = storage_secrets.resolve(storage_secret)
     on_dask = _on_dask()
     if dask_address and not on_dask:
@@ -475,6 +478,8 @@ def nightly(
     limits = ParseLimits(max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, max_seconds=parse_seconds)
     # What killed runs left half-written: older than any parse still going on (another run's).
     staging.sweep_tmp(staging_dir, older_than_seconds=2 * limits.max_seconds + 60)
+    for gone in sweep_work_dirs(Path(warehouse).resolve().parent):  # items work of a killed night (its pid is gone)
+        print(f"removed {gone.name}, left by a killed night")
     new, summary.deferred, summary.seen, runs, held, refused = discover(
         bucket, warehouse, settle_seconds, state_path, storage_options, layout_regex, marker)
     summary.failures += refused
@@ -598,21 +603,23 @@ def run_nightly(*, dask_address: str | None = None, **kwargs) -> NightSummary:
     The workers must reach the bucket, the staging directory (next to the warehouse
     unless ``staging_dir`` says otherwise) and the Prefect API the flow reports to.
     """
-    if not dask_address:
-        return nightly(**kwargs)
     from prefect.settings import PREFECT_API_URL, temporary_settings
-    from prefect_dask import DaskTaskRunner
 
-    on_dask = nightly.with_options(task_runner=DaskTaskRunner(address=dask_address))
+    if dask_address:
+        from prefect_dask import DaskTaskRunner
+
+        run = functools.partial(nightly.with_options(task_runner=DaskTaskRunner(address=dask_address)),
+                                dask_address=dask_address)
+    else:
+        run = nightly
     if PREFECT_API_URL.value():
-        return on_dask(dask_address=dask_address, **kwargs)
-    # Ephemeral mode: start the temporary API server here and hand its URL to the tasks,
-    # else every Dask worker starts a temporary server of its own (~10 s each, and the
-    # task runs land in the workers' databases). It listens on 127.0.0.1 only: workers on
-    # other machines need a real server (PREFECT_API_URL).
-    from prefect.server.api.server import SubprocessASGIServer
+        return run(**kwargs)
+    # Ephemeral mode: start the temporary API server here, dying with this process even if
+    # it is killed (flows.prefect_server), and hand its URL to the tasks, else every Dask
+    # worker starts a temporary server of its own (~10 s each, and the task runs land in
+    # the workers' databases). It listens on 127.0.0.1 only: workers on other machines
+    # need a real server (PREFECT_API_URL).
+    from flows.prefect_server import temporary_server
 
-    server = SubprocessASGIServer()
-    server.start()
-    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-        return on_dask(dask_address=dask_address, **kwargs)
+    with temporary_settings(updates={PREFECT_API_URL: temporary_server().api_url}):
+        return run(**kwargs)

@@ -18,11 +18,16 @@ per stage, not summed:
   more, smaller batches (slower, same items), never a larger frame.
 
 ``None`` (no setting): DuckDB's own default (80 % of RAM) and batches sized for 2 GiB.
+A night given no limit takes ``machine_limit()``: ``MACHINE_SHARE`` of the memory the
+machine can give it now, the smaller of ``MemAvailable`` (/proc/meminfo) and the cgroup v2
+``memory.max`` of its own cgroup and its ancestors (containers and CI runners have one;
+v1's ``memory.limit_in_bytes`` on older hosts); never below the 256 MiB a night needs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import ByteSize, TypeAdapter
 
@@ -30,6 +35,10 @@ DUCKDB_SHARE = 0.15
 WRITING_SHARE = 0.5
 MIN_DUCKDB_BYTES = 128 << 20
 DEFAULT_BUDGET = 2 << 30
+MIN_LIMIT = 256 << 20
+# A night with no limit set takes this share of what the machine can give it: the rest
+# is headroom for what is not counted (Prefect's server, the interpreter, page cache).
+MACHINE_SHARE = 0.5
 # Records rows of one items batch per GiB of budget: an HLO instruction row with its
 # item rows takes ~1.5 KiB in polars at the peak of the fusion digests (measured on
 # the llama and mixtral modules), and two batches run at once.
@@ -52,7 +61,7 @@ def parse_memory(text: str | int | None) -> int | None:
         value = int(TypeAdapter(ByteSize).validate_python(text))
     except ValueError:
         raise ValueError(f"memory limit {text!r}: use a size such as 2GB, 1500MiB or a number of bytes") from None
-    if value < 256 << 20:
+    if value < MIN_LIMIT:
         raise ValueError(f"memory limit {text!r} is below the 256 MiB a night needs at least")
     return value
 
@@ -104,6 +113,78 @@ class MemoryBudget:
         return max(20_000, int(python_share / (1 << 30) * ROWS_PER_GIB / self.items_workers))
 
 
+def mem_available(meminfo: str) -> int | None:
+    """``MemAvailable`` of /proc/meminfo's text, bytes (None when absent)."""
+    for line in meminfo.splitlines():
+        name, _, rest = line.partition(":")
+        if name.strip() == "MemAvailable":
+            fields = rest.split()
+            return int(fields[0]) * (1024 if fields[1:] == ["kB"] else 1)
+    return None
+
+
+def cgroup_bytes(text: str | None) -> int | None:
+    """A cgroup memory limit file's text (``memory.max``, v1's ``memory.limit_in_bytes``)
+    -> bytes; None for ``max`` (no limit) or no file."""
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def cgroup_files(proc_self_cgroup: str, root: Path = Path("/sys/fs/cgroup")) -> list[Path]:
+    """The memory limit file of each cgroup of this process, from /proc/self/cgroup's text:
+    its own cgroup first, then each ancestor up to ``root`` (a limit anywhere on the way
+    holds). cgroup v2 (``0::/path``): ``memory.max``; v1 (``N:memory:/path``, older hosts):
+    ``memory.limit_in_bytes``."""
+    out: list[Path] = []
+    for line in proc_self_cgroup.splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":
+            base, limit = root, "memory.max"
+        elif "memory" in controllers.split(","):
+            base, limit = root / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        own = base / path.strip().lstrip("/")
+        out += [d / limit for d in (own, *own.parents) if d == base or d.is_relative_to(base)]
+    return out
+
+
+def machine_limit(read=lambda path: Path(path).read_text()) -> tuple[int, str]:
+    """The memory limit a night takes when none is set, and how it was chosen (for the log
+    line): ``MACHINE_SHARE`` of the smaller of MemAvailable and the lowest cgroup memory
+    limit on this process's way to the root. ``read``: path -> text."""
+    def text(path) -> str | None:
+        try:
+            return read(path)
+        except OSError:
+            return None
+
+    room = {"MemAvailable": mem_available(text("/proc/meminfo") or "")}
+    for limit_file in cgroup_files(text("/proc/self/cgroup") or ""):
+        cap = cgroup_bytes(text(limit_file))
+        if cap is not None and (room.get("cgroup") is None or cap < room["cgroup"]):
+            room["cgroup"] = cap
+    known = {k: v for k, v in room.items() if v is not None}
+    if not known:
+        return DEFAULT_BUDGET, f"{_gib(DEFAULT_BUDGET)} (the machine's memory is unknown)"
+    source = min(known, key=known.__getitem__)
+    limit = max(MIN_LIMIT, int(known[source] * MACHINE_SHARE))
+    what = "MemAvailable" if source == "MemAvailable" else "the cgroup memory limit"
+    return limit, f"{_gib(limit)} ({MACHINE_SHARE:.0%} of {what}, {_gib(known[source])})"
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def night_limit(memory_limit: int | None) -> tuple[int, str]:
+    """The limit a night keeps to: the one given, else ``machine_limit()``; and how it was
+    chosen, for the log line."""
+    if memory_limit is not None:
+        return memory_limit, f"{_gib(memory_limit)} (set)"
+    return machine_limit()
+
+
 def peak_mib() -> float:
     """This process's peak RSS so far, MiB (Linux reports ru_maxrss in KiB; it carries
     over an exec, so a process started by a large one starts at that one's peak)."""
@@ -112,4 +193,5 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-__all__ = ["MemoryBudget", "parse_memory", "peak_mib"]
+__all__ = ["MemoryBudget", "cgroup_bytes", "cgroup_files", "machine_limit", "mem_available", "night_limit", "parse_memory",
+           "peak_mib"]

@@ -2,7 +2,8 @@
 the process at STAGE, as a power cut or the OOM killer would. Used by the crash-safety tests.
 
 Stages: discover (bucket listed), parse (first chunk parsed), load (first batch loaded,
-not committed), aggregate (loads done, derived tables not), publish (new file swapped in,
+not committed), aggregate (loads done, derived tables not), items (the structural items'
+batches exported beside the warehouse, not computed), publish (new file swapped in,
 lock not released), report (published, summary not written).
 """
 
@@ -48,6 +49,10 @@ def arm(stage: str) -> None:
         store.load_dumps = _after(store.load_dumps)
     elif stage == "aggregate":
         nightly.aggregate = _die
+    elif stage == "items":
+        from flows import items
+
+        items.export_batches = _after(items.export_batches)
     elif stage == "publish":
         store._fsync_dir = _die
     elif stage == "report":

@@ -519,3 +519,43 @@ def test_a_re_aggregation_that_fails_after_a_committed_pass_publishes_nothing(fo
 
 def _same(a: dict[str, pl.DataFrame], b: dict[str, pl.DataFrame]) -> bool:
     return a.keys() == b.keys() and all(a[t].equals(b[t]) for t in a)
+
+
+def test_one_large_hlo_content_is_read_a_chunk_of_rows_at_a_time(sample_warehouse, tmp_path, monkeypatch):
+    """A content larger than a batch (a 2 GB module) is never one frame: its instructions
+    are read ``max_rows`` at a time, and its items are exactly those stored."""
+    import pyarrow as pa
+
+    from flows import items
+    from transforms.trends import diffs as diff_mod
+
+    with wh.connect_readonly(sample_warehouse) as con:
+        todo = con.sql("""SELECT DISTINCT s.items_key, d.kind, d.stage, d.dump_id FROM dump_series s JOIN dumps d USING (path)
+                          WHERE s.items_key IS NOT NULL AND d.kind = 'xla_hlo'
+                            AND d.run_id = (SELECT max(run_id) FROM runs)""").pl().unique("items_key")
+        stored = con.sql("SELECT * FROM content_items").pl().join(todo.select("items_key"), on="items_key", how="semi")
+        dirs = items.export_batches(con, todo, tmp_path / "work", max_rows=50)
+    sizes = {d: pl.scan_parquet(d / "t_hlo_instructions.parquet").select(pl.len()).collect().item() for d in dirs}
+    assert max(sizes.values()) > 4 * 50  # contents several batches large
+    frames: list[int] = []  # rows of every instruction frame made from a batch's files
+    read_parquet, from_arrow = pl.read_parquet, pl.from_arrow
+
+    def reading(path, *args, **kwargs):
+        frame = read_parquet(path, *args, **kwargs)
+        frames.extend([frame.height] if Path(path).name == "t_hlo_instructions.parquet" else [])
+        return frame
+
+    def converting(data, *args, **kwargs):
+        frame = from_arrow(data, *args, **kwargs)
+        frames.extend([frame.height] if isinstance(data, pa.RecordBatch) else [])
+        return frame
+
+    monkeypatch.setattr(pl, "read_parquet", reading)
+    monkeypatch.setattr(pl, "from_arrow", converting)
+    order = ["items_key", "category", "key"]
+    run = items.reading(items.DumpSource(str(Path(__file__).parents[1] / "data" / "sample_bucket")))  # as the nightly
+    got = items.computed(dirs, run(dirs)).sort(order)
+    monkeypatch.undo()
+    assert frames and max(frames) <= 50
+    assert got.equals(stored.select(diff_mod.CONTENT_ITEM_SCHEMA.names()).sort(order))
+    assert got.filter(pl.col("category") == "fusion").height > 20

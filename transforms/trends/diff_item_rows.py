@@ -77,55 +77,92 @@ def _where(op: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     return detail, suffix
 
 
-def _digest(text: str) -> str:
+def digest(text: str) -> str:
     # Stable across processes and polars versions (Expr.hash is neither): keys outlive a run.
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return digester(text).hexdigest()
+
+
+def digester(text: str = ""):
+    """The hash ``digest`` finishes: fed a body in parts, it gives the digest of the whole."""
+    return hashlib.blake2b(text.encode(), digest_size=8)
 
 
 # -- XLA HLO ------------------------------------------------------------------------------
+
+
+COMPUTATION = ["dump_id", "module_index", "computation"]
+# The columns of hlo_instructions the fingerprints read.
+FINGERPRINT_COLUMNS = [*COMPUTATION, "lineno", "opcode", "shape", "called_computations"]
+
+
+def _token() -> pl.Expr:
+    return pl.concat_str(pl.col("opcode"), pl.lit(" "), pl.col("shape").fill_null("?"))
+
+
+def flat_bodies(ins: pl.LazyFrame) -> pl.LazyFrame:
+    """One row per computation of ``ins`` (rows in line order within each computation):
+    ``body``, the opcode and shape of each instruction joined by ``;``, and ``tokens``,
+    how many it joined. Its digest is the computation's ``flat`` digest."""
+    return ins.group_by(COMPUTATION).agg(body=_token().str.join(";"), tokens=_token().count())
+
+
+def fingerprint_bodies(ins: pl.LazyFrame, flat: pl.LazyFrame) -> pl.LazyFrame:
+    """One row per computation of ``ins`` (rows in line order within each computation):
+    ``body`` (each instruction's token with the ``flat`` digests of the computations it
+    calls, ``flat``: dump_id, module_index, computation, flat), ``tokens``, and ``ops`` and
+    ``all_ops`` (its opcodes, plumbing and parameters left out, in order) for labels."""
+    callees = (
+        ins.select(*COMPUTATION, "lineno", pl.col("called_computations").alias("callee")).explode("callee")
+        .drop_nulls("callee")
+        .join(flat.select("dump_id", "module_index", pl.col("computation").alias("callee"), "flat"),
+              on=["dump_id", "module_index", "callee"], how="left", maintain_order="left")
+        .group_by([*COMPUTATION, "lineno"]).agg(pl.col("flat").fill_null("?").str.join(","))
+    )  # fmt: skip
+    opcode = pl.col("opcode")
+    token = pl.concat_str(_token(), pl.lit(" ["), pl.col("flat").fill_null(""), pl.lit("]"))
+    return (
+        ins.join(callees, on=[*COMPUTATION, "lineno"], how="left", maintain_order="left")
+        .group_by(COMPUTATION).agg(
+            token.str.join(";").alias("body"), token.count().alias("tokens"),
+            opcode.filter(~opcode.is_in(_PLUMBING)).unique(maintain_order=True).alias("ops"),
+            opcode.filter(opcode != "parameter").unique(maintain_order=True).alias("all_ops"),
+        )
+    )  # fmt: skip
+
+
+def fingerprints_of(bodies: pl.LazyFrame) -> pl.LazyFrame:
+    """``fingerprint_bodies`` -> dump_id, module_index, computation, ``fp`` (the body's
+    digest) and ``ops`` (the label's opcodes: all but parameters when all are plumbing)."""
+    return bodies.with_columns(
+        pl.col("body").map_elements(digest, return_dtype=pl.String).alias("fp"),
+        pl.when(pl.col("ops").list.len() > 0).then("ops").otherwise("all_ops").alias("ops"),
+    ).select(*COMPUTATION, "fp", "ops")
 
 
 def _fingerprints(ins: pl.LazyFrame) -> pl.LazyFrame:
     """One row per computation: ``fp``, a digest of its body (opcode and shape of each
     instruction in order, names left out; a called computation enters by its own flat
     digest, so a changed reducer changes its caller), and ``ops`` for labels."""
-    comp = ["dump_id", "module_index", "computation"]
     ins = ins.sort("dump_id", "lineno")  # group_by keeps the row order within each group
-    token = pl.concat_str(pl.col("opcode"), pl.lit(" "), pl.col("shape").fill_null("?"))
-    flat = ins.group_by(comp).agg(body=token.str.join(";"))
-    flat = flat.with_columns(pl.col("body").map_elements(_digest, return_dtype=pl.String).alias("flat"))
-    callees = (
-        ins.select(*comp, "lineno", pl.col("called_computations").alias("callee")).explode("callee")
-        .drop_nulls("callee")
-        .join(flat.select("dump_id", "module_index", pl.col("computation").alias("callee"), "flat"),
-              on=["dump_id", "module_index", "callee"], how="left", maintain_order="left")
-        .group_by([*comp, "lineno"]).agg(pl.col("flat").fill_null("?").str.join(","))
-    )  # fmt: skip
-    opcode = pl.col("opcode")
-    return (
-        ins.join(callees, on=[*comp, "lineno"], how="left", maintain_order="left")
-        .with_columns(pl.concat_str(token, pl.lit(" ["), pl.col("flat").fill_null(""), pl.lit("]")).alias("token"))
-        .group_by(comp).agg(
-            pl.col("token").str.join(";").alias("body"),
-            opcode.filter(~opcode.is_in(_PLUMBING)).unique(maintain_order=True).alias("ops"),
-            opcode.filter(opcode != "parameter").unique(maintain_order=True).alias("all_ops"),
-        )
-        .with_columns(pl.col("body").map_elements(_digest, return_dtype=pl.String).alias("fp"),
-                      pl.when(pl.col("ops").list.len() > 0).then("ops").otherwise("all_ops").alias("ops"))
-        .select(*comp, "fp", "ops")
-    )  # fmt: skip
+    flat = flat_bodies(ins).with_columns(pl.col("body").map_elements(digest, return_dtype=pl.String).alias("flat"))
+    return fingerprints_of(fingerprint_bodies(ins, flat))
 
 
-def hlo_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> list[pl.LazyFrame]:
-    """fusion, custom_call and collective rows of every ``xla_hlo`` dump."""
+HLO_ROW_COLUMNS = ["dump_id", "module_index", "computation", "lineno", "opcode", "shape", "bytes", "fusion_kind",
+                   "called_computations", "custom_call_target", "op_name", "source_file", "source_line"]
+
+
+def hlo_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame],
+             fingerprints: pl.DataFrame | None = None) -> list[pl.LazyFrame]:
+    """fusion, custom_call and collective rows of every ``xla_hlo`` dump; ``fingerprints``
+    (``fingerprints_of``: every computation's, when ``records`` hold only some of a dump's
+    instructions) else computed here from the instructions."""
     frame = records.get("hlo_instructions")
     if frame is None or frame.is_empty():
         return []
     ids = dumps.lazy().filter(pl.col("kind") == "xla_hlo").select("dump_id").unique()
-    ins = frame.lazy().join(ids, on="dump_id", how="semi").select(
-        "dump_id", "module_index", "computation", "lineno", "opcode", "shape", "bytes", "fusion_kind",
-        "called_computations", "custom_call_target", "op_name", "source_file", "source_line")  # fmt: skip
-    fps = _fingerprints(ins)
+    ins = frame.lazy().join(ids, on="dump_id", how="semi").select(HLO_ROW_COLUMNS)
+    fps = _fingerprints(ins) if fingerprints is None else fingerprints.lazy()
     paths = dumps.lazy().filter(pl.col("kind") == "xla_hlo").select("dump_id", "path")
     detail, _ = _where(pl.col("op_name"))
 

@@ -150,11 +150,19 @@ def key_contents(keys: list[str]) -> pl.DataFrame:
 def items_of_contents(keys: pl.DataFrame, records: dict[str, pl.DataFrame]) -> pl.DataFrame:
     """Items of each key in ``keys`` (items_key, kind, stage, dump_id: one row per key),
     from ``records`` (the records tables of their contents, and of the HLO dumps the
-    buffer assignment keys name), in ``CONTENT_ITEM_SCHEMA``."""
+    buffer assignment keys name), in ``CONTENT_ITEM_SCHEMA``. One frame holds them all:
+    a content too large for that goes through ``transforms.trends.item_chunks``."""
     if keys.is_empty():
         return pl.DataFrame(schema=CONTENT_ITEM_SCHEMA)
-    # Each key stands as its own dump, in a run of its own; a buffer assignment's HLO
-    # dump joins it there (same run, job and program), under a path of its own.
+    dumps = key_dumps(keys)
+    records = {t: f for t, f in records.items() if f.width}
+    return content_items(keys, _items_with_first(dumps, records), dumps, records)
+
+
+def key_dumps(keys: pl.DataFrame) -> pl.DataFrame:
+    """The dumps frame the item builders take for ``keys``: each key stands as its own dump,
+    in a run of its own; a buffer assignment's HLO dump joins it there (same run, job and
+    program), under a path of its own."""
     own = keys.select(pl.col("items_key").alias("path"), pl.col("items_key").alias("run_id"), pl.lit("").alias("job"),
                       "kind", "stage", pl.lit("").alias("program"), "dump_id")
     contents = key_contents(keys.filter(pl.col("kind") == "xla_buffer_assignment").get_column("items_key").to_list())
@@ -162,9 +170,14 @@ def items_of_contents(keys: pl.DataFrame, records: dict[str, pl.DataFrame]) -> p
         (pl.col("items_key") + "#hlo:" + pl.col("dump_id")).alias("path"), pl.col("items_key").alias("run_id"),
         pl.lit("").alias("job"), pl.lit("xla_hlo").alias("kind"), pl.lit("after_optimizations").alias("stage"),
         pl.lit("").alias("program"), "dump_id")
-    dumps = pl.concat([own, hlo])
-    records = {t: f for t, f in records.items() if f.width}
-    items = _items_with_first(dumps, records)
+    return pl.concat([own, hlo])
+
+
+def content_items(keys: pl.DataFrame, items: pl.DataFrame, dumps: pl.DataFrame,
+                  records: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """``items`` (``_items_with_first``: of ``dumps``, ``key_dumps(keys)``) as content items:
+    those of the keys' own paths, with their evidence lines (``evidence.item_lines`` reads
+    ``records``), and a 'none' row for a key without items."""
     items = items.join(keys.select(pl.col("items_key").alias("path")), on="path", how="semi")
     lines = evidence.item_lines(items, dumps, records)
     items = items.join(lines, on=["path", "category", "key"], how="left").rename({"path": "items_key"}).with_columns(
