@@ -365,6 +365,16 @@ def _announce(con, run_ids: list[str], settings) -> tuple[int, list[str]]:
     return len(done.sent), done.failed
 
 
+def _store_damaged(warehouse: Path) -> bool:
+    """Whether a records file the published warehouse lists is missing or unreadable: the
+    writer then heals the store (``Warehouse._heal``) even on a night with nothing new, whose
+    damaged contents' dumps are gone from the bucket (else discovery stages them again)."""
+    if not Path(warehouse).exists():
+        return False
+    with wh.connect_readonly(warehouse) as con:
+        return wh.has_records_store(con) and bool(records.damaged(con))
+
+
 def _owes_notifications(warehouse: Path) -> bool:
     """Whether the published warehouse owes a message to a target this run has: the writer then
     retries it, even on a night with nothing new."""
@@ -519,10 +529,11 @@ def nightly(
     # Nothing new: no writer, no lock, no copy of the warehouse (the no-op night stays cheap).
     stale = not (outcomes or runs) and needs_aggregate(warehouse, load_settings(settings_path))
     owed = not (outcomes or runs or stale) and _owes_notifications(warehouse)
+    damaged = not (outcomes or runs or stale or owed) and _store_damaged(warehouse)
     loaded = (load(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()),
                    staging_dir, memory_limit, run_items=items_runner(MemoryBudget(memory_limit).items_workers,
                                                    source=DumpSource(bucket, storage_options)))  # excerpts: read from the dumps
-              if outcomes or runs or stale or owed else LoadResult())
+              if outcomes or runs or stale or owed or damaged else LoadResult())
     summary.rows_loaded, summary.new_incidents, summary.notified = loaded.rows, loaded.new_incidents, loaded.notified
     summary.undelivered = loaded.undelivered
     summary.failures += loaded.healed

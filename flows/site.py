@@ -144,6 +144,10 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                               FROM notifications n JOIN runs r USING (run_id)
                               WHERE NOT coalesce(n.delivered, false) AND n.{in_window}
                               ORDER BY r.started_at, n.run_id, n.target""", [shown]),
+            store_repairs=q("""SELECT file, reason, repaired_at, dump_id IN (SELECT dump_id FROM records_files) AS parsed_again
+                               FROM store_repairs
+                               WHERE repaired_at >= (SELECT max(ingested_at) FROM dumps) - INTERVAL 7 DAY
+                               ORDER BY repaired_at DESC, file"""),
         )
         # Every run of the window for the lines the section charts draw (a point a night);
         # the pages need only the change points of everything else.

@@ -101,11 +101,42 @@ def test_a_damaged_store_heals_at_the_next_night_as_if_never_damaged(prefect, tm
     summary = _night(bucket, warehouse)
     assert _state(warehouse) == undamaged[changed]
     assert any("records file" in f and "parsed again" in f for f in summary.failures)
+    with wh.connect_readonly(warehouse) as con:  # recorded, and its content is back (the overview reads this)
+        [(repairs, back)] = con.execute("""SELECT count(*), bool_and(dump_id IN (SELECT dump_id FROM records_files))
+                                           FROM store_repairs""").fetchall()
+    assert repairs >= 1 and back
     # every listed file is back and readable; nothing unlisted stays behind the sweep
     with wh.connect_readonly(warehouse) as con:
         assert records.damaged(con) == {}
     assert sorted(p.relative_to(records.root_for(warehouse)).as_posix()
                   for p in records.root_for(warehouse).glob("*/*.parquet")) == sorted(_listed_files(warehouse))
+
+
+def test_a_damaged_file_whose_dump_left_the_bucket_is_repaired_by_a_night_with_nothing_new_and_the_overview_says_so(
+        prefect, tmp_path):
+    from flows.site import _environment, read_site_data
+    from transforms.site import pages
+
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
+    _add(bucket, FIRST)
+    _night(bucket, warehouse)
+    damaged = _hlo_file(warehouse)
+    name = damaged.relative_to(records.root_for(warehouse)).as_posix()
+    _delete(warehouse)
+    shutil.rmtree(bucket / FIRST[0])  # its dumps are gone too: nothing new, nothing to parse again
+    summary = _night(bucket, warehouse)
+    assert summary.new == 0
+    assert summary.failures == [f"records file {name} was missing: its content was marked compacted and is parsed "
+                                "again when a dump of it is in the bucket"]
+    with wh.connect_readonly(warehouse) as con:
+        assert records.damaged(con) == {}
+        assert con.execute("SELECT file, reason FROM store_repairs").fetchall() == [(name, "missing")]
+    page = _environment().get_template("overview.md.j2").render(
+        **pages.overview_page(read_site_data(warehouse)), run_link=lambda run_id, here="": f"runs/{run_id}.md")
+    [row] = [line for line in page.splitlines() if f"<code>{name}</code>" in line]
+    assert "## Records store repaired" in page
+    assert row.startswith(f"| <code>{name}</code> | missing | 20") and row.endswith(
+        " UTC | no dump of it in the bucket: its instruction rows are gone (figures, items and diffs kept) |")
 
 
 # ---------------------------------------------------------------- without a night (no Prefect)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
@@ -329,22 +330,29 @@ def damaged_contents(con, files: Iterable[str]) -> list[str]:
                                       [names]).fetchall()]
 
 
-def heal(con, files: Iterable[str]) -> list[str]:
-    """The writer's repair of damaged store ``files``: every file of their contents is
-    unlisted (a content is whole or gone), the contents are marked compacted, and the views
-    they touched are defined again. Returns the contents healed; a dump bringing one back
-    is parsed again (``flows.warehouse.store.with_records``)."""
+def heal(con, files: dict[str, str]) -> list[str]:
+    """The writer's repair of damaged store ``files`` (name -> why, ``damaged``): every file
+    of their contents is unlisted (a content is whole or gone), the contents are marked
+    compacted, the repair is recorded (``store_repairs``, shown on the overview) and the
+    views they touched are defined again. Returns the contents healed; a dump bringing one
+    back is parsed again (``flows.warehouse.store.with_records``)."""
     contents = damaged_contents(con, files)
     if not contents:
         return []
     before = listed(con)
     con.register("_records_damaged", pl.DataFrame({"dump_id": contents}).to_arrow())
+    con.register("_files_damaged", pl.DataFrame({"file": list(files), "reason": list(files.values())}).to_arrow())
     try:
+        # The time is a parameter, not now(): the journal replays this on the standby, later.
+        at = datetime.now(timezone.utc).replace(tzinfo=None)
+        con.execute("""INSERT INTO store_repairs SELECT r.file, d.reason, r.dump_id, ?::TIMESTAMP
+                       FROM records_files r JOIN _files_damaged d USING (file) ORDER BY r.file""", [at])
         con.execute("DELETE FROM records_files WHERE dump_id IN (SELECT dump_id FROM _records_damaged)")
         con.execute("""INSERT INTO compacted_contents SELECT dump_id FROM _records_damaged
                        WHERE dump_id NOT IN (SELECT dump_id FROM compacted_contents)""")
     finally:
         con.unregister("_records_damaged")
+        con.unregister("_files_damaged")
     refresh_changed(con, before)
     return contents
 

@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 
 def quote_ident(name: str) -> str:
@@ -106,6 +106,15 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "Contents whose records rows were compacted away (flows.aggregate.compact_records): no dump of the latest [warehouse] keep_records_runs runs held them and their items were stored. Their dumps, metrics and items stay; a content that comes back is parsed again and leaves this table.",
         {
             "dump_id": ("VARCHAR NOT NULL", "The content (dumps.dump_id) whose records rows are gone; listed once."),
+        },
+    ),
+    "store_repairs": (
+        "Records files the writer found damaged (missing, cut, not Parquet) and unlisted (flows.warehouse.records.heal): their content was marked compacted and is parsed again by the next night that finds a dump of it in the bucket. The overview lists the repairs of the last 7 days.",
+        {
+            "file": ("VARCHAR NOT NULL", "The damaged file, under the records store (records_files.file)."),
+            "reason": ("VARCHAR NOT NULL", "What was wrong with it: missing, empty, unreadable, not a readable Parquet file, cut short."),
+            "dump_id": ("VARCHAR NOT NULL", "The content (dumps.dump_id) whose records the file held."),
+            "repaired_at": ("TIMESTAMP", "When the writer unlisted it (UTC)."),
         },
     ),
     "records_files": (
@@ -331,6 +340,8 @@ MIGRATIONS: list[Migration] = [
         "ALTER TABLE notifications ADD COLUMN IF NOT EXISTS attempts INTEGER",
         "UPDATE notifications SET attempts = 1 WHERE attempts IS NULL",
     )),
+    # A damaged records file was healed silently: the overview says which, and whether its content came back.
+    Migration(13, "store_repairs: the records files the writer found damaged and unlisted", (_create_core("store_repairs"),)),
 ]
 
 

@@ -65,6 +65,8 @@ class SiteData:
     # notifications of the window's runs not delivered (owed: retried by the next run): run_id, target, new_incidents,
     # attempts, sent_at, error
     undelivered: pl.DataFrame | None = None
+    # records files the writer found damaged in the last 7 days: file, reason, repaired_at, parsed_again
+    store_repairs: pl.DataFrame | None = None
 
     @cached_property
     def steps(self) -> pl.DataFrame:

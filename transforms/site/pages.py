@@ -77,7 +77,7 @@ def overview_page(d: SiteData) -> dict:
     return {"run": run, "info": info, **run_info(d, info), "headline": headline, **_verdict(d, run, here=""),
             "headline_metrics": metrics_shown, "headline_labels": HEADLINE, "health": health, "problems": problems,
             "previous": d.previous, "history_chart": _incidents_chart(d), "accepts": d.accepts.height,
-            "undelivered": _undelivered(d)}
+            "undelivered": _undelivered(d), "store_repairs": _store_repairs(d)}
 
 
 def _undelivered(d: SiteData) -> list[dict]:
@@ -88,6 +88,17 @@ def _undelivered(d: SiteData) -> list[dict]:
     return [{**n, "run_link": d.run_link(n["run_id"]),
              "tried": f"{n['sent_at']:%Y-%m-%d %H:%M} UTC" if n["sent_at"] else "not yet",
              "error": n["error"] or "not tried yet"} for n in d.undelivered.to_dicts()]
+
+
+def _store_repairs(d: SiteData) -> list[dict]:
+    """The records files found damaged in the last 7 days, and what became of their content:
+    parsed again from the bucket, or (its dump gone) its instruction rows lost."""
+    if d.store_repairs is None:
+        return []
+    return [{**r, "at": f"{r['repaired_at']:%Y-%m-%d %H:%M} UTC",
+             "outcome": ("parsed again from the bucket" if r["parsed_again"] else
+                         "no dump of it in the bucket: its instruction rows are gone (figures, items and diffs kept)")}
+            for r in d.store_repairs.to_dicts()]
 
 
 def _incidents_chart(d: SiteData) -> dict | None:
