@@ -144,8 +144,11 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                               FROM notifications n JOIN runs r USING (run_id)
                               WHERE NOT coalesce(n.delivered, false) AND n.{in_window}
                               ORDER BY r.started_at, n.run_id, n.target""", [shown]),
-            store_repairs=q("""SELECT file, reason, repaired_at, dump_id IN (SELECT dump_id FROM records_files) AS parsed_again
-                               FROM store_repairs
+            # Parsed again: a dump of the content was loaded after the repair (its records may
+            # since have been compacted as superseded, as an undamaged night's would be).
+            store_repairs=q("""SELECT file, reason, repaired_at, EXISTS (SELECT 1 FROM dumps d WHERE d.dump_id = r.dump_id
+                                                                        AND d.ingested_at >= r.repaired_at) AS parsed_again
+                               FROM store_repairs r
                                WHERE repaired_at >= (SELECT max(ingested_at) FROM dumps) - INTERVAL 7 DAY
                                ORDER BY repaired_at DESC, file"""),
         )

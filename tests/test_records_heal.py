@@ -101,10 +101,10 @@ def test_a_damaged_store_heals_at_the_next_night_as_if_never_damaged(prefect, tm
     summary = _night(bucket, warehouse)
     assert _state(warehouse) == undamaged[changed]
     assert any("records file" in f and "parsed again" in f for f in summary.failures)
-    with wh.connect_readonly(warehouse) as con:  # recorded, and its content is back (the overview reads this)
-        [(repairs, back)] = con.execute("""SELECT count(*), bool_and(dump_id IN (SELECT dump_id FROM records_files))
-                                           FROM store_repairs""").fetchall()
-    assert repairs >= 1 and back
+    from flows.site import read_site_data
+
+    repairs = read_site_data(warehouse).store_repairs  # recorded, and parsed again (what the overview says)
+    assert repairs.height >= 1 and repairs.get_column("parsed_again").all()
     # every listed file is back and readable; nothing unlisted stays behind the sweep
     with wh.connect_readonly(warehouse) as con:
         assert records.damaged(con) == {}
