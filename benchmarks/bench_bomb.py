@@ -30,7 +30,8 @@ under 1 GiB (the big night's: under its limit), and written to
 ``benchmarks/out/bench_bomb.json`` (``--json``). Each run is measured by
 ``benchmarks/harness.py`` (through ``bench_ingest.measure``).
 
-    .venv/bin/python benchmarks/bench_bomb.py [--line-gib 4] [--skip-night] [--module-mb 2000 [--only-module]] [--json FILE]
+    .venv/bin/python benchmarks/bench_bomb.py [--line-gib 4] [--skip-night] [--module-mb 2000 [--only-module]]
+        [--json FILE]
 """
 
 from __future__ import annotations

@@ -170,7 +170,8 @@ def main() -> None:
         rows.append((path, time_ours(path, args.repeats + 2)))
     rows.append((real_big, in_child(real_big, args.repeats)))
     rows.append((big, in_child(big, args.repeats)))
-    baseline = harness.run([sys.executable, "-c", "import polars, transforms.parsers.xla_hlo"], cwd=ROOT)["peak_rss_mib"]
+    idle = harness.run([sys.executable, "-c", "import polars, transforms.parsers.xla_hlo"], cwd=ROOT)
+    baseline = idle["peak_rss_mib"]
     xla = time_xla([p for p, _ in rows], args.repeats) or {}
 
     head = f"{'file':28} {'MB':>7} {'rows':>9} {'ours MB/s':>10} {'(cpu)':>7} {'XLA MB/s':>9} {'(cpu)':>7} " \

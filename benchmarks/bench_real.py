@@ -27,7 +27,8 @@ Benchmarks report, they do not assert figures: peak RSS is printed with whether 
 under ``RSS_TARGET_MIB`` and flat (the largest size's peak within ``FLAT_SLACK_MIB`` of
 the smallest's), and everything goes to ``benchmarks/out/bench_real.json`` (``--json``).
 
-    .venv/bin/python benchmarks/bench_real.py [--sizes 50 200] [--only parse,json,rows,staging,stage_object] [--json FILE]
+    .venv/bin/python benchmarks/bench_real.py [--sizes 50 200] [--only parse,json,rows,staging,stage_object]
+        [--json FILE]
 """
 
 from __future__ import annotations
