@@ -153,8 +153,8 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     if args.rebuild or not WAREHOUSE.exists():
         AGGREGATED.unlink(missing_ok=True)
-        # In a process of its own: a child forked from a process that held the build's GiB
-        # reports that as its own peak (Linux keeps ru_maxrss across fork and exec).
+        # In a process of its own: the build's GiB go back to the machine before the measured runs
+        # (which the harness measures on their own, whatever this process holds).
         subprocess.run([sys.executable, __file__, "--build"], check=True)
     results = []
     for mode in ("full", "nightly", "noop"):

@@ -327,9 +327,10 @@ def _versions_table(night2_ids: dict[str, str], live_night: int, records_runs: i
 
 
 def synthesise_in_child(records_runs: int) -> dict:
-    """``synthesise_year`` in a process of its own: it peaks at several GiB, and a process
-    this one starts later would inherit that peak as its own (ru_maxrss survives fork and
-    exec), which would make the nights' per-stage peaks (``peak_mib``) meaningless."""
+    """``synthesise_year`` in a process of its own: it peaks at several GiB, which go back to
+    the machine before the next nights. (The nights' own peaks, ``peak_mib`` per stage, do not
+    depend on it any more: ``benchmarks/harness.py`` starts each night from a small launcher, so
+    ru_maxrss, which survives fork and exec, starts from the launcher's, not this process's.)"""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
