@@ -9,16 +9,16 @@ regressions, changes and diffs to compute.
 
 Then, in a fresh process per repeat, times ``flows.aggregate.aggregate`` on a copy
 (read from DuckDB, series, trends, regressions, events, roll-ups, diffs, write back)
-and reports its stages and the process's peak RSS (``ru_maxrss``).
+and reports its stages and the process's peak RSS (``benchmarks/harness.py``: its own,
+not the benchmark's).
 
-    .venv/bin/python benchmarks/bench_aggregate.py [--repeat 3] [--rebuild]
+    .venv/bin/python benchmarks/bench_aggregate.py [--repeat 3] [--rebuild] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -30,6 +30,8 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks import harness  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "out"
 WAREHOUSE = OUT / "aggregate_365x200.duckdb"
 RUNS, JOBS, PROGRAMS, METRICS, ITEMS = 365, 10, 20, 40, 30
@@ -131,7 +133,7 @@ def measure_once(mode: str) -> dict:
         shutil.copyfile(work, AGGREGATED)
     work.unlink()
     return {"mode": mode, "seconds": seconds, "stages": result.seconds, "rows": result.rows,
-            "from_run": result.from_run, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "from_run": result.from_run}
 
 
 def main() -> None:
@@ -140,6 +142,7 @@ def main() -> None:
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--once", help=argparse.SUPPRESS)
     ap.add_argument("--build", action="store_true", help=argparse.SUPPRESS)
+    harness.add_json_option(ap, OUT / "bench_aggregate.json")
     args = ap.parse_args()
     if args.once:
         print(json.dumps(measure_once(args.once)))
@@ -150,14 +153,14 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     if args.rebuild or not WAREHOUSE.exists():
         AGGREGATED.unlink(missing_ok=True)
-        # In a process of its own: a child forked from a process that held the build's GiB
-        # reports that as its own peak (Linux keeps ru_maxrss across fork and exec).
+        # In a process of its own: the build's GiB go back to the machine before the measured runs
+        # (which the harness measures on their own, whatever this process holds).
         subprocess.run([sys.executable, __file__, "--build"], check=True)
     results = []
     for mode in ("full", "nightly", "noop"):
         for _ in range(args.repeat if mode != "full" else 1):
-            out = subprocess.run([sys.executable, __file__, "--once", mode], check=True, capture_output=True, text=True)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r, m = harness.run_json([sys.executable, __file__, "--once", mode])
+            r["peak_rss_mib"] = m["peak_rss_mib"]
             results.append(r)
             stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items())
             print(f"{mode:8s} {r['seconds']:.2f} s ({stages}); from {r['from_run']}; peak RSS {r['peak_rss_mib']:.0f} MiB")
@@ -166,7 +169,7 @@ def main() -> None:
         these = [r for r in results if r["mode"] == mode]
         print(f"{mode}: best {min(r['seconds'] for r in these):.2f} s of {len(these)}, "
               f"peak RSS max {max(r['peak_rss_mib'] for r in these):.0f} MiB")
-    (OUT / "bench_aggregate.json").write_text(json.dumps(results, indent=2))
+    harness.write_json(args.json, results, indent=2)
 
 
 if __name__ == "__main__":

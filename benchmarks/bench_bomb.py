@@ -27,9 +27,11 @@ once under ``benchmarks/out/real/``), hard-linked into a bucket of its own:
 
 Benchmarks report, they do not assert: each figure is printed with whether it is
 under 1 GiB (the big night's: under its limit), and written to
-``benchmarks/out/bench_bomb.json``.
+``benchmarks/out/bench_bomb.json`` (``--json``). Each run is measured by
+``benchmarks/harness.py`` (through ``bench_ingest.measure``).
 
     .venv/bin/python benchmarks/bench_bomb.py [--line-gib 4] [--skip-night] [--module-mb 2000 [--only-module]]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ from pathlib import Path
 import psutil
 # the same process-tree measurement as the ingest bench
 from bench_ingest import DUMPSCOPE, OUT, ROOT, STARTUP_TIMEOUT, measure
+
+from benchmarks import harness  # bench_ingest put the repository on sys.path
 
 REAL_DUMP = ROOT / "data/sample_bucket/2026-11-20/jax-jit/module_0000.jit_train_step.cpu_after_optimizations.txt.gz"
 BOMB_NAME = "module_0001.bomb.after_optimizations.txt.gz"
@@ -218,6 +222,7 @@ def main() -> None:
     ap.add_argument("--module-mb", type=int, default=0,
                     help="also the night of one module of about this many MB (2000)")
     ap.add_argument("--only-module", action="store_true", help="only the --module-mb nights, not the gzip bomb")
+    harness.add_json_option(ap, OUT / "bench_bomb.json")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     result: dict = {}
@@ -225,7 +230,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-bomb-module-", dir=OUT) as tmp:  # beside the module: hard links
             result["module_night"] = big_module_night(args.module_mb, Path(tmp))
         if args.only_module:
-            (OUT / "bench_bomb.json").write_text(json.dumps(result, indent=1, default=str))
+            harness.write_json(args.json, result)
             return
     with tempfile.TemporaryDirectory(prefix="bench-bomb-") as tmp:
         job = Path(tmp, "bucket", "2026-01-01", "job")
@@ -263,7 +268,7 @@ def main() -> None:
                 result["dumps"] = warehouse_dumps(warehouse)
                 for d in result["dumps"]:
                     print(f"  {d['path']}: {d['kind']} {d['status']}  {(d['error'] or '')[:160]}")
-    (OUT / "bench_bomb.json").write_text(json.dumps(result, indent=1, default=str))
+    harness.write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@ reads the whole dump through sha256 so that excerpts come only from the bytes th
 parsed; without the check the read stopped after the last wanted line.
 
 Writes (once) a plain HLO text file of ``--mib`` MiB in ``benchmarks/out/``, then times
-both reads for excerpt lines near its start and in its middle.
+both reads for excerpt lines near its start and in its middle (``benchmarks/harness.py``).
 
-    .venv/bin/python benchmarks/bench_excerpt_check.py [--mib 512]
+    .venv/bin/python benchmarks/bench_excerpt_check.py [--mib 512] [--json FILE]
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
+from benchmarks import harness  # noqa: E402
 from flows.items import _lines, excerpts_of  # noqa: E402
 from transforms.trends import evidence  # noqa: E402
 
@@ -27,6 +27,7 @@ LINE = b"  %fusion.1 = f32[128,128]{1,0} fusion(f32[128,128]{1,0} %p0), kind=kLo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=512)
+    harness.add_json_option(parser, None)
     args = parser.parse_args()
     path = Path(__file__).parent / "out" / f"excerpt_check_{args.mib}.txt"
     if not path.exists():
@@ -39,16 +40,24 @@ def main() -> None:
     with path.open("rb") as f:
         sha = hashlib.file_digest(f, "sha256").hexdigest()
     lines = path.stat().st_size // len(LINE)
+    figures = []
     for wanted in (["2-3"], [f"{lines // 2}-{lines // 2 + 2}"]):
-        started = time.perf_counter()
-        with path.open("rb") as raw:
-            unchecked = evidence.read_excerpts(_lines(raw), wanted)
-        middle = time.perf_counter()
-        with path.open("rb") as raw:
-            checked = excerpts_of(raw, sha, wanted)
-        done = time.perf_counter()
-        assert checked == unchecked
-        print(f"{args.mib} MiB, lines {wanted[0]}: unchecked {middle - started:.2f} s, checked {done - middle:.2f} s")
+        def unchecked_read():
+            with path.open("rb") as raw:
+                return evidence.read_excerpts(_lines(raw), wanted)
+
+        def checked_read():
+            with path.open("rb") as raw:
+                return excerpts_of(raw, sha, wanted)
+
+        unchecked, checked = harness.best_of(unchecked_read, 1), harness.best_of(checked_read, 1)
+        assert checked["result"] == unchecked["result"]
+        figures.append({"mib": args.mib, "lines": wanted[0], "unchecked_s": unchecked["wall_s"],
+                        "checked_s": checked["wall_s"]})
+        print(f"{args.mib} MiB, lines {wanted[0]}: unchecked {unchecked['wall_s']:.2f} s, "
+              f"checked {checked['wall_s']:.2f} s")
+    if args.json:
+        harness.write_json(args.json, figures)
 
 
 if __name__ == "__main__":

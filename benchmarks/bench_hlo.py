@@ -1,6 +1,6 @@
 """XLA HLO text parser: throughput on one core, peak RSS, and XLA's own parser side by side.
 
-    .venv/bin/python benchmarks/bench_hlo.py [--big-mb 200] [--real-mb 60] [--repeats 3]
+    .venv/bin/python benchmarks/bench_hlo.py [--big-mb 200] [--real-mb 60] [--repeats 3] [--json FILE]
 
 What is timed is the whole parse a nightly run does: iterate the text file's lines,
 run ``transforms.parsers.xla_hlo.parse`` and build every polars frame it yields (frames are
@@ -18,7 +18,8 @@ The big file (default ~200 MB) concatenates the two seed modules (004, 001, 004,
 and is written once to benchmarks/out/. It is parsed in a child process that reports
 its own peak RSS. XLA's parser (``jaxlib._hlo.hlo_module_from_text``) runs in-process
 when jaxlib imports, else in ``.venv-samples`` if it exists; it takes one module per
-call, so the big file is fed to it module by module.
+call, so the big file is fed to it module by module. Best-of-N and the child processes' peak
+RSS come from ``benchmarks/harness.py``.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks import harness  # noqa: E402
+
 SEEDS = [ROOT / "tests/fixtures/seeds/001_a0c5460ce1af2dbe.txt", ROOT / "tests/fixtures/seeds/004_83a80cec1e7cc5e6.txt"]
 OUT = ROOT / "benchmarks" / "out"
 REAL = [ROOT / "data/corpus/hlo_text" / f"{n}.hlo.gz" for n in (
@@ -54,18 +57,16 @@ def time_ours(path: Path, repeats: int) -> dict:
     from transforms.parsers import xla_hlo
     from transforms.records import TableBatch
 
-    best_wall = best_cpu = float("inf")
-    rows = 0
-    for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.process_time()
+    def parse() -> int:
         rows = 0
         with path.open() as fh:
             for item in xla_hlo.parse(fh):
                 if isinstance(item, TableBatch):
                     rows += item.frame.height
-        best_wall = min(best_wall, time.perf_counter() - wall)
-        best_cpu = min(best_cpu, time.process_time() - cpu)
-    return {"wall": best_wall, "cpu": best_cpu, "rows": rows}
+        return rows
+
+    got = harness.best_of(parse, repeats)
+    return {"wall": got["wall_s"], "cpu": got["cpu_s"], "rows": got["result"]}
 
 
 _XLA = r"""
@@ -140,18 +141,13 @@ def big_file(target_mb: float) -> Path:
 
 
 def child(path: str, repeats: int) -> None:
-    import resource
-
     one_core()
-    got = time_ours(Path(path), repeats)
-    got["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps(got))
+    print(json.dumps(time_ours(Path(path), repeats)))
 
 
 def in_child(path: Path, repeats: int) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", str(path), "--repeats", str(repeats)], cwd=ROOT,
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    got, m = harness.run_json([sys.executable, __file__, "--child", str(path), "--repeats", str(repeats)], cwd=ROOT)
+    return got | {"peak_rss_mib": m["peak_rss_mib"]}
 
 
 def main() -> None:
@@ -160,6 +156,7 @@ def main() -> None:
     ap.add_argument("--real-mb", type=float, default=60)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child")
+    harness.add_json_option(ap, None)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.child:
@@ -173,10 +170,8 @@ def main() -> None:
         rows.append((path, time_ours(path, args.repeats + 2)))
     rows.append((real_big, in_child(real_big, args.repeats)))
     rows.append((big, in_child(big, args.repeats)))
-    baseline = json.loads(subprocess.run(
-        [sys.executable, "-c", ("import resource, polars, transforms.parsers.xla_hlo; "
-                                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")],
-        cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+    idle = harness.run([sys.executable, "-c", "import polars, transforms.parsers.xla_hlo"], cwd=ROOT)
+    baseline = idle["peak_rss_mib"]
     xla = time_xla([p for p, _ in rows], args.repeats) or {}
 
     head = f"{'file':28} {'MB':>7} {'rows':>9} {'ours MB/s':>10} {'(cpu)':>7} {'XLA MB/s':>9} {'(cpu)':>7} " \
@@ -197,6 +192,9 @@ def main() -> None:
         print(f"XLA peak RSS (its own process, texts held in memory): {peaks}")
     else:
         print("XLA's parser not available (no jaxlib here and no .venv-samples).")
+    if args.json:
+        harness.write_json(args.json, {"files": {str(p): got | {"mb": p.stat().st_size / 1e6} for p, got in rows},
+                                       "idle_child_peak_rss_mib": baseline, "xla": xla})
 
 
 if __name__ == "__main__":

@@ -18,17 +18,17 @@ time, as on a fresh machine) and ``PREFECT_SERVER_ANALYTICS_ENABLED=false``:
 2. the no-op re-run (nothing new): wall time and the flow's "total seconds";
 3. Prefect's ephemeral start-up alone: a trivial empty flow, measured the same way.
 
-Peak RSS is reported two ways: the largest sum of RSS over the whole process tree
-(psutil, polled every 50 ms), and the largest single process of the tree as the
-kernel saw it (``wait4`` rusage: the child and every descendant it reaped).
+Peak RSS is reported two ways (``benchmarks/harness.py``): the largest sum of RSS over
+the whole process tree (psutil, polled every 50 ms), and the largest single process of
+the tree as the kernel saw it (``wait4`` rusage: the child and every descendant it reaped).
 
-    .venv/bin/python benchmarks/bench_ingest.py [--repeat N] [--first-repeat N] [--rebuild] [--profile]
+    .venv/bin/python benchmarks/bench_ingest.py [--repeat N] [--first-repeat N] [--rebuild] [--profile] [--json FILE]
 
 Extra figures: the empty flow and the no-op re-run with a warm PREFECT_HOME (one whose
 Prefect database already exists, as on a machine that runs the nightly every night);
 ``--profile`` cProfiles the no-op's discover and load without Prefect.
 
-Writes the figures to ``benchmarks/out/bench_ingest.json``.
+Writes the figures to ``benchmarks/out/bench_ingest.json`` (``--json``).
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks import harness  # noqa: E402
+
 SAMPLES = ROOT / "data" / "sample_bucket"
 OUT = ROOT / "benchmarks" / "out"
 BUCKET = OUT / "bucket_1000"
@@ -146,52 +149,35 @@ def _bucket_stats() -> dict:
 
 def measure(argv: list[str], label: str, home: str | None = None, keep_output: bool = False) -> dict:
     """Run argv in a fresh process with a fresh PREFECT_HOME (or ``home``); wall time, output, peak RSS
-    (``keep_output``: and its whole stdout + stderr, as ``output``)."""
+    (``benchmarks/harness.py``; ``keep_output``: and its whole stdout + stderr, as ``output``)."""
     with tempfile.TemporaryDirectory(prefix="bench-prefect-") as tmp:
         home = home or tmp
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         env.update(PREFECT_HOME=home, PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONUNBUFFERED="1",
                    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=str(STARTUP_TIMEOUT))
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            t0 = time.perf_counter()
-            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=err)
-            root = psutil.Process(proc.pid)
-            peak_tree, peak_procs, peak_workers, kinds = 0, 0, 0, {}
-            while True:
-                pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-                if pid:
-                    wall = time.perf_counter() - t0
-                    proc.returncode = os.waitstatus_to_exitcode(status)
-                    break
-                try:
-                    tree = [root] + root.children(recursive=True)
-                except psutil.Error:
-                    tree = []
-                rss = 0
-                for p in tree:  # parse workers: multiprocessing spawn children (not the resource tracker)
-                    if p.pid not in kinds:
-                        try:
-                            kinds[p.pid] = "spawn_main" in " ".join(p.cmdline())
-                        except psutil.Error:
-                            kinds[p.pid] = False
-                peak_workers = max(peak_workers, sum(kinds.get(p.pid, False) for p in tree))
-                for p in tree:
+        kinds: dict[int, bool] = {}
+        peak_workers = 0
+
+        def workers(tree: list[psutil.Process]) -> None:
+            nonlocal peak_workers
+            for p in tree:  # parse workers: multiprocessing spawn children (not the resource tracker)
+                if p.pid not in kinds:
                     try:
-                        rss += p.memory_info().rss
+                        kinds[p.pid] = "spawn_main" in " ".join(p.cmdline())
                     except psutil.Error:
-                        pass
-                peak_tree, peak_procs = max(peak_tree, rss), max(peak_procs, len(tree))
-                time.sleep(0.05)
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-    if proc.returncode != 0:
-        sys.stderr.write(f"{label}: exit code {proc.returncode}\n" + stdout[-3000:] + stderr[-3000:])
-    return {"label": label, "returncode": proc.returncode,
-            "startup_timed_out": "Timed out while attempting to connect to ephemeral" in stdout + stderr, "wall_s": wall, "peak_rss_tree_mib": peak_tree / 2**20,
-            "peak_rss_single_mib": ru.ru_maxrss / 1024, "max_processes": peak_procs,
+                        kinds[p.pid] = False
+            peak_workers = max(peak_workers, sum(kinds.get(p.pid, False) for p in tree))
+
+        m = harness.run(argv, cwd=ROOT, env=env, capture=True, on_poll=workers)
+    stdout, stderr = m["stdout"], m["stderr"]
+    if m["returncode"] != 0:
+        sys.stderr.write(f"{label}: exit code {m['returncode']}\n" + stdout[-3000:] + stderr[-3000:])
+    return {"label": label, "returncode": m["returncode"],
+            "startup_timed_out": "Timed out while attempting to connect to ephemeral" in stdout + stderr,
+            "wall_s": m["wall_s"], "peak_rss_tree_mib": m["peak_rss_tree_mib"],
+            "peak_rss_single_mib": m["peak_rss_mib"], "max_processes": m["max_processes"],
             "max_parse_workers": peak_workers, "parse_workers_started": sum(kinds.values()),
-            "cpu_user_s": ru.ru_utime, "cpu_sys_s": ru.ru_stime,
+            "cpu_user_s": m["cpu_user_s"], "cpu_sys_s": m["cpu_sys_s"],
             "summary": _summary(stdout + "\n" + stderr)} | ({"output": stdout + "\n" + stderr} if keep_output else {})
 
 
@@ -274,6 +260,7 @@ def main() -> None:
     ap.add_argument("--first-repeat", type=int, default=1, help="first ingests to measure (each into a new warehouse)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the bucket even if it exists")
     ap.add_argument("--profile", action="store_true", help="also cProfile discover on the no-op (no Prefect)")
+    harness.add_json_option(ap, RESULT)
     args = ap.parse_args()
 
     OUT.mkdir(parents=True, exist_ok=True)
@@ -384,14 +371,14 @@ def main() -> None:
     }
     if result["code"]["before"] != result["code"]["after"] or code_before["flows_transforms_dirty"]:
         print(f"WARNING: flow code changed or uncommitted during the benchmark: {result['code']}")
-    RESULT.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    harness.write_json(args.json, result)
     if args.profile:
         result["noop_discover_profile"] = profile_noop()
-    RESULT.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    harness.write_json(args.json, result)
     _table(result)
     if args.profile:
         print("\n" + result["noop_discover_profile"])
-    print(f"\nwritten {RESULT.relative_to(ROOT)}")
+    print(f"\nwritten {args.json}")
 
 
 def _med(xs: list[float]) -> float:

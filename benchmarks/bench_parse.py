@@ -5,63 +5,72 @@ its peak RSS is its own. Throughput counts the whole path a nightly run takes:
 bytes → lines → records → polars frames with identity columns (iter_dump), with the
 frames dropped as they come, as a loader would after writing them.
 
-    .venv/bin/python benchmarks/bench_parse.py [FILE ...]
+Peak RSS and the CLI's wall time come from ``benchmarks/harness.py``.
+
+    .venv/bin/python benchmarks/bench_parse.py [FILE ...] [--json FILE]
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
+import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks import harness  # noqa: E402
+
 SEEDS = ROOT / "tests" / "fixtures" / "seeds"
 
 _CHILD = r"""
-import json, resource, sys, time
+import json, sys
+from benchmarks import harness
 from transforms.parse import iter_dump
 from transforms.records import TableBatch
 path = sys.argv[1]
-best, rows, summary = None, 0, None
-for _ in range(int(sys.argv[2])):
-    t0 = time.perf_counter(); rows = 0
+
+def parse():
+    rows, summary = 0, None
     with open(path, "rb") as raw:
         for item in iter_dump(raw, path, dump_id="bench"):
             if isinstance(item, TableBatch): rows += item.frame.height
             else: summary = item
-    dt = time.perf_counter() - t0
-    best = dt if best is None else min(best, dt)
-print(json.dumps({"seconds": best, "rows": rows, "kind": summary.kind.value, "status": summary.status.value,
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    return rows, summary
+
+got = harness.best_of(parse, int(sys.argv[2]))
+rows, summary = got["result"]
+print(json.dumps({"seconds": got["wall_s"], "rows": rows, "kind": summary.kind.value, "status": summary.status.value}))
 """
 
 
 def measure(path: Path, repeats: int = 3) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(repeats)], cwd=ROOT, capture_output=True, text=True, check=True)
-    got = json.loads(out.stdout)
+    got, m = harness.run_json([sys.executable, "-c", _CHILD, str(path), str(repeats)], cwd=ROOT)
+    got["peak_rss_mib"] = m["peak_rss_mib"]  # the child's whole life: imports, every repeat
     got["mb"] = path.stat().st_size / 1e6
     got["mb_per_s"] = got["mb"] / got["seconds"]
     return got
 
 
-def cli_latency(path: Path, repeats: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "flows.cli", "parse", "--json", str(path)], cwd=ROOT, capture_output=True, check=True)
-        best = min(best, time.perf_counter() - t0)
-    return best
+def cli_latency(path: Path, repeats: int = 3) -> dict:
+    runs = [harness.run([sys.executable, "-m", "flows.cli", "parse", "--json", str(path)], cwd=ROOT, capture=True)
+            for _ in range(repeats)]
+    if any(r["returncode"] for r in runs):
+        raise RuntimeError(f"dumpscope parse --json {path}: {[r['returncode'] for r in runs]}")
+    return {k: v for k, v in harness.best(runs).items() if k not in ("stdout", "stderr")}
 
 
-def main(paths: list[Path]) -> None:
+def main(paths: list[Path], json_out: Path | None) -> None:
     print(f"{'file':<44} {'kind':<24} {'MB':>7} {'rows':>8} {'s':>7} {'MB/s':>7} {'RSS MiB':>8}")
+    figures: dict = {"files": {}}
     for path in paths:
         m = measure(path)
+        figures["files"][str(path)] = m
         print(f"{path.name[-44:]:<44} {m['kind']:<24} {m['mb']:>7.2f} {m['rows']:>8} {m['seconds']:>7.3f} {m['mb_per_s']:>7.1f} {m['peak_rss_mib']:>8.0f}")
     worst = max(paths, key=lambda p: p.stat().st_size)
-    print(f"\n`dumpscope parse --json {worst.name}` wall time (process start included): {cli_latency(worst):.2f} s")
+    cli = figures["cli_latency"] = {"file": str(worst)} | cli_latency(worst)
+    print(f"\n`dumpscope parse --json {worst.name}` wall time (process start included): {cli['wall_s']:.2f} s")
+    if json_out:
+        harness.write_json(json_out, figures)
 
 
 # The seeds, plus the largest real dump of each format the seeds lack.
@@ -74,4 +83,8 @@ DEFAULT = [
 ]
 
 if __name__ == "__main__":
-    main([Path(p) for p in sys.argv[1:]] or DEFAULT)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="*", type=Path, help="dumps to parse (default: the seeds and a few real dumps)")
+    harness.add_json_option(ap, None)
+    args = ap.parse_args()
+    main(args.files or DEFAULT, args.json)

@@ -11,7 +11,7 @@ header line the module takes. The copies cycle through the sources in whole roun
 Deterministic; written once under ``benchmarks/out/real/`` (git-ignored).
 
 Each entry point runs in a fresh process; its peak RSS and CPU time (user + sys, all its
-threads) come from ``os.wait4`` in a small launcher (``_LAUNCHER``), for it alone:
+threads) come from ``benchmarks/harness.py`` (``os.wait4`` in a small launcher), for it alone:
 
 - ``dumpscope parse FILE``;
 - ``dumpscope parse --json FILE``;
@@ -25,9 +25,10 @@ Each run must say ``ok`` with the instruction count the copies add up to (the pa
 count of each source times its copies), and staging must stage that many rows.
 Benchmarks report, they do not assert figures: peak RSS is printed with whether it is
 under ``RSS_TARGET_MIB`` and flat (the largest size's peak within ``FLAT_SLACK_MIB`` of
-the smallest's), and everything goes to ``benchmarks/out/bench_real.json``.
+the smallest's), and everything goes to ``benchmarks/out/bench_real.json`` (``--json``).
 
     .venv/bin/python benchmarks/bench_real.py [--sizes 50 200] [--only parse,json,rows,staging,stage_object]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +47,9 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks import harness  # noqa: E402
+
 CORPUS = ROOT / "data" / "corpus"
 OUT = ROOT / "benchmarks" / "out"
 REAL = OUT / "real"
@@ -148,31 +151,15 @@ print(json.dumps({"status": staged.status, "metrics": staged.summary["metrics"],
 """
 
 
-# Linux keeps a process's peak RSS across exec, and a child starts from its parent's (fork)
-# or shares it (vfork): a child of this process would report this process's peak too. A
-# small launcher (nothing imported: ~10 MiB) starts the measured process and reports it.
-_LAUNCHER = r"""
-import json, os, sys
-report, argv = sys.argv[1], sys.argv[2:]
-pid = os.posix_spawn(argv[0], argv, os.environ)
-_, status, usage = os.wait4(pid, 0)
-with open(report, "w") as out:
-    json.dump({"exit": os.waitstatus_to_exitcode(status), "cpu_s": usage.ru_utime + usage.ru_stime,
-               "peak_rss_mib": usage.ru_maxrss / 1024}, out)
-"""
-
-
 def run_child(argv: list[str], stdout, scratch: Path) -> dict:
-    """Run ``argv`` in a fresh process; its wall time, CPU time and peak RSS (its own)."""
-    report = scratch / "rusage.json"
-    t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _LAUNCHER, str(report), *argv], cwd=ROOT, stdout=stdout,
-                          stderr=subprocess.PIPE, check=True)
-    wall = time.perf_counter() - t0
-    got = json.loads(report.read_text())
-    if got.pop("exit") != 0:
-        raise RuntimeError(f"{' '.join(argv[-3:])}: exit failed\n{done.stderr.decode(errors='replace')[-2000:]}")
-    return got | {"wall_s": wall}
+    """Run ``argv`` in a fresh process (``benchmarks/harness.py``); its wall time, CPU time and
+    peak RSS (its own, not this process's)."""
+    with (scratch / "stderr").open("w+b") as err:
+        m = harness.run(argv, cwd=ROOT, stdout=stdout, stderr=err)
+        if m["returncode"] != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(argv[-3:])}: exit failed\n{err.read().decode(errors='replace')[-2000:]}")
+    return {"cpu_s": m["cpu_s"], "peak_rss_mib": m["peak_rss_mib"], "wall_s": m["wall_s"]}
 
 
 def measure(entry: str, path: Path, expected: dict, scratch: Path) -> dict:
@@ -220,6 +207,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[50, 200], help="module sizes (MB)")
     ap.add_argument("--only", default=",".join(ENTRY_POINTS), help="entry points: " + ",".join(ENTRY_POINTS))
+    harness.add_json_option(ap, OUT / "bench_real.json")
     args = ap.parse_args()
     entries = args.only.split(",")
     modules = {}
@@ -250,11 +238,10 @@ def main() -> None:
         print(f"{entry:<12}: peak {peak:.0f} MiB at {big} MB ({'<' if peak < RSS_TARGET_MIB else '>='} {RSS_TARGET_MIB}), "
               f"{growth:+.0f} MiB from {small} MB ({'flat' if growth <= FLAT_SLACK_MIB else 'GROWS'}); "
               f"{marginal:.0f} MB/s per core without start-up")
-    OUT.mkdir(exist_ok=True)
     report = {"measured": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count(), "results": results,
               "verdicts": verdicts, "rss_target_mib": RSS_TARGET_MIB, "flat_slack_mib": FLAT_SLACK_MIB}
-    (OUT / "bench_real.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(f"\nfigures: {(OUT / 'bench_real.json').relative_to(ROOT)}")
+    written = harness.write_json(args.json, report)
+    print(f"\nfigures: {written.resolve().relative_to(ROOT) if written.resolve().is_relative_to(ROOT) else written}")
 
 
 if __name__ == "__main__":

@@ -24,12 +24,13 @@ For each reported night: peak RSS of the whole process tree (psutil, polled ever
 summed over the tree), wall seconds, the flow's seconds per stage (from --summary-json,
 else from the printed summary), bytes written by the tree (/proc/<pid>/io ``wchar`` and
 ``write_bytes`` of every process of the tree, last value seen while polling, summed; and
-the kernel's block-output count of the reaped tree, ``wait4`` rusage), the warehouse file
+the kernel's block-output count of the reaped tree, ``wait4`` rusage; each night measured by
+``benchmarks/harness.py``), the warehouse file
 and its growth over the night, the staging directory, every other file beside the
 warehouse, and the site. Then the targets, each PASS or FAIL as measured. Figures go to
 ``benchmarks/out/bench_scale.json``.
 
-    .venv/bin/python benchmarks/bench_scale.py [--night-timeout 420] [--records-share 1.0]
+    .venv/bin/python benchmarks/bench_scale.py [--night-timeout 420] [--records-runs N] [--work DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -41,10 +42,8 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -52,7 +51,10 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import scale_workload as wl  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
@@ -118,40 +120,24 @@ def run_flags() -> dict[str, bool]:
 
 
 def measure(argv: list[str], env: dict, timeout: float) -> dict:
-    """Run ``argv`` in its own process group; poll the tree every 50 ms until it exits."""
-    with tempfile.TemporaryFile() as out:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        root = psutil.Process(proc.pid)
-        peak_rss, peak_procs, io, timed_out = 0, 0, {}, False
-        while True:
-            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() - t0 > timeout and not timed_out:
-                timed_out = True
-                os.killpg(proc.pid, signal.SIGKILL)  # the group this bench started
+    """Run ``argv`` in its own session (``benchmarks/harness.py``), polling the tree every 50 ms until it
+    exits, SIGKILLed after ``timeout`` seconds; with the bytes its processes wrote (/proc/<pid>/io)."""
+    io: dict[int, tuple[int, int]] = {}
+
+    def writes(tree: list[psutil.Process]) -> None:
+        for p in tree:
             try:
-                tree = [root] + root.children(recursive=True)
+                c = p.io_counters()
+                io[p.pid] = (c.write_chars, c.write_bytes)
             except psutil.Error:
-                tree = []
-            rss = 0
-            for p in tree:
-                try:
-                    rss += p.memory_info().rss
-                    c = p.io_counters()
-                    io[p.pid] = (c.write_chars, c.write_bytes)
-                except psutil.Error:
-                    pass
-            peak_rss, peak_procs = max(peak_rss, rss), max(peak_procs, len(tree))
-            time.sleep(0.05)
-        wall = time.perf_counter() - t0
-        out.seek(0)
-        text = out.read().decode(errors="replace")
-    return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out, "wall_s": wall,
-            "peak_rss_tree_bytes": peak_rss, "max_processes": peak_procs,
+                pass
+
+    m = harness.run(argv, cwd=ROOT, env=env, capture=True, stderr=subprocess.STDOUT, timeout=timeout,
+                    new_session=True, on_poll=writes)
+    return {"returncode": m["returncode"], "timed_out": m["timed_out"], "wall_s": m["wall_s"],
+            "peak_rss_tree_bytes": int(m["peak_rss_tree_mib"] * MiB), "max_processes": m["max_processes"],
             "wchar_bytes": sum(w for w, _ in io.values()), "write_bytes": sum(b for _, b in io.values()),
-            "rusage_oublock_bytes": ru.ru_oublock * 512, "cpu_s": ru.ru_utime + ru.ru_stime, "output": text}
+            "rusage_oublock_bytes": m["oublock_bytes"], "cpu_s": m["cpu_s"], "output": m["stdout"]}
 
 
 _ROW = re.compile(r"^\|\s*([a-z_ ]+?)\s*\|\s*([0-9.]+)\s*\|\s*$", re.M)
@@ -341,9 +327,10 @@ def _versions_table(night2_ids: dict[str, str], live_night: int, records_runs: i
 
 
 def synthesise_in_child(records_runs: int) -> dict:
-    """``synthesise_year`` in a process of its own: it peaks at several GiB, and a process
-    this one starts later would inherit that peak as its own (ru_maxrss survives fork and
-    exec), which would make the nights' per-stage peaks (``peak_mib``) meaningless."""
+    """``synthesise_year`` in a process of its own: it peaks at several GiB, which go back to
+    the machine before the next nights. (The nights' own peaks, ``peak_mib`` per stage, do not
+    depend on it any more: ``benchmarks/harness.py`` starts each night from a small launcher, so
+    ru_maxrss, which survives fork and exec, starts from the launcher's, not this process's.)"""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -674,7 +661,8 @@ def main() -> None:
                     help="synthesise the records of the last N synthetic nights' contents (0: every night's); "
                          "default: the code's keep_records_runs retention")
     ap.add_argument("--work", type=Path, default=WORK, help="directory of the bucket, warehouse, site and Prefect home")
-    ap.add_argument("--result", type=Path, default=RESULT, help="where the figures go (JSON)")
+    ap.add_argument("--result", "--json", dest="result", type=Path, default=RESULT, metavar="FILE",
+                    help="where the figures go (JSON)")
     args = ap.parse_args()
     use_work(args.work)
     held = lock_work()
@@ -741,9 +729,7 @@ def main() -> None:
               "warehouse_runs_after_night366": final["runs"],
               "synthesis": synth, "nights": nights, "short_history": short, "accept": accepted, "targets": targets(by[2], by[366], by[367], short, accepted), "notes": notes,
               "bench_seconds": time.perf_counter() - t_start}
-    result_path = args.result
-    result_path.parent.mkdir(parents=True, exist_ok=True)
-    result_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    result_path = harness.write_json(args.result, result)
     print_table(result)
     print(f"\nbench took {result['bench_seconds']:.0f} s; written {result_path}")
     held.close()

@@ -6,9 +6,9 @@ the first metrics under real names so the section pages draw their charts), aggr
 it, then times ``flows.site.build_site`` in a fresh process and reports the pages, the
 charts, the total size of the site and the transfer size of the overview page (its HTML
 plus every asset it loads, as served: uncompressed, and gzip-compressed as a web server
-would send it).
+would send it), with the peak RSS of that process (``benchmarks/harness.py``).
 
-    .venv/bin/python benchmarks/bench_site.py [--repeat 2] [--rebuild]
+    .venv/bin/python benchmarks/bench_site.py [--repeat 2] [--rebuild] [--json FILE]
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import argparse
 import gzip
 import json
 import re
-import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks import harness  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "out"
 WAREHOUSE = OUT / "site_365x100.duckdb"
 SITE = OUT / "site_365x100"
@@ -58,7 +58,6 @@ def measure_once() -> dict:
         "overview_transfer_kb": sum(p.stat().st_size for p in loaded) / 1e3,
         "overview_transfer_gzip_kb": sum(len(gzip.compress(p.read_bytes())) for p in loaded) / 1e3,
         "largest_page_kb": max(p.stat().st_size for p in files if p.suffix == ".html") / 1e3,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
@@ -67,6 +66,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
+    harness.add_json_option(ap, OUT / "bench_site.json")
     args = ap.parse_args()
     if args.once:
         print(json.dumps(measure_once()))
@@ -76,15 +76,15 @@ def main() -> None:
         prepare()
     results = []
     for _ in range(args.repeat):
-        out = subprocess.run([sys.executable, __file__, "--once"], check=True, capture_output=True, text=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r, m = harness.run_json([sys.executable, __file__, "--once"])
+        r["peak_rss_mib"] = m["peak_rss_mib"]
         results.append(r)
         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
         print(f"site {r['seconds']:.1f} s ({stages}); {r['pages']} pages, {r['charts']} charts, {r['files']} files, "
               f"{r['site_mb']:.1f} MB; overview {r['overview_html_kb']:.0f} kB HTML, transfer {r['overview_transfer_kb']:.0f} kB "
               f"({r['overview_transfer_gzip_kb']:.0f} kB gzip); largest page {r['largest_page_kb']:.0f} kB; "
               f"peak RSS {r['peak_rss_mib']:.0f} MiB")
-    (OUT / "bench_site.json").write_text(json.dumps(results, indent=2))
+    harness.write_json(args.json, results, indent=2)
 
 
 if __name__ == "__main__":

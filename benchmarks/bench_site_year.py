@@ -18,18 +18,16 @@ aggregation of 11 M metric rows would take most of the machine's memory and minu
 Then times ``flows.site.build_site`` in a fresh process per repeat (``--history-runs N``
 sets ``[site] history_runs``; 0: the whole history), and reports the stages (read,
 render, mkdocs), pages, charts, files, the site's size, the largest page and the peak
-RSS of that process (``VmHWM``: its peak since exec).
+RSS of that process (``benchmarks/harness.py``: its own, not the benchmark's).
 
-    .venv/bin/python benchmarks/bench_site_year.py [--repeat 2] [--history-runs 90] [--rebuild]
+    .venv/bin/python benchmarks/bench_site_year.py [--repeat 2] [--history-runs 90] [--rebuild] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,6 +36,8 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks import harness  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "out"
 WAREHOUSE = OUT / "site_year.duckdb"
 SITE = OUT / "site_year"
@@ -256,20 +256,7 @@ def measure_once(history_runs: int) -> dict:
         "run_pages": len(list((SITE / "runs").glob("*.html"))) - 1,
         "series_pages": len(list((SITE / "series").glob("*.html"))) - 1,
         "incident_pages": len(list((SITE / "incidents").glob("*.html"))) - 1,
-        "peak_rss_mib": _peak_rss_mib(),
     }
-
-
-def _peak_rss_mib() -> float:
-    """This process's peak RSS since its exec: VmHWM. (``ru_maxrss`` survives exec on Linux, so
-    a child forked from a parent that just synthesised the warehouse reported the parent's ~10 GiB.)"""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> None:
@@ -279,6 +266,7 @@ def main() -> None:
                     help="[site] history_runs (0: the whole history; default: the setting's default)")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
+    harness.add_json_option(ap, OUT / "bench_site_year.json")
     args = ap.parse_args()
     if args.once:
         print(json.dumps(measure_once(args.history_runs)))
@@ -288,15 +276,14 @@ def main() -> None:
         build(WAREHOUSE)
     results = []
     for _ in range(args.repeat):
-        out = subprocess.run([sys.executable, __file__, "--once", "--history-runs", str(args.history_runs)],
-                             check=True, capture_output=True, text=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
+        r, m = harness.run_json([sys.executable, __file__, "--once", "--history-runs", str(args.history_runs)])
+        r["peak_rss_mib"] = m["peak_rss_mib"]
         results.append(r)
         stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
         print(f"site {r['seconds']:.1f} s ({stages}); {r['pages']} pages ({r['run_pages']} runs, {r['series_pages']} series, "
               f"{r['incident_pages']} incidents), {r['charts']} charts, {r['files']} files, {r['site_mb']:.1f} MB; "
               f"largest page {r['largest_page_kb']:.0f} kB; peak RSS {r['peak_rss_mib']:.0f} MiB")
-    (OUT / "bench_site_year.json").write_text(json.dumps(results, indent=2))
+    harness.write_json(args.json, results, indent=2)
 
 
 if __name__ == "__main__":

@@ -6,24 +6,24 @@ Each content is laid out as a parse stages it: ``<sha256>/<kind>-v<N>/`` holding
 ``summary.json`` and two small Parquet files (a few hundred bytes each). Times: making
 the layout (for scale), then dropping every content at once, as the nightly does after
 its load; then the same for ``prune_staging`` keeping none. Benchmarks report, they do
-not assert; the figures go to ``benchmarks/out/bench_staging_drop.json``.
+not assert; the figures (wall seconds, ``benchmarks/harness.py``) go to
+``benchmarks/out/bench_staging_drop.json`` (``--json``).
 
-    .venv/bin/python benchmarks/bench_staging_drop.py [--contents 50000] [--dir /tmp]
+    .venv/bin/python benchmarks/bench_staging_drop.py [--contents 50000] [--dir /tmp] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import harness  # noqa: E402
 from flows import staging  # noqa: E402
 
 PARQUET = b"PAR1" + b"\0" * 300 + b"PAR1"
@@ -43,16 +43,16 @@ def make(root: Path, n: int) -> set[str]:
 
 
 def timed(label: str, fn, figures: dict) -> None:
-    started = time.perf_counter()
-    result = fn()
-    figures[label] = round(time.perf_counter() - started, 2)
-    print(f"{label}: {figures[label]:.2f} s ({result})", flush=True)
+    got = harness.best_of(fn, 1)
+    figures[label] = round(got["wall_s"], 2)
+    print(f"{label}: {figures[label]:.2f} s ({got['result']})", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--contents", type=int, default=50_000)
     parser.add_argument("--dir", type=Path, default=None, help="where to make the staging (default: the temp dir)")
+    harness.add_json_option(parser, Path(__file__).parent / "out" / "bench_staging_drop.json")
     args = parser.parse_args()
     figures: dict = {"contents": args.contents, "files": 3 * args.contents}
     base = Path(tempfile.mkdtemp(prefix="bench-staging-", dir=args.dir))
@@ -66,9 +66,7 @@ def main() -> None:
         assert not staging.staged_contents(base / "staging2")
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    (out / "bench_staging_drop.json").write_text(json.dumps(figures, indent=2) + "\n")
+    harness.write_json(args.json, figures, indent=2)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """TORCH_TRACE parse speed and memory on a large log made from the real ones.
 
-    .venv/bin/python benchmarks/bench_torch_trace.py [--mb 200] [--small-mb 20] [--keep DIR]
+    .venv/bin/python benchmarks/bench_torch_trace.py [--mb 200] [--small-mb 20] [--keep DIR] [--json FILE]
 
 Builds a log of about ``--mb`` MB by repeating the records of the real logs in
 tests/fixtures/torch_trace (every case but the ranked ones) with fresh compile ids: repetition
@@ -10,39 +10,45 @@ long-running job that compiles many functions writes. Payloads are left as they 
 MD5s still hold). Then parses it the way ``dumpscope parse`` does (``transforms.parse.iter_dump``
 over the file, frames dropped as they come) in a fresh child process, one core, and prints
 MB/s of CPU time and the child's peak RSS, for the large log and for one of ``--small-mb``:
-flat memory means the two peaks are close.
+flat memory means the two peaks are close. The peak comes from ``benchmarks/harness.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks import harness  # noqa: E402
+
 FIX = ROOT / "tests" / "fixtures" / "torch_trace"
 PROGRAMS = 50
 
 _CHILD = r"""
-import json, resource, sys, time
+import json, sys
+from benchmarks import harness
 from transforms.parse import iter_dump
 from transforms.records import TableBatch
 path = sys.argv[1]
-rows, summary = 0, None
-c0, t0 = time.process_time(), time.perf_counter()
-with open(path, "rb") as raw:
-    for item in iter_dump(raw, path, dump_id="bench"):
-        if isinstance(item, TableBatch): rows += item.frame.height
-        else: summary = item
-print(json.dumps({"cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0, "rows": rows,
+
+def parse():
+    rows, summary = 0, None
+    with open(path, "rb") as raw:
+        for item in iter_dump(raw, path, dump_id="bench"):
+            if isinstance(item, TableBatch): rows += item.frame.height
+            else: summary = item
+    return rows, summary
+
+got = harness.best_of(parse, 1)
+rows, summary = got["result"]
+print(json.dumps({"cpu_s": got["cpu_s"], "wall_s": got["wall_s"], "rows": rows,
                   "status": summary.status.value, "errors": summary.errors[:3], "programs": len(summary.programs),
-                  "compiles": summary.metrics.get("dynamo.compiles"),
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "compiles": summary.metrics.get("dynamo.compiles")}))
 """
 
 _FRAME = re.compile(r'"frame_id": (\d+)')
@@ -76,8 +82,8 @@ def build(path: Path, mb: float) -> None:
 
 
 def measure(path: Path) -> dict:
-    run = subprocess.run([sys.executable, "-c", _CHILD, str(path)], cwd=ROOT, capture_output=True, text=True, check=True)
-    got = json.loads(run.stdout)
+    got, m = harness.run_json([sys.executable, "-c", _CHILD, str(path)], cwd=ROOT)
+    got["peak_rss_mib"] = m["peak_rss_mib"]
     got["mb"] = path.stat().st_size / 1e6
     got["mb_per_cpu_s"] = got["mb"] / got["cpu_s"]
     return got
@@ -88,7 +94,9 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=200)
     ap.add_argument("--small-mb", type=float, default=20)
     ap.add_argument("--keep", type=Path, help="write the logs here and keep them (default: a temporary directory)")
+    harness.add_json_option(ap, None)
     args = ap.parse_args()
+    figures = {}
     with tempfile.TemporaryDirectory() as tmp:
         where = args.keep or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
@@ -98,8 +106,11 @@ def main() -> None:
             path = where / f"dedicated_log_torch_trace_bench_{mb:g}mb.log"
             build(path, mb)
             m = measure(path)
+            figures[path.name] = m
             print(f"{path.name:<34} {m['mb']:>7.1f} {m['compiles']:>8.0f} {m['programs']:>8} {m['rows']:>8} "
                   f"{m['cpu_s']:>7.2f} {m['mb_per_cpu_s']:>6.1f} {m['peak_rss_mib']:>8.0f}  {m['status']} {m['errors']}")
+    if args.json:
+        harness.write_json(args.json, figures)
 
 
 if __name__ == "__main__":

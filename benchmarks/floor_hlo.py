@@ -1,9 +1,10 @@
 """What the pieces of any Python HLO reader cost on one file: the floors behind README "Speed".
 
-    .venv/bin/python benchmarks/floor_hlo.py [FILE.hlo[.gz] ...] [--repeats 7]
+    .venv/bin/python benchmarks/floor_hlo.py [FILE.hlo[.gz] ...] [--repeats 7] [--json FILE]
 
 Default files: XLA's LLM benchmark modules in data/corpus/hlo_text (llama 3.1 8B, mixtral 8x7B,
-TORAX). One core (POLARS_MAX_THREADS=1), CPU time, best of ``--repeats``. Each row is a lower
+TORAX). One core (POLARS_MAX_THREADS=1), CPU time, best of ``--repeats`` after one warm-up call
+(``benchmarks/harness.py``'s ``best_of``). Each row is a lower
 bound of one way to read the file, none of them a parser: the budget column is what 100 MB/s
 per core leaves for the whole parse (file size / 100 MB/s).
 
@@ -28,7 +29,6 @@ import gzip
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 os.environ["POLARS_MAX_THREADS"] = "1"
@@ -37,6 +37,8 @@ import polars as pl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks import harness  # noqa: E402
+
 DEFAULT = [ROOT / "data/corpus/hlo_text" / f"{n}.hlo.gz" for n in (
     "hlo_llama31_8b_bf16_1x8", "hlo_mixtral_8x7b_bf16_1x8", "hlo_torax_iterhybrid_predictor_corrector_f64")]
 _FIELDS = re.compile(r"\n(?:(ENTRY )?%?([^\s(]+) [^\n]*\{(?=\n)|  (ROOT )?%?([^\s=]+) = ([^ (]\S*) ([\w\-]+)\(([^\n]*))")
@@ -100,15 +102,7 @@ def measure(path: Path, repeats: int) -> dict[str, float]:
         "polars": lambda: _polars(lines),
         "parser": lambda: _parser(lines),
     }
-    best = {}
-    for name, fn in pieces.items():
-        fn()  # warm: imports, caches
-        t = float("inf")
-        for _ in range(repeats):
-            cpu = time.process_time()
-            fn()
-            t = min(t, time.process_time() - cpu)
-        best[name] = t
+    best = {name: harness.best_of(fn, repeats, warm=1)["cpu_s"] for name, fn in pieces.items()}  # warm: imports, caches
     best["MB"] = len(text.encode()) / 1e6
     return best
 
@@ -117,14 +111,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="What the pieces of any Python HLO reader cost on one file.")
     ap.add_argument("files", nargs="*", type=Path, help="HLO text, .gz too (default: XLA's LLM benchmark modules)")
     ap.add_argument("--repeats", type=int, default=7)
+    harness.add_json_option(ap, None)
     args = ap.parse_args()
+    figures = {}
     files, repeats = args.files or DEFAULT, args.repeats
     cols = ["lines", "loop", "split", "rows", "regex", "polars", "parser"]
     print(f"{'file':45s} {'MB':>5s} {'budget':>7s} " + " ".join(f"{c:>7s}" for c in cols) + "   (ms of CPU, one core)")
     for path in files:
-        b = measure(path, repeats)
+        b = figures[str(path)] = measure(path, repeats)
         print(f"{path.name[:45]:45s} {b['MB']:5.2f} {b['MB'] * 10:7.1f} " + " ".join(f"{b[c] * 1e3:7.1f}" for c in cols)
               + f"   parser {b['MB'] / b['parser']:.0f} MB/s")
+    if args.json:
+        harness.write_json(args.json, {"cpu_s": figures, "repeats": repeats})
 
 
 if __name__ == "__main__":
