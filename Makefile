@@ -42,7 +42,7 @@ browser:
 
 # bench_real: `dumpscope parse`, `parse --json` and the nightly's staging on ~50 and ~200 MB
 # modules made from data/corpus (CPU MB/s, peak RSS; benchmarks/out/bench_real.json), ~1 minute.
-# floor_hlo: what the pieces of any Python HLO reader cost on XLA's LLM modules (README, Speed).
+# floor_hlo: what the pieces of any Python HLO reader cost on XLA's LLM modules (docs/speed.md).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_parse.py
 	$(BIN)/python benchmarks/bench_real.py

@@ -1,4 +1,4 @@
-"""What the pieces of any Python HLO reader cost on one file: the floors behind README "Speed".
+"""What the pieces of any Python HLO reader cost on one file: the floors behind docs/speed.md.
 
     .venv/bin/python benchmarks/floor_hlo.py [FILE.hlo[.gz] ...] [--repeats 7] [--json FILE]
 

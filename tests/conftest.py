@@ -20,7 +20,8 @@ def prefect(tmp_path_factory):
     os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    # The CLI's start-up limit (flows.cli: 90 s): a loaded 2-core machine passes the default 30 s.
+    with prefect_test_harness(server_startup_timeout=90):
         yield
 
 
