@@ -211,18 +211,10 @@ def test_watch_on_a_missing_bucket_says_so_and_keeps_watching_once_it_was_there(
 @pytest.fixture(scope="module")
 def s3():
     """A moto S3 server on 127.0.0.1 with the bucket "dumps"; yields its endpoint and a client."""
-    import boto3
-    from moto.server import ThreadedMotoServer
+    from tests.moto_s3 import moto_s3
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
-    client.create_bucket(Bucket="dumps")
-    yield endpoint, client
-    server.stop()
+    with moto_s3() as (endpoint, client):
+        yield endpoint, client
 
 
 def _s3_options(endpoint: str, key: str = "testing") -> list[str]:

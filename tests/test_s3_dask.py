@@ -46,21 +46,13 @@ def _counts(warehouse: Path) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def s3(local_bucket):
     """A moto S3 server on 127.0.0.1 holding the night under s3://dumps/nightly/."""
-    import boto3
-    from moto.server import ThreadedMotoServer
+    from tests.moto_s3 import moto_s3
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
-    client.create_bucket(Bucket="dumps")
-    started = time.time()
-    for path in sorted(p for p in local_bucket.rglob("*") if p.is_file()):
-        client.upload_file(str(path), "dumps", f"nightly/{path.relative_to(local_bucket).as_posix()}")
-    yield endpoint, started, time.time()
-    server.stop()
+    with moto_s3() as (endpoint, client):
+        started = time.time()
+        for path in sorted(p for p in local_bucket.rglob("*") if p.is_file()):
+            client.upload_file(str(path), "dumps", f"nightly/{path.relative_to(local_bucket).as_posix()}")
+        yield endpoint, started, time.time()
 
 
 def test_parse_storage_options_nests_dotted_keys_and_decodes_json_values():
