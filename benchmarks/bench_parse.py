@@ -22,22 +22,27 @@ from benchmarks import harness  # noqa: E402
 
 SEEDS = ROOT / "tests" / "fixtures" / "seeds"
 
-_CHILD = r"""
-import json, sys
-from benchmarks import harness
-from transforms.parse import iter_dump
-from transforms.records import TableBatch
-path = sys.argv[1]
+def parse_file(path: str) -> tuple[int, object]:
+    """Parse ``path`` the way a night does, bytes to frames: (rows, the dump's summary).
+    Run in a fresh child (``_CHILD``, and bench_torch_trace's), timed there."""
+    from transforms.parse import iter_dump
+    from transforms.records import TableBatch
 
-def parse():
     rows, summary = 0, None
     with open(path, "rb") as raw:
         for item in iter_dump(raw, path, dump_id="bench"):
-            if isinstance(item, TableBatch): rows += item.frame.height
-            else: summary = item
+            if isinstance(item, TableBatch):
+                rows += item.frame.height
+            else:
+                summary = item
     return rows, summary
 
-got = harness.best_of(parse, int(sys.argv[2]))
+
+_CHILD = r"""
+import json, sys
+from benchmarks import harness
+from benchmarks.bench_parse import parse_file
+got = harness.best_of(lambda: parse_file(sys.argv[1]), int(sys.argv[2]))
 rows, summary = got["result"]
 print(json.dumps({"seconds": got["wall_s"], "rows": rows, "kind": summary.kind.value, "status": summary.status.value}))
 """

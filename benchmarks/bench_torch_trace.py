@@ -32,19 +32,10 @@ PROGRAMS = 50
 _CHILD = r"""
 import json, sys
 from benchmarks import harness
-from transforms.parse import iter_dump
-from transforms.records import TableBatch
+from benchmarks.bench_parse import parse_file
 path = sys.argv[1]
 
-def parse():
-    rows, summary = 0, None
-    with open(path, "rb") as raw:
-        for item in iter_dump(raw, path, dump_id="bench"):
-            if isinstance(item, TableBatch): rows += item.frame.height
-            else: summary = item
-    return rows, summary
-
-got = harness.best_of(parse, 1)
+got = harness.best_of(lambda: parse_file(path), 1)
 rows, summary = got["result"]
 print(json.dumps({"cpu_s": got["cpu_s"], "wall_s": got["wall_s"], "rows": rows,
                   "status": summary.status.value, "errors": summary.errors[:3], "programs": len(summary.programs),
