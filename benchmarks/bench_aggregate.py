@@ -7,7 +7,7 @@ dump (2.19 M items; a dump's content changes every ~9 nights, when 3 of its item
 change). Memory metrics drift upward by a step now and then, so there are
 regressions, changes and diffs to compute.
 
-Then, in a fresh process per repeat, times ``flows.aggregate.aggregate`` on a copy
+Then, in a fresh process per repeat, times ``flows.verdict.aggregate.aggregate`` on a copy
 (read from DuckDB, series, trends, regressions, events, roll-ups, diffs, write back)
 and reports its stages and the process's peak RSS (``benchmarks/harness.py``: its own,
 not the benchmark's).
@@ -117,7 +117,7 @@ def measure_once(mode: str) -> dict:
     new run's rows written). noop: aggregated, nothing new.
     """
     from flows.warehouse import store as wh
-    from flows.aggregate import aggregate
+    from flows.verdict.aggregate import aggregate
 
     work = OUT / "aggregate_work.duckdb"
     shutil.copyfile(WAREHOUSE if mode == "full" else AGGREGATED, work)

@@ -1,4 +1,4 @@
-"""What checking an excerpt source's sha256 costs (issue 27): ``flows.items.excerpts_of``
+"""What checking an excerpt source's sha256 costs (issue 27): ``flows.verdict.items.excerpts_of``
 reads the whole dump through sha256 so that excerpts come only from the bytes that were
 parsed; without the check the read stopped after the last wanted line.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
 from benchmarks import harness  # noqa: E402
-from flows.items import _lines, excerpts_of  # noqa: E402
+from flows.verdict.items import _lines, excerpts_of  # noqa: E402
 from transforms.trends import evidence  # noqa: E402
 
 LINE = b"  %fusion.1 = f32[128,128]{1,0} fusion(f32[128,128]{1,0} %p0), kind=kLoop, calls=%fused_computation\n"

@@ -16,10 +16,10 @@ threads) come from ``benchmarks/harness.py`` (``os.wait4`` in a small launcher),
 - ``dumpscope parse FILE``;
 - ``dumpscope parse --json FILE``;
 - ``dumpscope parse --json --table hlo_instructions --limit 0 FILE`` (every row printed);
-- staging: the nightly's parse worker (``flows.staging.stage_chunk``, what its process
-  pool runs: a spawned worker imports ``flows.staging`` only, no Prefect, no DuckDB) on a
+- staging: the nightly's parse worker (``flows.ingest.staging.stage_chunk``, what its process
+  pool runs: a spawned worker imports ``flows.ingest.staging`` only, no Prefect, no DuckDB) on a
   local bucket holding the module, writing staged Parquet;
-- stage_object: one object staged (``flows.staging.stage_object``), without the chunk.
+- stage_object: one object staged (``flows.ingest.staging.stage_object``), without the chunk.
 
 Each run must say ``ok`` with the instruction count the copies add up to (the parser's
 count of each source times its copies), and staging must stage that many rows.
@@ -70,7 +70,7 @@ ENTRY_POINTS = {
     "json": ["parse", "--json"],
     "rows": ["parse", "--json", "--table", "hlo_instructions", "--limit", "0"],
     "staging": None,  # the nightly's parse worker, see _STAGING_CHILD
-    "stage_object": None,  # flows.staging.stage_object alone, in a process without Prefect
+    "stage_object": None,  # flows.ingest.staging.stage_object alone, in a process without Prefect
 }
 
 _NAME = re.compile(r"%([A-Za-z_][\w.\-]*)")
@@ -136,16 +136,16 @@ def real_module(mb: int) -> tuple[Path, dict]:
 _STAGING_CHILD = r"""
 import json, sys
 from pathlib import Path
-from flows.bucket import connect, list_objects
+from flows.ingest.bucket import connect, list_objects
 bucket, staging, worker = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "staging"
 objs = [o for o in list_objects(bucket) if o.role.value == "dump"]
 if worker:
-    from flows.staging import stage_chunk
+    from flows.ingest.staging import stage_chunk
     [out] = stage_chunk(bucket, None, objs, staging)
     assert out.error is None, out.error
     staged = out.staged
 else:
-    from flows.staging import stage_object
+    from flows.ingest.staging import stage_object
     staged = stage_object(connect(bucket)[0], objs[0], staging)
 print(json.dumps({"status": staged.status, "metrics": staged.summary["metrics"], "rows": staged.summary["rows"]}))
 """

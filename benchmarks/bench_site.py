@@ -3,7 +3,7 @@
 Builds (once, kept in ``benchmarks/out/site_365x100.duckdb``) a warehouse of 365 runs
 of 100 series (5 jobs × 20 programs) with 40 metrics each (``bench_aggregate.build``,
 the first metrics under real names so the section pages draw their charts), aggregates
-it, then times ``flows.site.build_site`` in a fresh process and reports the pages, the
+it, then times ``flows.publish.site.build_site`` in a fresh process and reports the pages, the
 charts, the total size of the site and the transfer size of the overview page (its HTML
 plus every asset it loads, as served: uncompressed, and gzip-compressed as a web server
 would send it), with the peak RSS of that process (``benchmarks/harness.py``).
@@ -33,7 +33,7 @@ SITE = OUT / "site_365x100"
 def prepare() -> None:
     from benchmarks.bench_aggregate import build
     from flows.warehouse import store as wh
-    from flows.aggregate import aggregate
+    from flows.verdict.aggregate import aggregate
 
     build(WAREHOUSE, runs=365, jobs=5, programs=20)
     with wh.Warehouse(WAREHOUSE) as con:
@@ -41,7 +41,7 @@ def prepare() -> None:
 
 
 def measure_once() -> dict:
-    from flows.site import build_site
+    from flows.publish.site import build_site
 
     t0 = time.perf_counter()
     result = build_site(WAREHOUSE, SITE)

@@ -15,7 +15,7 @@ aggregation of 11 M metric rows would take most of the machine's memory and minu
 - ``dump_series``/``dumps`` for every path (512 k), the structural item cache (10 items
   a dump), job totals, roll-ups, allocations and ONNX operators of the last run.
 
-Then times ``flows.site.build_site`` in a fresh process per repeat (``--history-runs N``
+Then times ``flows.publish.site.build_site`` in a fresh process per repeat (``--history-runs N``
 sets ``[site] history_runs``; 0: the whole history), and reports the stages (read,
 render, mkdocs), pages, charts, files, the site's size, the largest page and the peak
 RSS of that process (``benchmarks/harness.py``: its own, not the benchmark's).
@@ -239,7 +239,7 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
 
 
 def measure_once(history_runs: int) -> dict:
-    from flows.site import build_site
+    from flows.publish.site import build_site
     from transforms.trends.rules import parse_settings
 
     settings = parse_settings(f"[site]\nhistory_runs = {history_runs}\n") if history_runs >= 0 else None

@@ -1,4 +1,4 @@
-"""Dropping the staging of many small dumps: ``flows.staging.drop_staged`` and
+"""Dropping the staging of many small dumps: ``flows.ingest.staging.drop_staged`` and
 ``prune_staging`` over N staged contents (issue 27: 50,000 tiny files took 155 s of a
 387 s night to delete their staging).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import harness  # noqa: E402
-from flows import staging  # noqa: E402
+from flows.ingest import staging  # noqa: E402
 
 PARQUET = b"PAR1" + b"\0" * 300 + b"PAR1"
 

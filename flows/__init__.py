@@ -1,13 +1,20 @@
-"""The I/O half of Dumpscope: the ``dumpscope`` command, the Prefect flows and everything
-that touches a bucket, a file or the warehouse.
+"""The I/O half of Dumpscope: the ``dumpscope`` command, the Prefect flow and everything
+that touches a bucket, a file or the warehouse. Its packages run in pipeline order, and
+each may import only the ones before it (``tests/test_layout.py`` enforces the order and
+that no module imports another in a cycle, deferred imports included):
 
-- ``cli``: argument parsing only; each command calls one of the modules below.
-- ``nightly`` (the flow: discover, parse, load, aggregate, report, site), with ``bucket``
-  (listing and reading a bucket through fsspec) and ``staging`` (a dump's bytes to Parquet).
-- ``aggregate``, ``accept``, ``diff``, ``report``, ``site``, ``query``, ``parse_files``:
-  one command's work each; ``history``: what the aggregation reads of the runs before
-  the night.
-- ``warehouse``: the DuckDB schema (``schema``) and its one locked writer (``store``).
+1. ``resources``, ``storage_secrets``: memory budgets and storage credentials (no I/O of dumps).
+2. ``ingest``: a bucket's listing and bytes, parsed into staged Parquet (spawn workers import it:
+   no Prefect or DuckDB at import).
+3. ``warehouse``: the DuckDB schema, its one locked writer and its readers, loading, the records
+   store, the journal and the shared read helpers (``reads``).
+4. ``verdict``: the aggregation (history, items, incidents) and reading the incidents back.
+5. ``publish``: the night's report file, notifications and the static site.
+6. ``nightly`` (the Prefect flow; each task one call into the packages above) and
+   ``prefect_server`` (its temporary API server).
+7. ``commands``: one module per command besides ``run``, values in and data out; each failure
+   a ``CommandError`` carrying its exit status.
+8. ``cli``: the Typer declarations only.
 
 May import anything in ``transforms``; nothing in ``transforms`` imports ``flows``.
 """

@@ -47,7 +47,7 @@ def _check_notify() -> None:
     """Exit 2 with one line unless every notification target (``--notify``, or the environment's
     DUMPSCOPE_NOTIFY) is a URL Apprise can use: checked before any work, never inside a night."""
     from flows import storage_secrets
-    from flows.notify import BadTarget, check_targets
+    from flows.publish.notify import BadTarget, check_targets
 
     try:
         check_targets(storage_secrets.notify_targets())
@@ -102,7 +102,7 @@ def parse(
     parse_seconds: Annotated[float, typer.Option(help="Longest one parse may take (seconds).")] = 600.0,
 ) -> None:
     """Parse dumps: kind, stage, program, status, errors and metrics of each."""
-    from flows.parse_files import ParseLimits, print_parsed
+    from flows.commands.parse import ParseLimits, print_parsed
 
     limits = ParseLimits(max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, max_seconds=parse_seconds)
     try:
@@ -120,7 +120,7 @@ def sql(
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json (an array of row objects).")] = "table",
 ) -> None:
     """Run a read-only SQL query on the warehouse and print the result."""
-    from flows.query import FORMATS, QueryError, print_rows, run_query
+    from flows.commands.query import FORMATS, QueryError, print_rows, run_query
 
     if fmt not in FORMATS:
         raise typer.BadParameter(f"unknown format {fmt!r}; use table, csv or json", param_hint="--format")
@@ -177,7 +177,7 @@ def run(
     """Run the nightly flow once (Prefect ephemeral mode: no server needed)."""
     _prefect_defaults()
     from flows import storage_secrets
-    from flows.bucket import parse_storage_options
+    from flows.ingest.bucket import parse_storage_options
 
     try:
         storage_options = parse_storage_options(storage_option or [])
@@ -190,7 +190,7 @@ def run(
     if fail_on not in (None, "new", "open"):
         raise typer.BadParameter("use new or open", param_hint="--fail-on")
     fail_on = fail_on or ("new" if fail_on_regression else None)
-    from flows.bucket import BucketUnusable
+    from flows.ingest.bucket import BucketUnusable
     from flows.nightly import run_nightly
     from flows.warehouse.store import WarehouseBusy
 
@@ -228,7 +228,7 @@ SETTINGS_HELP = "Settings file (TOML: [series] names, [floors], [[rule]] thresho
 def _check_bucket(bucket: str, storage_options: Optional[dict]) -> None:
     """Exit 2 with one line when the bucket is missing or the store refuses the credentials:
     an operator's mistake, told before any work starts (no retries, no traceback)."""
-    from flows.bucket import BucketUnusable, check_bucket
+    from flows.ingest.bucket import BucketUnusable, check_bucket
 
     try:
         check_bucket(bucket, storage_options)
@@ -239,7 +239,7 @@ def _check_bucket(bucket: str, storage_options: Optional[dict]) -> None:
 
 def _check_settings(path: Optional[Path]):
     """The settings, or exit 2 with the file's error (before any work starts)."""
-    from flows.aggregate import load_settings
+    from flows.verdict.aggregate import load_settings
 
     try:
         return load_settings(path)
@@ -297,7 +297,7 @@ def aggregate_cmd(
     memory_limit: Annotated[Optional[str], typer.Option(help=MEMORY_HELP)] = None,
 ) -> None:
     """Recompute trends, regressions, events and diffs (after editing the settings)."""
-    from flows.aggregate import aggregate
+    from flows.verdict.aggregate import aggregate
     from flows.resources import MemoryBudget
 
     conf = _check_settings(settings)
@@ -324,8 +324,8 @@ def accept(
     memory_limit: Annotated[Optional[str], typer.Option(help=MEMORY_HELP)] = None,
 ) -> None:
     """Record that a change was intended: the incident closes as accepted, the baseline restarts."""
-    from flows.accept import AcceptRefused
-    from flows.accept import accept as accept_change
+    from flows.commands.accept import AcceptRefused
+    from flows.commands.accept import accept as accept_change
     from flows.resources import MemoryBudget
 
     conf = _check_settings(settings)
@@ -357,7 +357,7 @@ def incidents(
 
     Example: dumpscope incidents --status new; dumpscope incidents I-8e6059c4
     """
-    from flows.incidents import IncidentsError, NoSuchRun, STATUSES, list_incidents, one_incident, print_incidents, print_one
+    from flows.commands.incidents import IncidentsError, NoSuchRun, STATUSES, list_incidents, one_incident, print_incidents, print_one
 
     if status not in STATUSES:
         raise typer.BadParameter(f"use one of {', '.join(STATUSES)}", param_hint="--status")
@@ -384,7 +384,7 @@ def diff(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per change.")] = False,
 ) -> None:
     """What changed between two runs: structure (fusions, collectives, allocations...) and metrics."""
-    from flows.diff import DiffRefused, diff_warehouse, print_diff
+    from flows.commands.diff import DiffRefused, diff_warehouse, print_diff
 
     try:
         result = diff_warehouse(warehouse, run_a, run_b, series)
@@ -401,10 +401,10 @@ def site(
     settings: Annotated[Optional[Path], typer.Option(help=SETTINGS_HELP)] = None,
 ) -> None:
     """Build the report site (mkdocs-material, Altair charts, works offline) from the warehouse."""
-    from flows.site import build_site
-    from flows.verdict import OlderWarehouse
+    from flows.publish.site import build_site
+    from flows.verdict.incidents import OlderWarehouse
 
-    from flows.query import damaged_store
+    from flows.commands.query import damaged_store
 
     conf = _check_settings(settings)
     _check_warehouse(warehouse)
@@ -440,7 +440,7 @@ def watch(
     _prefect_defaults()
     _check_notify()
     from flows import storage_secrets
-    from flows.bucket import BucketUnusable
+    from flows.ingest.bucket import BucketUnusable
     from flows.nightly import nightly
 
     _check_bucket(bucket, storage_secrets.resolve(None))  # the options the nightly will resolve
@@ -502,7 +502,7 @@ def check(
     memory_limit: Annotated[Optional[str], typer.Option(help=MEMORY_HELP)] = None,
 ) -> None:
     """What a change would open against last night, before it lands (writes nothing)."""
-    from flows.check import FORMATS, BadDirectory, CheckError, NoSuchRun, check_dir, render
+    from flows.commands.check import FORMATS, BadDirectory, CheckError, NoSuchRun, check_dir, render
     from flows.resources import MemoryBudget
 
     if fmt not in FORMATS:
@@ -530,8 +530,8 @@ def doctor(
     repair: Annotated[bool, typer.Option("--repair", help="Fix what can be fixed (takes the writer lock).")] = False,
 ) -> None:
     """Check the warehouse and its records store (and repair them with --repair): exit 0 healthy, 1 problems left."""
-    from flows import doctor as doc
-    from flows.bucket import BucketNotFound
+    from flows.commands import doctor as doc
+    from flows.ingest.bucket import BucketNotFound
     from flows.warehouse.store import WarehouseBusy
 
     _check_warehouse(warehouse)

@@ -1,7 +1,7 @@
 """The nightly flow: discover → parse (in parallel, to staging) → load and aggregate
 (one writer) → regression summary.
 
-Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse.store``:
+Thin wiring of ``flows.ingest.bucket``, ``flows.ingest.staging`` and ``flows.warehouse.store``:
 
 - discover lists the bucket, keeps settled objects, and leaves out paths the
   warehouse already holds with the same size and the current parser version;
@@ -9,14 +9,14 @@ Thin wiring of ``flows.bucket``, ``flows.staging`` and ``flows.warehouse.store``
   Prefect task costs ~10 ms in threads but ~200 ms in a process pool, so a task
   per dump would cost more than the parsing); a retried chunk skips what is staged;
 - load is the single writer: one transaction per batch of dumps, then the trends,
-  events and diffs recomputed (``flows.aggregate``), published atomically together
+  events and diffs recomputed (``flows.verdict.aggregate``), published atomically together
   (``flows.warehouse.store.Warehouse``); a night with nothing new writes nothing;
 - report writes the Markdown summary of the latest run's incidents to a file,
   stdout and a Prefect artifact; with ``site_dir``, the report site is rebuilt.
 
 Objects the bucket could not deliver are reported and retried next night; dumps the
 parsers could not read, and objects that are no regular file inside the bucket (a
-symbolic link, a FIFO: ``flows.bucket.open_object`` never reads them), are stored as
+symbolic link, a FIFO: ``flows.ingest.bucket.open_object`` never reads them), are stored as
 ``failed`` with their error; objects whose run id or job name is refused never become
 runs or jobs, and the night's summary lists them among its failures.
 """
@@ -39,16 +39,18 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
 
 from flows.warehouse import records, store as wh
-from flows.aggregate import aggregate, compact_records, load_settings, needs_aggregate, sweep_work_dirs
-from flows.report import write_night_report
-from flows.items import DumpSource, items_runner
+from flows.verdict.aggregate import aggregate, compact_records, load_settings, needs_aggregate, sweep_work_dirs
+from flows.publish.report import write_night_report
+from flows.verdict.items import DumpSource, items_runner
 from flows.resources import MemoryBudget, night_limit, peak_mib
-from flows.bucket import BucketUnusable, connect, list_objects, load_settle_state, read_runs, save_settle_state
-from flows import siblings, storage_secrets, verdict
-from flows import staging
-# The parse worker's code lives in flows.staging: a spawned worker imports that module
+from flows.ingest.bucket import BucketUnusable, connect, list_objects, load_settle_state, read_runs, save_settle_state
+from flows import storage_secrets
+from flows.warehouse import siblings
+from flows.verdict import incidents as verdict
+from flows.ingest import staging
+# The parse worker's code lives in flows.ingest.staging: a spawned worker imports that module
 # (no Prefect, no DuckDB: ~60 MiB less per worker than importing this one).
-from flows.staging import Outcome, exit_with_parent, stage_chunk
+from flows.ingest.staging import Outcome, exit_with_parent, stage_chunk
 from transforms.parse import ParseLimits
 from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject, Role, settled
@@ -150,7 +152,7 @@ def _held(warehouse: Path, damaged: set[str] = frozenset()) -> dict[str, dict]:
         return {}
     with wh.connect_readonly(warehouse) as con:
         # A partial XLA side file may be partial at that path only (its siblings there told it:
-        # flows.siblings): parsed again, it is judged by tonight's siblings (such files are rare and small).
+        # flows.warehouse.siblings): parsed again, it is judged by tonight's siblings (such files are rare and small).
         rows = con.execute("""SELECT dump_id, kind, stage, program, status, error, parser_version, path FROM dumps
                               WHERE run_id = (SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 1)
                                 AND dump_id IS NOT NULL AND status <> 'failed'
@@ -340,8 +342,8 @@ def _drop_loaded_staging(con, staging_dir: Path) -> int:
 def _announce(con, run_ids: list[str], settings) -> tuple[int, list[str]]:
     """The summary of each run of ``run_ids`` that opened regressions or failures, and of each run
     whose message is still owed to a target, to every target once, in the target's form and
-    escaping (``flows.notify``): (messages delivered, a line for each that was not)."""
-    from flows.notify import Message, notify_new
+    escaping (``flows.publish.notify``): (messages delivered, a line for each that was not)."""
+    from flows.publish.notify import Message, notify_new
     from transforms.escape import chat_title
     from transforms.trends.night_report import chat_style, counts, night_markdown, text_style
 
@@ -383,7 +385,7 @@ def _owes_notifications(warehouse: Path) -> bool:
         return False
     import duckdb
 
-    from flows.notify import has_owed
+    from flows.publish.notify import has_owed
 
     with wh.connect_readonly(warehouse) as con:
         try:
@@ -420,7 +422,7 @@ def still_new(con, staged: list[Outcome], healed: set[str] = frozenset()) -> lis
 @task
 def render_site(warehouse: Path, site_dir: Path, settings_path: Path | None = None) -> str:
     """The report site, rebuilt from the warehouse (replaced atomically)."""
-    from flows.site import build_site
+    from flows.publish.site import build_site
 
     result = build_site(warehouse, site_dir, load_settings(settings_path))
     return f"site {result.out}: {result.pages} pages, {result.charts} charts"

@@ -10,7 +10,7 @@ fsspec options), or from the store's own variables (``AWS_*``). The flow records
 option names. Notification targets (Apprise URLs, which often carry a token) travel the
 same way (``DUMPSCOPE_NOTIFY``, a JSON list, which an operator may also set for ``dumpscope
 watch`` and ``serve``); the flow records only how many there are. Every command that runs the
-nightly checks them before any work (``flows.notify.check_targets``).
+nightly checks them before any work (``flows.publish.notify.check_targets``).
 """
 
 from __future__ import annotations

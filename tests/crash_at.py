@@ -50,7 +50,7 @@ def arm(stage: str) -> None:
     elif stage == "aggregate":
         nightly.aggregate = _die
     elif stage == "items":
-        from flows import items
+        from flows.verdict import items
 
         items.export_batches = _after(items.export_batches)
     elif stage == "publish":

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.warehouse import store as wh
-from flows.aggregate import aggregate, frame_of
+from flows.verdict.aggregate import aggregate
+from flows.warehouse.reads import frame_of
 from flows.cli import app
 
 

@@ -1,4 +1,4 @@
-"""Bucket discovery: layout, run metadata and time, settling (transforms.layout, flows.bucket)."""
+"""Bucket discovery: layout, run metadata and time, settling (transforms.layout, flows.ingest.bucket)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from flows.bucket import (
+from flows.ingest.bucket import (
     BucketNotFound,
     BucketReadError,
     connect,

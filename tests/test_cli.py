@@ -216,11 +216,11 @@ def test_a_new_incident_is_accepted_in_the_run_it_opened_in(sample_warehouse, tm
 def test_accept_and_aggregate_hold_the_memory_limit(sample_warehouse, tmp_path, monkeypatch):
     """Both rewrite derived tables, as a night does: --memory-limit (else the settings
     file's) reaches DuckDB and the aggregation's batches; a bad value is refused before any work."""
-    import flows.accept
-    import flows.aggregate
+    import flows.commands.accept
+    import flows.verdict.aggregate
 
     seen = []
-    for module in (flows.accept, flows.aggregate):
+    for module in (flows.commands.accept, flows.verdict.aggregate):
         real = module.aggregate
         monkeypatch.setattr(module, "aggregate", lambda con, settings, budget=None, _real=real, **k: seen.append(
             (budget.total, con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])) or _real(

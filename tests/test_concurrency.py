@@ -86,7 +86,7 @@ def test_two_runs_that_discovered_the_same_night_load_it_once(prefect, tmp_path,
     assert [len(f[0]) for f in found] == [44, 44]
     outcomes = [n.stage_chunk(str(bucket), None, new, staging, held=held) for new, *_, held, _ in found]
     # ...then take the lock one after the other.
-    from flows import items
+    from flows.verdict import items
 
     for (new, _, _, runs, *_), staged in zip(found, outcomes):  # excerpts read from the bucket, as the nightly does
         n.load.fn(warehouse, staged, runs, True, run_items=items.reading(items.DumpSource(str(bucket))))

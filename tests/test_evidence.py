@@ -1,7 +1,7 @@
 """Every diff item leads to its evidence: the dump lines it comes from, in order of significance.
 
 On the sample warehouse with its items computed again with the bucket given
-(``flows.items.reading``): excerpts equal to the lines of the real dumps at the recorded
+(``flows.verdict.items.reading``): excerpts equal to the lines of the real dumps at the recorded
 line numbers (read here with gzip, independently of the project's reader), a dump gone
 from the bucket gives no excerpt and no failure, a hostile dump line renders as text,
 changes come in significance order, and the sample's real batch-size change (its JAX
@@ -17,8 +17,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from flows import items
-from flows.aggregate import aggregate, frame_of
+from flows.verdict import items
+from flows.verdict.aggregate import aggregate
+from flows.warehouse.reads import frame_of
 from flows.warehouse import store as wh
 from transforms.trends import evidence
 from transforms.trends.diffs import change_entries, diff_text
@@ -139,7 +140,7 @@ ENTRY %main (p: f32[8]) -> f32[8] {
 def test_a_hostile_dump_line_renders_as_text():
     import io
 
-    from flows.site import _environment
+    from flows.publish.site import _environment
     from transforms.parse import parse_dump
     from transforms.trends.diffs import items_of_contents
 

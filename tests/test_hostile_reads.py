@@ -192,7 +192,7 @@ def test_a_dump_swapped_for_a_symlink_between_listing_and_parse_is_refused(prefe
 def test_a_dump_changed_between_parse_and_excerpts_gives_no_excerpt(prefect, tmp_path, monkeypatch, reference, swap):
     """Case 1b, later: each dump becomes a link to the secret, or a regular file holding its text,
     once parsed: the excerpts would quote it; they are dropped, the night goes on."""
-    import flows.items as items_module
+    import flows.verdict.items as items_module
 
     bucket = _bucket(tmp_path / "bucket")
     key = _secret(tmp_path / "home" / ".ssh" / "id_ed25519")
@@ -352,7 +352,7 @@ def test_open_object_reads_regular_files_only_and_says_what_it_refused(tmp_path,
     root to a directory and to a file: refused with their kind; the root itself may be a link."""
     import socket
 
-    from flows.bucket import RefusedObject, connect, list_objects, open_object
+    from flows.ingest.bucket import RefusedObject, connect, list_objects, open_object
 
     real = tmp_path / "real"
     job = real / NIGHT / PMAP

@@ -1,5 +1,7 @@
-"""The code's layout: dependencies run one way (parsers -> trends -> site), transforms stay
-pure, every package says what it holds, and the CLI only parses arguments."""
+"""The code's layout: dependencies run one way (parsers -> trends -> site; in ``flows``:
+ingest -> warehouse -> verdict -> publish -> nightly -> commands -> cli), no module imports
+another in a cycle, transforms stay pure, every package says what it holds, and the CLI only
+parses arguments."""
 
 from __future__ import annotations
 
@@ -51,8 +53,95 @@ def test_transforms_imports_run_one_way(path):
     assert not wrong, f"{name} imports {wrong}"
 
 
+# flows' layers, in pipeline order: a module may import its own layer and the ones before it.
+FLOWS_LAYERS = [
+    ("flows.resources", "flows.storage_secrets"),
+    ("flows.ingest",),
+    ("flows.warehouse",),
+    ("flows.verdict",),
+    ("flows.publish",),
+    ("flows.nightly", "flows.prefect_server"),
+    ("flows.commands",),
+    ("flows.cli",),
+]
+
+
+def _layer(name: str) -> int | None:
+    for i, prefixes in enumerate(FLOWS_LAYERS):
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            return i
+    return None
+
+
+@pytest.mark.parametrize("path", _modules("flows"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_flows_imports_run_in_pipeline_order(path):
+    name = _name(path)
+    if name == "flows":
+        return
+    own = _layer(name)
+    assert own is not None, f"{name} is in none of flows' layers (tests/test_layout.py FLOWS_LAYERS)"
+    later = sorted(i for i in _imports(path) if i.startswith("flows.") and (_layer(i) or 0) > own)
+    assert not later, f"{name} (layer {own}) imports later layers: {later}"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """module -> the modules of flows and transforms it imports (deferred imports included)."""
+    paths = {_name(p): p for pkg in ("flows", "transforms") for p in _modules(pkg)}
+    graph = {}
+    for name, path in paths.items():
+        targets = set()
+        for i in _imports(path):
+            # ``from flows.verdict import items`` names the module flows.verdict.items
+            while i and i not in paths:
+                i = i.rpartition(".")[0]
+            if i and i != name and not name.startswith(i + ".") and i not in ("flows", "transforms"):
+                targets.add(i)
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_another_in_a_cycle():
+    assert _cycles(_module_graph()) == []
+
+
+def test_the_cycle_guard_sees_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
 @pytest.mark.parametrize("package", ["transforms", "transforms/parsers", "transforms/trends", "transforms/site",
-                                     "flows", "flows/warehouse"])
+                                     "flows", "flows/ingest", "flows/warehouse", "flows/verdict", "flows/publish",
+                                     "flows/commands"])
 def test_every_package_says_what_it_holds_and_may_import(package):
     doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text(encoding="utf-8")))
     assert doc and "import" in doc and len(doc.splitlines()) >= 3

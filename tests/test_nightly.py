@@ -116,7 +116,7 @@ def test_a_second_writer_is_told_the_warehouse_is_busy(prefect, tmp_path):
 def test_staging_is_emptied_by_a_good_night_and_kept_by_a_failed_one(prefect, tmp_path, monkeypatch):
     import os
 
-    from flows import staging
+    from flows.ingest import staging
 
     bucket, warehouse = _one_night(tmp_path)
     staging_dir = warehouse.with_suffix(".staging")

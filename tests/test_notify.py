@@ -93,7 +93,7 @@ def test_new_incidents_are_announced_once(prefect, tmp_path, webhook, monkeypatc
 
 
 def storage_secrets_digest(url: str) -> str:
-    from flows.notify import target_digest
+    from flows.publish.notify import target_digest
 
     return target_digest(url)
 
@@ -113,7 +113,7 @@ def test_slack_gets_mrkdwn_not_the_markdown_source(monkeypatch):
 
 def _slack_text(monkeypatch, body_markdown: str) -> str:
     """What Apprise's own Slack plugin posts (its HTTP call caught) for a summary in Markdown."""
-    from flows.notify import Message
+    from flows.publish.notify import Message
 
     posted = _posted(monkeypatch, SLACK, lambda run_id, target: Message("Dumpscope", body_markdown, 1))
     return "\n".join(p["attachments"][0]["text"] for p in posted)
@@ -136,7 +136,7 @@ def _notifications_db():
 def _posted(monkeypatch, url: str, render) -> list[dict]:
     """The JSON bodies Apprise's own plugin for ``url`` posts (its HTTP calls caught) for the
     message ``render`` makes of run "r" in that target's form."""
-    from flows.notify import notify_new
+    from flows.publish.notify import notify_new
 
     posted = _capture(monkeypatch)
     done = notify_new(_notifications_db(), [url], ["r"], render)
@@ -166,7 +166,7 @@ def test_slack_shows_names_as_they_are_and_no_heading_marks(sample_warehouse, mo
     """The summary a chat gets (CHAT): Apprise's HTML-to-Markdown conversion backslash-escaped every
     underscore of plain text (Slack showed jit\\_train\\_step, memory.peak\\_live\\_bytes) and kept
     "###" headings, which Slack does not render. Names now come in code spans, verbatim."""
-    from flows import verdict
+    from flows.verdict import incidents as verdict
     from flows.warehouse.store import connect_readonly
     from transforms.trends.night_report import CHAT, MARKDOWN, night_markdown
 
@@ -202,9 +202,9 @@ def test_a_hostile_name_reaches_slack_as_text(name, monkeypatch):
 def test_the_nightly_hands_chats_the_chat_summary(sample_warehouse, monkeypatch):
     """The nightly's announcement: the chat summary (names in code spans, no headings) for targets
     that get HTML, the plain text for text-only ones."""
-    import flows.notify
+    import flows.publish.notify
     from flows.nightly import _announce
-    from flows.notify import Delivery, describe
+    from flows.publish.notify import Delivery, describe
     from flows.warehouse.store import connect_readonly
     from transforms.trends.rules import Settings
 
@@ -214,7 +214,7 @@ def test_the_nightly_hands_chats_the_chat_summary(sample_warehouse, monkeypatch)
         handed.extend((run_id, url, render(run_id, describe(url))) for run_id in run_ids for url in urls)
         return Delivery(sent=[(run_id, "x") for run_id in run_ids])
 
-    monkeypatch.setattr(flows.notify, "notify_new", fake)
+    monkeypatch.setattr(flows.publish.notify, "notify_new", fake)
     monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
     storage_secrets.export_notify_targets([SLACK, "json://127.0.0.1:9/hook"])
     with connect_readonly(sample_warehouse) as con:
@@ -239,7 +239,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_a_url_apprise_cannot_use_stops_run_before_any_work(tmp_path):
     """On main the night ran, and every night that opened an incident ended rc 1 with nothing
     published (the ValueError came from inside the night, after the work)."""
-    from flows.notify import target_digest
+    from flows.publish.notify import target_digest
 
     bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
     shutil.copytree(SAMPLE / "2026-11-17", bucket / "2026-11-17")
@@ -272,8 +272,8 @@ def test_an_unreachable_target_is_owed_shown_and_retried_never_the_end_of_the_ni
     from typer.testing import CliRunner
 
     from flows.cli import app
-    from flows.notify import target_digest
-    from flows.site import _environment, read_site_data
+    from flows.publish.notify import target_digest
+    from flows.publish.site import _environment, read_site_data
     from transforms.site import pages
 
     monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
@@ -327,10 +327,10 @@ def test_an_unreachable_target_is_owed_shown_and_retried_never_the_end_of_the_ni
 def test_a_delivery_is_bounded_and_its_reason_never_holds_the_url(monkeypatch):
     """A target that takes the connection and never answers, and one that refuses it: both recorded
     failed with a reason, none of which quotes the URL's host, path or token."""
-    import flows.notify
-    from flows.notify import Message, notify_new
+    import flows.publish.notify
+    from flows.publish.notify import Message, notify_new
 
-    monkeypatch.setattr(flows.notify, "DELIVERY_SECONDS", 0.5)  # Apprise's own read timeout is 4 s
+    monkeypatch.setattr(flows.publish.notify, "DELIVERY_SECONDS", 0.5)  # Apprise's own read timeout is 4 s
     mute = socket.socket()
     mute.bind(("127.0.0.1", 0))
     mute.listen(8)  # the kernel accepts the connection; nobody ever reads or answers
@@ -354,7 +354,7 @@ def test_a_plugin_that_raises_is_a_failed_delivery_and_the_next_target_still_get
     """On main an exception from Apprise's notify went up through the night (rc 1, nothing published)."""
     import apprise
 
-    from flows.notify import Message, notify_new, target_digest
+    from flows.publish.notify import Message, notify_new, target_digest
 
     broken, fine = "json://127.0.0.1:9/broken-T0KEN", "json://127.0.0.1:9/fine"
 
@@ -376,7 +376,7 @@ def test_a_plugin_that_raises_is_a_failed_delivery_and_the_next_target_still_get
 def test_a_url_that_reaches_the_flow_anyway_is_a_failed_delivery_not_a_failed_night():
     """A flow run started without the CLI's check (a deployment, a Python call): on main
     notify_new raised ValueError inside the night."""
-    from flows.notify import Message, notify_new, target_digest
+    from flows.publish.notify import Message, notify_new, target_digest
 
     con = _notifications_db()
     done = notify_new(con, ["notaurl://x"], ["r"], lambda run_id, target: Message("t", "body", 1))
@@ -425,12 +425,12 @@ def test_a_hostile_name_pings_nobody_on_any_service(url, service, form, monkeypa
     for each service: no mention in what is posted (title included), no mention entity (Teams),
     no allow_mentions (Discord), no Markdown link where the service reads text as Markdown."""
     from flows.nightly import _announce
-    from flows.notify import describe
+    from flows.publish.notify import describe
     from transforms.trends.rules import Settings
 
     assert (describe(url).service, describe(url).form) == (service, form)
-    monkeypatch.setattr("flows.verdict.incidents_at", lambda con, run_id: _hostile_incident())
-    monkeypatch.setattr("flows.verdict.run_commit", lambda con, run_id: HOSTILE)
+    monkeypatch.setattr("flows.verdict.incidents.incidents_at", lambda con, run_id: _hostile_incident())
+    monkeypatch.setattr("flows.verdict.incidents.run_commit", lambda con, run_id: HOSTILE)
     posted = _capture(monkeypatch)
     monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
     storage_secrets.export_notify_targets([url])

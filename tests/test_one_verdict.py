@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows import verdict
+from flows.verdict import incidents as verdict
 from flows.cli import app
 from flows.warehouse.store import connect_readonly
 from transforms.site.data import series_file
@@ -24,7 +24,7 @@ ID = r"I-[0-9a-f]{8}"
 
 @pytest.fixture(scope="module")
 def site(sample_warehouse, tmp_path_factory) -> Path:
-    from flows.site import build_site
+    from flows.publish.site import build_site
 
     return build_site(sample_warehouse, tmp_path_factory.mktemp("verdict") / "site").out
 

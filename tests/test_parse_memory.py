@@ -24,8 +24,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from flows import parse_files, staging
-from flows.bucket import list_objects
+from flows.commands import parse as parse_files
+from flows.ingest import staging
+from flows.ingest.bucket import list_objects
 from transforms.parse import iter_dump, parse_dump
 from transforms.records import BATCH_ROWS, TableBatch
 
@@ -123,7 +124,7 @@ def test_staging_writes_a_row_group_per_batch_as_they_come(big_dump, tmp_path, m
     assert meta.num_rows == res.summary["rows"]["hlo_instructions"] == COPIES * SOURCE_INSTRUCTIONS
     assert pq.ParquetFile(res.tables["hlo_modules"]).metadata.num_row_groups == COPIES
     assert res.summary["rows"]["hlo_modules"] == COPIES
-    # Written from string views (flows.staging._to_arrow), read back as the parser's frames.
+    # Written from string views (flows.ingest.staging._to_arrow), read back as the parser's frames.
     whole = parse_dump(io.BytesIO(big_dump.read_bytes()), obj.path, dump_id=res.sha256).tables
     for table, frame in whole.items():
         assert pl.read_parquet(res.tables[table]).equals(frame), table

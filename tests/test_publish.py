@@ -62,7 +62,7 @@ def test_every_night_is_replayed_exactly_onto_the_standby(prefect, tmp_path):
     """Nights, an accept and a re-aggregation: after each, a writer that changes nothing
     catches up by replay alone and publishes the replayed standby — which must be the
     published warehouse row for row (a wrong replay would publish different tables)."""
-    from flows.accept import accept
+    from flows.commands.accept import accept
     from transforms.trends.rules import Settings
     from flows.nightly import nightly
 

@@ -101,7 +101,7 @@ def test_a_damaged_store_heals_at_the_next_night_as_if_never_damaged(prefect, tm
     summary = _night(bucket, warehouse)
     assert _state(warehouse) == undamaged[changed]
     assert any("records file" in f and "parsed again" in f for f in summary.failures)
-    from flows.site import read_site_data
+    from flows.publish.site import read_site_data
 
     repairs = read_site_data(warehouse).store_repairs  # recorded, and parsed again (what the overview says)
     assert repairs.height >= 1 and repairs.get_column("parsed_again").all()
@@ -114,7 +114,7 @@ def test_a_damaged_store_heals_at_the_next_night_as_if_never_damaged(prefect, tm
 
 def test_a_damaged_file_whose_dump_left_the_bucket_is_repaired_by_a_night_with_nothing_new_and_the_overview_says_so(
         prefect, tmp_path):
-    from flows.site import _environment, read_site_data
+    from flows.publish.site import _environment, read_site_data
     from transforms.site import pages
 
     bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.warehouse import store as wh
-from flows.bucket import BucketNotFound, connect, list_objects, parse_storage_options
+from flows.ingest.bucket import BucketNotFound, connect, list_objects, parse_storage_options
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
 NIGHT = "2026-11-20"
@@ -155,7 +155,7 @@ def test_dask_cluster_runs_the_parse_tasks(prefect, local_bucket, reference, tmp
     # the parse tasks ran (and parsed) on the cluster's worker processes
     parse_tasks = [t for t in stream.data if "parse_chunk" in str(t["key"])]
     assert len(parse_tasks) == 8 and {t["worker"] for t in parse_tasks} <= workers
-    # and so did the structural items of the new contents (flows.items)
+    # and so did the structural items of the new contents (flows.verdict.items)
     item_tasks = [t for t in stream.data if "structural" in str(t["key"]) or "compute_batch" in str(t["key"])]
     assert item_tasks and {t["worker"] for t in item_tasks} <= workers, sorted({str(t["key"]) for t in stream.data})
     assert summary.new == reference["dumps"] and summary.failed == summary.unreadable == 0

@@ -21,8 +21,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from flows import aggregate as aggregate_mod
-from flows import history
+from flows.verdict import aggregate as aggregate_mod
+from flows.verdict import history
 from flows.warehouse import records
 from flows.warehouse import store as wh
 from tests.test_concurrency import SAMPLE, snapshot
@@ -155,7 +155,7 @@ def test_the_memory_setting_reaches_duckdb_and_the_items_batches(tmp_path):
 
 
 def test_items_batches_of_any_size_give_the_same_items(sample_warehouse, tmp_path):
-    from flows import items
+    from flows.verdict import items
     from transforms.trends import diffs as diff_mod
 
     with wh.connect_readonly(sample_warehouse) as con:
@@ -192,7 +192,7 @@ def test_run_takes_a_memory_limit_and_writes_its_summary_as_json(prefect, tmp_pa
 
 
 def test_incidents_computed_job_by_job_are_the_incidents_of_the_whole(sample_warehouse, tmp_path, monkeypatch):
-    """A year of observations is walked in groups of jobs (flows.aggregate._incidents):
+    """A year of observations is walked in groups of jobs (flows.verdict.aggregate._incidents):
     the sample's incidents, re-aggregated one job at a time, are the same rows."""
     from flows.resources import MemoryBudget
 
@@ -461,7 +461,7 @@ def test_an_accept_rewrites_from_its_run_what_a_full_re_aggregation_writes(sampl
     """An accept moves levels and incidents from its run on: it rewrites the runs from
     there, walks every job, and the derived tables and incidents are what a full
     re-aggregation with the same accept log writes."""
-    from flows.accept import accept
+    from flows.commands.accept import accept
 
     work = tmp_path / "wh.duckdb"
     shutil.copyfile(sample_warehouse, work)
@@ -526,7 +526,7 @@ def test_one_large_hlo_content_is_read_a_chunk_of_rows_at_a_time(sample_warehous
     are read ``max_rows`` at a time, and its items are exactly those stored."""
     import pyarrow as pa
 
-    from flows import items
+    from flows.verdict import items
     from transforms.trends import diffs as diff_mod
 
     with wh.connect_readonly(sample_warehouse) as con:

@@ -1,4 +1,4 @@
-"""A cut XLA side file told by its siblings, through the nightly (``flows.siblings``): the issue's
+"""A cut XLA side file told by its siblings, through the nightly (``flows.warehouse.siblings``): the issue's
 own example, a listing cut before its temp arena, reads by itself as a smaller program."""
 
 import gzip

@@ -26,7 +26,7 @@ PAGES = {  # one page of each kind -> charts it must draw
 
 @pytest.fixture(scope="module")
 def site(sample_warehouse, tmp_path_factory):
-    from flows.site import build_site
+    from flows.publish.site import build_site
 
     out = tmp_path_factory.mktemp("site") / "site"
     result = build_site(sample_warehouse, out)
@@ -93,8 +93,8 @@ def test_each_kind_of_page_renders_in_chromium(site, browser):
 
 
 def test_an_empty_warehouse_still_builds_a_site_that_says_so(tmp_path):
-    from flows.aggregate import aggregate
-    from flows.site import build_site
+    from flows.verdict.aggregate import aggregate
+    from flows.publish.site import build_site
     from flows.warehouse.store import Warehouse
 
     with Warehouse(tmp_path / "w.duckdb") as con:
@@ -142,8 +142,8 @@ def test_one_count_is_the_same_number_everywhere(site, sample_warehouse):
 
 
 def test_commits_link_to_their_pages_when_the_settings_say_where(sample_warehouse, tmp_path):
-    from flows.report import night_report
-    from flows.site import build_site
+    from flows.publish.report import night_report
+    from flows.publish.site import build_site
     from transforms.trends.rules import parse_settings
 
     settings = parse_settings('commit_url = "https://git.example/c/{commit}"\n'
@@ -161,7 +161,7 @@ def test_commits_link_to_their_pages_when_the_settings_say_where(sample_warehous
 
 def test_the_text_summary_says_what_the_markdown_says_without_markup(sample_warehouse):
     """What a text-only notification target gets: the Markdown summary's words, links written out."""
-    from flows import verdict
+    from flows.verdict import incidents as verdict
     from flows.warehouse.store import connect_readonly
     from transforms.trends.night_report import night_markdown, night_text
 

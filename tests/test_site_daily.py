@@ -89,8 +89,8 @@ _PROBE = """() => {
 
 @pytest.fixture(scope="module")
 def daily_site(sample_warehouse, tmp_path_factory):
-    """The sample site, with commits and dumps linked (flows.site reads these settings)."""
-    from flows.site import build_site
+    """The sample site, with commits and dumps linked (flows.publish.site reads these settings)."""
+    from flows.publish.site import build_site
 
     from transforms.trends.rules import parse_settings
 

@@ -34,14 +34,14 @@ def year(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def data(year):
-    from flows.site import read_site_data
+    from flows.publish.site import read_site_data
 
     return read_site_data(year, parse_settings(f"[site]\nhistory_runs = {WINDOW}\n"))
 
 
 @pytest.fixture(scope="module")
 def site(year, tmp_path_factory):
-    from flows.site import build_site
+    from flows.publish.site import build_site
 
     return build_site(year, tmp_path_factory.mktemp("site") / "site", parse_settings(f"[site]\nhistory_runs = {WINDOW}\n"))
 
@@ -134,7 +134,7 @@ def test_charts_hold_the_window_only(site, data):
 
 def test_every_run_everywhere_is_the_whole_history(year, tmp_path):
     """history_runs = 0: every run has its page, as before the setting existed."""
-    from flows.site import read_site_data
+    from flows.publish.site import read_site_data
 
     d = read_site_data(year, parse_settings("[site]\nhistory_runs = 0\n"))
     assert len(d.run_pages) == RUNS and d.older_incidents == 0 and len(d.incidents_at) == RUNS

@@ -141,7 +141,7 @@ def hostile_warehouse(prefect, tmp_path_factory) -> Path:
 
 def _accept_hostile_changes(warehouse: Path) -> None:
     """The accept log gets a pattern, a series (its page links back) and an incident, noted with payloads."""
-    from flows.accept import accept
+    from flows.commands.accept import accept
     from flows.warehouse.store import Warehouse
     from transforms.trends.rules import Settings
 
@@ -155,7 +155,7 @@ def _accept_hostile_changes(warehouse: Path) -> None:
 
 @pytest.fixture(scope="module")
 def hostile_site(hostile_warehouse, tmp_path_factory):
-    from flows.site import build_site
+    from flows.publish.site import build_site
 
     return build_site(hostile_warehouse, tmp_path_factory.mktemp("hostile-site") / "site")
 
@@ -221,15 +221,15 @@ def test_the_markdown_sources_carry_no_live_markup(hostile_site):
 def test_templates_have_no_filter_that_skips_escaping(filter_):
     import jinja2
 
-    from flows.site import _environment
+    from flows.publish.site import _environment
 
     with pytest.raises(jinja2.TemplateAssertionError):
         _environment().from_string(f"{{{{ x|{filter_} }}}}")
 
 
 def test_every_expression_of_a_template_is_escaped_and_no_value_is_a_template():
-    import flows.site
-    from flows.site import _environment
+    import flows.publish.site
+    from flows.publish.site import _environment
 
     env = _environment()
     payloads = [IMG, JS_LINK, ATTR, "{{7*7}}", "{%x%}", "a|b"]
@@ -242,7 +242,7 @@ def test_every_expression_of_a_template_is_escaped_and_no_value_is_a_template():
             if payload == "{{7*7}}":
                 assert "49" not in out and "&#123;&#123;7&#42;7&#125;&#125;" in out, (source, out)
     # Pages come only from the files in site_templates/, loaded by name.
-    assert "from_string" not in inspect.getsource(flows.site) and "Template(" not in inspect.getsource(flows.site)
+    assert "from_string" not in inspect.getsource(flows.publish.site) and "Template(" not in inspect.getsource(flows.publish.site)
 
 
 def test_no_page_runs_a_payload_or_grows_an_element_from_one(visited):

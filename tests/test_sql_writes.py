@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.query import QueryError, run_query
+from flows.commands.query import QueryError, run_query
 from flows.warehouse import store as wh
 
 

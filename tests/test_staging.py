@@ -1,4 +1,4 @@
-"""Staging: one object in, content-keyed Parquet + summary.json out (flows.staging)."""
+"""Staging: one object in, content-keyed Parquet + summary.json out (flows.ingest.staging)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from flows import staging
-from flows.bucket import BucketReadError, list_objects
-from flows.staging import stage_object
+from flows.ingest import staging
+from flows.ingest.bucket import BucketReadError, list_objects
+from flows.ingest.staging import stage_object
 from transforms.parse import ParseLimits, parse_dump, parser_version
 from transforms.records import DumpKind, ParseError
 
@@ -249,8 +249,8 @@ def test_drop_staged_removes_the_contents_it_is_given(bucket, tmp_path):
 _KILLED_WRITER = r"""
 import sys, time
 import fsspec
-from flows import staging
-from flows.bucket import list_objects
+from flows.ingest import staging
+from flows.ingest.bucket import list_objects
 
 real = staging.iter_dump
 

@@ -312,7 +312,7 @@ REFUSED_SQL = {
 
 @pytest.mark.parametrize("what", sorted(REFUSED_SQL))
 def test_sql_refuses_what_a_reader_must_not_do(tmp_path, batch, what):
-    from flows.query import QueryError, run_query
+    from flows.commands.query import QueryError, run_query
 
     db = tmp_path / "w.duckdb"
     load(db, batch)

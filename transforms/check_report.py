@@ -1,6 +1,6 @@
 """What ``dumpscope check`` found, and how it is written: text, Markdown (a pull-request comment) or JSON.
 
-``CheckResult`` holds the answer of ``flows.check.check_dir``: the incidents the candidate
+``CheckResult`` holds the answer of ``flows.commands.check.check_dir``: the incidents the candidate
 directory would open (regressions and failures; improvements apart), the open ones it
 would fix, the improvements it would lose, its new programs, its damaged dumps and what
 was wrong with its run.json. Each incident carries its steps, the top lines of its cause

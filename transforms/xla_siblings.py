@@ -37,7 +37,7 @@ compared (their own parsers tell their cuts: ``max N`` entries, the peak, ENTRY)
 Output: path -> the error that makes that dump ``partial`` (``downgraded`` applies it to a
 staged summary): the figure it read, what the sibling (named by its file name) states, and
 whether it falls short (a cut) or does not match (files of different compiles). Pure: no
-I/O; the callers (``flows.siblings``) bring the summaries.
+I/O; the callers (``flows.warehouse.siblings``) bring the summaries.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def short_dumps(dumps: Iterable[SiblingDump]) -> dict[str, str]:
 
 
 def downgraded(summary: Mapping, reason: str) -> dict:
-    """A copy of a staged summary (``flows.staging``), ``partial`` with ``reason`` added."""
+    """A copy of a staged summary (``flows.ingest.staging``), ``partial`` with ``reason`` added."""
     return {**summary, "status": "partial", "errors": [*summary.get("errors", []), reason]}
 
 

@@ -103,7 +103,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         },
     ),
     "compacted_contents": (
-        "Contents whose records rows were compacted away (flows.aggregate.compact_records): no dump of the latest [warehouse] keep_records_runs runs held them and their items were stored. Their dumps, metrics and items stay; a content that comes back is parsed again and leaves this table.",
+        "Contents whose records rows were compacted away (flows.verdict.aggregate.compact_records): no dump of the latest [warehouse] keep_records_runs runs held them and their items were stored. Their dumps, metrics and items stay; a content that comes back is parsed again and leaves this table.",
         {
             "dump_id": ("VARCHAR NOT NULL", "The content (dumps.dump_id) whose records rows are gone; listed once."),
         },

@@ -525,7 +525,7 @@ def parsed_contents(con: duckdb.DuckDBPyConnection, contents: list[str]) -> set[
 
 def with_records(con: duckdb.DuckDBPyConnection, contents: list[str]) -> set[str]:
     """Of these contents, those the warehouse holds the records rows of: all but those
-    compacted away (``flows.aggregate.compact_records``), which a new dump bringing them
+    compacted away (``flows.verdict.aggregate.compact_records``), which a new dump bringing them
     back has parsed again."""
     gone = {d for (d,) in con.execute("SELECT dump_id FROM compacted_contents WHERE list_contains(?, dump_id)",
                                       [sorted(set(contents))]).fetchall()}

@@ -1,6 +1,6 @@
 """What the report site reads, and the links and marks every page shares (pure).
 
-``SiteData`` holds the warehouse frames the site needs (read by ``flows.site``). The
+``SiteData`` holds the warehouse frames the site needs (read by ``flows.publish.site``). The
 site shows a window: the last ``history_runs`` runs (``[site] history_runs``, 0: all).
 Charts and run pages cover the window; incidents open at its end or opened or closed in
 it get pages; a series gets a page when it changed in the window (or is in one of those

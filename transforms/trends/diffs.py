@@ -12,7 +12,7 @@ compares two item sets; this module pairs the runs:
   ``dumpscope diff RUN_A RUN_B`` uses.
 
 Each content item carries its evidence: the line ranges of its first instance in the
-dump (``transforms.trends.evidence``) and, once ``flows.items`` has read them from the
+dump (``transforms.trends.evidence``) and, once ``flows.verdict.items`` has read them from the
 bucket, the excerpt; each diff row carries both sides' excerpts and dump paths.
 
 Order of the changes of a pair (``SIGNIFICANCE``, the one definition, used by the
@@ -181,7 +181,7 @@ def content_items(keys: pl.DataFrame, items: pl.DataFrame, dumps: pl.DataFrame,
     items = items.join(keys.select(pl.col("items_key").alias("path")), on="path", how="semi")
     lines = evidence.item_lines(items, dumps, records)
     items = items.join(lines, on=["path", "category", "key"], how="left").rename({"path": "items_key"}).with_columns(
-        pl.lit(None, pl.String).alias("excerpt"), pl.lit(None, pl.String).alias("excerpt_from"))  # read by flows.items
+        pl.lit(None, pl.String).alias("excerpt"), pl.lit(None, pl.String).alias("excerpt_from"))  # read by flows.verdict.items
     empty = keys.join(items.select("items_key").unique(), on="items_key", how="anti").select(
         "items_key", pl.lit(NO_ITEMS).alias("category"), pl.lit("").alias("key"))
     return pl.concat([items.select(CONTENT_ITEM_SCHEMA.names()).cast(dict(CONTENT_ITEM_SCHEMA)), empty],

@@ -1,6 +1,6 @@
 """The one rule that turns a history of dumps into incidents, and what each incident says caused it.
 
-``compute_incidents`` is what the nightly (``flows.aggregate``, a group of jobs at a time)
+``compute_incidents`` is what the nightly (``flows.verdict.aggregate``, a group of jobs at a time)
 and ``dumpscope check`` (history + the candidate directory as one more run) both run:
 each series' health per run (``program_health``: the worst status of its dumps, or
 ``absent`` in a later run of its job that did not write it), the figures of the dumps

@@ -6,7 +6,7 @@ chunks, to exactly the items ``diffs.items_of_contents`` computes in one piece.
 content's ``hlo_instructions`` rows (those columns), each time it is called, in
 (module_index, computation, lineno) order; ``computations`` are its ``hlo_computations``
 rows. Out: ``CONTENT_ITEM_SCHEMA`` rows, as ``items_of_contents`` makes them. Pure: the
-caller reads the rows (``flows.items``). Raises ``ValueError`` when the rows are not in
+caller reads the rows (``flows.verdict.items``). Raises ``ValueError`` when the rows are not in
 that order (a computation's rows apart, or its lines out of order): the digests would
 differ.
 

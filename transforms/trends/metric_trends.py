@@ -2,7 +2,7 @@
 
 Input: the metrics of every dump with its series (``transforms.trends.series``), the runs
 and the settings (``transforms.trends.rules``). Output: the frame of the
-``metric_trends`` table. Pure and lazy; ``flows.aggregate`` feeds it from DuckDB
+``metric_trends`` table. Pure and lazy; ``flows.verdict.aggregate`` feeds it from DuckDB
 through Arrow and writes the results back.
 
 For each (series, metric), in run order (``runs.started_at``, then ``run_id``): its

@@ -3,8 +3,8 @@
 Runs inside a ``Warehouse`` writer (the nightly flow's last step, ``dumpscope
 aggregate`` and ``dumpscope accept``), so what it writes is published atomically
 with the load. Derived rows are rewritten from the first run that changed, from what
-``flows.history`` reads of the runs before it; structural items are kept per content in
-``content_items`` and computed only for contents they do not hold yet (``flows.items``:
+``flows.verdict.history`` reads of the runs before it; structural items are kept per content in
+``content_items`` and computed only for contents they do not hold yet (``flows.verdict.items``:
 in batches, on the flow's task runner).
 """
 
@@ -22,8 +22,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from flows import history, items
-from flows.history import frame_of
+from flows.verdict import history
+from flows.verdict import items
+from flows.warehouse.reads import frame_of
 from flows.resources import MemoryBudget, peak_mib
 from flows.warehouse import records
 from flows.warehouse import schema as ws
@@ -392,7 +393,7 @@ def _content_items(con, keys: pl.Series) -> pl.DataFrame:
 
 def _new_items(con, wanted: pl.DataFrame, budget: MemoryBudget, run_items: items.ItemsRunner) -> pl.DataFrame:
     """Items of the wanted keys (items_key, kind, stage, dump_id) that ``content_items``
-    does not hold: computed in batches (``flows.items``), each once."""
+    does not hold: computed in batches (``flows.verdict.items``), each once."""
     con.register("_wanted_keys", wanted.select("items_key").to_arrow())
     try:
         have = frame_of(con, "SELECT DISTINCT items_key FROM content_item_rows WHERE items_key IN (SELECT items_key FROM _wanted_keys)")

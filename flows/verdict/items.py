@@ -13,7 +13,7 @@ Evidence: with a ``DumpSource`` (the bucket), each batch also reads the excerpt 
 item from a dump of its content (``transforms.trends.evidence``: one streaming pass
 per dump, bounded lines and characters; gzip read as the parse reads it). The batch
 names a few paths per content (the newest first); each is opened as every bucket
-object is (``flows.bucket.open_in_bucket``: a regular file inside the bucket, by its
+object is (``flows.ingest.bucket.open_in_bucket``: a regular file inside the bucket, by its
 real name, never through a link, never blocking), and its excerpts are kept only when
 its bytes, hashed whole while they are read, are the content the items came from
 (its sha256): a dump rewritten or swapped since its parse gives no excerpt. A content
@@ -96,7 +96,7 @@ def _items_in_chunks(batch_dir: Path, key: pl.DataFrame) -> pl.DataFrame:
 def with_excerpts(found: pl.DataFrame, keys: pl.DataFrame, source: DumpSource) -> pl.DataFrame:
     """``found`` (content items) with excerpt and excerpt_from filled from a dump of each
     key's content (``keys``: items_key, paths), when its bytes are that content."""
-    from flows.bucket import connect
+    from flows.ingest.bucket import connect
 
     fs, root = connect(source.bucket, source.storage_options)
     parts = []
@@ -124,7 +124,7 @@ def with_excerpts(found: pl.DataFrame, keys: pl.DataFrame, source: DumpSource) -
 def _read_dump(fs, root: str, paths: list[str], content: str | None, wanted: list[str | None]) -> tuple[list, str | None]:
     """Excerpts from the first of ``paths`` (as the warehouse keeps them: escaped) whose bytes
     are ``content`` (sha256); ([], None) when none is."""
-    from flows.bucket import BucketReadError, open_in_bucket
+    from flows.ingest.bucket import BucketReadError, open_in_bucket
 
     for path in paths if content else ():
         for name in _real_names(path):
@@ -233,7 +233,7 @@ def items_runner(at_once: int = 2, source: DumpSource | None = None) -> ItemsRun
 def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> list[Path]:
     """One directory per batch of ``todo`` (items_key, kind, stage, dump_id): its keys and
     the records rows of its contents, table by table."""
-    from flows.aggregate import frame_of
+    from flows.warehouse.reads import frame_of  # deferred: batch workers import this module without DuckDB
 
     contents = diff_mod.key_contents(todo.get_column("items_key").to_list()).join(
         todo.select("items_key", "kind"), on="items_key")
@@ -294,7 +294,7 @@ def _batch_rows(table: str) -> str:
 
 def _content_paths(con, dump_ids: pl.DataFrame) -> pl.DataFrame:
     """dump_id, paths: up to ``PATHS_PER_CONTENT`` bucket paths holding each content, newest run first."""
-    from flows.aggregate import frame_of
+    from flows.warehouse.reads import frame_of  # deferred: batch workers import this module without DuckDB
 
     con.register("_excerpt_contents", dump_ids.to_arrow())
     try:

@@ -19,13 +19,9 @@ from datetime import datetime
 import duckdb
 import polars as pl
 
+from flows.warehouse.reads import frame_of, read_with
 from transforms.trends.rules import Settings
 from transforms.trends.series import SERIES_SCHEMA, assign_series, compile_overrides
-
-
-def frame_of(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:
-    """The rows of ``sql`` (its ``params`` bound, never formatted in) as a polars frame."""
-    return con.sql(sql, params=params).pl() if params else con.sql(sql).pl()
 
 
 def run_overrides(runs: pl.DataFrame) -> dict[str, dict[str, str]]:
@@ -69,18 +65,6 @@ def first_dirty_run(con, stamp: str, order: pl.DataFrame, accepts: pl.DataFrame)
     return None if seqs.is_empty() else int(seqs.min())
 
 
-def read_with(con, frames: dict[str, pl.DataFrame], sql: str, params: list | None = None) -> pl.DataFrame:
-    """``sql`` over the warehouse with ``frames`` registered under their names (names starting
-    with an underscore): values from outside reach DuckDB as registered data, never as SQL text."""
-    for name, frame in frames.items():
-        con.register(name, frame.to_arrow())
-    try:
-        return frame_of(con, sql, params)
-    finally:
-        for name in frames:
-            con.unregister(name)
-
-
 def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, settings: Settings
                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(dumps, series) of the runs a night's aggregation looks at, not of the history: the
@@ -88,7 +72,7 @@ def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, se
     each job's last run before them (repeating jobs, events) and each of the night's
     series' last usable run before them (diff pairs). With ``from_seq`` 0, every run. The
     runs are those of ``order``, which may end before the warehouse's last run (a pass of
-    a re-aggregation, ``flows.aggregate``).
+    a re-aggregation, ``flows.verdict.aggregate``).
 
     A series depends on its run alone (and the settings, unchanged when from_seq > 0):
     the stored rows of the runs before ``from_seq`` are read back, only the night's runs

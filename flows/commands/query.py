@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-from flows.parse_files import json_value
+from flows.commands.parse import json_value
 from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text
 

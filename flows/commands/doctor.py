@@ -28,8 +28,8 @@ from pathlib import Path
 
 import duckdb
 
-from flows import staging
-from flows.aggregate import leftover_work_dirs, sweep_work_dirs
+from flows.ingest import staging
+from flows.verdict.aggregate import leftover_work_dirs, sweep_work_dirs
 from flows.warehouse import journal, records
 from flows.warehouse import schema as ws
 from flows.warehouse import store as wh

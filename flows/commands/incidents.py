@@ -1,4 +1,4 @@
-"""``dumpscope incidents``: the incidents of a run, or one incident whole (``flows.verdict``).
+"""``dumpscope incidents``: the incidents of a run, or one incident whole (``flows.verdict.incidents``).
 
 A run's list is what that run's summary listed (``incidents_at(run)``: the same statuses,
 the same counts); ``--status all`` is every incident ever, each with its status at the
@@ -16,8 +16,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from flows import verdict
-from flows.history import frame_of
+from flows.verdict import incidents as verdict
+from flows.warehouse.reads import frame_of
 from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text, slug
 from transforms.trends.headlines import IMPACT_TEXT
@@ -111,7 +111,7 @@ def one_incident(warehouse: Path, incident_id: str, run_id: str | None = None, s
 
 
 def print_incidents(run_id: str | None, status: str, rows: list[dict], fmt: str) -> None:
-    from flows.query import print_table
+    from flows.commands.query import print_table
 
     if fmt == "json":
         json.dump(rows, sys.stdout, default=str, ensure_ascii=False)
@@ -140,7 +140,7 @@ def print_one(info: dict, fmt: str) -> None:
         json.dump(info, sys.stdout, default=str, ensure_ascii=False)
         sys.stdout.write("\n")
         return
-    from flows.query import print_table
+    from flows.commands.query import print_table
 
     closed = f", {info['closed_how']} in {info['closed_run']}" if info["closed_run"] else ""
     lines = [f"{info['incident_id']}  {info['kind']}, {info['status']}  {info['job']} / {info['program']}",

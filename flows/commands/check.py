@@ -2,7 +2,7 @@
 
 ``DIR`` holds one night's jobs as a pull request's CI job wrote them (``DIR/<job>/**``,
 like one run directory of the bucket, with an optional ``DIR/run.json``). Each file is
-staged by the nightly's driver (``flows.staging.stage_object``: the same parsers and
+staged by the nightly's driver (``flows.ingest.staging.stage_object``: the same parsers and
 limits, records written to Parquet) into a temporary directory that is removed at the
 end, and named by the nightly's series rules (``transforms.trends.series``, with DIR's
 run.json ``"series"`` mapping and the settings' ``[series]`` table).
@@ -18,7 +18,7 @@ records, or taken from the warehouse when the warehouse holds the same content),
 change with the dump lines it stands on. Nothing is written to the warehouse, beside it
 or in DIR.
 
-DIR's files are read as the nightly reads a bucket's (``flows.bucket.open_object``): only
+DIR's files are read as the nightly reads a bucket's (``flows.ingest.bucket.open_object``): only
 regular files inside DIR, never through a symbolic link below it, never a FIFO or a
 device, which are reported as failed dumps (a refused run.json as a run.json error),
 quoting nothing of what they point to; excerpts only from the bytes that were parsed.
@@ -42,14 +42,15 @@ import duckdb
 import polars as pl
 from fsspec.implementations.local import LocalFileSystem
 
-from flows import history as history_mod
-from flows.aggregate import frame_of, load_settings
-from flows.bucket import BucketReadError, open_object, read_runs
-from flows.items import excerpts_of
-from flows.parse_files import json_value, number
+from flows.verdict import history as history_mod
+from flows.warehouse.reads import frame_of
+from flows.verdict.aggregate import load_settings
+from flows.ingest.bucket import BucketReadError, open_object, read_runs
+from flows.verdict.items import excerpts_of
+from flows.commands.parse import json_value, number
 from flows.resources import MemoryBudget, parse_memory
-from flows.siblings import told_by_siblings
-from flows.staging import StagedResult, stage_object
+from flows.warehouse.siblings import told_by_siblings
+from flows.ingest.staging import StagedResult, stage_object
 from flows.warehouse.store import connect_readonly
 from transforms.check_report import FORMATS, CheckResult, render
 from transforms.layout import BucketObject, Role, escape_name, locate

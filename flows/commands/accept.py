@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from flows.aggregate import aggregate
+from flows.verdict.aggregate import aggregate
 from flows.resources import MemoryBudget
 from transforms.trends.rules import Settings
 

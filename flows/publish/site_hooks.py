@@ -1,4 +1,4 @@
-"""mkdocs hooks of the report site (``hooks:`` in the mkdocs.yml that ``flows.site`` writes).
+"""mkdocs hooks of the report site (``hooks:`` in the mkdocs.yml that ``flows.publish.site`` writes).
 
 Raw HTML that Markdown need not read: a template marks a table it formats as HTML (one
 without links or anchors, its cells escaped like every value) with a ``<!--ds-raw-->``
@@ -8,7 +8,7 @@ block out before Markdown reads the page, leaving a comment in its place, and
 HTML tag by tag (twice, with mkdocs' anchor scan): the tables of a thousand series pages
 were most of a build. Links and anchors stay in Markdown, where ``--strict`` checks them.
 
-``on_config`` reads ``status.json`` next to mkdocs.yml (``flows.site.site_status``: when the
+``on_config`` reads ``status.json`` next to mkdocs.yml (``flows.publish.site.site_status``: when the
 site was built, the latest run) into ``config.extra.dumpscope``, for the status line the theme
 override (``overrides/main.html``) writes on every page. JSON, not the YAML of mkdocs.yml:
 a run id is data, and the theme escapes it for HTML.

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from flows.aggregate import frame_of
+from flows.warehouse.reads import frame_of
 from flows.warehouse.store import connect_readonly
 from transforms.trends.diffs import EVIDENCE_COLUMNS, PAIR_COLUMNS, diff_pairs, diff_text
 from transforms.units import human_delta, human_ratio, human_value

@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from flows.history import frame_of
+from flows.warehouse.reads import frame_of
 from flows.warehouse import schema as ws
 from transforms.trends.night_report import counts
 

@@ -28,15 +28,15 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
-from flows import verdict
-from flows.aggregate import frame_of
+from flows.verdict import incidents as verdict
+from flows.warehouse.reads import frame_of
 from flows.warehouse.store import connect_readonly
 from transforms import escape
 from transforms.escape import Markup
 from transforms.site import data as site_data
 from transforms.site import pages, sections
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "site_templates"
 DOCS = ROOT / "docs"
 HOOKS = Path(__file__).with_name("site_hooks.py")  # mkdocs hooks: HTML tables Markdown skips
@@ -44,7 +44,7 @@ VEGA_BUNDLE = "assets/vega-bundle.js"
 # The chart loader, the stylesheet, the status line's ages, and the theme's inline scripts as files (the CSP
 # forbids inline scripts).
 ASSETS = ("charts.js", "dumpscope.css", "status.js", "material-base.js", "material-palette.js", "material-content.js")
-STATUS = "status.json"  # next to mkdocs.yml: what the pages' status line says (flows/site_hooks.py reads it)
+STATUS = "status.json"  # next to mkdocs.yml: what the pages' status line says (flows/publish/site_hooks.py reads it)
 
 
 @dataclass
@@ -134,7 +134,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                              "ORDER BY opened_run, incident_id, impact DESC, metric, series",
                              [incidents.get_column("incident_id").to_list()]),
             older_incidents=q("SELECT count(*) AS n FROM incidents").item() - incidents.height,
-            # The one definition of new / open / fixed at a run (flows.verdict, the summary, the
+            # The one definition of new / open / fixed at a run (flows.verdict.incidents, the summary, the
             # CLI), asked for the runs the site shows.
             incidents_at={r: verdict.incidents_at(con, r) for r in shown},
             commit_url=getattr(settings, "commit_url", None), compare_url=getattr(settings, "compare_url", None),

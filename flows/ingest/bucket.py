@@ -24,7 +24,7 @@ object vanished, permission denied) so a flow can retry or record them; bad
 ``RunInfo.meta_errors``.
 
 What is read (``open_object``, the one way every reader opens a bucket object): on a
-local disk, only a regular file inside the bucket (``flows.local_open``). The path is walked from the bucket
+local disk, only a regular file inside the bucket (``flows.ingest.local_open``). The path is walked from the bucket
 root one component at a time (``O_NOFOLLOW``, ``dir_fd``) by its real name (the bytes
 of a name that is not UTF-8, never its escaped form), so no symbolic link below the
 root is followed (the root itself may be one); the file is opened ``O_NONBLOCK`` and
@@ -55,7 +55,7 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from flows import local_open
+from flows.ingest import local_open
 from transforms.layout import (
     RUN_JSON_MAX_BYTES,
     BucketObject,

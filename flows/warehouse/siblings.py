@@ -20,7 +20,7 @@ from typing import Sequence
 
 import pyarrow as pa
 
-from flows.staging import Outcome, StagedResult
+from flows.ingest.staging import Outcome, StagedResult
 from flows.warehouse import store as wh
 from transforms import xla_siblings
 from transforms.layout import BucketObject

@@ -1,5 +1,5 @@
 """Open a regular file below a directory on a local disk, and nothing else: the walk
-``flows.bucket.open_object`` does for a local bucket (issue 27).
+``flows.ingest.bucket.open_object`` does for a local bucket (issue 27).
 
 ``open_regular_below(root, rel)`` opens ``root`` (it may be a symbolic link: operators
 point ``--bucket`` at one), then each directory component of ``rel`` with

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flows import verdict
+from flows.verdict import incidents as verdict
 from flows.warehouse.store import connect_readonly
 from transforms.trends.night_report import night_markdown
 from transforms.trends.rules import Settings

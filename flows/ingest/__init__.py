@@ -1,0 +1,10 @@
+"""Ingest: a dump bucket's listing and bytes, turned into staged Parquet.
+
+- ``local_open``: opening a local file below the bucket root without following links.
+- ``bucket``: listing and reading a bucket (a directory or any fsspec URL), run.json, settle state.
+- ``staging``: one dump's bytes parsed into Parquet files in the staging directory, and the
+  chunk a worker process stages.
+
+May import ``flows.resources`` and ``transforms``. Nothing here imports Prefect or DuckDB at
+import time: the nightly's spawned worker processes import this package.
+"""

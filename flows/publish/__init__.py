@@ -1,0 +1,10 @@
+"""Publishing a night: the report file, the notifications and the static site.
+
+- ``report``: the night's Markdown report file.
+- ``notify``: the notifications (Apprise), what was delivered and what is still owed.
+- ``site``: the mkdocs-material site rendered from ``site_templates/``, and ``site_hooks`` (its
+  mkdocs hooks).
+
+May import ``flows.resources``, ``flows.ingest``, ``flows.warehouse``, ``flows.verdict`` and
+``transforms``.
+"""

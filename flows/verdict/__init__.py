@@ -1,0 +1,9 @@
+"""The verdict: the warehouse's figures across runs turned into incidents, and read back.
+
+- ``aggregate``: the aggregation pass (trends, steps, incidents, diffs) and its settings.
+- ``history``: what the aggregation reads of the runs before the night.
+- ``items``: the structural items (and excerpts) of the dumps an incident compares.
+- ``incidents``: the incidents of a run and their counts, read back for every page and command.
+
+May import ``flows.resources``, ``flows.ingest``, ``flows.warehouse`` and ``transforms``.
+"""

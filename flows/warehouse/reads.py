@@ -1,0 +1,56 @@
+"""Shared read helpers over a DuckDB connection: rows as polars frames, values from outside
+registered as data (never formatted into SQL), the order of runs, and "no such run".
+
+Every module that reads the warehouse uses these, so a query's parameters, a registered frame's
+lifetime and the wording of a missing run are decided once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+# The order of runs everywhere: by their order in the bucket's history (``runs.seq``).
+RUN_ORDER = "ORDER BY seq"
+
+
+class NoSuchRun(LookupError):
+    """A run id (``--run``, ``--against``, ``--from``/``--to``) that names no run of the warehouse."""
+
+    def __init__(self, run_id: str):
+        super().__init__(f"no run {run_id!r} in the warehouse")
+        self.run_id = run_id
+
+
+def frame_of(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:
+    """The rows of ``sql`` (its ``params`` bound, never formatted in) as a polars frame."""
+    return con.sql(sql, params=params).pl() if params else con.sql(sql).pl()
+
+
+@contextlib.contextmanager
+def registered(con: duckdb.DuckDBPyConnection, **frames: pl.DataFrame | pa.Table) -> Iterator[None]:
+    """``frames`` visible to SQL under their names (names start with an underscore) while the
+    block runs, and unregistered after it, whatever happens."""
+    for name, frame in frames.items():
+        con.register(name, frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame)
+    try:
+        yield
+    finally:
+        for name in frames:
+            con.unregister(name)
+
+
+def read_with(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], sql: str,
+              params: list | None = None) -> pl.DataFrame:
+    """``sql`` over the warehouse with ``frames`` registered under their names."""
+    with registered(con, **frames):
+        return frame_of(con, sql, params)
+
+
+def strings(name: str, values) -> pa.Table:
+    """A one-column table of strings, to register as a set of ids or paths."""
+    return pa.table({name: pa.array(list(values), pa.string())})
