@@ -28,7 +28,6 @@ def main(*, bucket: str, warehouse: Path, storage_option: list[str], storage_sec
     """Run one night; ``night``: the rest of ``run_nightly``'s parameters. Returns the exit status."""
     prefect_defaults()
     from flows.ingest.bucket import check_bucket, parse_storage_options
-    from flows.nightly import run_nightly
 
     try:
         storage_options = parse_storage_options(storage_option)
@@ -41,6 +40,10 @@ def main(*, bucket: str, warehouse: Path, storage_option: list[str], storage_sec
     memory = preflight.memory_limit(memory_limit, conf, settings)
     if not storage_secret:  # with one, the options are Prefect's to give: the flow says it, unretried
         check_bucket(bucket, storage_secrets.resolve(None))
+    # Imported once the checks passed: Prefect's logging would print the libraries' own
+    # complaints about a bad target beside our one line.
+    from flows.nightly import run_nightly
+
     summary = run_nightly(memory_limit=memory, bucket=bucket, warehouse=warehouse, storage_secret=storage_secret,
                           storage_option_names=storage_secrets.option_names(storage_options) or None,
                           settings_path=settings,
