@@ -192,6 +192,42 @@ def test_the_sql_guard_sees_sql(tmp_path):
     assert [f.split(":")[0] for f in _sql_in(bad)] == ["1", "4", "5", "5", "7", "7"]
 
 
+def test_cli_maps_errors_to_exit_statuses_once():
+    """cli.py catches ``CommandError`` in one place (``command``), besides turning parse's unknown
+    --table into a usage error and main's SIGTERM status: no error class mapped by hand."""
+    caught = []
+    for node in ast.walk(ast.parse((ROOT / "flows" / "cli.py").read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ExceptHandler):
+            types = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            caught += [ast.unparse(t) for t in types]
+    assert sorted(caught) == ["BaseException", "CommandError", "ValueError"]
+
+
+def test_each_error_a_person_can_act_on_is_a_command_error_with_its_exit_status():
+    from flows.commands.accept import AcceptRefused
+    from flows.commands.check import BadDirectory, CheckError
+    from flows.commands.diff import DiffFailed, DiffRefused
+    from flows.commands.incidents import IncidentsError, NoSuchIncident
+    from flows.commands.query import QueryError
+    from flows.errors import CommandError
+    from flows.ingest.bucket import BucketAccessDenied, BucketNotFound, BucketUnusable
+    from flows.publish.notify import BadTarget
+    from flows.verdict.incidents import OlderWarehouse
+    from flows.warehouse.reads import NoSuchRun
+    from flows.warehouse.store import WarehouseBusy
+
+    statuses = {cls.__name__: cls.exit_code for cls in (
+        BucketUnusable, BucketNotFound, BucketAccessDenied, WarehouseBusy, BadTarget, AcceptRefused, NoSuchRun,
+        DiffRefused, DiffFailed, BadDirectory, CheckError, QueryError, IncidentsError, NoSuchIncident, OlderWarehouse)
+        if issubclass(cls, CommandError)}
+    assert statuses == {"BucketUnusable": 2, "BucketNotFound": 2, "BucketAccessDenied": 2, "WarehouseBusy": 3,
+                        "BadTarget": 2, "AcceptRefused": 2, "NoSuchRun": 2, "DiffRefused": 2, "DiffFailed": 1,
+                        "BadDirectory": 2, "CheckError": 1, "QueryError": 1, "IncidentsError": 1, "NoSuchIncident": 2,
+                        "OlderWarehouse": 1}
+    assert CommandError("x", exit_code=4).exit_code == 4 and NoSuchRun("r", []).exit_code == 2
+    assert str(NoSuchRun("r", [])) == "no run 'r' in the warehouse; latest runs: none yet"
+
+
 def test_the_guard_sees_a_wrong_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from transforms.parsers import xla_hlo\n")
