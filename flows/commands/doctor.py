@@ -27,11 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import typer
 
+from flows.commands.signals import prefect_defaults
 from flows.ingest import staging
 from flows.verdict.aggregate import leftover_work_dirs, sweep_work_dirs
 from flows.warehouse import journal, records
 from flows.warehouse import schema as ws
+from flows.warehouse.inspect import check_warehouse
 from flows.warehouse import store as wh
 from transforms.escape import plain_text
 from transforms.parse import ParseLimits
@@ -170,11 +173,6 @@ def repair(warehouse: Path, bucket: str | None = None, staging_dir: Path | None 
 
 def main(*, warehouse: Path, bucket: str | None, repair_too: bool) -> int:
     """Print the findings (after repairing, with ``repair_too``); 1 when problems are left."""
-    import typer
-
-    from flows.commands.signals import prefect_defaults
-    from flows.warehouse.inspect import check_warehouse
-
     check_warehouse(warehouse)
     if repair_too:
         if bucket is not None:
