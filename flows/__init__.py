@@ -3,7 +3,8 @@ that touches a bucket, a file or the warehouse. Its packages run in pipeline ord
 each may import only the ones before it (``tests/test_layout.py`` enforces the order and
 that no module imports another in a cycle, deferred imports included):
 
-1. ``resources``, ``storage_secrets``: memory budgets and storage credentials (no I/O of dumps).
+1. ``resources``, ``storage_secrets``, ``errors``: memory budgets, storage credentials (no I/O of
+   dumps) and ``CommandError``, the one error type a person can act on.
 2. ``ingest``: a bucket's listing and bytes, parsed into staged Parquet (spawn workers import it:
    no Prefect or DuckDB at import).
 3. ``warehouse``: the DuckDB schema, its one locked writer and its readers, loading, the records
@@ -12,8 +13,8 @@ that no module imports another in a cycle, deferred imports included):
 5. ``publish``: the night's report file, notifications and the static site.
 6. ``nightly`` (the Prefect flow; each task one call into the packages above) and
    ``prefect_server`` (its temporary API server).
-7. ``commands``: one module per command besides ``run``, values in and data out; each failure
-   a ``CommandError`` carrying its exit status.
+7. ``commands``: one module per command, values in, printed at its end; each failure a
+   ``CommandError`` carrying its exit status.
 8. ``cli``: the Typer declarations only.
 
 May import anything in ``transforms``; nothing in ``transforms`` imports ``flows``.

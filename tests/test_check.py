@@ -245,14 +245,14 @@ def test_against_an_earlier_run_gives_what_the_nightly_opened_the_next_night(sam
 def test_the_history_is_read_a_group_of_jobs_at_a_time(sample_warehouse, tmp_path, monkeypatch):
     """A check reads the history of its jobs a group at a time (memory follows the group, not
     the history): one job per group gives what one group gives, and the same incidents."""
-    import flows.commands.check
+    import flows.verdict.candidate
     from flows.resources import MemoryBudget
 
     pr = night_copy(tmp_path, "2026-11-19")
     whole = check_json(sample_warehouse, pr, "--against", "2026-11-18")
     groups = []
-    real = flows.commands.check._history_dumps
-    monkeypatch.setattr(flows.commands.check, "_history_dumps", lambda con, order, jobs: groups.append(jobs) or real(con, order, jobs))
+    real = flows.verdict.candidate._history_dumps
+    monkeypatch.setattr(flows.verdict.candidate, "_history_dumps", lambda con, order, jobs: groups.append(jobs) or real(con, order, jobs))
     monkeypatch.setattr(MemoryBudget, "incidents_batch_rows", property(lambda self: 1))
     assert check_json(sample_warehouse, pr, "--against", "2026-11-18") == whole
     assert groups == [[job] for job in sorted(p.name for p in pr.iterdir() if p.is_dir())] and len(whole) >= 3

@@ -203,6 +203,19 @@ def test_help_keeps_every_bracket():
     assert checked >= 5  # [series] and [[rule]] of each command taking --settings
 
 
+def test_every_command_help_shows_an_example():
+    """As sqlite-utils does: each command's help ends with a command line a person can copy."""
+    import typer.main
+
+    from flows.cli import app
+
+    names = sorted(typer.main.get_command(app).commands)
+    assert len(names) >= 12
+    for name in names:
+        example = invoke(name, "--help").output.partition("\n  Example:\n")[2].partition("\nOptions:")[0]
+        assert re.search(rf"^ {{4,}}(\S+=\S+ )*dumpscope {name}( |$)", example, re.M), (name, example)
+
+
 def test_a_new_incident_is_accepted_in_the_run_it_opened_in(sample_warehouse, tmp_path):
     """Last night's new incident, accepted by its id at last night: closed there, accepted."""
     w = writable(sample_warehouse, tmp_path)

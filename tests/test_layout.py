@@ -6,6 +6,7 @@ parses arguments."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def test_transforms_imports_run_one_way(path):
 
 # flows' layers, in pipeline order: a module may import its own layer and the ones before it.
 FLOWS_LAYERS = [
-    ("flows.resources", "flows.storage_secrets"),
+    ("flows.resources", "flows.storage_secrets", "flows.errors"),
     ("flows.ingest",),
     ("flows.warehouse",),
     ("flows.verdict",),
@@ -152,6 +153,79 @@ def test_cli_only_parses_arguments_and_calls_flows():
     outside = sorted(i for i in imports if i.split(".")[0] in {"duckdb", "polars", "transforms", "prefect", "rich"})
     assert not outside, f"flows/cli.py reaches past the flows: {outside}"
     assert "execute(" not in (ROOT / "flows" / "cli.py").read_text(encoding="utf-8")
+
+
+# SQL lives in flows.warehouse and flows.verdict (and the site's reads): these only call them.
+SQL_FREE = ["flows/cli.py", "flows/commands"]
+_SQL_CALLS = frozenset({"execute", "executemany", "sql", "register", "query"})
+_SQL_START = re.compile(r"\s*\(?\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|WITH|COPY|ATTACH|DROP|ALTER)\b", re.IGNORECASE)
+
+
+def _sql_in(path: Path) -> list[str]:
+    """Where a module runs or holds SQL: each ``.execute(``/``.sql(``/``.register(`` call and each
+    string constant (f-string parts included) that starts like a statement, as ``line: what``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SQL_CALLS:
+            found.append(f"{node.lineno}: .{node.func.attr}()")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL_START.match(node.value):
+            found.append(f"{node.lineno}: {node.value.strip()[:40]!r}")
+    return sorted(found, key=lambda f: int(f.split(":")[0]))
+
+
+def _sql_free_modules() -> list[Path]:
+    return sorted(p for entry in SQL_FREE for p in ((ROOT / entry).rglob("*.py") if (ROOT / entry).is_dir()
+                                                    else [ROOT / entry]))
+
+
+@pytest.mark.parametrize("path", _sql_free_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_sql_stays_in_the_warehouse_and_verdict_layers(path):
+    assert _sql_in(path) == [], f"{path.relative_to(ROOT)} runs or holds SQL (move it to flows/warehouse or flows/verdict)"
+
+
+def test_the_sql_guard_sees_sql(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('Q = """\n  select 1"""\n'
+                   'def f(con, t):\n    con.register("_t", t)\n    return con.sql(f"WITH x AS ({Q}) SELECT * FROM x")\n'
+                   'def g(con):\n    return con.execute("delete from runs")\n'
+                   'NOTE = "selected runs"\n')
+    assert [f.split(":")[0] for f in _sql_in(bad)] == ["1", "4", "5", "5", "7", "7"]
+
+
+def test_cli_maps_errors_to_exit_statuses_once():
+    """cli.py catches ``CommandError`` in one place (``command``), besides turning parse's unknown
+    --table into a usage error and main's SIGTERM status: no error class mapped by hand."""
+    caught = []
+    for node in ast.walk(ast.parse((ROOT / "flows" / "cli.py").read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ExceptHandler):
+            types = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            caught += [ast.unparse(t) for t in types]
+    assert sorted(caught) == ["BaseException", "CommandError", "ValueError"]
+
+
+def test_each_error_a_person_can_act_on_is_a_command_error_with_its_exit_status():
+    from flows.commands.accept import AcceptRefused
+    from flows.commands.check import BadDirectory, CheckError
+    from flows.commands.diff import DiffFailed, DiffRefused
+    from flows.commands.incidents import IncidentsError, NoSuchIncident
+    from flows.commands.query import QueryError
+    from flows.errors import CommandError
+    from flows.ingest.bucket import BucketAccessDenied, BucketNotFound, BucketUnusable
+    from flows.publish.notify import BadTarget
+    from flows.verdict.incidents import OlderWarehouse
+    from flows.warehouse.reads import NoSuchRun
+    from flows.warehouse.store import WarehouseBusy
+
+    statuses = {cls.__name__: cls.exit_code for cls in (
+        BucketUnusable, BucketNotFound, BucketAccessDenied, WarehouseBusy, BadTarget, AcceptRefused, NoSuchRun,
+        DiffRefused, DiffFailed, BadDirectory, CheckError, QueryError, IncidentsError, NoSuchIncident, OlderWarehouse)
+        if issubclass(cls, CommandError)}
+    assert statuses == {"BucketUnusable": 2, "BucketNotFound": 2, "BucketAccessDenied": 2, "WarehouseBusy": 3,
+                        "BadTarget": 2, "AcceptRefused": 2, "NoSuchRun": 2, "DiffRefused": 2, "DiffFailed": 1,
+                        "BadDirectory": 2, "CheckError": 1, "QueryError": 1, "IncidentsError": 1, "NoSuchIncident": 2,
+                        "OlderWarehouse": 1}
+    assert CommandError("x", exit_code=4).exit_code == 4 and NoSuchRun("r", []).exit_code == 2
+    assert str(NoSuchRun("r", [])) == "no run 'r' in the warehouse; latest runs: none yet"
 
 
 def test_the_guard_sees_a_wrong_import(tmp_path):

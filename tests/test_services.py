@@ -86,6 +86,7 @@ def test_a_stop_signal_decides_the_exit_status_whatever_surfaces(monkeypatch):
     import pytest
 
     from flows import cli
+    from flows.commands import signals
 
     def interrupted(signum, frame):  # what Prefect's bridge and DuckDB together make of it
         raise RuntimeError("Query interrupted")
@@ -95,9 +96,9 @@ def test_a_stop_signal_decides_the_exit_status_whatever_surfaces(monkeypatch):
         time.sleep(1)  # the handler runs here
 
     before = signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr(cli, "_noted", None)
+    monkeypatch.setattr(signals, "_noted", None)
     try:
-        cli._note_signals()
+        signals.note_signals()
         signal.signal(signal.SIGTERM, interrupted)
         monkeypatch.setattr(cli, "app", a_query_when_the_signal_comes)
         with pytest.raises(SystemExit) as stop:

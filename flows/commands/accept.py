@@ -16,17 +16,24 @@ import re
 import shlex
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import duckdb
 
-from flows.verdict.aggregate import aggregate
+import typer
+
+from flows.commands import preflight
+from flows.errors import CommandError
 from flows.resources import MemoryBudget
+from flows.verdict import changes
+from flows.verdict.aggregate import aggregate
+from flows.warehouse.reads import NoSuchRun
 from transforms.trends.rules import Settings
 
 INCIDENT_ID = re.compile(r"I-[0-9a-f]{8}")
 
 
-class AcceptRefused(ValueError):
+class AcceptRefused(CommandError, ValueError, exit_code=2):
     """The accept names nothing it can apply to; the message says what is wrong."""
 
 
@@ -40,12 +47,13 @@ class Accepted:
 
 def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_id: str | None = None,
            metric: str | None = None, note: str | None = None, budget: MemoryBudget | None = None) -> Accepted:
-    """Log the accept and re-aggregate (within ``budget``), inside the caller's writer."""
-    runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC").fetchall()]
+    """Log the accept and re-aggregate (within ``budget``), inside the caller's writer. Raises
+    ``AcceptRefused`` or ``NoSuchRun`` (exit 2), which discard the accept with the writer."""
+    runs = changes.runs_newest_first(con)
     if not runs:
         raise AcceptRefused("the warehouse has no runs yet")
     if run_id is not None and run_id not in runs:
-        raise AcceptRefused(f"no run {run_id!r} in the warehouse; latest runs: {', '.join(runs[:5])}")
+        raise NoSuchRun(run_id, runs[:5])
     run_id = run_id or runs[0]
     by_id = INCIDENT_ID.fullmatch(target) is not None
     if by_id:
@@ -54,39 +62,42 @@ def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_
         _check_series(con, target, run_id)
     if metric is not None:
         _check_metric(con, target, by_id, run_id, metric)
-    before = _open_ids(con, run_id)
-    row = [None if by_id else target, run_id, metric, note, getpass.getuser(), _now(), target if by_id else None]
-    con.execute("INSERT INTO accepts (series, run_id, metric, note, accepted_by, accepted_at, incident_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+    before = changes.open_incident_ids(con, run_id)
+    changes.log_accept(con, series=None if by_id else target, run_id=run_id, metric=metric, note=note,
+                       accepted_by=getpass.getuser(), accepted_at=_now(), incident_id=target if by_id else None)
     aggregate(con, settings, budget=budget)
-    closed = sorted(before - _open_ids(con, run_id))
-    if by_id and target not in closed and not con.execute(
-            "SELECT count(*) FROM incident_steps WHERE incident_id = ? AND closed_run = ? AND closed_how = 'accepted'"
-            " AND metric = coalesce(?, metric)", [target, run_id, metric]).fetchone()[0]:
+    closed = sorted(before - changes.open_incident_ids(con, run_id))
+    if by_id and target not in closed and not changes.accepted_at(con, target, run_id, metric):
         # Raised inside the writer: the accept is discarded, not logged as done.
-        job, program = con.execute("SELECT job, program FROM incidents WHERE incident_id = ?", [target]).fetchone()
+        job, program = changes.incident_program(con, target)
         raise AcceptRefused(f"accepting incident {target} at run {run_id!r} closes nothing; accept its program's "
                             f"series there instead: dumpscope accept {shlex.quote(f'{job}/{program}/*')} {shlex.quote(run_id)}")
-    flagged = [s for (s,) in con.execute("SELECT series FROM regressions WHERE run_id = ?", [run_id]).fetchall()]
+    flagged = changes.flagged_series(con, run_id)
     left = len(flagged) if by_id else sum(fnmatch.fnmatchcase(s, target) for s in flagged)
     return Accepted(target, run_id, closed, left)
+
+
+def main(*, target: str, run_id: str | None, note: str | None, metric: str | None, warehouse: Path,
+         settings: Path | None, wait: bool, memory_limit: str | None) -> None:
+    """Accept as the warehouse's one writer, and say what it closed."""
+    conf, budget = preflight.settings_and_budget(settings, memory_limit)
+    with preflight.writer(warehouse, wait, budget) as con:
+        done = accept(con, conf, target, run_id, metric, note, budget=budget)
+    closed = ", ".join(done.closed) or "none"
+    typer.echo(f"accepted {target} at {done.run_id}" + (f" ({metric})" if metric else "")
+               + f"; incidents closed: {closed}; regressions left there: {done.regressions_left}. "
+               "The site shows it from its next build (`dumpscope site`, or the next nightly).")
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def _open_ids(con, run_id: str) -> set[str]:
-    """Incidents open at ``run_id`` (new there or still open: the view incident_status)."""
-    return {i for (i,) in con.execute("SELECT incident_id FROM incident_status WHERE run_id = ? AND status IN ('new', 'open')",
-                                      [run_id]).fetchall()}
-
-
 def _check_incident(con, incident: str, run_id: str, runs: list[str]) -> None:
-    row = con.execute("SELECT closed_run, closed_how, opened_run FROM incidents WHERE incident_id = ?", [incident]).fetchall()
-    if not row:
+    state = changes.incident_state(con, incident)
+    if state is None:
         raise AcceptRefused(f"no incident {incident!r}; list them with `dumpscope incidents --status all`")
-    closed_run, closed_how, opened_run = row[0]
+    closed_run, closed_how, opened_run = state
     if closed_run is not None:
         raise AcceptRefused(f"incident {incident} is already closed ({closed_how} in run {closed_run})")
     if runs.index(run_id) > runs.index(opened_run):  # runs: latest first
@@ -98,13 +109,10 @@ def _check_metric(con, target: str, by_id: bool, run_id: str, metric: str) -> No
     """``--metric`` names a figure of what is accepted: a metric of the incident, or one the
     matching series have in the run (else the accept would be logged and change nothing)."""
     if by_id:
-        names = [m for (m,) in con.execute("SELECT DISTINCT metric FROM incident_steps WHERE incident_id = ? ORDER BY metric",
-                                           [target]).fetchall()]
+        names = changes.incident_metrics(con, target)
         where = f"incident {target}"
     else:
-        rows = con.execute("SELECT DISTINCT s.series, m.metric FROM metrics m JOIN dump_series s USING (path) "
-                           "WHERE s.run_id = ?", [run_id]).fetchall()
-        names = sorted({m for s, m in rows if fnmatch.fnmatchcase(s, target)})
+        names = sorted({m for s, m in changes.series_metrics(con, run_id) if fnmatch.fnmatchcase(s, target)})
         where = f"the series matching {target!r} in run {run_id!r}"
     if metric not in names:
         close = difflib.get_close_matches(metric, names, n=5, cutoff=0)
@@ -112,11 +120,8 @@ def _check_metric(con, target: str, by_id: bool, run_id: str, metric: str) -> No
 
 
 def _check_series(con, pattern: str, run_id: str) -> None:
-    names = [s for (s,) in con.execute("SELECT DISTINCT series FROM dump_series WHERE run_id = ?", [run_id]).fetchall()]
-    if any(fnmatch.fnmatchcase(s, pattern) for s in names):
+    if any(fnmatch.fnmatchcase(s, pattern) for s in changes.series_in_run(con, run_id)):
         return
-    close = [r[0] for r in con.execute(
-        "SELECT DISTINCT series FROM dump_series ORDER BY jaro_winkler_similarity(series, ?) DESC, series LIMIT 3",
-        [pattern]).fetchall()]
+    close = changes.closest_series(con, pattern)
     hint = " (an incident id is I- and 8 hex digits: `dumpscope incidents`)" if pattern.startswith("I-") else ""
     raise AcceptRefused(f"no series matching {pattern!r} has dumps in run {run_id!r}{hint}; closest series: {', '.join(close)}")

@@ -1,4 +1,10 @@
-"""``dumpscope diff RUN_A RUN_B``: structure and metrics of every series in both runs."""
+"""``dumpscope diff RUN_A RUN_B``: structure and metrics of every series in both runs.
+
+The runs' series, items and metrics are read by ``flows.verdict.changes``; the structural
+diff is ``transforms.trends.diffs``'. A run that does not exist is ``NoSuchRun`` and a pattern
+that matches nothing ``DiffRefused`` (both exit 2); a warehouse that cannot be read is
+``DiffFailed`` (exit 1).
+"""
 
 from __future__ import annotations
 
@@ -11,28 +17,34 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from flows.warehouse.reads import frame_of
+from flows.errors import CommandError
+from flows.verdict import changes
+from flows.warehouse.reads import NoSuchRun, latest_runs
 from flows.warehouse.store import connect_readonly
 from transforms.trends.diffs import EVIDENCE_COLUMNS, PAIR_COLUMNS, diff_pairs, diff_text
 from transforms.units import human_delta, human_ratio, human_value
 
 
-class DiffRefused(ValueError):
-    """The arguments name nothing to compare (a run that does not exist, a pattern that
-    matches no series); the message says what is wrong and what exists."""
+class DiffRefused(CommandError, ValueError, exit_code=2):
+    """The arguments name nothing to compare (a pattern that matches no series); the message
+    says what is wrong and what exists."""
+
+
+class DiffFailed(CommandError, ValueError):
+    """The warehouse could not be opened or read: one line for people."""
 
 
 def diff_warehouse(warehouse: Path, run_a: str, run_b: str, pattern: str | None = None) -> pl.DataFrame:
-    """``diff_runs`` on the published warehouse; every failure is a ValueError with one
-    line for people (DiffRefused when the arguments are wrong)."""
+    """``diff_runs`` on the published warehouse; every failure is a ``CommandError`` with one
+    line for people (``DiffFailed``, or ``NoSuchRun``/``DiffRefused`` when the arguments are wrong)."""
     try:
         con = connect_readonly(warehouse)
     except (FileNotFoundError, duckdb.Error) as exc:
-        raise ValueError(str(exc)) from None
+        raise DiffFailed(str(exc)) from None
     try:
         return diff_runs(con, run_a, run_b, pattern)
     except duckdb.Error as exc:
-        raise ValueError(str(exc)) from None
+        raise DiffFailed(str(exc)) from None
     finally:
         con.close()
 
@@ -45,13 +57,11 @@ def diff_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, pattern: s
     ``diffs``' order of significance, metric changes from ``metrics``; series only one
     run has are reported as appeared or vanished.
     """
-    known = {r[0] for r in con.execute("SELECT run_id FROM runs WHERE run_id IN (?, ?)", [run_a, run_b]).fetchall()}
+    known = set(changes.runs_of(con, [run_a, run_b]))
     for run in (run_a, run_b):
         if run not in known:
-            latest = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 5").fetchall()]
-            raise DiffRefused(f"no run {run!r} in the warehouse; latest runs: {', '.join(latest)}")
-    series = frame_of(con, """SELECT s.*, d.status FROM dump_series s JOIN dumps d USING (path)
-                              WHERE s.run_id IN (?, ?) AND d.status IN ('ok', 'partial')""", [run_a, run_b])
+            raise NoSuchRun(run, latest_runs(con))
+    series = changes.parsed_series(con, run_a, run_b)
     if pattern:
         every = series
         series = series.filter(pl.col("series").map_elements(lambda s: fnmatch.fnmatchcase(s, pattern), return_dtype=pl.Boolean))
@@ -68,14 +78,7 @@ def diff_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, pattern: s
                         pl.col("series_program").alias("program"), "kind", "stage", "before_path",
                         pl.col("path").alias("after_path"))
     paths = pl.concat([pairs.get_column("before_path"), pairs.get_column("after_path")]).unique().to_list()
-    con.register("_diff_paths", pl.DataFrame({"path": paths}, schema={"path": pl.String}).to_arrow())
-    try:
-        # content_items, not the dump_items view: the items with their evidence.
-        items = frame_of(con, """SELECT s.path, c.* EXCLUDE (items_key) FROM dump_series s JOIN content_items c USING (items_key)
-                                 WHERE s.path IN (SELECT path FROM _diff_paths)""")
-        metrics = frame_of(con, "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _diff_paths)")
-    finally:
-        con.unregister("_diff_paths")
+    items, metrics = changes.items_and_metrics(con, paths)
     structural = diff_pairs(pairs.select(*PAIR_COLUMNS.names(), "before_path", "after_path"), items)
     evidence = ["rank", "rescale", *EVIDENCE_COLUMNS.names()]
     parts = [structural.select("series", "category", "change", "description", *evidence),
@@ -104,6 +107,16 @@ def _presence(a: pl.DataFrame, b: pl.DataFrame, run_a: str, run_b: str) -> pl.Da
                                                           pl.lit("vanished").alias("change"),
                                                           pl.lit(f"series vanished (not in {run_b})").alias("description"))
     return pl.concat([appeared, vanished])
+
+
+def main(*, run_a: str, run_b: str, series: str | None, warehouse: Path, as_json: bool) -> None:
+    try:
+        result = diff_warehouse(warehouse, run_a, run_b, series)
+    except ValueError as exc:  # one line for people, whatever refused the comparison
+        if isinstance(exc, CommandError):
+            raise
+        raise DiffFailed(str(exc)) from None
+    print_diff(result, run_a, run_b, as_json=as_json)
 
 
 def print_diff(result: pl.DataFrame, run_a: str, run_b: str, *, as_json: bool) -> None:

@@ -27,11 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import typer
 
+from flows.commands.signals import prefect_defaults
 from flows.ingest import staging
 from flows.verdict.aggregate import leftover_work_dirs, sweep_work_dirs
 from flows.warehouse import journal, records
 from flows.warehouse import schema as ws
+from flows.warehouse.inspect import check_warehouse
 from flows.warehouse import store as wh
 from transforms.escape import plain_text
 from transforms.parse import ParseLimits
@@ -168,4 +171,22 @@ def repair(warehouse: Path, bucket: str | None = None, staging_dir: Path | None 
     return done
 
 
-__all__ = ["Findings", "examine", "repair"]
+def main(*, warehouse: Path, bucket: str | None, repair_too: bool) -> int:
+    """Print the findings (after repairing, with ``repair_too``); 1 when problems are left."""
+    check_warehouse(warehouse)
+    if repair_too:
+        if bucket is not None:
+            prefect_defaults()
+        for line in repair(warehouse, bucket):  # BucketNotFound exits 2, WarehouseBusy 3
+            typer.echo(f"repaired: {line}")
+    found = examine(warehouse)
+    for line in found.lines():
+        typer.echo(line)
+    if found.problems:
+        if not repair_too:
+            typer.echo(f"{len(found.problems)} problem(s): dumpscope doctor --warehouse {warehouse} --repair [--bucket B]")
+        return 1
+    return 0
+
+
+__all__ = ["Findings", "examine", "main", "repair"]

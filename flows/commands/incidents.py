@@ -16,8 +16,10 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from flows.errors import CommandError
+from flows.verdict import incident_detail as detail
 from flows.verdict import incidents as verdict
-from flows.warehouse.reads import frame_of
+from flows.warehouse.reads import NoSuchRun, latest_runs, run_exists
 from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text, slug
 from transforms.trends.headlines import IMPACT_TEXT
@@ -28,13 +30,18 @@ COLUMNS = ("incident_id", "status", "kind", "job", "program", "opened_run", "las
            "first_bad_commit", "closed_run", "closed_how", "age_runs", "stacked_on", "impact", "metrics", "headline", "cause")
 TABLE_WIDTH = 110  # the table's width when printed to a pipe (a terminal uses its own)
 
+__all__ = ["IncidentsError", "NoSuchIncident", "NoSuchRun", "STATUSES", "list_incidents", "one_incident",
+           "main", "print_incidents", "print_one"]
 
-class IncidentsError(Exception):
-    """No warehouse, no such run: one line for people."""
+
+class IncidentsError(CommandError):
+    """No warehouse: one line for people (exit 1). An older warehouse is ``verdict.OlderWarehouse``
+    (exit 1), a ``--run`` that names no run ``NoSuchRun`` (exit 2)."""
 
 
-class NoSuchRun(IncidentsError):
-    """``--run`` or an incident id names nothing the warehouse has (a bad argument, not a failure)."""
+class NoSuchIncident(IncidentsError, exit_code=2):
+    """An incident id names nothing the warehouse has, or nothing listed at ``--run`` (a bad
+    argument, not a failure)."""
 
 
 def _connect(warehouse: Path) -> duckdb.DuckDBPyConnection:
@@ -47,11 +54,10 @@ def _connect(warehouse: Path) -> duckdb.DuckDBPyConnection:
 def list_incidents(warehouse: Path, run_id: str | None, status: str) -> tuple[str | None, list[dict]]:
     con = _connect(warehouse)
     try:
-        if run_id is not None and not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall():
-            latest = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 5").fetchall()]
-            raise NoSuchRun(f"no run {run_id!r} in the warehouse; latest runs: {', '.join(latest) or 'none yet'}")
+        if run_id is not None and not run_exists(con, run_id):
+            raise NoSuchRun(run_id, latest_runs(con))
         if status == "all":
-            return None, _every_incident(con).select(COLUMNS).to_dicts()
+            return None, detail.every_incident(con).select(COLUMNS).to_dicts()
         if run_id is None:
             latest = verdict.latest_run(con)
             if latest is None:
@@ -62,21 +68,8 @@ def list_incidents(warehouse: Path, run_id: str | None, status: str) -> tuple[st
         wanted = pl.col("status").is_in(verdict.STATUSES[status]) & (
             improvement if status in verdict.KINDS_OF else ~improvement | pl.col("status").is_in(["accepted"]))
         return run_id, frame.filter(wanted).select(COLUMNS).to_dicts()
-    except verdict.OlderWarehouse as exc:
-        raise IncidentsError(str(exc)) from None
     finally:
         con.close()
-
-
-def _every_incident(con) -> pl.DataFrame:
-    """Every incident with its status (and age) at the last run it is listed in."""
-    verdict.check_schema(con)
-    return frame_of(con, """
-        SELECT s.status, s.age_runs, i.* FROM incidents i
-        JOIN (SELECT incident_id, arg_max(status, (r.started_at, r.run_id)) AS status,
-                     arg_max(age_runs, (r.started_at, r.run_id)) AS age_runs
-              FROM incident_status JOIN runs r USING (run_id) GROUP BY incident_id) s USING (incident_id)
-        ORDER BY i.opened_at, i.impact DESC, i.incident_id""")
 
 
 def one_incident(warehouse: Path, incident_id: str, run_id: str | None = None, site_url: str | None = None) -> dict:
@@ -84,30 +77,35 @@ def one_incident(warehouse: Path, incident_id: str, run_id: str | None = None, s
     in), its steps, the evidence of its cause (dump paths and lines) and its site page."""
     con = _connect(warehouse)
     try:
-        every = _every_incident(con).filter(pl.col("incident_id") == incident_id)
+        every = detail.every_incident(con).filter(pl.col("incident_id") == incident_id)
         if every.is_empty():
-            raise NoSuchRun(f"no incident {incident_id!r} in the warehouse (`dumpscope incidents --status all` lists them)")
+            raise NoSuchIncident(f"no incident {incident_id!r} in the warehouse (`dumpscope incidents --status all` lists them)")
         row = every.row(0, named=True)
         if run_id is not None:
-            at = frame_of(con, "SELECT status, age_runs FROM incidents_at(?) WHERE incident_id = ?", [run_id, incident_id])
+            at = detail.status_at(con, incident_id, run_id)
             if at.is_empty():
-                raise NoSuchRun(f"incident {incident_id} is not listed at run {run_id!r} (it opened {row['opened_run']}"
-                                + (f", closed {row['closed_run']})" if row["closed_run"] else ")"))
+                raise NoSuchIncident(f"incident {incident_id} is not listed at run {run_id!r} (it opened {row['opened_run']}"
+                                     + (f", closed {row['closed_run']})" if row["closed_run"] else ")"))
             row |= at.row(0, named=True)
-        steps = frame_of(con, "SELECT * FROM incident_steps WHERE incident_id = ? ORDER BY impact DESC, metric, series",
-                         [incident_id]).to_dicts()
-        evidence = frame_of(con, """
-            SELECT DISTINCT d.series, d.description, d.before_path, d.lines_before, d.after_path, d.lines_after, d.rank
-            FROM diffs d JOIN (SELECT DISTINCT series, opened_run FROM incident_steps WHERE incident_id = ?) s
-              ON d.series = s.series AND d.run_id = s.opened_run
-            ORDER BY d.series, d.rank""", [incident_id]).to_dicts()
-    except verdict.OlderWarehouse as exc:
-        raise IncidentsError(str(exc)) from None
+        steps = detail.steps_of(con, incident_id)
+        evidence = detail.evidence_of(con, incident_id)
     finally:
         con.close()
     page = f"incidents/{slug(incident_id)}.html"
     return {**row, "steps": steps, "evidence": evidence,
             "page": f"{site_url.rstrip('/')}/{page}" if site_url else page, "impact_means": IMPACT_TEXT}
+
+
+def main(*, incident: str | None, run_id: str | None, status: str, fmt: str, warehouse: Path,
+         settings: Path | None) -> None:
+    """A run's incidents with ``status`` (default run: the latest), or one ``incident`` whole."""
+    if incident is not None:
+        from flows.commands.preflight import settings as load_settings
+
+        print_one(one_incident(warehouse, incident, run_id, load_settings(settings).site_url), fmt)
+        return
+    run, rows = list_incidents(warehouse, run_id, status)
+    print_incidents(run, status, rows, fmt)
 
 
 def print_incidents(run_id: str | None, status: str, rows: list[dict], fmt: str) -> None:

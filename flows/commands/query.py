@@ -1,4 +1,8 @@
-"""``dumpscope sql``: a read-only query on the warehouse, printed as a table, CSV or JSON."""
+"""``dumpscope sql``: a read-only query on the warehouse, printed as a table, CSV or JSON.
+
+The query runs through ``flows.warehouse.inspect.rows_of`` on a locked-down read-only
+connection; a refusal caused by a damaged records store says so (``inspect.store_damage``).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,15 @@ from pathlib import Path
 import duckdb
 
 from flows.commands.parse import json_value
+from flows.errors import CommandError
+from flows.warehouse.inspect import rows_of, store_damage
 from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text
 
 FORMATS = ("table", "csv", "json")
 
 
-class QueryError(Exception):
+class QueryError(CommandError):
     """The warehouse could not be opened or the query was refused; the message is one line for people."""
 
 
@@ -26,9 +32,7 @@ def run_query(warehouse: Path, query: str) -> tuple[list[str], list[tuple]]:
     except (FileNotFoundError, duckdb.Error) as exc:
         raise QueryError(_one_line(exc)) from None
     try:
-        cur = con.execute(query)
-        names = [d[0] for d in cur.description] if cur.description else []
-        return names, (cur.fetchall() if names else [])
+        return rows_of(con, query)
     except (duckdb.PermissionException, duckdb.InvalidInputException, duckdb.IOException) as exc:
         damage = store_damage(con, warehouse)
         if damage:
@@ -43,40 +47,13 @@ def run_query(warehouse: Path, query: str) -> tuple[list[str], list[tuple]]:
         con.close()
 
 
-def damaged_store(warehouse: Path) -> str | None:
-    """``store_damage`` of the published warehouse (for commands that read records views)."""
-    try:
-        con = connect_readonly(warehouse)
-    except (FileNotFoundError, duckdb.Error):
-        return None
-    try:
-        return store_damage(con, warehouse)
-    finally:
-        con.close()
-
-
-def store_damage(con, warehouse: Path) -> str | None:
-    """One line naming a damaged records file of the warehouse (and how to repair), or
-    None: a view reading a file that is gone fails in DuckDB as refused or "No files
-    found", which says nothing of the cause."""
-    from flows.warehouse import records
-    from flows.warehouse.store import has_records_store
-
-    try:
-        found = records.damaged(con) if has_records_store(con) else {}
-        root = records.root_of(con)
-    except (duckdb.Error, OSError, ValueError):
-        return None
-    if not found:
-        return None
-    name, why = next(iter(found.items()))
-    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-    return plain_text(f"records file {root / name} is {why}{more}: "
-                      + records.REPAIR_HINT.format(warehouse=warehouse))
-
-
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+def main(*, query: str, warehouse: Path, fmt: str) -> None:
+    names, rows = run_query(warehouse, query)
+    print_rows(names, rows, fmt)
 
 
 def print_rows(names: list[str], rows: list[tuple], fmt: str) -> None:

@@ -55,6 +55,7 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from flows.errors import CommandError
 from flows.ingest import local_open
 from transforms.layout import (
     RUN_JSON_MAX_BYTES,
@@ -111,7 +112,7 @@ class RefusedObject(BucketReadError):
     Bad input, not an I/O failure: the object is recorded failed with ``reason``, not retried."""
 
 
-class BucketUnusable(OSError):
+class BucketUnusable(CommandError, OSError, exit_code=2):
     """The bucket cannot be used as given (a wrong URL, credentials the store refuses): an
     operator's mistake, said in one line and not retried."""
 

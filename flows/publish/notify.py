@@ -36,6 +36,7 @@ from urllib.parse import unquote
 
 import duckdb
 
+from flows.errors import CommandError
 from transforms.escape import plain_text
 
 DELIVERY_SECONDS = 30.0  # one message to one target (Apprise's own HTTP timeouts are 4 s + 4 s)
@@ -49,7 +50,7 @@ SERVICES = {"discord": "discord", "slack": "slack", "workflow": "teams", "workfl
 _SCHEME = re.compile(r"([a-z][a-z0-9+.-]{0,31})://", re.IGNORECASE)
 
 
-class BadTarget(ValueError):
+class BadTarget(CommandError, ValueError, exit_code=2):
     """A notification URL Apprise cannot use: the message names it without its token."""
 
 

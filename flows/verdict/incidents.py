@@ -11,6 +11,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
+from flows.errors import CommandError
 from flows.warehouse.reads import frame_of
 from flows.warehouse import schema as ws
 from transforms.trends.night_report import counts
@@ -21,7 +22,7 @@ STATUSES = {"new": ("new",), "open": ("new", "open"), "fixed": ("fixed",), "acce
 KINDS_OF = {"improvements": ("improvement",), "lost": ("improvement",)}
 
 
-class OlderWarehouse(Exception):
+class OlderWarehouse(CommandError):
     """The warehouse's schema is older than this Dumpscope's: no writer has opened it since."""
 
 

@@ -14,16 +14,36 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from flows.errors import CommandError
+
 # The order of runs everywhere: by their order in the bucket's history (``runs.seq``).
 RUN_ORDER = "ORDER BY seq"
 
 
-class NoSuchRun(LookupError):
-    """A run id (``--run``, ``--against``, ``--from``/``--to``) that names no run of the warehouse."""
+# The latest runs a "no such run" error lists, newest first (the order people read them in).
+LATEST_RUNS = "SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT ?"
 
-    def __init__(self, run_id: str):
-        super().__init__(f"no run {run_id!r} in the warehouse")
-        self.run_id = run_id
+
+class NoSuchRun(CommandError, LookupError, exit_code=2):
+    """A run id (``--run``, ``--against``, ``--from``/``--to``) that names no run of the warehouse:
+    a bad argument (exit 2). With ``latest`` (``latest_runs``), the message lists them:
+    "no run 'X' in the warehouse; latest runs: a, b" ("none yet" for a warehouse without runs);
+    ``tail`` replaces that list with a text of the caller's."""
+
+    def __init__(self, run_id: str, latest: list[str] | None = None, *, tail: str | None = None):
+        if tail is None:
+            tail = "" if latest is None else f"; latest runs: {', '.join(latest) or 'none yet'}"
+        super().__init__(f"no run {run_id!r} in the warehouse{tail}")
+        self.run_id, self.latest = run_id, latest
+
+
+def latest_runs(con: duckdb.DuckDBPyConnection, n: int = 5) -> list[str]:
+    """The ids of the ``n`` latest runs, newest first."""
+    return [r for (r,) in con.execute(LATEST_RUNS, [n]).fetchall()]
+
+
+def run_exists(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    return bool(con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall())
 
 
 def frame_of(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:

@@ -34,6 +34,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from flows.errors import CommandError
 from flows.resources import MemoryBudget
 from flows.warehouse import journal, readers, records
 from flows.warehouse import schema as ws
@@ -51,7 +52,7 @@ DEFAULT_PATH = Path("data/warehouse.duckdb")
 BLOCK_SIZE = 64 * 1024
 
 
-class WarehouseBusy(RuntimeError):
+class WarehouseBusy(CommandError, RuntimeError, exit_code=3):
     """Another writer holds the warehouse lock."""
 
 

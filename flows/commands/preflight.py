@@ -1,0 +1,72 @@
+"""What every command checks before any work starts, each failure an operator's mistake told
+in one line (a ``CommandError``): the settings file and the memory limit (exit 2), the
+notification targets (exit 2), and the warehouse's one writer (exit 1 when the file is no
+warehouse, 3 when another writer holds it). The bucket's check is ``flows.ingest.bucket.check_bucket``
+(exit 2), the warehouse file's ``flows.warehouse.inspect.check_warehouse`` (exit 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from flows.errors import CommandError
+from flows.resources import MemoryBudget
+from transforms.trends.rules import Settings
+
+BAD_ARGUMENT = 2
+
+
+def settings(path: Path | None) -> Settings:
+    """The settings (``path``, else ./dumpscope.toml when present), or exit 2 with the file's error."""
+    from flows.verdict.aggregate import load_settings
+
+    try:
+        return load_settings(path)
+    except (OSError, ValueError) as exc:
+        raise CommandError(str(exc), exit_code=BAD_ARGUMENT) from None
+
+
+def memory_limit(flag: str | None, loaded: Settings, settings_path: Path | None) -> int | None:
+    """Bytes of the memory limit (the flag, else the settings file's), or exit 2 naming where
+    the bad value came from."""
+    from flows.resources import parse_memory
+
+    try:
+        return parse_memory(flag) if flag else parse_memory(loaded.memory_limit)
+    except ValueError as exc:
+        where = "--memory-limit" if flag else str(settings_path or "dumpscope.toml")
+        raise CommandError(f"{where}: {exc}", exit_code=BAD_ARGUMENT) from None
+
+
+def settings_and_budget(path: Path | None, flag: str | None) -> tuple[Settings, MemoryBudget]:
+    """The settings and the memory budget of a command taking ``--settings`` and ``--memory-limit``."""
+    conf = settings(path)
+    return conf, MemoryBudget(memory_limit(flag, conf, path))
+
+
+def notify_targets() -> None:
+    """Exit 2 with one line unless every notification target (``--notify``, or the environment's
+    DUMPSCOPE_NOTIFY) is a URL Apprise can use: checked before any work, never inside a night."""
+    from flows import storage_secrets
+    from flows.publish.notify import check_targets
+
+    try:
+        check_targets(storage_secrets.notify_targets())  # BadTarget: a CommandError, exit 2
+    except ValueError as exc:
+        if isinstance(exc, CommandError):
+            raise
+        raise CommandError(str(exc), exit_code=BAD_ARGUMENT) from None
+
+
+@contextmanager
+def writer(path: Path, wait: bool, budget: MemoryBudget | None = None) -> Iterator:
+    """The warehouse as its one writer (DuckDB within ``budget``); exits 1 when it does not
+    exist, 3 when busy (``WarehouseBusy``)."""
+    from flows.warehouse.inspect import check_warehouse
+    from flows.warehouse.store import Warehouse
+
+    check_warehouse(path)
+    with Warehouse(path, wait=wait, budget=budget) as con:
+        yield con

@@ -1,0 +1,47 @@
+"""One incident whole, and every incident with its last status, read back for ``dumpscope
+incidents`` (the statuses come from the view ``incident_status``, as everywhere:
+``flows.verdict.incidents``).
+
+Raises ``OlderWarehouse`` (``flows.verdict.incidents``) for a file that predates this
+verdict. May import ``warehouse`` and ``transforms``.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import polars as pl
+
+from flows.verdict.incidents import check_schema
+from flows.warehouse.reads import frame_of
+
+
+def every_incident(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Every incident with its status (and age) at the last run it is listed in."""
+    check_schema(con)
+    return frame_of(con, """
+        SELECT s.status, s.age_runs, i.* FROM incidents i
+        JOIN (SELECT incident_id, arg_max(status, (r.started_at, r.run_id)) AS status,
+                     arg_max(age_runs, (r.started_at, r.run_id)) AS age_runs
+              FROM incident_status JOIN runs r USING (run_id) GROUP BY incident_id) s USING (incident_id)
+        ORDER BY i.opened_at, i.impact DESC, i.incident_id""")
+
+
+def status_at(con: duckdb.DuckDBPyConnection, incident_id: str, run_id: str) -> pl.DataFrame:
+    """(status, age_runs) of the incident at ``run_id``: no row when it is not listed there."""
+    return frame_of(con, "SELECT status, age_runs FROM incidents_at(?) WHERE incident_id = ?", [run_id, incident_id])
+
+
+def steps_of(con: duckdb.DuckDBPyConnection, incident_id: str) -> list[dict]:
+    """The incident's steps, the largest impact first."""
+    return frame_of(con, "SELECT * FROM incident_steps WHERE incident_id = ? ORDER BY impact DESC, metric, series",
+                    [incident_id]).to_dicts()
+
+
+def evidence_of(con: duckdb.DuckDBPyConnection, incident_id: str) -> list[dict]:
+    """The changes of the incident's series in the run it opened (its cause), each with the
+    dump paths and lines it stands on."""
+    return frame_of(con, """
+        SELECT DISTINCT d.series, d.description, d.before_path, d.lines_before, d.after_path, d.lines_after, d.rank
+        FROM diffs d JOIN (SELECT DISTINCT series, opened_run FROM incident_steps WHERE incident_id = ?) s
+          ON d.series = s.series AND d.run_id = s.opened_run
+        ORDER BY d.series, d.rank""", [incident_id]).to_dicts()
