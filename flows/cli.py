@@ -239,7 +239,7 @@ def _check_bucket(bucket: str, storage_options: Optional[dict]) -> None:
 
 def _check_settings(path: Optional[Path]):
     """The settings, or exit 2 with the file's error (before any work starts)."""
-    from flows.verdict.aggregate import load_settings
+    from flows.verdict.settings import load_settings
 
     try:
         return load_settings(path)

@@ -44,7 +44,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from flows.verdict import history as history_mod
 from flows.warehouse.reads import frame_of
-from flows.verdict.aggregate import load_settings
+from flows.verdict.settings import load_settings
 from flows.ingest.bucket import BucketReadError, open_object, read_runs
 from flows.verdict.items import excerpts_of
 from flows.commands.parse import json_value, number

@@ -60,7 +60,7 @@ def store_damage(con, warehouse: Path) -> str | None:
     None: a view reading a file that is gone fails in DuckDB as refused or "No files
     found", which says nothing of the cause."""
     from flows.warehouse import records
-    from flows.warehouse.store import has_records_store
+    from flows.warehouse.migrations import has_records_store
 
     try:
         found = records.damaged(con) if has_records_store(con) else {}

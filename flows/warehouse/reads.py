@@ -1,5 +1,6 @@
 """Shared read helpers over a DuckDB connection: rows as polars frames, values from outside
-registered as data (never formatted into SQL), the order of runs, and "no such run".
+registered as data (never formatted into SQL), the order of runs (``LATEST_RUN_FIRST``,
+``runs_latest_first``, ``latest_run_id``), and "no such run".
 
 Every module that reads the warehouse uses these, so a query's parameters, a registered frame's
 lifetime and the wording of a missing run are decided once.
@@ -14,8 +15,10 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-# The order of runs everywhere: by their order in the bucket's history (``runs.seq``).
-RUN_ORDER = "ORDER BY seq"
+# The order of runs everywhere: by start, a tie broken by run id (as the verdict views and
+# ``transforms.trends.metric_trends.run_order`` order them). The runs table has no sequence column.
+RUN_ORDER = "ORDER BY started_at, run_id"
+LATEST_RUN_FIRST = "ORDER BY started_at DESC, run_id DESC"
 
 
 class NoSuchRun(LookupError):
@@ -54,3 +57,16 @@ def read_with(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], s
 def strings(name: str, values) -> pa.Table:
     """A one-column table of strings, to register as a set of ids or paths."""
     return pa.table({name: pa.array(list(values), pa.string())})
+
+
+def runs_latest_first(con: duckdb.DuckDBPyConnection, limit: int | None = None) -> list[str]:
+    """The run ids of the warehouse, the latest first (``LATEST_RUN_FIRST``); ``limit``: at most that many."""
+    sql = f"SELECT run_id FROM runs {LATEST_RUN_FIRST}"
+    rows = con.execute(sql + " LIMIT ?", [int(limit)]).fetchall() if limit is not None else con.execute(sql).fetchall()
+    return [r for (r,) in rows]
+
+
+def latest_run_id(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The latest run's id (``LATEST_RUN_FIRST``), or None when the warehouse holds no run."""
+    found = runs_latest_first(con, 1)
+    return found[0] if found else None
