@@ -6,6 +6,7 @@ parses arguments."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,63 @@ def test_the_guard_sees_a_wrong_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from transforms.parsers import xla_hlo\n")
     assert "transforms.parsers" in _imports(bad)
+
+
+@pytest.mark.integration
+def test_spawn_workers_import_neither_prefect_nor_duckdb():
+    """A parse worker (``flows.ingest.pool``, spawned) and an items batch worker import these
+    modules alone: Prefect or DuckDB there would cost each worker ~60 MiB and seconds to start."""
+    import subprocess
+    import sys
+
+    probe = ("import flows.ingest.pool, flows.ingest.staging, flows.verdict.items; import sys; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'prefect', 'duckdb'}))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+SQL_CALLS = {"execute", "executemany", "sql", "register"}
+# A statement's first word (a word: "updated" is a key of a listing, not SQL).
+SQL_START = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|WITH|COPY|ATTACH)\b", re.IGNORECASE)
+
+
+def _sql_in(source: str) -> list[str]:
+    """Where ``source`` runs SQL: calls of ``.execute``/``.sql``/``.register`` (and ``executemany``),
+    and string constants that start like a statement (an f-string by its first part; docstrings,
+    which are prose, aside)."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    inner = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SQL_CALLS:
+            found.append(f"line {node.lineno}: .{node.func.attr}(")
+        text = None
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            text = node.values[0].value
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings | inner:
+            text = node.value
+        if isinstance(text, str) and SQL_START.match(text):
+            found.append(f"line {node.lineno}: {text.strip()[:40]!r}")
+    return found
+
+
+@pytest.mark.parametrize("path", [ROOT / "flows" / "nightly.py", *_modules("flows/ingest")],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_sql_in_the_nightly_or_ingest(path):
+    """SQL lives in flows/warehouse and flows/verdict (and the site's reads): the nightly's tasks
+    call into them, and ingest never touches the warehouse."""
+    assert _sql_in(path.read_text(encoding="utf-8")) == []
+
+
+def test_the_sql_guard_sees_sql():
+    source = ('"""Select the runs."""\n'
+              'def f(con, day):\n'
+              '    """With a docstring."""\n'
+              '    rows = con.execute(q)\n'
+              '    return f"  with x AS (SELECT {day})", "delete FROM t", "selected", "Copy"\n')
+    assert _sql_in(source) == ["line 4: .execute(", "line 5: 'with x AS (SELECT'", "line 5: 'delete FROM t'",
+                               "line 5: 'Copy'"]
