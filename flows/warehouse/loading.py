@@ -283,6 +283,8 @@ def run_row(info) -> dict:
 
 
 def staged_dump(o: Outcome, *, with_records: bool) -> StagedDump:
+    """The ``StagedDump`` of a staged outcome; ``with_records``: its records and metrics too (the
+    first path of a content the warehouse does not hold parsed), else a copy of the held ones."""
     s, obj = o.staged.summary, o.obj
     fields = {"path": obj.path, "run_id": obj.run_id, "job": obj.job or "", "size_bytes": obj.size,
               "source_version": obj.version or None,
