@@ -43,7 +43,7 @@ REAL_NAMES = ("memory.total_bytes", "memory.temp_bytes", "memory.peak_live_bytes
 
 
 def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, programs: int = PROGRAMS) -> None:
-    from flows.warehouse import store as wh
+    from flows.warehouse import loading, store as wh
     from transforms.trends.diffs import ITEMS_VERSION
 
     RUNS, JOBS, PROGRAMS = runs, jobs, programs  # noqa: N806 (the module's defaults, overridden)
@@ -95,7 +95,7 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, programs: int = PRO
     for p in (tmp, path):
         p.unlink(missing_ok=True)
     with wh.Warehouse(tmp) as con:
-        wh.upsert_runs(con, runs)
+        loading.upsert_runs(con, runs)
         for table, frame in (("dumps", dump_rows), ("metrics", metrics), ("content_item_rows", items)):
             con.register("_in", frame.to_arrow())
             cols = ", ".join(f'"{c}"' for c in frame.columns)  # by name: tables gain columns

@@ -1,7 +1,10 @@
 """The nightly flow: discover → parse (in parallel, to staging) → load and aggregate
 (one writer) → regression summary.
 
-Thin wiring of ``flows.ingest.bucket``, ``flows.ingest.staging`` and ``flows.warehouse.store``:
+Thin wiring of the packages, each task a call into them, and no SQL here (``tests/test_layout.py``):
+``flows.ingest`` (the bucket, staging, the parse pool), ``flows.warehouse`` (discovery's reads,
+the writer, loading), ``flows.verdict`` (aggregation) and ``flows.publish`` (report,
+notifications, site):
 
 - discover lists the bucket, keeps settled objects, and leaves out paths the
   warehouse already holds with the same size and the current parser version;
@@ -24,41 +27,38 @@ runs or jobs, and the night's summary lists them among its failures.
 from __future__ import annotations
 
 import functools
-import multiprocessing
 import os
 import sys
-import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import polars as pl
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
 
-from flows.warehouse import records, store as wh
-from flows.verdict.aggregate import aggregate, compact_records, load_settings, needs_aggregate, sweep_work_dirs
-from flows.publish.report import write_night_report
-from flows.verdict.items import DumpSource, items_runner
-from flows.resources import MemoryBudget, night_limit, peak_mib
-from flows.ingest.bucket import BucketUnusable, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows import storage_secrets
-from flows.warehouse import siblings
-from flows.verdict import incidents as verdict
 from flows.ingest import staging
+from flows.ingest.bucket import BucketUnusable, connect, list_objects, load_settle_state, read_runs, save_settle_state
+from flows.ingest.pool import chunks_of, process_pool, recognise_held, shut_down_pool
 # The parse worker's code lives in flows.ingest.staging: a spawned worker imports that module
 # (no Prefect, no DuckDB: ~60 MiB less per worker than importing this one).
-from flows.ingest.staging import Outcome, exit_with_parent, stage_chunk
-from transforms.parse import ParseLimits
-from transforms.parsers.formats import parser_version
+from flows.ingest.staging import Outcome, stage_chunk
+from flows.publish.notify import announce, owes_notifications
+from flows.publish.report import write_night_report
+from flows.resources import MemoryBudget, night_limit, peak_mib
+from flows.verdict import incidents as verdict
+from flows.verdict.aggregate import aggregate
+from flows.verdict.compaction import compact_records, sweep_work_dirs
+from flows.verdict.items import DumpSource, items_runner
+from flows.verdict.settings import load_settings, needs_aggregate
+from flows.warehouse import loading, siblings, store as wh
+from flows.warehouse.discovery import held_contents, loaded_paths, still_new, store_damaged, up_to_date
 from transforms.layout import BucketObject, Role, settled
-from transforms.records import DumpKind
+from transforms.parse import ParseLimits
 
 DEFAULT_BUCKET = "data/sample_bucket"
 DEFAULT_LIMITS = ParseLimits()
-LOAD_BATCH = 2000  # dumps a load transaction takes: each batch scans the dumps and metrics tables
 
 
 @dataclass
@@ -137,58 +137,11 @@ def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Pa
     ready, deferred, state = settled(state, listing, time.time(), settle_seconds, trust_mtime=True)
     if state_path:
         save_settle_state(state_path, state)
-    known, known_runs, damaged = _loaded(warehouse, [o.path for o in ready if o.role is Role.DUMP])
-    new = [o for o in ready if o.role is Role.DUMP and not _up_to_date(known.get(o.path), o)]
+    known, known_runs, damaged = loaded_paths(warehouse, [o.path for o in ready if o.role is Role.DUMP])
+    new = [o for o in ready if o.role is Role.DUMP and not up_to_date(known.get(o.path), o)]
     dumps_seen = sum(o.role is Role.DUMP for o in listing)
     new_runs = {r: info for r, info in runs.items() if r not in known_runs}
-    return new, len(deferred), dumps_seen, new_runs, _held(warehouse, damaged) if new else {}, refused
-
-
-def _held(warehouse: Path, damaged: set[str] = frozenset()) -> dict[str, dict]:
-    """Contents of the latest run (whose records the warehouse keeps) by sha256, as staged
-    summaries: most of a night's dumps are byte-identical to the night before's, under
-    new paths, and need no parse (``staging.stage_object``)."""
-    if not Path(warehouse).exists():
-        return {}
-    with wh.connect_readonly(warehouse) as con:
-        # A partial XLA side file may be partial at that path only (its siblings there told it:
-        # flows.warehouse.siblings): parsed again, it is judged by tonight's siblings (such files are rare and small).
-        rows = con.execute("""SELECT dump_id, kind, stage, program, status, error, parser_version, path FROM dumps
-                              WHERE run_id = (SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 1)
-                                AND dump_id IS NOT NULL AND status <> 'failed'
-                                AND NOT (status = 'partial' AND kind IN ('xla_buffer_assignment', 'xla_memory_usage_report'))
-                              QUALIFY row_number() OVER (PARTITION BY dump_id ORDER BY path) = 1""").fetchall()
-    return {sha: staging.held_summary(*rest) for sha, *rest in rows if sha not in damaged}
-
-
-def _loaded(warehouse: Path, paths: list[str]) -> tuple[dict[str, tuple], set[str], set[str]]:
-    """What the published warehouse holds of these paths: dumps by path (size, kind,
-    parser version, the object version read); the run ids; and the contents whose records
-    files are damaged (``records.damaged``): their paths are left out, so they are staged
-    again and the writer, which heals the store, loads their records anew. Only the listed
-    paths come back: a year of history is half a million rows."""
-    if not Path(warehouse).exists():
-        return {}, set(), set()
-    import pyarrow as pa
-
-    with wh.connect_readonly(warehouse) as con:
-        con.register("_listed", pa.table({"path": pa.array(paths, pa.string())}))
-        rows = con.execute("SELECT path, size_bytes, kind, parser_version, source_version, dump_id FROM dumps "
-                           "WHERE path IN (SELECT path FROM _listed)").fetchall()
-        runs = {r for (r,) in con.execute("SELECT run_id FROM runs").fetchall()}
-        damaged = set(records.damaged_contents(con, records.damaged(con))) if wh.has_records_store(con) else set()
-    return {p: rest for p, *rest, d in rows if d not in damaged}, runs, damaged
-
-
-def _up_to_date(loaded: tuple | None, obj: BucketObject) -> bool:
-    """Loaded from this very write of the object (same size and store version) by the
-    current parser. A rewrite in place, even of the same size, changes the version: its
-    bytes are read and hashed again (and reloaded only when the hash changed)."""
-    if loaded is None:
-        return False
-    size_then, kind, version, source_version = loaded
-    current = parser_version(DumpKind(kind)) if kind else None
-    return size_then == obj.size and version == current and (not obj.version or source_version == obj.version)
+    return new, len(deferred), dumps_seen, new_runs, held_contents(warehouse, damaged) if new else {}, refused
 
 
 @task(retries=2, retry_delay_seconds=[2, 10])
@@ -200,30 +153,7 @@ def parse_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObj
     # task already runs in a worker process of the cluster: it parses right there.
     if in_process:
         return stage_chunk(bucket, storage_options, chunk, staging_dir, limits, held)
-    return _process_pool(workers).submit(stage_chunk, bucket, storage_options, chunk, staging_dir, limits, held).result()
-
-
-_POOL: ProcessPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _process_pool(workers: int) -> ProcessPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:  # parse_chunk tasks run in threads: create the pool once, not once per thread
-        if _POOL is None:  # spawn, not fork: the flow process runs Prefect's threads
-            _POOL = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=exit_with_parent, initargs=(os.getpid(),))
-        return _POOL
-
-
-def _shut_down_pool() -> None:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is not None:
-            _POOL.shutdown(wait=True)
-            _POOL = None
-
-
+    return process_pool(workers).submit(stage_chunk, bucket, storage_options, chunk, staging_dir, limits, held).result()
 
 
 @dataclass
@@ -274,27 +204,12 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         staged = still_new(con, [o for o in outcomes if o.staged is not None], healed=set(writer.healed_contents))
         result.healed = [f"records file {name} was {why}: its content was marked compacted and is parsed again when "
                          "a dump of it is in the bucket" for name, why in writer.healed.items()]
-        wh.upsert_runs(con, [_run_row(info) for info in runs.values()])
+        loading.upsert_runs(con, [loading.run_row(info) for info in runs.values()])
         contents = sorted({o.staged.sha256 for o in staged if o.staged.sha256 is not None})  # None: a refused object
         if staged:  # unlists the superseded records files (unlinked after the publish)
             compact_records(con, settings.keep_records_runs, contents)
         lap("compact")
-        seen: set[str] = set()
-        # Contents whose records were compacted away since: loaded again, not copied.
-        kept = wh.with_records(con, contents)
-        done = wh.parsed_contents(con, contents)  # one query, not one per dump
-        for start in range(0, len(staged), LOAD_BATCH):
-            batch = []
-            for o in staged[start : start + LOAD_BATCH]:
-                s = o.staged.summary
-                # A refused object has no content: its row alone, as a copy with nothing to copy.
-                first = o.staged.sha256 is not None and o.staged.sha256 not in seen and (
-                    o.staged.sha256 not in kept or (o.staged.sha256, s["kind"], s["parser_version"]) not in done)
-                if first and o.staged.summary.get("held"):
-                    continue  # not parsed (held at discovery), and its records went since: the next night parses it
-                seen.add(o.staged.sha256)
-                batch.append(_staged_dump(o, with_records=first))
-            result.rows += sum(wh.load_dumps(con, batch).values())
+        result.rows += loading.load_staged(con, staged, contents)
         lap("load")
         done = aggregate(con, settings, budget=budget, run_items=run_items)
         result.seconds.update({f"aggregate_{k}": v for k, v in done.seconds.items()})
@@ -303,10 +218,10 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         result.loaded_runs = sorted({o.obj.run_id for o in staged})
         result.new_incidents = verdict.opened_in(con, result.loaded_runs)
         if notify_count:
-            result.notified, result.undelivered = _announce(
+            result.notified, result.undelivered = announce(
                 con, result.loaded_runs if result.new_incidents else [], settings)
         if staging_dir is not None:
-            result.staging_dropped = _drop_loaded_staging(con, staging_dir)
+            result.staging_dropped = loading.drop_loaded_staging(con, staging_dir)
         lap("announce")
     lap("publish")
     # The publish lap holds the leveling of the standby (tonight's journal replayed onto it).
@@ -327,98 +242,6 @@ def _bytes_written() -> int:
     return 0
 
 
-def _drop_loaded_staging(con, staging_dir: Path) -> int:
-    """Staged contents the warehouse now holds (this night's and any earlier night's) are
-    not needed again: the published warehouse is the record. What is not loaded (a night
-    that failed before this point) stays, so its retry needs no re-parse."""
-    staged = staging.staged_contents(staging_dir)
-    if not staged:
-        return 0
-    held = {d for (d,) in con.execute("SELECT DISTINCT dump_id FROM dumps WHERE list_contains(?, dump_id)",
-                                      [sorted(staged)]).fetchall()}
-    return staging.drop_staged(staging_dir, held)
-
-
-def _announce(con, run_ids: list[str], settings) -> tuple[int, list[str]]:
-    """The summary of each run of ``run_ids`` that opened regressions or failures, and of each run
-    whose message is still owed to a target, to every target once, in the target's form and
-    escaping (``flows.publish.notify``): (messages delivered, a line for each that was not)."""
-    from flows.publish.notify import Message, notify_new
-    from transforms.escape import chat_title
-    from transforms.trends.night_report import chat_style, counts, night_markdown, text_style
-
-    how = dict(sections=("new",), commit_url=settings.commit_url, compare_url=settings.compare_url)
-    verdicts: dict[str, tuple] = {}
-
-    def render(run_id: str, target) -> Message | None:
-        if run_id not in verdicts:
-            at = verdict.incidents_at(con, run_id)
-            verdicts[run_id] = (at, verdict.run_commit(con, run_id))
-        at, commit = verdicts[run_id]
-        if not counts(at)["new"]:
-            return None
-        new = at.filter(pl.col("status") == "new").height
-        style = text_style(target.service) if target.form == "text" else chat_style(target.service)
-        name = chat_title(run_id)  # a name that is not plain is in the body only
-        return Message(f"Dumpscope: {new} new incident(s)" + (f" in run {name}" if name else ""),
-                       night_markdown(run_id, commit, at, **how, style=style), new)
-
-    done = notify_new(con, storage_secrets.notify_targets(), run_ids, render)
-    return len(done.sent), done.failed
-
-
-def _store_damaged(warehouse: Path) -> bool:
-    """Whether a records file the published warehouse lists is missing or unreadable: the
-    writer then heals the store (``Warehouse._heal``) even on a night with nothing new, whose
-    damaged contents' dumps are gone from the bucket (else discovery stages them again)."""
-    if not Path(warehouse).exists():
-        return False
-    with wh.connect_readonly(warehouse) as con:
-        return wh.has_records_store(con) and bool(records.damaged(con))
-
-
-def _owes_notifications(warehouse: Path) -> bool:
-    """Whether the published warehouse owes a message to a target this run has: the writer then
-    retries it, even on a night with nothing new."""
-    targets = storage_secrets.notify_targets()
-    if not targets or not Path(warehouse).exists():
-        return False
-    import duckdb
-
-    from flows.publish.notify import has_owed
-
-    with wh.connect_readonly(warehouse) as con:
-        try:
-            return has_owed(con, targets)
-        except duckdb.Error:  # a warehouse from before notifications were kept: nothing is owed
-            return False
-
-
-def still_new(con, staged: list[Outcome], healed: set[str] = frozenset()) -> list[Outcome]:
-    """The outcomes whose path does not already hold the same content, parsed by the same
-    parser version, in the warehouse ``con`` writes (the writer's decision, under its lock);
-    and those parsed again for a content whose records the writer ``healed``."""
-    if not staged:
-        return []
-    import pyarrow as pa
-
-    con.register("_candidates", pa.table({"path": pa.array([o.obj.path for o in staged], pa.string())}))
-    try:
-        held = {p: (d, v) for p, d, v in con.execute(
-            "SELECT path, dump_id, parser_version FROM dumps JOIN _candidates USING (path)").fetchall()}
-    finally:
-        con.unregister("_candidates")
-    fresh = [o for o in staged if held.get(o.obj.path) != (o.staged.sha256, o.staged.summary["parser_version"])
-             or (o.staged.sha256 in healed and not o.staged.summary.get("held"))]
-    # Same bytes under a new store version (touched, or rewritten identically): note the
-    # version, so that the next night does not read them again; nothing else changes.
-    taken = {id(o) for o in fresh}
-    touched = [(o.obj.version, o.obj.path) for o in staged if id(o) not in taken and o.obj.version]
-    if touched:
-        con.executemany("UPDATE dumps SET source_version = ? WHERE path = ?", touched)
-    return fresh
-
-
 @task
 def render_site(warehouse: Path, site_dir: Path, settings_path: Path | None = None) -> str:
     """The report site, rebuilt from the warehouse (replaced atomically)."""
@@ -432,22 +255,6 @@ def render_site(warehouse: Path, site_dir: Path, settings_path: Path | None = No
 def report(warehouse: Path, report_path: Path | None, settings_path: Path | None = None) -> tuple[str, dict[str, int]]:
     """The latest run's summary: (Markdown, its incident counts)."""
     return write_night_report(warehouse, report_path, load_settings(settings_path))
-
-
-def _run_row(info) -> dict:
-    return {"run_id": info.run_id, "started_at": info.started_at, "commit": info.commit,
-            "tags": list(info.tags or []), "extra": info.extra or {}, "meta_errors": list(info.meta_errors)}
-
-
-def _staged_dump(o: Outcome, *, with_records: bool) -> wh.StagedDump:
-    s, obj = o.staged.summary, o.obj
-    fields = {"path": obj.path, "run_id": obj.run_id, "job": obj.job or "", "size_bytes": obj.size,
-              "source_version": obj.version or None,
-              "dump_id": o.staged.sha256, "kind": s["kind"], "stage": s["stage"], "program": s["program"],
-              "status": s["status"], "error": "\n".join(s["errors"]) or None, "parser_version": s["parser_version"]}
-    if not with_records:  # content already loaded (another path): its records and metrics are reused
-        return wh.StagedDump(**fields)
-    return wh.StagedDump(**fields, metrics=s["metrics"], tables={t: [p] for t, p in o.staged.tables.items()})
 
 
 @flow(name="nightly--bucket--duckdb", log_prints=True)
@@ -503,14 +310,14 @@ def nightly(
     workers = workers or os.cpu_count() or 2
     # Contents the warehouse holds, under tonight's paths: hashed here, in threads, and no
     # parse process is started for them (on Dask, or from object storage, the workers do it).
-    recognised = [] if on_dask else _recognise_held(bucket, storage_options, new, staging_dir, held, workers)
+    recognised = [] if on_dask else recognise_held(bucket, storage_options, new, staging_dir, held, workers)
     taken = {r.obj.path for r in recognised}
     rest = [o for o in new if o.path not in taken]
-    chunks = _chunks(rest, 4 * workers)
+    chunks = chunks_of(rest, 4 * workers)
     futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask, limits=limits,
                                   held=held) for c in chunks]
     outcomes = recognised + [o for chunk in _with_progress(futures, total=len(rest)) for o in chunk]
-    _shut_down_pool()  # its workers' memory is not needed for the rest of the night
+    shut_down_pool()  # its workers' memory is not needed for the rest of the night
     parse_peak = peak_mib()
     siblings.check_outcomes(outcomes, warehouse)  # XLA side files short of what their compile's other files state
     summary.seconds["parse"] = time.perf_counter() - t1
@@ -530,8 +337,8 @@ def nightly(
     t2 = time.perf_counter()
     # Nothing new: no writer, no lock, no copy of the warehouse (the no-op night stays cheap).
     stale = not (outcomes or runs) and needs_aggregate(warehouse, load_settings(settings_path))
-    owed = not (outcomes or runs or stale) and _owes_notifications(warehouse)
-    damaged = not (outcomes or runs or stale or owed) and _store_damaged(warehouse)
+    owed = not (outcomes or runs or stale) and owes_notifications(warehouse)
+    damaged = not (outcomes or runs or stale or owed) and store_damaged(warehouse)
     loaded = (load(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()),
                    staging_dir, memory_limit, run_items=items_runner(MemoryBudget(memory_limit).items_workers,
                                                    source=DumpSource(bucket, storage_options)))  # excerpts: read from the dumps
@@ -577,27 +384,6 @@ def _with_progress(futures: list, total: int):
             chunk = f.result()
             progress.advance(bar, len(chunk))
             yield chunk
-
-
-def _recognise_held(bucket: str, storage_options: dict | None, objects: list[BucketObject], staging_dir: Path,
-                    held: dict[str, dict], workers: int) -> list[Outcome]:
-    """Outcomes of the objects whose content the warehouse holds (``staging.recognise_held``),
-    for a local bucket; the others are left to the parse workers."""
-    if not held or not objects:
-        return []
-    fs, _ = connect(bucket, storage_options)
-    if "file" not in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
-        return []
-    with ThreadPoolExecutor(max_workers=workers) as threads:
-        found = threads.map(lambda o: staging.recognise_held(fs, o, staging_dir, held), objects)
-        return [Outcome(o, r) for o, r in zip(objects, found) if r is not None]
-
-
-def _chunks(items: list, n: int) -> list[list]:
-    if not items:
-        return []
-    size = max(1, -(-len(items) // n))
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _on_dask() -> bool:

@@ -39,14 +39,14 @@ def _first_then_die(gen_fn):
 
 def arm(stage: str) -> None:
     from flows import nightly
-    from flows.warehouse import store
+    from flows.warehouse import loading, store
 
     if stage == "discover":
         nightly.list_objects = _after(nightly.list_objects)
     elif stage == "parse":
         nightly._with_progress = _first_then_die(nightly._with_progress)
     elif stage == "load":
-        store.load_dumps = _after(store.load_dumps)
+        loading.load_dumps = _after(loading.load_dumps)
     elif stage == "aggregate":
         nightly.aggregate = _die
     elif stage == "items":

@@ -1,6 +1,6 @@
 """A night killed as the OOM killer would (SIGKILL) leaves nothing running, and what it
 left on disk is removed by the next: the structural items' work directories beside the
-warehouse (flows.verdict.aggregate.sweep_work_dirs), Prefect's temporary server (it dies with
+warehouse (flows.verdict.compaction.sweep_work_dirs), Prefect's temporary server (it dies with
 its parent: flows.prefect_server)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flows.verdict.aggregate import sweep_work_dirs
+from flows.verdict.compaction import sweep_work_dirs
 from tests.test_concurrency import ROOT, SAMPLE, _no_process_left_from
 
 

@@ -155,43 +155,6 @@ def test_cli_only_parses_arguments_and_calls_flows():
     assert "execute(" not in (ROOT / "flows" / "cli.py").read_text(encoding="utf-8")
 
 
-# SQL lives in flows.warehouse and flows.verdict (and the site's reads): these only call them.
-SQL_FREE = ["flows/cli.py", "flows/commands"]
-_SQL_CALLS = frozenset({"execute", "executemany", "sql", "register", "query"})
-_SQL_START = re.compile(r"\s*\(?\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|WITH|COPY|ATTACH|DROP|ALTER)\b", re.IGNORECASE)
-
-
-def _sql_in(path: Path) -> list[str]:
-    """Where a module runs or holds SQL: each ``.execute(``/``.sql(``/``.register(`` call and each
-    string constant (f-string parts included) that starts like a statement, as ``line: what``."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SQL_CALLS:
-            found.append(f"{node.lineno}: .{node.func.attr}()")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL_START.match(node.value):
-            found.append(f"{node.lineno}: {node.value.strip()[:40]!r}")
-    return sorted(found, key=lambda f: int(f.split(":")[0]))
-
-
-def _sql_free_modules() -> list[Path]:
-    return sorted(p for entry in SQL_FREE for p in ((ROOT / entry).rglob("*.py") if (ROOT / entry).is_dir()
-                                                    else [ROOT / entry]))
-
-
-@pytest.mark.parametrize("path", _sql_free_modules(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_sql_stays_in_the_warehouse_and_verdict_layers(path):
-    assert _sql_in(path) == [], f"{path.relative_to(ROOT)} runs or holds SQL (move it to flows/warehouse or flows/verdict)"
-
-
-def test_the_sql_guard_sees_sql(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text('Q = """\n  select 1"""\n'
-                   'def f(con, t):\n    con.register("_t", t)\n    return con.sql(f"WITH x AS ({Q}) SELECT * FROM x")\n'
-                   'def g(con):\n    return con.execute("delete from runs")\n'
-                   'NOTE = "selected runs"\n')
-    assert [f.split(":")[0] for f in _sql_in(bad)] == ["1", "4", "5", "5", "7", "7"]
-
-
 def test_cli_maps_errors_to_exit_statuses_once():
     """cli.py catches ``CommandError`` in one place (``command``), besides turning parse's unknown
     --table into a usage error and main's SIGTERM status: no error class mapped by hand."""
@@ -232,3 +195,73 @@ def test_the_guard_sees_a_wrong_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from transforms.parsers import xla_hlo\n")
     assert "transforms.parsers" in _imports(bad)
+
+
+@pytest.mark.integration
+def test_spawn_workers_import_neither_prefect_nor_duckdb():
+    """A parse worker (``flows.ingest.pool``, spawned) and an items batch worker import these
+    modules alone: Prefect or DuckDB there would cost each worker ~60 MiB and seconds to start."""
+    import subprocess
+    import sys
+
+    probe = ("import flows.ingest.pool, flows.ingest.staging, flows.verdict.items; import sys; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'prefect', 'duckdb'}))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+# SQL lives in flows.warehouse and flows.verdict (and the site's reads): these only call them.
+SQL_FREE = ["flows/cli.py", "flows/commands", "flows/nightly.py", "flows/ingest"]
+SQL_CALLS = {"execute", "executemany", "sql", "register", "query"}
+# A statement's first word (a word: "updated" is a key of a listing, not SQL).
+SQL_START = re.compile(r"\s*\(?\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|WITH|COPY|ATTACH|DROP|ALTER)\b", re.IGNORECASE)
+
+
+def _sql_in(source: str) -> list[str]:
+    """Where ``source`` runs or holds SQL: calls of ``.execute``/``.sql``/``.register`` (and
+    ``executemany``, ``query``), and string constants that start like a statement (an f-string by
+    its first part; docstrings, which are prose, aside)."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    inner = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SQL_CALLS:
+            found.append(f"line {node.lineno}: .{node.func.attr}(")
+        text = None
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            text = node.values[0].value
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings | inner:
+            text = node.value
+        if isinstance(text, str) and SQL_START.match(text):
+            found.append(f"line {node.lineno}: {text.strip()[:40]!r}")
+    return sorted(found, key=lambda f: int(f.split(":")[0].removeprefix("line ")))
+
+
+def _sql_free_modules() -> list[Path]:
+    return sorted(p for entry in SQL_FREE for p in ((ROOT / entry).rglob("*.py") if (ROOT / entry).is_dir()
+                                                    else [ROOT / entry]))
+
+
+@pytest.mark.parametrize("path", _sql_free_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_sql_stays_in_the_warehouse_and_verdict_layers(path):
+    """The nightly's tasks and the commands call into flows/warehouse and flows/verdict; ingest
+    never touches the warehouse; the CLI only parses arguments."""
+    assert _sql_in(path.read_text(encoding="utf-8")) == [], f"{path.relative_to(ROOT)}: move its SQL to flows/warehouse or flows/verdict"
+
+
+def test_the_sql_guard_sees_sql():
+    source = ('"""Select the runs."""\n'
+              'def f(con, day):\n'
+              '    """With a docstring."""\n'
+              '    rows = con.execute(q)\n'
+              '    return f"  with x AS (SELECT {day})", "delete FROM t", "selected", "Copy"\n'
+              'def g(con, t):\n'
+              '    con.register("_t", t)\n'
+              '    return con.sql("(select 1)"), "drop table x", "updated"\n')
+    assert _sql_in(source) == ["line 4: .execute(", "line 5: 'with x AS (SELECT'", "line 5: 'delete FROM t'",
+                               "line 5: 'Copy'", "line 7: .register(", "line 8: .sql(", "line 8: 'drop table x'",
+                               "line 8: '(select 1)'"]

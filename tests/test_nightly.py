@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.warehouse import store as wh
+from flows.warehouse import loading, store as wh
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
 
@@ -19,7 +19,7 @@ def _run(bucket: Path, warehouse: Path):
 
 def _counts(warehouse: Path) -> dict[str, int]:
     with wh.connect_readonly(warehouse) as con:
-        return wh.table_counts(con)
+        return loading.table_counts(con)
 
 
 def test_ingest_rerun_add_run_and_a_corrupt_file(prefect, tmp_path):
@@ -88,18 +88,18 @@ def test_a_crash_between_parse_and_load_loses_nothing_and_duplicates_nothing(pre
     _run(clean_bucket, clean_wh)
 
     calls = []
-    real_load = wh.load_dumps
+    real_load = loading.load_dumps
 
     def crash_after_first_batch(con, batch):
         calls.append(len(batch))
         real_load(con, batch)
         raise KeyboardInterrupt("killed during load")
 
-    monkeypatch.setattr(wh, "load_dumps", crash_after_first_batch)
+    monkeypatch.setattr(loading, "load_dumps", crash_after_first_batch)
     with pytest.raises(BaseException):
         _run(bucket, warehouse)
     assert calls and not warehouse.exists()  # nothing published: the next run starts from scratch
-    monkeypatch.setattr(wh, "load_dumps", real_load)
+    monkeypatch.setattr(loading, "load_dumps", real_load)
     _run(bucket, warehouse)
     assert _counts(warehouse) == _counts(clean_wh)
 
@@ -127,13 +127,13 @@ def test_staging_is_emptied_by_a_good_night_and_kept_by_a_failed_one(prefect, tm
     def crash(con, batch):
         raise RuntimeError("the disk filled up during the load")
 
-    real_load = wh.load_dumps
-    monkeypatch.setattr(wh, "load_dumps", crash)
+    real_load = loading.load_dumps
+    monkeypatch.setattr(loading, "load_dumps", crash)
     with pytest.raises(BaseException):
         _run(bucket, warehouse)
     kept = staging.staged_contents(staging_dir)
     assert len(kept) == 9 and not leftover.exists()  # parsed work kept for the retry; the leftover swept
-    monkeypatch.setattr(wh, "load_dumps", real_load)
+    monkeypatch.setattr(loading, "load_dumps", real_load)
     _run(bucket, warehouse)
     assert staging.staged_contents(staging_dir) == set()  # the published warehouse is the record
     assert _counts(warehouse)["dumps"] == 9

@@ -203,7 +203,7 @@ def test_the_nightly_hands_chats_the_chat_summary(sample_warehouse, monkeypatch)
     """The nightly's announcement: the chat summary (names in code spans, no headings) for targets
     that get HTML, the plain text for text-only ones."""
     import flows.publish.notify
-    from flows.nightly import _announce
+    from flows.publish.notify import announce
     from flows.publish.notify import Delivery, describe
     from flows.warehouse.store import connect_readonly
     from transforms.trends.rules import Settings
@@ -218,7 +218,7 @@ def test_the_nightly_hands_chats_the_chat_summary(sample_warehouse, monkeypatch)
     monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
     storage_secrets.export_notify_targets([SLACK, "json://127.0.0.1:9/hook"])
     with connect_readonly(sample_warehouse) as con:
-        assert _announce(con, ["2026-11-18"], Settings()) == (1, [])
+        assert announce(con, ["2026-11-18"], Settings()) == (1, [])
     [(_, _, chat), (_, _, text)] = handed
     assert (chat.title, chat.new_incidents) == ("Dumpscope: 5 new incident(s) in run 2026-11-18", 5)
     assert chat.body.startswith("**Dumpscope: run <code>2026-11-18</code> (commit <code>9b03c5e</code>)**\n")
@@ -424,7 +424,7 @@ def test_a_hostile_name_pings_nobody_on_any_service(url, service, form, monkeypa
     """The nightly's summary of a run whose every name is a mention, through Apprise's own plugin
     for each service: no mention in what is posted (title included), no mention entity (Teams),
     no allow_mentions (Discord), no Markdown link where the service reads text as Markdown."""
-    from flows.nightly import _announce
+    from flows.publish.notify import announce
     from flows.publish.notify import describe
     from transforms.trends.rules import Settings
 
@@ -434,7 +434,7 @@ def test_a_hostile_name_pings_nobody_on_any_service(url, service, form, monkeypa
     posted = _capture(monkeypatch)
     monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
     storage_secrets.export_notify_targets([url])
-    assert _announce(_notifications_db(), [HOSTILE], Settings()) == (1, [])
+    assert announce(_notifications_db(), [HOSTILE], Settings()) == (1, [])
     [payload] = posted
     text = "\n".join(_strings(payload))
     assert text.count("Boss") >= 7 and text.count("everyone") >= 7  # every name is there, shown

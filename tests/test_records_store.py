@@ -16,7 +16,8 @@ import duckdb
 import pytest
 
 from flows.warehouse import records
-from flows.warehouse.store import StagedDump, Warehouse, connect_readonly, load_dumps
+from flows.warehouse.loading import StagedDump, load_dumps
+from flows.warehouse.store import Warehouse, connect_readonly
 from transforms.parse import parse_dump
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.warehouse import store as wh
+from flows.warehouse import loading, store as wh
 from flows.ingest.bucket import BucketNotFound, connect, list_objects, parse_storage_options
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
@@ -40,7 +40,7 @@ def reference(prefect, local_bucket, tmp_path_factory) -> dict[str, int]:
 
 def _counts(warehouse: Path) -> dict[str, int]:
     with wh.connect_readonly(warehouse) as con:
-        return wh.table_counts(con)
+        return loading.table_counts(con)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ import pytest
 
 from flows.verdict import aggregate as aggregate_mod
 from flows.verdict import history
+from flows.verdict.settings import load_settings
 from flows.warehouse import records
 from flows.warehouse import store as wh
 from tests.test_concurrency import SAMPLE, snapshot
@@ -214,7 +215,7 @@ def test_incidents_computed_job_by_job_are_the_incidents_of_the_whole(sample_war
     monkeypatch.setattr(aggregate_mod.incident_mod, "compute", lambda *a, **k: calls.append(1) or seen(*a, **k))
     with wh.Warehouse(work) as con:
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # all runs again
-        aggregate_mod.aggregate(con, aggregate_mod.load_settings(None), budget=MemoryBudget(1 << 30))
+        aggregate_mod.aggregate(con, load_settings(None), budget=MemoryBudget(1 << 30))
     with wh.connect_readonly(work) as con:
         parts = rows(con)
     assert len(calls) == jobs == 4  # one walk per job of the bucket
@@ -246,7 +247,7 @@ def test_a_night_that_repeats_the_last_run_keeps_the_incidents_without_walking_t
     night = _derived(work)
     with wh.Warehouse(work) as con:
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # every run, every job, again
-        aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+        aggregate_mod.aggregate(con, load_settings(None))
     assert walked[-1] > 0
     full = _derived(work)
     assert night["metric_trends"].height > 100
@@ -295,7 +296,7 @@ def test_a_night_that_changes_one_job_walks_that_job_only(four_nights, tmp_path,
     night = _derived(work)
     with wh.Warehouse(work) as con:
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")
-        aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+        aggregate_mod.aggregate(con, load_settings(None))
     full = _derived(work)
     assert night["metric_trends"].height > 100
     for table, frame in full.items():
@@ -315,7 +316,7 @@ def test_a_night_reads_the_figures_of_its_window_and_gets_the_rows_of_every_run(
     with wh.connect_readonly(warehouse) as con:
         runs = aggregate_mod.frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
         order = trends.run_order(runs)
-        settings = aggregate_mod.load_settings(None)
+        settings = load_settings(None)
         all_dumps, all_series = history.night_frames(con, runs, order, 0, settings)
         assert all_series.equals(con.sql("SELECT * EXCLUDE (items_key) FROM dump_series ORDER BY path").pl())
         every_ok = all_series.join(all_dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
@@ -411,7 +412,7 @@ def test_a_night_that_reads_only_its_window_writes_what_a_full_re_aggregation_wr
     night = _derived(work)
     with wh.Warehouse(work) as con:
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")
-        aggregate_mod.aggregate(con, aggregate_mod.load_settings(settings))
+        aggregate_mod.aggregate(con, load_settings(settings))
     assert read_runs[-1] == 5
     full = _derived(work)
     assert night["metric_trends"].height > 100 and night["incidents"].height >= 5
@@ -444,7 +445,7 @@ def test_a_re_aggregation_in_passes_of_one_run_writes_what_the_nights_wrote(four
     monkeypatch.setattr(aggregate_mod, "runs_per_pass", lambda *a: 1)
     with wh.Warehouse(work) as con:
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # every run again
-        done = aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+        done = aggregate_mod.aggregate(con, load_settings(None))
     assert passes == [1, 2, 3, 4] and done.from_run == NIGHTS[0]
     again = _every_derived(work)
     assert nights["incidents"].height >= 5 and nights["diffs"].height > 10
@@ -470,12 +471,12 @@ def test_an_accept_rewrites_from_its_run_what_a_full_re_aggregation_writes(sampl
     monkeypatch.setattr(aggregate_mod, "_aggregate_runs", lambda con, s, b, r, runs, acc, order, from_seq, *a, **k:
                         passes.append(order.get_column("run_id")[from_seq]) or real(con, s, b, r, runs, acc, order, from_seq, *a, **k))
     with wh.Warehouse(work) as con:
-        done = accept(con, aggregate_mod.load_settings(None), "jax-pmap/*", run, note="intended")
+        done = accept(con, load_settings(None), "jax-pmap/*", run, note="intended")
     assert passes == [run] and done.closed == closed
     after = _every_derived(work)
     with wh.Warehouse(work) as con:
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # every run again, same accept log
-        aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+        aggregate_mod.aggregate(con, load_settings(None))
     assert passes[-1] == NIGHTS[0]
     full = _every_derived(work)
     assert after["incident_steps"].filter(pl.col("series").str.starts_with("jax-pmap/") & (pl.col("closed_run") == run)
@@ -506,14 +507,14 @@ def test_a_re_aggregation_that_fails_after_a_committed_pass_publishes_nothing(fo
     with pytest.raises(RuntimeError, match="disk full"):
         with wh.Warehouse(work) as con:
             con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")
-            aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+            aggregate_mod.aggregate(con, load_settings(None))
     assert len(passes) == 2 and _same(_every_derived(work), before)
     with wh.connect_readonly(work) as con:
         assert con.execute("SELECT count(*) FROM schema_info WHERE key = 'aggregated_with'").fetchall()[0][0] == 1
     monkeypatch.setattr(aggregate_mod, "_aggregate_runs", real)
     with wh.Warehouse(work) as con:
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")
-        aggregate_mod.aggregate(con, aggregate_mod.load_settings(None))
+        aggregate_mod.aggregate(con, load_settings(None))
     assert _same(_every_derived(work), before)
 
 

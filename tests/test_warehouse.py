@@ -13,20 +13,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows.warehouse.store import (
-    MAX_STORAGE_VERSION_1_5,
-    StagedDump,
-    Warehouse,
-    WarehouseBusy,
-    connect_readonly,
-    load_dumps,
-    migrate,
-    needs_parse,
-    schema_version,
-    storage_version_number,
-    table_counts,
-    upsert_runs,
-)
+from flows.warehouse.loading import StagedDump, load_dumps, needs_parse, table_counts, upsert_runs
+from flows.warehouse.migrations import migrate, schema_version
+from flows.warehouse.store import MAX_STORAGE_VERSION_1_5, Warehouse, WarehouseBusy, connect_readonly, storage_version_number
 from flows.warehouse import schema as ws
 from transforms.parsers.formats import all_tables
 from transforms.parse import parse_dump

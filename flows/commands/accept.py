@@ -27,7 +27,7 @@ from flows.errors import CommandError
 from flows.resources import MemoryBudget
 from flows.verdict import changes
 from flows.verdict.aggregate import aggregate
-from flows.warehouse.reads import NoSuchRun
+from flows.warehouse.reads import NoSuchRun, runs_latest_first
 from transforms.trends.rules import Settings
 
 INCIDENT_ID = re.compile(r"I-[0-9a-f]{8}")
@@ -49,7 +49,7 @@ def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_
            metric: str | None = None, note: str | None = None, budget: MemoryBudget | None = None) -> Accepted:
     """Log the accept and re-aggregate (within ``budget``), inside the caller's writer. Raises
     ``AcceptRefused`` or ``NoSuchRun`` (exit 2), which discard the accept with the writer."""
-    runs = changes.runs_newest_first(con)
+    runs = runs_latest_first(con)
     if not runs:
         raise AcceptRefused("the warehouse has no runs yet")
     if run_id is not None and run_id not in runs:

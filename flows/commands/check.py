@@ -46,7 +46,7 @@ from flows.ingest.bucket import BucketReadError, read_runs
 from flows.ingest.staging import StagedResult, stage_object
 from flows.resources import MemoryBudget, parse_memory
 from flows.verdict import candidate as judged
-from flows.verdict.aggregate import load_settings
+from flows.verdict.settings import load_settings
 from flows.warehouse.reads import NoSuchRun
 from flows.warehouse.siblings import told_by_siblings
 from flows.warehouse.store import connect_readonly

@@ -19,7 +19,7 @@ import polars as pl
 
 from flows.errors import CommandError
 from flows.verdict import changes
-from flows.warehouse.reads import NoSuchRun, latest_runs
+from flows.warehouse.reads import NoSuchRun, runs_latest_first
 from flows.warehouse.store import connect_readonly
 from transforms.trends.diffs import EVIDENCE_COLUMNS, PAIR_COLUMNS, diff_pairs, diff_text
 from transforms.units import human_delta, human_ratio, human_value
@@ -60,7 +60,7 @@ def diff_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, pattern: s
     known = set(changes.runs_of(con, [run_a, run_b]))
     for run in (run_a, run_b):
         if run not in known:
-            raise NoSuchRun(run, latest_runs(con))
+            raise NoSuchRun(run, runs_latest_first(con, 5))
     series = changes.parsed_series(con, run_a, run_b)
     if pattern:
         every = series

@@ -31,11 +31,11 @@ import typer
 
 from flows.commands.signals import prefect_defaults
 from flows.ingest import staging
-from flows.verdict.aggregate import leftover_work_dirs, sweep_work_dirs
+from flows.verdict.compaction import leftover_work_dirs, sweep_work_dirs
 from flows.warehouse import journal, records
 from flows.warehouse import schema as ws
 from flows.warehouse.inspect import check_warehouse
-from flows.warehouse import store as wh
+from flows.warehouse import migrations, store as wh
 from transforms.escape import plain_text
 from transforms.parse import ParseLimits
 from transforms.parsers.formats import all_tables
@@ -74,14 +74,14 @@ def examine(warehouse: Path, staging_dir: Path | None = None) -> Findings:
         found.problems.append(f"cannot open {warehouse}: {' '.join(str(exc).split())}")
         return found
     try:
-        version = wh.schema_version(con)
+        version = migrations.schema_version(con)
         if version == ws.SCHEMA_VERSION:
             found.notes.append(f"schema version {version}")
         elif version < ws.SCHEMA_VERSION:
             found.notes.append(f"schema version {version}: the next writer migrates it to {ws.SCHEMA_VERSION}")
         else:
             found.problems.append(f"schema version {version} is newer than this code's ({ws.SCHEMA_VERSION}): upgrade dumpscope")
-        if wh.has_records_store(con):
+        if migrations.has_records_store(con):
             _records_state(con, found)
     finally:
         con.close()

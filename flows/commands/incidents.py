@@ -19,7 +19,7 @@ import polars as pl
 from flows.errors import CommandError
 from flows.verdict import incident_detail as detail
 from flows.verdict import incidents as verdict
-from flows.warehouse.reads import NoSuchRun, latest_runs, run_exists
+from flows.warehouse.reads import NoSuchRun, runs_latest_first, run_exists
 from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text, slug
 from transforms.trends.headlines import IMPACT_TEXT
@@ -55,7 +55,7 @@ def list_incidents(warehouse: Path, run_id: str | None, status: str) -> tuple[st
     con = _connect(warehouse)
     try:
         if run_id is not None and not run_exists(con, run_id):
-            raise NoSuchRun(run_id, latest_runs(con))
+            raise NoSuchRun(run_id, runs_latest_first(con, 5))
         if status == "all":
             return None, detail.every_incident(con).select(COLUMNS).to_dicts()
         if run_id is None:

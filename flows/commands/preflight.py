@@ -20,7 +20,7 @@ BAD_ARGUMENT = 2
 
 def settings(path: Path | None) -> Settings:
     """The settings (``path``, else ./dumpscope.toml when present), or exit 2 with the file's error."""
-    from flows.verdict.aggregate import load_settings
+    from flows.verdict.settings import load_settings
 
     try:
         return load_settings(path)

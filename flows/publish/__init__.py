@@ -1,10 +1,11 @@
 """Publishing a night: the report file, the notifications and the static site.
 
 - ``report``: the night's Markdown report file.
-- ``notify``: the notifications (Apprise), what was delivered and what is still owed.
+- ``notify``: the notifications (Apprise): a night's new incidents announced to every target,
+  what was delivered and what is still owed.
 - ``site``: the mkdocs-material site rendered from ``site_templates/``, and ``site_hooks`` (its
   mkdocs hooks).
 
-May import ``flows.resources``, ``flows.ingest``, ``flows.warehouse``, ``flows.verdict`` and
+May import ``flows.resources``, ``flows.storage_secrets``, ``flows.ingest``, ``flows.warehouse``, ``flows.verdict`` and
 ``transforms``.
 """

@@ -1,4 +1,6 @@
-"""Notifications: the summary of a run's NEW incidents, delivered once per run and target.
+"""Notifications: the summary of a run's NEW incidents, delivered once per run and target
+(``announce``, which the nightly's writer calls; ``owes_notifications`` tells it when a
+message is still owed on a night with nothing new).
 
 Targets are Apprise URLs (Slack, Teams, Discord, email, GitHub, webhooks...: Apprise comes
 with Prefect). ``check_targets`` reads each with Apprise's own parser before any work
@@ -32,11 +34,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from urllib.parse import unquote
 
 import duckdb
 
 from flows.errors import CommandError
+from flows import storage_secrets
+from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text
 
 DELIVERY_SECONDS = 30.0  # one message to one target (Apprise's own HTTP timeouts are 4 s + 4 s)
@@ -165,6 +170,50 @@ def notify_new(con: duckdb.DuckDBPyConnection, urls: list[str], run_ids: list[st
             stopped = "not sent: an earlier message to this target failed in the same run"
     return result
 
+
+
+def announce(con: duckdb.DuckDBPyConnection, run_ids: list[str], settings) -> tuple[int, list[str]]:
+    """The summary of each run of ``run_ids`` that opened regressions or failures, and of each run
+    whose message is still owed to a target, to every target once, in the target's form and
+    escaping (``notify_new``): (messages delivered, a line for each that was not). The nightly's
+    writer calls it under the warehouse lock, before the publish."""
+    import polars as pl
+
+    from flows.verdict import incidents as verdict
+    from transforms.escape import chat_title
+    from transforms.trends.night_report import chat_style, counts, night_markdown, text_style
+
+    how = dict(sections=("new",), commit_url=settings.commit_url, compare_url=settings.compare_url)
+    verdicts: dict[str, tuple] = {}
+
+    def render(run_id: str, target) -> Message | None:
+        if run_id not in verdicts:
+            at = verdict.incidents_at(con, run_id)
+            verdicts[run_id] = (at, verdict.run_commit(con, run_id))
+        at, commit = verdicts[run_id]
+        if not counts(at)["new"]:
+            return None
+        new = at.filter(pl.col("status") == "new").height
+        style = text_style(target.service) if target.form == "text" else chat_style(target.service)
+        name = chat_title(run_id)  # a name that is not plain is in the body only
+        return Message(f"Dumpscope: {new} new incident(s)" + (f" in run {name}" if name else ""),
+                       night_markdown(run_id, commit, at, **how, style=style), new)
+
+    done = notify_new(con, storage_secrets.notify_targets(), run_ids, render)
+    return len(done.sent), done.failed
+
+
+def owes_notifications(warehouse: Path) -> bool:
+    """Whether the published warehouse owes a message to a target this run has: the writer then
+    retries it, even on a night with nothing new."""
+    targets = storage_secrets.notify_targets()
+    if not targets or not Path(warehouse).exists():
+        return False
+    with connect_readonly(warehouse) as con:
+        try:
+            return has_owed(con, targets)
+        except duckdb.Error:  # a warehouse from before notifications were kept: nothing is owed
+            return False
 
 def _record(con: duckdb.DuckDBPyConnection, run_id: str, target: Target, message: Message, *,
             error: str | None, tried: bool) -> None:

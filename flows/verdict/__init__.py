@@ -1,6 +1,8 @@
 """The verdict: the warehouse's figures across runs turned into incidents, and read back.
 
-- ``aggregate``: the aggregation pass (trends, steps, incidents, diffs) and its settings.
+- ``aggregate``: the aggregation pass (trends, steps, incidents, diffs).
+- ``settings``: the settings file, and the stamps saying what the derived tables were computed with.
+- ``compaction``: what a night clears away (superseded records rows, items work directories).
 - ``history``: what the aggregation reads of the runs before the night.
 - ``items``: the structural items (and excerpts) of the dumps an incident compares.
 - ``incidents``: the incidents of a run and their counts, read back for every page and command.

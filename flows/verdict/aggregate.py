@@ -5,84 +5,35 @@ aggregate`` and ``dumpscope accept``), so what it writes is published atomically
 with the load. Derived rows are rewritten from the first run that changed, from what
 ``flows.verdict.history`` reads of the runs before it; structural items are kept per content in
 ``content_items`` and computed only for contents they do not hold yet (``flows.verdict.items``:
-in batches, on the flow's task runner).
+in batches, on the flow's task runner). The settings and the stamps saying what the derived
+tables were computed with are ``flows.verdict.settings``; what a night clears away (superseded
+records, items work directories) ``flows.verdict.compaction``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import duckdb
 import polars as pl
 
+from flows.resources import MemoryBudget, peak_mib
 from flows.verdict import history
 from flows.verdict import items
-from flows.warehouse.reads import frame_of
-from flows.resources import MemoryBudget, peak_mib
-from flows.warehouse import records
+from flows.verdict.compaction import compact_records, work_dir
+from flows.verdict.settings import accepts_stamp, aggregate_stamp
 from flows.warehouse import schema as ws
+from flows.warehouse.reads import frame_of, read_with, registered
 from transforms.trends import diffs as diff_mod
 from transforms.trends import incident_rule
 from transforms.trends import incidents as incident_mod
 from transforms.trends import metric_trends as trends
 from transforms.trends import rollups
-from transforms.trends.rules import Settings, parse_settings
-
-DEFAULT_SETTINGS = Path("dumpscope.toml")
-# Bump when the aggregation's output changes for the same input: warehouses
-# aggregated by an older version are re-aggregated by the next night, new dumps or not.
-AGGREGATE_VERSION = 6  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content;
-# 4: diffs carry both dumps' paths, excerpts, their rank and rescale marks; 5: an accepted pattern restarts the baselines
-# of the series it matches (it restarted none: trends matched the pattern as a series id), and no trend row of 0 before a
-# count first appears (only a full re-aggregation wrote them, so they depended on how runs were aggregated); 6: every step
-# is its own incident (stacked steps, improvements apart, lost), trends are facts (no rolling baseline)
-
-
-def load_settings(path: Path | None) -> Settings:
-    """The settings file (``path``, else ./dumpscope.toml when present, else defaults)."""
-    if path is None:
-        if not DEFAULT_SETTINGS.exists():
-            return Settings()
-        path = DEFAULT_SETTINGS
-    return parse_settings(Path(path).read_text(encoding="utf-8"), source=str(path))
-
-
-def aggregate_stamp(settings: Settings) -> str:
-    """What the derived tables were computed with (kept in schema_info): the aggregation
-    version and the settings. A change of either rewrites every run."""
-    return f"v{AGGREGATE_VERSION} {settings!r}"
-
-
-def accepts_stamp(accepts: pl.DataFrame) -> str:
-    """The accept log the derived tables were computed with: its size and last entry. New
-    entries rewrite the runs from the earliest one they name (``history.first_dirty_run``)."""
-    return "" if accepts.is_empty() else f"{accepts.height} {accepts.get_column('accepted_at').max().isoformat()}"
-
-
-def needs_aggregate(warehouse: Path, settings: Settings) -> bool:
-    """True when the published warehouse's derived tables are missing or were computed
-    by another aggregation version, other settings or another accept log."""
-    from flows.warehouse.store import connect_readonly
-
-    if not Path(warehouse).exists():
-        return False
-    con = connect_readonly(warehouse)
-    try:
-        state = dict(con.execute("SELECT key, value FROM schema_info "
-                                 "WHERE key IN ('aggregated_with', 'aggregated_accepts')").fetchall())
-        accepts = frame_of(con, "SELECT accepted_at FROM accepts")
-    except duckdb.Error:
-        return True
-    finally:
-        con.close()
-    return state.get("aggregated_with") != aggregate_stamp(settings) or state.get("aggregated_accepts") != accepts_stamp(accepts)
+from transforms.trends.rules import Settings
 
 
 @dataclass
@@ -229,14 +180,11 @@ def _aggregate_runs(con: duckdb.DuckDBPyConnection, settings: Settings, budget: 
     store_items(con, new_items)
     if walk:  # before the pass's series rows, as always: contents first named in it keep their records a night longer
         result.rows["compacted"] = compact_records(con, settings.keep_records_runs)
-    con.register("_dirty", dirty.to_arrow())
-    try:
+    with registered(con, _dirty=dirty):
         for name, frame in rows.items():
             frame = frame.join(dirty, on="run_id", how="semi")
             con.execute(f"DELETE FROM {ws.quote_ident(name)} WHERE run_id IN (SELECT run_id FROM _dirty)")
             result.rows[name] = result.rows.get(name, 0) + insert_frame(con, name, frame)
-    finally:
-        con.unregister("_dirty")
     del rows, trend, events, pairs, with_ids
     lap("write")
     if not walk:
@@ -283,44 +231,6 @@ def _incidents(con: duckdb.DuckDBPyConnection, jobs: list[str], series: pl.DataF
                                [i for p in parts for i in p.unchanged])
 
 
-def compact_records(con: duckdb.DuckDBPyConnection, keep_runs: int, also_keep: list[str] | None = None) -> int:
-    """Drop the records rows of contents that no dump of the latest ``keep_runs`` runs
-    holds (nor ``also_keep``: a night's contents before they are loaded) and whose items
-    are stored (0: keep all). What the figures and diffs need of them is kept for ever —
-    metrics and content_items — so only the raw rows of superseded dumps go (the dumps
-    stay in the bucket; a content that comes back is parsed again). Returns rows dropped."""
-    if keep_runs <= 0:
-        return 0
-    con.register("_also_keep", pl.DataFrame({"dump_id": also_keep or []}, schema={"dump_id": pl.String}).to_arrow())
-    try:
-        # An integer, not a parameter: LIMIT takes no parameters in a subquery.
-        recent = f"SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT {int(keep_runs)}"
-        kept = (f"SELECT dump_id FROM dumps WHERE run_id IN ({recent}) AND dump_id IS NOT NULL "
-                "UNION SELECT dump_id FROM _also_keep")
-        # The candidates are the contents with records files (a few runs' worth), not every
-        # dump of the history: at a year, searching the dumps held ~230 MiB of DuckDB's
-        # cache for the rest of the night.
-        held = "SELECT DISTINCT dump_id FROM records_files"
-        done = f"""SELECT d.dump_id FROM dumps d JOIN dump_series s USING (path)
-                   WHERE d.dump_id IN ({held}) AND s.items_key IN (SELECT DISTINCT items_key FROM content_item_rows)"""
-        # Chosen here, written as a list: the journal replays the list, not the search.
-        compacting = frame_of(con, f"""SELECT DISTINCT dump_id FROM ({done}) WHERE dump_id NOT IN ({kept})
-                                       ORDER BY dump_id""")
-    finally:
-        con.unregister("_also_keep")
-    if compacting.is_empty():
-        return 0
-    con.register("_compacting", compacting.to_arrow())
-    try:
-        listed = records.listed(con)
-        con.execute("INSERT INTO compacted_contents SELECT dump_id FROM _compacting")
-        gone = records.drop_contents(con, "SELECT dump_id FROM _compacting")  # their files go at the sweep
-        records.refresh_changed(con, listed)
-    finally:
-        con.unregister("_compacting")
-    return gone
-
-
 def _write_incidents(con: duckdb.DuckDBPyConnection, walk: incident_mod.Walked, *,
                      programs: pl.DataFrame | None) -> tuple[int, int]:
     """Write the walk's incidents and their steps, each with its cause from ``diffs``, in
@@ -328,26 +238,22 @@ def _write_incidents(con: duckdb.DuckDBPyConnection, walk: incident_mod.Walked, 
     those the walk found unchanged (a night's: the stored ones it did not touch are as it
     would write them; any other is stale). Returns the rows written."""
     incidents = walk.incidents.with_columns(_causes(con, walk.incidents, walk.steps))
-    con.register("_unchanged", pl.DataFrame({"incident_id": walk.unchanged}, schema={"incident_id": pl.String}).to_arrow())
     where = " WHERE incident_id NOT IN (SELECT incident_id FROM _unchanged)"
+    frames = {"_unchanged": pl.DataFrame({"incident_id": walk.unchanged}, schema={"incident_id": pl.String})}
     if programs is not None:
-        con.register("_walked", programs.to_arrow())
+        frames["_walked"] = programs
         where += " AND (job, program) IN (SELECT (job, program) FROM _walked)"
-    try:
+    with registered(con, **frames):
         for name, frame in (("incidents", incidents), ("incident_steps", walk.steps)):
             con.execute(f"DELETE FROM {ws.quote_ident(name)}{where}")
             insert_frame(con, name, frame)
-    finally:
-        con.unregister("_unchanged")
-        if programs is not None:
-            con.unregister("_walked")
     return incidents.height, walk.steps.height
 
 
 def _causes(con: duckdb.DuckDBPyConnection, incidents: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
     """The top structural diff lines of each incident (``incident_rule.causes``), from ``diffs``."""
     wanted = steps.select("incident_id", "series", pl.col("opened_run").alias("run_id")).unique()
-    diffs = history.read_with(con, {"_wanted": wanted}, """
+    diffs = read_with(con, {"_wanted": wanted}, """
         SELECT w.incident_id, d.series, d.category, d.description, d.bytes_before, d.bytes_after, d.value_after, d.excerpt_after
         FROM diffs d JOIN _wanted w USING (run_id, series)""")
     return incident_rule.causes(incidents, steps, diffs)
@@ -361,12 +267,9 @@ def store_items(con: duckdb.DuckDBPyConnection, found: pl.DataFrame) -> int:
     ids = texts.with_columns(pl.Series("excerpt_id", [hashlib.sha256(t.encode()).hexdigest() for t in texts.get_column("excerpt")],
                                        pl.String))
     if ids.height:
-        con.register("_texts", ids.select("excerpt_id", "excerpt").to_arrow())
-        try:
+        with registered(con, _texts=ids.select("excerpt_id", "excerpt")):
             con.execute("INSERT INTO excerpt_texts SELECT excerpt_id, excerpt FROM _texts "
                         "WHERE excerpt_id NOT IN (SELECT excerpt_id FROM excerpt_texts)")
-        finally:
-            con.unregister("_texts")
     rows = found.join(ids, on="excerpt", how="left").select(diff_mod.STORED_ITEM_SCHEMA.names())
     return insert_frame(con, "content_item_rows", rows)
 
@@ -374,82 +277,28 @@ def store_items(con: duckdb.DuckDBPyConnection, found: pl.DataFrame) -> int:
 def insert_frame(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -> int:
     if frame.height:
         cols = ", ".join(ws.quote_ident(c) for c in frame.columns)
-        con.register("_rows", frame.to_arrow())
-        try:
+        with registered(con, _rows=frame):
             con.execute(f"INSERT INTO {ws.quote_ident(table)} ({cols}) SELECT {cols} FROM _rows")
-        finally:
-            con.unregister("_rows")
     return frame.height
 
 
 def _content_items(con, keys: pl.Series) -> pl.DataFrame:
     """Stored items of these content keys."""
-    con.register("_item_keys", pl.DataFrame({"items_key": keys}).to_arrow())
-    try:
-        return frame_of(con, "SELECT * FROM content_items WHERE items_key IN (SELECT items_key FROM _item_keys)")
-    finally:
-        con.unregister("_item_keys")
+    return read_with(con, {"_item_keys": pl.DataFrame({"items_key": keys})},
+                     "SELECT * FROM content_items WHERE items_key IN (SELECT items_key FROM _item_keys)")
 
 
 def _new_items(con, wanted: pl.DataFrame, budget: MemoryBudget, run_items: items.ItemsRunner) -> pl.DataFrame:
     """Items of the wanted keys (items_key, kind, stage, dump_id) that ``content_items``
     does not hold: computed in batches (``flows.verdict.items``), each once."""
-    con.register("_wanted_keys", wanted.select("items_key").to_arrow())
-    try:
-        have = frame_of(con, "SELECT DISTINCT items_key FROM content_item_rows WHERE items_key IN (SELECT items_key FROM _wanted_keys)")
-    finally:
-        con.unregister("_wanted_keys")
+    have = read_with(con, {"_wanted_keys": wanted.select("items_key")},
+                     "SELECT DISTINCT items_key FROM content_item_rows WHERE items_key IN (SELECT items_key FROM _wanted_keys)")
     todo = wanted.join(have, on="items_key", how="anti").select("items_key", "kind", "stage", "dump_id")
     if todo.is_empty():
         return pl.DataFrame(schema=diff_mod.CONTENT_ITEM_SCHEMA)
-    work = _work_dir(con)
+    work = work_dir(con)
     try:
         dirs = items.export_batches(con, todo, work, budget.items_batch_rows)
         return items.computed(dirs, run_items(dirs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-WORK_PREFIX = ".items-"  # + the pid of the process computing them: a killed night's are known by it
-
-
-def _work_dir(con) -> Path:
-    """A directory beside the warehouse for the items batches (Dask workers read it),
-    named for this process (``sweep_work_dirs`` removes it if the process is killed)."""
-    path = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()[0][0]
-    base = Path(path).parent if path else Path(tempfile.gettempdir())
-    return Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-", dir=base))
-
-
-def leftover_work_dirs(base: Path) -> list[Path]:
-    """The items work directories in ``base`` (beside a warehouse) that a killed night left:
-    a directory whose process is alive is not one (a concurrent night's, another warehouse's
-    in the same directory, this process's own). A name without a pid is an older version's:
-    its night is over."""
-    found = []
-    for d in sorted(Path(base).glob(f"{WORK_PREFIX}*")):
-        pid = d.name.removeprefix(WORK_PREFIX).partition("-")[0]
-        if d.is_dir() and not d.is_symlink() and not (pid.isdigit() and _alive(int(pid))):
-            found.append(d)
-    return found
-
-
-def sweep_work_dirs(base: Path) -> list[Path]:
-    """Remove ``leftover_work_dirs(base)`` (a 2 GB module's were ~290 MB each); returns them.
-    A night calls it as it starts, ``dumpscope doctor --repair`` too."""
-    removed = leftover_work_dirs(base)
-    for d in removed:
-        shutil.rmtree(d, ignore_errors=True)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True

@@ -42,10 +42,6 @@ def items_and_metrics(con: duckdb.DuckDBPyConnection, paths: list[str]) -> tuple
 
 # --- accept -------------------------------------------------------------------------------
 
-def runs_newest_first(con: duckdb.DuckDBPyConnection) -> list[str]:
-    return [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC").fetchall()]
-
-
 def incident_state(con: duckdb.DuckDBPyConnection, incident: str) -> tuple[str | None, str | None, str] | None:
     """(closed_run, closed_how, opened_run) of ``incident``, or None when there is none."""
     rows = con.execute("SELECT closed_run, closed_how, opened_run FROM incidents WHERE incident_id = ?", [incident]).fetchall()

@@ -19,7 +19,7 @@ from datetime import datetime
 import duckdb
 import polars as pl
 
-from flows.warehouse.reads import frame_of, read_with
+from flows.warehouse.reads import frame_of, read_with, registered
 from transforms.trends.rules import Settings
 from transforms.trends.series import SERIES_SCHEMA, assign_series, compile_overrides
 
@@ -184,11 +184,8 @@ def changed_programs(con, series: pl.DataFrame, dumps: pl.DataFrame, order: pl.D
     paths = (series.select("path", "run_id", "job", pl.col("series_program").alias("program"), "series").join(seq, on="run_id")
              .join(compared, on=["job", "run_seq"], how="semi")
              .join(dumps.select("path", "status"), on="path"))
-    con.register("_paths", paths.select("path").to_arrow())
-    try:
-        figures = frame_of(con, "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _paths)")
-    finally:
-        con.unregister("_paths")
+    figures = read_with(con, {"_paths": paths.select("path")},
+                        "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _paths)")
     # One text per dump and per figure (series, status, metric, value): a program's state in
     # a run is their sorted list (empty where the job ran without it), compared with the
     # job's run before.
@@ -251,14 +248,9 @@ def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None
     metric_names = con.sql("SELECT DISTINCT metric FROM metrics ORDER BY metric").pl().with_row_index("metric_idx")
 
     def read(rows: pl.DataFrame) -> pl.DataFrame:
-        con.register("_dump_idx", rows.to_arrow())
-        con.register("_metric_idx", metric_names.to_arrow())
-        try:
+        with registered(con, _dump_idx=rows, _metric_idx=metric_names):
             return con.sql(f"""SELECT d.dump_idx, i.metric_idx, m.value FROM metrics m
                                JOIN _dump_idx d USING (path) JOIN _metric_idx i USING (metric) {window}""").pl()
-        finally:
-            con.unregister("_dump_idx")
-            con.unregister("_metric_idx")
 
     if order is not None and prior is not None and keep_before and from_seq > keep_before:
         values = read(index.filter(pl.col("run_seq") >= from_seq - keep_before))
@@ -323,15 +315,11 @@ def prior_trends(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame | None
 def previous_totals(con, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:
     """Stored job totals of the last clean run, which the first dirty run compares with."""
     clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
-    con.register("_clean", clean.to_arrow())
-    try:
-        # The latest start per key first (a hash aggregate), then its row: a window sorted
-        # over every stored total was a third of an unchanged night's aggregation at a year.
-        return frame_of(con, """WITH clean AS (SELECT * FROM job_totals WHERE run_id IN (SELECT run_id FROM _clean)),
+    # The latest start per key first (a hash aggregate), then its row: a window sorted
+    # over every stored total was a third of an unchanged night's aggregation at a year.
+    return read_with(con, {"_clean": clean}, """WITH clean AS (SELECT * FROM job_totals WHERE run_id IN (SELECT run_id FROM _clean)),
                                 latest AS (SELECT job, kind, stage, metric, max(started_at) AS started_at FROM clean GROUP BY ALL)
                                 SELECT c.* FROM clean c JOIN latest l ON c.job IS NOT DISTINCT FROM l.job
                                   AND c.kind IS NOT DISTINCT FROM l.kind AND c.stage IS NOT DISTINCT FROM l.stage
                                   AND c.metric IS NOT DISTINCT FROM l.metric AND c.started_at IS NOT DISTINCT FROM l.started_at
                                 QUALIFY row_number() OVER (PARTITION BY c.job, c.kind, c.stage, c.metric ORDER BY c.run_id DESC) = 1""")
-    finally:
-        con.unregister("_clean")

@@ -12,7 +12,7 @@ import duckdb
 import polars as pl
 
 from flows.errors import CommandError
-from flows.warehouse.reads import frame_of
+from flows.warehouse.reads import LATEST_RUN_FIRST, frame_of
 from flows.warehouse import schema as ws
 from transforms.trends.night_report import counts
 
@@ -37,7 +37,7 @@ def check_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 def latest_run(con: duckdb.DuckDBPyConnection) -> tuple[str, str | None] | None:
     """(run_id, commit) of the latest run, or None."""
-    rows = con.execute('SELECT run_id, "commit" FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 1').fetchall()
+    rows = con.execute(f'SELECT run_id, "commit" FROM runs {LATEST_RUN_FIRST} LIMIT 1').fetchall()
     return rows[0] if rows else None
 
 

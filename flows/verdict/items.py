@@ -233,20 +233,18 @@ def items_runner(at_once: int = 2, source: DumpSource | None = None) -> ItemsRun
 def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> list[Path]:
     """One directory per batch of ``todo`` (items_key, kind, stage, dump_id): its keys and
     the records rows of its contents, table by table."""
-    from flows.warehouse.reads import frame_of  # deferred: batch workers import this module without DuckDB
+    from flows.warehouse.reads import read_with, registered  # deferred: batch workers import this module without DuckDB
 
     contents = diff_mod.key_contents(todo.get_column("items_key").to_list()).join(
         todo.select("items_key", "kind"), on="items_key")
     tables = sorted({t for k in todo.get_column("kind").unique() for t in diff_mod.ITEM_TABLES.get(k, ())}
                     | ({"hlo_instructions"} if "xla_buffer_assignment" in todo.get_column("kind") else set()))
     tables = [t for t in tables if t in all_tables()]
-    con.register("_item_contents", contents.select("dump_id").unique().to_arrow())
-    try:  # the rows each content's records files hold, as the store listed them
-        per_content = frame_of(con, """SELECT dump_id, sum(rows)::BIGINT AS n FROM records_files
-                                       WHERE list_contains(?, table_name) AND dump_id IN (SELECT dump_id FROM _item_contents)
-                                       GROUP BY dump_id""", [tables])
-    finally:
-        con.unregister("_item_contents")
+    # the rows each content's records files hold, as the store listed them
+    per_content = read_with(con, {"_item_contents": contents.select("dump_id").unique()},
+                            """SELECT dump_id, sum(rows)::BIGINT AS n FROM records_files
+                               WHERE list_contains(?, table_name) AND dump_id IN (SELECT dump_id FROM _item_contents)
+                               GROUP BY dump_id""", [tables])
     paths = _content_paths(con, todo.select("dump_id").unique())
     rows = contents.join(per_content, on="dump_id", how="left").group_by("items_key").agg(
         pl.col("n").fill_null(0).sum().alias("rows"))
@@ -263,16 +261,12 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
         # a batch's rows at a time (DuckDB sorts within its memory limit, spilling).
         chunked = batch.height == 1 and batch.get_column("kind")[0] == "xla_hlo" and batch.get_column("rows")[0] > max_rows
         roles = contents.join(keys.select("items_key"), on="items_key", how="semi")
-        con.register("_batch_own", roles.filter(pl.col("role") == "own").select("dump_id").unique().to_arrow())
-        con.register("_batch_hlo", roles.filter(pl.col("role") == "hlo").select("dump_id").unique().to_arrow())
-        try:
+        with registered(con, _batch_own=roles.filter(pl.col("role") == "own").select("dump_id").unique(),
+                        _batch_hlo=roles.filter(pl.col("role") == "hlo").select("dump_id").unique()):
             for t in tables:
                 target = sql_literal(str(d / f"t_{t}.parquet"))
                 order = " ORDER BY module_index, computation, lineno" if chunked and t == "hlo_instructions" else ""
                 con.execute(f'COPY (SELECT * FROM "{t}" WHERE {_batch_rows(t)}{order}) TO {target} (FORMAT parquet)')
-        finally:
-            con.unregister("_batch_own")
-            con.unregister("_batch_hlo")
         if chunked:
             (d / CHUNKED).write_text(json.dumps({"rows": max_rows}))
         dirs.append(d)
@@ -294,15 +288,12 @@ def _batch_rows(table: str) -> str:
 
 def _content_paths(con, dump_ids: pl.DataFrame) -> pl.DataFrame:
     """dump_id, paths: up to ``PATHS_PER_CONTENT`` bucket paths holding each content, newest run first."""
-    from flows.warehouse.reads import frame_of  # deferred: batch workers import this module without DuckDB
+    from flows.warehouse.reads import read_with  # deferred: batch workers import this module without DuckDB
 
-    con.register("_excerpt_contents", dump_ids.to_arrow())
-    try:
-        return frame_of(con, """SELECT dump_id, list(path ORDER BY run_id DESC, path)[1:?] AS paths FROM dumps
-                                WHERE dump_id IN (SELECT dump_id FROM _excerpt_contents) GROUP BY dump_id""",
-                        [PATHS_PER_CONTENT])
-    finally:
-        con.unregister("_excerpt_contents")
+    return read_with(con, {"_excerpt_contents": dump_ids},
+                     """SELECT dump_id, list(path ORDER BY run_id DESC, path)[1:?] AS paths FROM dumps
+                        WHERE dump_id IN (SELECT dump_id FROM _excerpt_contents) GROUP BY dump_id""",
+                     [PATHS_PER_CONTENT])
 
 
 def computed(dirs: list[Path], files: Iterable[Path]) -> pl.DataFrame:

@@ -1,11 +1,16 @@
-"""The DuckDB warehouse, owned by the flows: ``schema`` declares it (DDL, comments, views,
-migrations: pure SQL text built from the parsers' and trends' declared schemas), ``store``
-opens it (one locked writer that publishes atomically, read-only readers) and
-``records`` keeps the records rows as Parquet files beside it, one per content and table;
-``reads`` holds the shared read helpers (frames, registered frames, "no such run") and
-``inspect`` looks at a warehouse from outside its writer (is it one, a person's own SQL,
-a damaged records store).
+"""The DuckDB warehouse, owned by the flows:
 
-May import ``flows.errors``, ``flows.resources``, ``flows.ingest`` and ``transforms`` (the declared schemas of parsers and trends); ``schema`` stays
-pure SQL text; ``store`` and ``records`` touch the files.
+- ``schema`` declares it (DDL, comments, views, migrations: pure SQL text built from the
+  parsers' and trends' declared schemas); ``migrations`` brings a file up to it.
+- ``store`` opens it: one locked writer that publishes atomically (``journal`` levels its
+  standby), read-only readers (``readers`` leases the files they see).
+- ``loading`` writes a night's staged dumps into it; ``discovery`` reads what it already holds
+  of a night's objects; ``siblings`` checks XLA side files against the compiles it holds.
+- ``records`` keeps the records rows as Parquet files beside it, one per content and table.
+- ``reads``: the shared read helpers (frames, registered frames, the order of runs, "no such run");
+  ``inspect`` looks at a warehouse from outside its writer (is it one, a person's own SQL, a
+  damaged records store).
+
+May import ``flows.errors``, ``flows.resources``, ``flows.ingest`` (the staged outcomes it loads) and ``transforms``
+(the declared schemas of parsers and trends); ``schema`` stays pure SQL text.
 """

@@ -13,7 +13,8 @@ import duckdb
 
 from flows.errors import CommandError
 from flows.warehouse import records
-from flows.warehouse.store import connect_readonly, has_records_store, storage_version_number
+from flows.warehouse.migrations import has_records_store
+from flows.warehouse.store import connect_readonly, storage_version_number
 from transforms.escape import plain_text
 
 

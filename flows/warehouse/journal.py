@@ -32,6 +32,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from flows.warehouse.reads import registered
+
 FORMAT = 1
 # CHECKPOINT too: where the writer frees space before it writes, so does the replay.
 _WRITES = re.compile(r"^\s*(INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|COMMENT|CHECKPOINT)\b", re.IGNORECASE)
@@ -186,11 +188,7 @@ def replay(con: duckdb.DuckDBPyConnection, directory: Path, body: dict) -> None:
     directory = Path(directory)
 
     def run(step: dict) -> None:
-        names = []
-        for name, file in step["tables"].items():
-            con.register(name, pq.read_table(directory / file))
-            names.append(name)
-        try:
+        with registered(con, **{name: pq.read_table(directory / file) for name, file in step["tables"].items()}):
             params = _decode(step["params"], directory)
             if step["many"]:
                 con.executemany(step["sql"], params)
@@ -198,9 +196,6 @@ def replay(con: duckdb.DuckDBPyConnection, directory: Path, body: dict) -> None:
                 con.execute(step["sql"])
             else:
                 con.execute(step["sql"], params)
-        finally:
-            for name in names:
-                con.unregister(name)
 
     try:
         for step in body["steps"]:

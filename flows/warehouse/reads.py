@@ -1,5 +1,6 @@
 """Shared read helpers over a DuckDB connection: rows as polars frames, values from outside
-registered as data (never formatted into SQL), the order of runs, and "no such run".
+registered as data (never formatted into SQL), the order of runs (``LATEST_RUN_FIRST``,
+``runs_latest_first``, ``latest_run_id``), and "no such run".
 
 Every module that reads the warehouse uses these, so a query's parameters, a registered frame's
 lifetime and the wording of a missing run are decided once.
@@ -16,17 +17,14 @@ import pyarrow as pa
 
 from flows.errors import CommandError
 
-# The order of runs everywhere: by their order in the bucket's history (``runs.seq``).
-RUN_ORDER = "ORDER BY seq"
-
-
-# The latest runs a "no such run" error lists, newest first (the order people read them in).
-LATEST_RUNS = "SELECT run_id FROM runs ORDER BY started_at DESC, run_id DESC LIMIT ?"
+# The latest run first: by start, a tie broken by run id (the verdict views and
+# ``transforms.trends.metric_trends.run_order`` order runs the same way, oldest first).
+LATEST_RUN_FIRST = "ORDER BY started_at DESC, run_id DESC"
 
 
 class NoSuchRun(CommandError, LookupError, exit_code=2):
     """A run id (``--run``, ``--against``, ``--from``/``--to``) that names no run of the warehouse:
-    a bad argument (exit 2). With ``latest`` (``latest_runs``), the message lists them:
+    a bad argument (exit 2). With ``latest`` (``runs_latest_first``), the message lists them:
     "no run 'X' in the warehouse; latest runs: a, b" ("none yet" for a warehouse without runs);
     ``tail`` replaces that list with a text of the caller's."""
 
@@ -35,11 +33,6 @@ class NoSuchRun(CommandError, LookupError, exit_code=2):
             tail = "" if latest is None else f"; latest runs: {', '.join(latest) or 'none yet'}"
         super().__init__(f"no run {run_id!r} in the warehouse{tail}")
         self.run_id, self.latest = run_id, latest
-
-
-def latest_runs(con: duckdb.DuckDBPyConnection, n: int = 5) -> list[str]:
-    """The ids of the ``n`` latest runs, newest first."""
-    return [r for (r,) in con.execute(LATEST_RUNS, [n]).fetchall()]
 
 
 def run_exists(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
@@ -74,3 +67,16 @@ def read_with(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], s
 def strings(name: str, values) -> pa.Table:
     """A one-column table of strings, to register as a set of ids or paths."""
     return pa.table({name: pa.array(list(values), pa.string())})
+
+
+def runs_latest_first(con: duckdb.DuckDBPyConnection, limit: int | None = None) -> list[str]:
+    """The run ids of the warehouse, the latest first (``LATEST_RUN_FIRST``); ``limit``: at most that many."""
+    sql = f"SELECT run_id FROM runs {LATEST_RUN_FIRST}"
+    rows = con.execute(sql + " LIMIT ?", [int(limit)]).fetchall() if limit is not None else con.execute(sql).fetchall()
+    return [r for (r,) in rows]
+
+
+def latest_run_id(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The latest run's id (``LATEST_RUN_FIRST``), or None when the warehouse holds no run."""
+    found = runs_latest_first(con, 1)
+    return found[0] if found else None

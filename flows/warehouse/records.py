@@ -29,7 +29,7 @@ links of the staged Parquet files (a copy across file systems), or frames writte
   that saw the damage at discovery stages that content's dumps again (``flows.nightly``),
   which brings its records back as for any compacted content.
 
-May import: duckdb, polars, pyarrow, ``flows.warehouse.schema``, ``transforms``.
+May import: duckdb, polars, pyarrow, ``flows.warehouse.schema`` and ``reads``, ``transforms``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from flows.warehouse import schema as ws
+from flows.warehouse.reads import registered
 from transforms.escape import sql_literal
 from transforms.parsers.formats import all_table_docs, all_tables
 
@@ -120,11 +121,8 @@ def list_files(con, files: list[tuple[str, str, str, int]]) -> None:
         return
     frame = pl.DataFrame(files, schema={"dump_id": pl.String, "table_name": pl.String, "file": pl.String,
                                         "rows": pl.Int64}, orient="row")
-    con.register("_listed_files", frame.to_arrow())
-    try:
+    with registered(con, _listed_files=frame):
         con.execute("INSERT INTO records_files SELECT dump_id, table_name, file, rows FROM _listed_files")
-    finally:
-        con.unregister("_listed_files")
 
 
 def add_rows(con, table: str, frame: pl.DataFrame) -> int:
@@ -279,13 +277,10 @@ def _bring_over(con, before: Path, root: Path) -> None:
     if not missing:
         return
     # Their rows are gone with the other store: compacted, as if by age (parsed again if they come back).
-    con.register("_records_missing", pl.DataFrame({"dump_id": sorted(missing)}).to_arrow())
-    try:
+    with registered(con, _records_missing=pl.DataFrame({"dump_id": sorted(missing)})):
         con.execute("DELETE FROM records_files WHERE dump_id IN (SELECT dump_id FROM _records_missing)")
         con.execute("""INSERT INTO compacted_contents SELECT dump_id FROM _records_missing
                        WHERE dump_id NOT IN (SELECT dump_id FROM compacted_contents)""")
-    finally:
-        con.unregister("_records_missing")
 
 
 REPAIR_HINT = ("repair with `dumpscope doctor --warehouse {warehouse} --repair --bucket B` "
@@ -335,14 +330,13 @@ def heal(con, files: dict[str, str]) -> list[str]:
     of their contents is unlisted (a content is whole or gone), the contents are marked
     compacted, the repair is recorded (``store_repairs``, shown on the overview) and the
     views they touched are defined again. Returns the contents healed; a dump bringing one
-    back is parsed again (``flows.warehouse.store.with_records``)."""
+    back is parsed again (``flows.warehouse.loading.with_records``)."""
     contents = damaged_contents(con, files)
     if not contents:
         return []
     before = listed(con)
-    con.register("_records_damaged", pl.DataFrame({"dump_id": contents}).to_arrow())
-    con.register("_files_damaged", pl.DataFrame({"file": list(files), "reason": list(files.values())}).to_arrow())
-    try:
+    with registered(con, _records_damaged=pl.DataFrame({"dump_id": contents}),
+                    _files_damaged=pl.DataFrame({"file": list(files), "reason": list(files.values())})):
         # The time is a parameter, not now(): the journal replays this on the standby, later.
         at = datetime.now(timezone.utc).replace(tzinfo=None)
         con.execute("""INSERT INTO store_repairs SELECT r.file, d.reason, r.dump_id, ?::TIMESTAMP
@@ -350,9 +344,6 @@ def heal(con, files: dict[str, str]) -> list[str]:
         con.execute("DELETE FROM records_files WHERE dump_id IN (SELECT dump_id FROM _records_damaged)")
         con.execute("""INSERT INTO compacted_contents SELECT dump_id FROM _records_damaged
                        WHERE dump_id NOT IN (SELECT dump_id FROM compacted_contents)""")
-    finally:
-        con.unregister("_records_damaged")
-        con.unregister("_files_damaged")
     refresh_changed(con, before)
     return contents
 

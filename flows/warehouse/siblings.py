@@ -18,10 +18,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-import pyarrow as pa
-
 from flows.ingest.staging import Outcome, StagedResult
 from flows.warehouse import store as wh
+from flows.warehouse.reads import registered, strings
 from transforms import xla_siblings
 from transforms.layout import BucketObject
 from transforms.xla_siblings import SiblingDump
@@ -66,20 +65,21 @@ def _from_warehouse(warehouse: Path, tonight: list[tuple[BucketObject, StagedRes
     paths = {obj.path for obj, _ in tonight}
     runs = sorted({obj.run_id for obj, _ in tonight})
     with wh.connect_readonly(warehouse) as con:
-        con.register("_sibling_runs", pa.table({"run_id": pa.array(runs, pa.string())}))
-        rows = con.execute(
-            "SELECT path, kind, stage, status, dump_id FROM dumps WHERE run_id IN (SELECT run_id FROM _sibling_runs) "
-            "AND kind IN (SELECT unnest(?)) AND dump_id IS NOT NULL", [sorted(xla_siblings.KINDS)]).fetchall()
+        with registered(con, _sibling_runs=strings("run_id", runs)):
+            rows = con.execute(
+                "SELECT path, kind, stage, status, dump_id FROM dumps WHERE run_id IN (SELECT run_id FROM _sibling_runs) "
+                "AND kind IN (SELECT unnest(?)) AND dump_id IS NOT NULL", [sorted(xla_siblings.KINDS)]).fetchall()
         rows = [r for r in rows if r[0] not in paths and xla_siblings.compile_of(r[0]) in keys]
         shas = sorted({r[4] for r in rows} | {result.sha256 for _, result in tonight if result.summary.get("held")})
         figures: dict[str, dict[str, float]] = {}
         if shas:
-            con.register("_sibling_shas", pa.table({"dump_id": pa.array(shas, pa.string())}))
             # One content's metrics are the same under every path: any one will do.
-            for sha, metric, value in con.execute(
+            with registered(con, _sibling_shas=strings("dump_id", shas)):
+                found = con.execute(
                     "SELECT dump_id, metric, any_value(value) FROM metrics WHERE dump_id IN (SELECT dump_id FROM "
                     "_sibling_shas) AND metric IN (SELECT unnest(?)) GROUP BY ALL", [list(xla_siblings.METRICS)]
-            ).fetchall():
+                ).fetchall()
+            for sha, metric, value in found:
                 if value is not None:
                     figures.setdefault(sha, {})[metric] = value
     loaded = [SiblingDump(path, kind, stage, status, figures.get(sha, {})) for path, kind, stage, status, sha in rows]
