@@ -1,4 +1,4 @@
-"""Dropping the staging of many small dumps: ``flows.ingest.staging.drop_staged`` and
+"""Dropping the staging of many small dumps: ``flows.ingest.housekeeping.drop_staged`` and
 ``prune_staging`` over N staged contents (issue 27: 50,000 tiny files took 155 s of a
 387 s night to delete their staging).
 
@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import harness  # noqa: E402
 from flows.ingest import staging  # noqa: E402
+from flows.ingest import housekeeping
 
 PARQUET = b"PAR1" + b"\0" * 300 + b"PAR1"
 
@@ -59,11 +60,11 @@ def main() -> None:
     try:
         shas: set[str] = set()
         timed("make", lambda: len(shas.update(make(base / "staging", args.contents)) or shas), figures)
-        timed("drop_staged", lambda: staging.drop_staged(base / "staging", shas), figures)
-        assert not staging.staged_contents(base / "staging")
+        timed("drop_staged", lambda: housekeeping.drop_staged(base / "staging", shas), figures)
+        assert not housekeeping.staged_contents(base / "staging")
         timed("make again", lambda: len(make(base / "staging2", args.contents)), figures)
-        timed("prune_staging", lambda: staging.prune_staging(base / "staging2", set()), figures)
-        assert not staging.staged_contents(base / "staging2")
+        timed("prune_staging", lambda: housekeeping.prune_staging(base / "staging2", set()), figures)
+        assert not housekeeping.staged_contents(base / "staging2")
     finally:
         shutil.rmtree(base, ignore_errors=True)
     harness.write_json(args.json, figures, indent=2)

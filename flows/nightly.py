@@ -39,6 +39,7 @@ from prefect.futures import as_completed
 
 from flows import storage_secrets
 from flows.ingest import staging
+from flows.ingest import housekeeping
 from flows.ingest.bucket import BucketUnusable, connect, list_objects, load_settle_state, read_runs, save_settle_state
 from flows.ingest.pool import chunks_of, process_pool, recognise_held, shut_down_pool
 # The parse worker's code lives in flows.ingest.staging: a spawned worker imports that module
@@ -296,7 +297,7 @@ def nightly(
     staging_dir = Path(staging_dir or Path(warehouse).with_suffix(".staging")).resolve()
     limits = ParseLimits(max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, max_seconds=parse_seconds)
     # What killed runs left half-written: older than any parse still going on (another run's).
-    staging.sweep_tmp(staging_dir, older_than_seconds=2 * limits.max_seconds + 60)
+    housekeeping.sweep_tmp(staging_dir, older_than_seconds=2 * limits.max_seconds + 60)
     for gone in sweep_work_dirs(Path(warehouse).resolve().parent):  # items work of a killed night (its pid is gone)
         print(f"removed {gone.name}, left by a killed night")
     new, summary.deferred, summary.seen, runs, held, refused = discover(

@@ -118,6 +118,8 @@ def test_staging_is_emptied_by_a_good_night_and_kept_by_a_failed_one(prefect, tm
 
     from flows.ingest import staging
 
+    from flows.ingest import housekeeping
+
     bucket, warehouse = _one_night(tmp_path)
     staging_dir = warehouse.with_suffix(".staging")
     leftover = staging_dir / ".tmp" / "left-by-a-killed-run"
@@ -131,11 +133,11 @@ def test_staging_is_emptied_by_a_good_night_and_kept_by_a_failed_one(prefect, tm
     monkeypatch.setattr(loading, "load_dumps", crash)
     with pytest.raises(BaseException):
         _run(bucket, warehouse)
-    kept = staging.staged_contents(staging_dir)
+    kept = housekeeping.staged_contents(staging_dir)
     assert len(kept) == 9 and not leftover.exists()  # parsed work kept for the retry; the leftover swept
     monkeypatch.setattr(loading, "load_dumps", real_load)
     _run(bucket, warehouse)
-    assert staging.staged_contents(staging_dir) == set()  # the published warehouse is the record
+    assert housekeeping.staged_contents(staging_dir) == set()  # the published warehouse is the record
     assert _counts(warehouse)["dumps"] == 9
 
 

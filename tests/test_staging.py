@@ -15,6 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from flows.ingest import staging
+
+from flows.ingest import housekeeping
 from flows.ingest.bucket import BucketReadError, list_objects
 from flows.ingest.staging import stage_object
 from transforms.parse import ParseLimits, parse_dump, parser_version
@@ -156,9 +158,9 @@ def test_sweep_tmp_removes_only_old_leftovers(tmp_path):
         d.mkdir(parents=True)
         (d / "t.parquet").write_bytes(b"x")
     os.utime(old, (0, 0))
-    assert staging.sweep_tmp(tmp_path, older_than_seconds=60) == 1
+    assert housekeeping.sweep_tmp(tmp_path, older_than_seconds=60) == 1
     assert [p.name for p in (tmp_path / ".tmp").iterdir()] == ["fresh-dir"]
-    assert staging.sweep_tmp(tmp_path / "absent") == 0
+    assert housekeeping.sweep_tmp(tmp_path / "absent") == 0
 
 
 # --- Limits reach the parse; a larger limit parses again (issue 11, item 9) ---
@@ -211,12 +213,12 @@ def test_clean_staging_leftovers_removes_what_killed_stagings_left(bucket, tmp_p
     (tmp / f"{'ab' * 32}-{uuid.uuid4().hex}").mkdir()  # one killed before it wrote anything
     (tmp / "tmpk1ll3d").write_bytes(b"spool of a killed worker")
     (tmp_path / ("cd" * 32)).mkdir()  # a content dir whose result never got renamed in
-    assert staging.clean_staging_leftovers(tmp_path) == 4
+    assert housekeeping.clean_staging_leftovers(tmp_path) == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".tmp", kept.sha256])
     assert list(tmp.iterdir()) == []
     assert staging.find_staged(tmp_path, kept.sha256) == staging.StagedResult(kept.sha256, kept.dir, kept.summary, False)
-    assert staging.clean_staging_leftovers(tmp_path) == 0
-    assert staging.clean_staging_leftovers(tmp_path / "absent") == 0
+    assert housekeeping.clean_staging_leftovers(tmp_path) == 0
+    assert housekeeping.clean_staging_leftovers(tmp_path / "absent") == 0
 
 
 def test_prune_staging_keeps_only_what_it_is_told(bucket, tmp_path):
@@ -229,21 +231,21 @@ def test_prune_staging_keeps_only_what_it_is_told(bucket, tmp_path):
     legacy.mkdir()
     (legacy / "summary.json").write_text(json.dumps({"kind": "unknown", "parser_version": 0}))
     (tmp_path / ".tmp" / "in-flight").mkdir()
-    assert staging.prune_staging(tmp_path, {staged[0].sha256}) == 2
+    assert housekeeping.prune_staging(tmp_path, {staged[0].sha256}) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".tmp", staged[0].sha256])
     assert [p.name for p in staged[0].dir.parent.iterdir()] == [staged[0].dir.name]  # the stale result went
     assert (tmp_path / ".tmp" / "in-flight").is_dir()  # prune leaves temp entries to clean_staging_leftovers
     assert stage_object(bucket[1], _put(bucket, "r/j/0.txt", SEED.read_bytes()), tmp_path).parsed is False
-    assert staging.prune_staging(tmp_path, set()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [".tmp"]
+    assert housekeeping.prune_staging(tmp_path, set()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == [".tmp"]
 
 
 def test_drop_staged_removes_the_contents_it_is_given(bucket, tmp_path):
     staged = [stage_object(bucket[1], _put(bucket, f"r/j/{i}.txt", SEED.read_bytes() + b"\n" * i), tmp_path)
               for i in range(3)]
-    assert staging.staged_contents(tmp_path) == {s.sha256 for s in staged}
-    assert staging.drop_staged(tmp_path, {staged[1].sha256, "0" * 64}) == 1
-    assert staging.staged_contents(tmp_path) == {staged[0].sha256, staged[2].sha256}
-    assert staging.staged_contents(tmp_path / "absent") == set()
+    assert housekeeping.staged_contents(tmp_path) == {s.sha256 for s in staged}
+    assert housekeeping.drop_staged(tmp_path, {staged[1].sha256, "0" * 64}) == 1
+    assert housekeeping.staged_contents(tmp_path) == {staged[0].sha256, staged[2].sha256}
+    assert housekeeping.staged_contents(tmp_path / "absent") == set()
 
 
 _KILLED_WRITER = r"""
@@ -287,7 +289,7 @@ def test_a_killed_staging_leaves_leftovers_that_clean_staging_leftovers_removes(
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
     assert list((out / ".tmp").glob("*/hlo_instructions.parquet"))  # what the kill left
-    assert staging.clean_staging_leftovers(out) >= 1
+    assert housekeeping.clean_staging_leftovers(out) >= 1
     assert list((out / ".tmp").iterdir()) == [] and sorted(p.name for p in out.iterdir()) == [".tmp"]
 
 
@@ -310,4 +312,4 @@ def test_a_held_content_is_recognised_by_hashing_alone_and_anything_else_is_left
     assert staging.recognise_held(bucket[1], obj, tmp_path, {sha: summary | {"parser_version": 0}}) is None
     _put(bucket, SAMPLE_GZ, data + b"more")  # the object grew after it was listed
     assert staging.recognise_held(bucket[1], obj, tmp_path, held) is None
-    assert staging.staged_contents(tmp_path) == set()  # nothing staged
+    assert housekeeping.staged_contents(tmp_path) == set()  # nothing staged

@@ -31,6 +31,7 @@ import typer
 
 from flows.commands.signals import prefect_defaults
 from flows.ingest import staging
+from flows.ingest import housekeeping
 from flows.verdict.compaction import leftover_work_dirs, sweep_work_dirs
 from flows.warehouse import journal, records
 from flows.warehouse import schema as ws
@@ -166,7 +167,7 @@ def repair(warehouse: Path, bucket: str | None = None, staging_dir: Path | None 
         if writer.swept:
             done.append(f"removed {writer.swept} records files no listing names")
     # Parses run outside the lock: only what is older than any parse still going on.
-    if (removed := staging.sweep_tmp(staging_dir, older_than_seconds=_stopped_parse_seconds())):
+    if (removed := housekeeping.sweep_tmp(staging_dir, older_than_seconds=_stopped_parse_seconds())):
         done.append(f"removed {removed} leftovers in {staging_dir / '.tmp'}")
     return done
 

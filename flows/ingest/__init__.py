@@ -3,9 +3,10 @@
 - ``local_open``: opening a local file below the bucket root without following links.
 - ``bucket``: listing and reading a bucket (a directory or any fsspec URL), run.json, settle state.
 - ``staging``: one dump's bytes parsed into Parquet files in the staging directory, and the
-  chunk a worker process stages.
+  chunk a worker process stages; ``housekeeping``: what killed stagings left behind, and the
+  content dirs a loaded night no longer needs.
 - ``pool``: where a night's parsing runs (the spawned worker processes; held contents hashed in threads).
 
-May import ``flows.resources`` and ``transforms``. Nothing here imports Prefect or DuckDB at
+May import ``flows.errors``, ``flows.resources`` and ``transforms``. Nothing here imports Prefect or DuckDB at
 import time: the nightly's spawned worker processes import this package.
 """

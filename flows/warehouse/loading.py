@@ -23,6 +23,8 @@ import polars as pl
 import pyarrow as pa
 
 from flows.ingest import staging
+
+from flows.ingest import housekeeping
 from flows.ingest.staging import Outcome
 from flows.warehouse import records
 from flows.warehouse import schema as ws
@@ -323,9 +325,9 @@ def drop_loaded_staging(con: duckdb.DuckDBPyConnection, staging_dir: Path) -> in
     """Staged contents the warehouse now holds (this night's and any earlier night's) are
     not needed again: the published warehouse is the record. What is not loaded (a night
     that failed before this point) stays, so its retry needs no re-parse."""
-    staged = staging.staged_contents(staging_dir)
+    staged = housekeeping.staged_contents(staging_dir)
     if not staged:
         return 0
     held = {d for (d,) in con.execute("SELECT DISTINCT dump_id FROM dumps WHERE list_contains(?, dump_id)",
                                       [sorted(staged)]).fetchall()}
-    return staging.drop_staged(staging_dir, held)
+    return housekeeping.drop_staged(staging_dir, held)
