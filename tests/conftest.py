@@ -1,9 +1,74 @@
+"""Shared fixtures, and the suite's three tiers.
+
+Every test is in exactly one tier (``make test`` runs them all):
+
+- fast (no marker; ``make test-fast``): in this process only. No Prefect server, no flow run, no
+  subprocess, no browser: ``_fast_tier_guard`` fails a fast test that starts a process (the
+  Prefect API server is one: ``prefect_test_harness`` and a flow's ephemeral server both start
+  uvicorn with ``subprocess.Popen``).
+- ``integration``: a Prefect server and real nightly flows, subprocesses (``python -m flows.cli``,
+  readers and killed writers, the real compilers' venv), S3 (moto) servers.
+- ``browser``: headless chromium (these may need Prefect too: the tier says what they drive).
+
+A test's tier follows from what it uses (``TIER_BY_FIXTURE``); a test that starts a process by
+itself says so with ``@pytest.mark.integration`` (or its module's ``pytestmark``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing.util
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEEDS = FIXTURES / "seeds"
+TIERS = ("integration", "browser")
+# Fixtures whose use puts a test in a tier: the marker goes on every test that uses one,
+# directly or through another fixture (pytest's fixture closure).
+TIER_BY_FIXTURE = {
+    "browser": "browser",
+    "prefect": "integration",
+    "nightly_sample_warehouse": "integration",
+    "s3": "integration",  # a moto S3 server (tests/moto_s3.py)
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = {TIER_BY_FIXTURE[f] for f in item.fixturenames if f in TIER_BY_FIXTURE}
+        marked = {m.name for m in item.iter_markers() if m.name in TIERS}
+        tiers = used | marked
+        if "browser" in tiers:
+            tiers = {"browser"}  # a browser test that also runs a nightly is in the browser tier
+        if "browser" in marked and "integration" in marked:
+            raise pytest.UsageError(f"{item.nodeid}: marked both integration and browser; a test is in one tier")
+        for tier in tiers - marked:
+            item.add_marker(tier)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_guard(request, monkeypatch):
+    """A fast test may not start a process: it fails, naming what it started, instead of
+    slowing the fast tier down (mark it ``integration`` if it must)."""
+    if any(request.node.get_closest_marker(t) for t in TIERS):
+        yield
+        return
+
+    def refuse(what):
+        def refused(*args, **kwargs):
+            pytest.fail(f"a fast-tier test started {what} ({args[:2]!r}): mark it integration, or keep it in "
+                        "this process (no Prefect flow run or server, no subprocess)", pytrace=True)
+        return refused
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("a subprocess"))
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", refuse("a spawned process"))
+    monkeypatch.setattr(os, "fork", refuse("a forked process"))
+    monkeypatch.setattr(os, "posix_spawn", refuse("a process"))
+    monkeypatch.setattr(os, "posix_spawnp", refuse("a process"))
+    yield
 
 
 @pytest.fixture(scope="session")
@@ -14,8 +79,6 @@ def seeds() -> Path:
 @pytest.fixture(scope="session")
 def prefect(tmp_path_factory):
     """One Prefect test harness (a temporary API server, ~9 s to start) for the whole session."""
-    import os
-
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
     from prefect.testing.utilities import prefect_test_harness
@@ -42,13 +105,32 @@ def browser():
 
 
 @pytest.fixture(scope="session")
-def sample_warehouse(prefect, tmp_path_factory) -> Path:
+def sample_warehouse(tmp_path_factory) -> Path:
+    """The whole sample bucket ingested and aggregated as one nightly does it, without Prefect
+    (``tests/sample_build.py``; ``test_sample_build.py`` proves it equals the nightly's), and
+    ``report.md`` beside it. Read-only use: tests that write copy it first."""
+    from tests.sample_build import build_sample_warehouse
+
+    return build_sample_warehouse(tmp_path_factory.mktemp("sample-warehouse"))
+
+
+@pytest.fixture(scope="session")
+def nightly_sample_warehouse(prefect, tmp_path_factory) -> Path:
     """The whole sample bucket ingested and aggregated by the nightly flow (read-only use:
     tests that write copy it first)."""
     from flows.nightly import nightly
 
-    out = tmp_path_factory.mktemp("sample-warehouse")
+    out = tmp_path_factory.mktemp("nightly-sample-warehouse")
     warehouse = out / "warehouse.duckdb"
     bucket = Path(__file__).parents[1] / "data" / "sample_bucket"
     nightly(bucket=str(bucket), warehouse=warehouse, workers=2, report_path=out / "report.md")
     return warehouse
+
+
+@pytest.fixture(scope="session")
+def sample_site(sample_warehouse, tmp_path_factory):
+    """The report site of ``sample_warehouse`` with the default settings, built once per run
+    (``flows.publish.site.build_site``'s result: ``.out``, ``.pages``, ``.charts``). Read-only."""
+    from flows.publish.site import build_site
+
+    return build_site(sample_warehouse, tmp_path_factory.mktemp("sample-site") / "site")
