@@ -57,17 +57,18 @@ def _fast_tier_guard(request, monkeypatch):
         yield
         return
 
-    def refuse(what):
+    def refuse(what, argv_at):
         def refused(*args, **kwargs):
-            pytest.fail(f"a fast-tier test started {what} ({args[:2]!r}): mark it integration, or keep it in "
-                        "this process (no Prefect flow run or server, no subprocess)", pytrace=True)
+            pytest.fail(f"a fast-tier test started {what} {args[argv_at]!r}: mark it integration, or keep it in "
+                        "this process (no Prefect flow run or server, no subprocess)")
         return refused
 
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("a subprocess"))
-    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", refuse("a spawned process"))
-    monkeypatch.setattr(os, "fork", refuse("a forked process"))
-    monkeypatch.setattr(os, "posix_spawn", refuse("a process"))
-    monkeypatch.setattr(os, "posix_spawnp", refuse("a process"))
+    # Popen's own launch (subprocess.run, asyncio, Prefect's uvicorn server), multiprocessing's spawn, and forks.
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse("a subprocess", 1))
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", refuse("a spawned process", 1))
+    monkeypatch.setattr(os, "fork", refuse("a forked process", slice(0)))
+    monkeypatch.setattr(os, "posix_spawn", refuse("a process", 1))
+    monkeypatch.setattr(os, "posix_spawnp", refuse("a process", 1))
     yield
 
 

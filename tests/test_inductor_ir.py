@@ -39,12 +39,6 @@ CONV_TEXT = CONV.read_text()
 CONV_TABLES, CONV_SUMMARY = run_text(CONV_TEXT)
 
 
-def test_public_surface():
-    assert isinstance(P.PARSER_VERSION, int)
-    for table, schema in P.TABLES.items():
-        assert set(P.TABLE_DOCS[table]) == {""} | set(schema.names())
-
-
 def test_seed_003_figures():
     m, s = SEED_SUMMARY.metrics, SEED_SUMMARY
     assert s.kind == DumpKind.INDUCTOR_IR and s.stage == "post_fusion" and s.program is None

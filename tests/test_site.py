@@ -25,12 +25,8 @@ PAGES = {  # one page of each kind -> charts it must draw
 
 
 @pytest.fixture(scope="module")
-def site(sample_warehouse, tmp_path_factory):
-    from flows.publish.site import build_site
-
-    out = tmp_path_factory.mktemp("site") / "site"
-    result = build_site(sample_warehouse, out)
-    return result
+def site(sample_site):
+    return sample_site
 
 
 def test_every_page_is_built(site):

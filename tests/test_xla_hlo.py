@@ -234,12 +234,6 @@ def test_linenos_point_at_the_instruction(path):
         assert name in lines[lineno - 1] and lines[lineno - 1].rstrip().endswith("{")
 
 
-def test_table_docs_cover_every_column():
-    assert set(hlo.TABLE_DOCS) == set(hlo.TABLES)
-    for table, schema in hlo.TABLES.items():
-        assert set(hlo.TABLE_DOCS[table]) == {"", *schema.names()}, table
-
-
 # --- syntax variants ----------------------------------------------------------------
 
 
