@@ -1,6 +1,6 @@
-"""Shared fixtures, and the suite's three tiers.
+"""Shared fixtures, and the suite's four tiers.
 
-Every test is in exactly one tier (``make test`` runs them all):
+Every test is in exactly one tier (``make test`` runs them all; ``make test-fast`` the fast one):
 
 - fast (no marker; ``make test-fast``): in this process only. No Prefect server, no flow run, no
   subprocess, no browser: ``_fast_tier_guard`` fails a fast test that starts a process (the
@@ -9,9 +9,13 @@ Every test is in exactly one tier (``make test`` runs them all):
 - ``integration``: a Prefect server and real nightly flows, subprocesses (``python -m flows.cli``,
   readers and killed writers, the real compilers' venv), S3 (moto) servers.
 - ``browser``: headless chromium (these may need Prefect too: the tier says what they drive).
+- ``slow``: in this process too (guarded as the fast tier is), but seconds each: sweeps over every cut
+  of the real dumps, property tests of hundreds of examples, large synthetic inputs (a 50 MB line, a
+  2-million-row warehouse, a year of history) and the writer's publish-and-crash scenarios.
 
-A test's tier follows from what it uses (``TIER_BY_FIXTURE``); a test that starts a process by
-itself says so with ``@pytest.mark.integration`` (or its module's ``pytestmark``).
+A test's tier follows from what it uses (``TIER_BY_FIXTURE``) or its module (``SLOW_MODULES``); a
+test that starts a process by itself says so with ``@pytest.mark.integration`` (or its module's
+``pytestmark``), a slow one with ``@pytest.mark.slow``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEEDS = FIXTURES / "seeds"
-TIERS = ("integration", "browser")
+TIERS = ("browser", "integration", "slow")  # a test in several is in the first: a browser test may run a nightly
 # Fixtures whose use puts a test in a tier: the marker goes on every test that uses one,
 # directly or through another fixture (pytest's fixture closure).
 TIER_BY_FIXTURE = {
@@ -36,24 +40,56 @@ TIER_BY_FIXTURE = {
 }
 
 
+# Modules whose in-process tests are all slow (their integration and browser tests stay in those tiers).
+SLOW_MODULES = {"test_hlo_realworld", "test_parse_memory", "test_publish", "test_records_heal", "test_scale",
+                "test_site_history", "test_status_says_why", "test_xla_cuts"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        used = {TIER_BY_FIXTURE[f] for f in item.fixturenames if f in TIER_BY_FIXTURE}
         marked = {m.name for m in item.iter_markers() if m.name in TIERS}
-        tiers = used | marked
-        if "browser" in tiers:
-            tiers = {"browser"}  # a browser test that also runs a nightly is in the browser tier
-        if "browser" in marked and "integration" in marked:
-            raise pytest.UsageError(f"{item.nodeid}: marked both integration and browser; a test is in one tier")
-        for tier in tiers - marked:
+        used = {TIER_BY_FIXTURE[f] for f in item.fixturenames if f in TIER_BY_FIXTURE}
+        if item.module.__name__.rpartition(".")[2] in SLOW_MODULES:
+            used.add("slow")
+        tier = next((t for t in TIERS if t in marked | used), None)  # the first of TIERS it has
+        if tier is None:
+            continue
+        if marked - {tier}:
+            raise pytest.UsageError(f"{item.nodeid}: marked {sorted(marked)}, but what it uses puts it in the {tier} "
+                                    "tier: a test is in one tier")
+        if tier not in marked:
             item.add_marker(tier)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _for_workers(items)
+
+
+def _for_workers(items) -> None:
+    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup --no-loadscope-reorder``), what must
+    run on one worker is one group: every test of a module whose tests share a module-scoped
+    fixture (a nightly built once for them), the readers of the sample site (built once), the
+    browser tests (one chromium). Others go one by one to whichever worker is free. The browser
+    and integration tests are sent first: they are the long ones, and the many short ones fill
+    in behind them (every worker sorts alike, so the collections agree)."""
+    for item in items:
+        defs = [d for ds in item._fixtureinfo.name2fixturedefs.values() for d in ds]
+        if item.get_closest_marker("browser"):
+            group = "browser"
+        elif "sample_site" in item.fixturenames:
+            group = "sample_site"
+        elif any(d.scope in ("module", "class", "package") for d in defs):
+            group = item.module.__name__
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+    rank = {"browser": 0, "integration": 1, "slow": 2}
+    items.sort(key=lambda i: min((rank[m.name] for m in i.iter_markers() if m.name in rank), default=3))
 
 
 @pytest.fixture(autouse=True)
 def _fast_tier_guard(request, monkeypatch):
-    """A fast test may not start a process: it fails, naming what it started, instead of
-    slowing the fast tier down (mark it ``integration`` if it must)."""
-    if any(request.node.get_closest_marker(t) for t in TIERS):
+    """A fast (or slow) test may not start a process: it fails, naming what it started, instead
+    of slowing the fast tier down (mark it ``integration`` if it must)."""
+    if request.node.get_closest_marker("integration") or request.node.get_closest_marker("browser"):
         yield
         return
 

@@ -38,6 +38,7 @@ def test_header_then_nothing(seed):
 
 
 @pytest.mark.parametrize("seed", sorted(SEED_BYTES))
+@pytest.mark.slow
 def test_a_50_mb_line_after_the_header(seed):
     data = HEADS[seed] + b"x" * (50 * 1024 * 1024) + b"\n"
     parsed = _parse(data)

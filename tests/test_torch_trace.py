@@ -423,6 +423,7 @@ def test_every_cut_is_partial_with_a_reason_or_the_figures_of_what_it_holds(log,
     _check_cut(log, cut)
 
 
+@pytest.mark.slow
 def test_cuts_at_every_record_boundary():
     log = next(p for p in LOGS if p.parent.name == "graph_break")
     data = DATA[log]
