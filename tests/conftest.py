@@ -41,8 +41,9 @@ TIER_BY_FIXTURE = {
 
 
 # Modules whose in-process tests are all slow (their integration and browser tests stay in those tiers).
-SLOW_MODULES = {"test_hlo_realworld", "test_parse_memory", "test_publish", "test_records_heal", "test_scale",
-                "test_site_history", "test_status_says_why", "test_xla_cuts"}
+SLOW_MODULES = {"test_hlo_realworld", "test_incident_buckets", "test_parse_memory", "test_publish", "test_records_heal",
+                "test_records_store", "test_scale", "test_site_history", "test_sql_writes", "test_status_says_why",
+                "test_warehouse", "test_xla_cuts"}
 
 
 def pytest_collection_modifyitems(config, items):

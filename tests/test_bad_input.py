@@ -63,6 +63,7 @@ def test_binary_junk_in_the_middle(seed):
 @pytest.mark.parametrize("seed", sorted(SEED_BYTES))
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fraction=st.floats(0.0, 1.0))
+@pytest.mark.slow
 def test_any_byte_cut_of_a_gzipped_seed_gets_a_verdict(seed, fraction):
     packed = gzip.compress(SEED_BYTES[seed], compresslevel=1)
     parsed = _parse(packed[: int(len(packed) * fraction)], "night/job/dump.txt.gz")

@@ -233,6 +233,7 @@ def test_bad_input():
     assert tables["inductor_buffers"].height == CONV_TABLES["inductor_buffers"].height
 
 
+@pytest.mark.slow
 def test_enormous_line_and_unknown_classes():
     huge = "    " + "x" * 50_000_000 + "\n"
     text = ("op0: FutureSchedulerNode(NewIRThing)\n" + huge + "op0.outputs = [\n"
@@ -247,6 +248,7 @@ def test_enormous_line_and_unknown_classes():
     assert s.errors == [] and not s.truncated
 
 
+@pytest.mark.slow
 def test_many_rows_come_in_batches():
     n = 70_000
     lines = (f"op{i}: NopKernelSchedulerNode(ComputedBuffer)\n\n" for i in range(n))

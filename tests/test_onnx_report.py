@@ -278,6 +278,7 @@ def test_program_name_rules():
     "def forward(self, p_модуль_вес, x\u2028y, é)",
     "def forward(self, \x00, p_\x1b[31m_w)",
 ])
+@pytest.mark.slow
 def test_hostile_signatures_never_crash_and_stay_short(line):
     start = time.perf_counter()
     name = onnx.program_name(line)
@@ -373,6 +374,7 @@ TRUNCATION_CASES = {"seed": SEED, "nestedcond": CASE["nestedcond"], "datadep": C
 @pytest.mark.parametrize("name", TRUNCATION_CASES)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frac=st.floats(0, 1), mid_line=st.booleans())
+@pytest.mark.slow
 def test_truncation_never_invents_rows(name, frac, mid_line):
     path = TRUNCATION_CASES[name]
     data = path.read_bytes()

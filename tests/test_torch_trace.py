@@ -415,6 +415,7 @@ def _check_cut(log: Path, cut: int) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(log=st.sampled_from(LOGS), fraction=st.floats(0, 1), at_line_end=st.booleans())
+@pytest.mark.slow
 def test_every_cut_is_partial_with_a_reason_or_the_figures_of_what_it_holds(log, fraction, at_line_end):
     data = DATA[log]
     cut = int(len(data) * fraction)

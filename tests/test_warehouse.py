@@ -312,7 +312,6 @@ REFUSED_SQL = {
 
 
 @pytest.mark.parametrize("what", sorted(REFUSED_SQL))
-@pytest.mark.slow
 def test_sql_refuses_what_a_reader_must_not_do(tmp_path, batch, what):
     from flows.commands.query import QueryError, run_query
 

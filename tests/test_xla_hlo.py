@@ -518,6 +518,7 @@ def check_cut(name: str, cut_text: str) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(name=st.sampled_from([SEED_NEW.name, SEED_OLD.name]), frac=st.floats(0, 1))
+@pytest.mark.slow
 def test_truncated_at_a_line(name, frac):
     text = _cases()[name][0]
     lines = text.splitlines(keepends=True)
@@ -526,6 +527,7 @@ def test_truncated_at_a_line(name, frac):
 
 @settings(max_examples=100, deadline=None)
 @given(name=st.sampled_from([SEED_NEW.name, SEED_OLD.name]), frac=st.floats(0, 1))
+@pytest.mark.slow
 def test_truncated_mid_line(name, frac):
     text = _cases()[name][0]
     check_cut(name, text[: int(frac * len(text))])
