@@ -46,6 +46,7 @@ SLOW_MODULES = {"test_hlo_realworld", "test_incident_buckets", "test_parse_memor
                 "test_warehouse", "test_xla_cuts"}
 
 
+@pytest.hookimpl(tryfirst=True)  # the tiers are marked before -m deselects by them
 def pytest_collection_modifyitems(config, items):
     for item in items:
         marked = {m.name for m in item.iter_markers() if m.name in TIERS}
@@ -61,29 +62,30 @@ def pytest_collection_modifyitems(config, items):
         if tier not in marked:
             item.add_marker(tier)
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        _for_workers(items)
+        # The long tiers first (xdist hands out test files in this order: see pytest_xdist_make_scheduler).
+        rank = {"browser": 0, "integration": 1, "slow": 2}
+        items.sort(key=lambda i: min((rank[m.name] for m in i.iter_markers() if m.name in rank), default=3))
 
 
-def _for_workers(items) -> None:
-    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup --no-loadscope-reorder``), what must
-    run on one worker is one group: every test of a module whose tests share a module-scoped
-    fixture (a nightly built once for them), the readers of the sample site (built once), the
-    browser tests (one chromium). Others go one by one to whichever worker is free. The browser
-    and integration tests are sent first: they are the long ones, and the many short ones fill
-    in behind them (every worker sorts alike, so the collections agree)."""
-    for item in items:
-        defs = [d for ds in item._fixtureinfo.name2fixturedefs.values() for d in ds]
-        if item.get_closest_marker("browser"):
-            group = "browser"
-        elif "sample_site" in item.fixturenames:
-            group = "sample_site"
-        elif any(d.scope in ("module", "class", "package") for d in defs):
-            group = item.module.__name__
-        else:
-            continue
-        item.add_marker(pytest.mark.xdist_group(group))
-    rank = {"browser": 0, "integration": 1, "slow": 2}
-    items.sort(key=lambda i: min((rank[m.name] for m in i.iter_markers() if m.name in rank), default=3))
+# Test files that must share a worker under pytest-xdist: both read the sample site, built once per worker.
+SHARED_WORKER = {"tests/test_site.py": "sample_site", "tests/test_one_verdict.py": "sample_site"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s scheduler: a test file at a time per worker (its module fixtures, such as
+    a nightly built for its tests, are built once), the files of ``SHARED_WORKER`` together, in
+    the order collected (the browser and integration tests, the long ones, first: the many short
+    ones fill in behind them). Not ``--dist loadgroup``: pytest-xdist 3.8 marks a group by
+    rewriting ``item._nodeid``, which pytest 9 no longer reads, so its groups are ignored."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return SHARED_WORKER.get(path, path)
+
+    config.option.loadscopereorder = False
+    return FileScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)
