@@ -61,10 +61,6 @@ def pytest_collection_modifyitems(config, items):
                                     "tier: a test is in one tier")
         if tier not in marked:
             item.add_marker(tier)
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # The long tiers first (xdist hands out test files in this order: see pytest_xdist_make_scheduler).
-        rank = {"browser": 0, "integration": 1, "slow": 2}
-        items.sort(key=lambda i: min((rank[m.name] for m in i.iter_markers() if m.name in rank), default=3))
 
 
 # Test files that must share a worker under pytest-xdist: both read the sample site, built once per worker.
@@ -74,8 +70,8 @@ SHARED_WORKER = {"tests/test_site.py": "sample_site", "tests/test_one_verdict.py
 def pytest_xdist_make_scheduler(config, log):
     """``make test``'s scheduler: a test file at a time per worker (its module fixtures, such as
     a nightly built for its tests, are built once), the files of ``SHARED_WORKER`` together, in
-    the order collected (the browser and integration tests, the long ones, first: the many short
-    ones fill in behind them). Not ``--dist loadgroup``: pytest-xdist 3.8 marks a group by
+    the order collected. (Sending the browser and integration files first broke Prefect's logging:
+    a worker whose first flow ran under CliRunner kept logging to its closed stdout.) Not ``--dist loadgroup``: pytest-xdist 3.8 marks a group by
     rewriting ``item._nodeid``, which pytest 9 no longer reads, so its groups are ignored."""
     from xdist.scheduler import LoadFileScheduling
 
