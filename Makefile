@@ -28,12 +28,12 @@ run: $(STAMP)
 
 # The suite in four tiers (tests/conftest.py): fast (in this process only), slow (in process, seconds
 # each), integration (Prefect, subprocesses, S3) and browser. `make test` runs them all on two workers
-# (pytest-xdist, a test file at a time per worker: tests/conftest.py), `make test-fast` the fast tier on two.
+# (pytest-xdist, test by test), `make test-fast` the fast tier on two.
 # Bytecode is cached (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is set: compiling
 # the tree again costs each worker seconds.
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q
 TEST_WORKERS ?= 2
-WORKERS := -n $(TEST_WORKERS)  # the order of files and who shares a worker: tests/conftest.py
+WORKERS := -n $(TEST_WORKERS)
 
 test: $(STAMP) browser
 	$(PYTEST) $(WORKERS)

@@ -63,27 +63,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(tier)
 
 
-# Test files that must share a worker under pytest-xdist: both read the sample site, built once per worker.
-SHARED_WORKER = {"tests/test_site.py": "sample_site", "tests/test_one_verdict.py": "sample_site"}
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """``make test``'s scheduler: a test file at a time per worker (its module fixtures, such as
-    a nightly built for its tests, are built once), the files of ``SHARED_WORKER`` together, in
-    the order collected. (Sending the browser and integration files first broke Prefect's logging:
-    a worker whose first flow ran under CliRunner kept logging to its closed stdout.) Not ``--dist loadgroup``: pytest-xdist 3.8 marks a group by
-    rewriting ``item._nodeid``, which pytest 9 no longer reads, so its groups are ignored."""
-    from xdist.scheduler import LoadFileScheduling
-
-    class FileScheduling(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = super()._split_scope(nodeid)
-            return SHARED_WORKER.get(path, path)
-
-    config.option.loadscopereorder = False
-    return FileScheduling(config, log)
-
-
 @pytest.fixture(autouse=True)
 def _fast_tier_guard(request, monkeypatch):
     """A fast (or slow) test may not start a process: it fails, naming what it started, instead
