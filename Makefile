@@ -7,7 +7,7 @@ BUCKET ?= data/sample_bucket
 WAREHOUSE ?= data/warehouse.duckdb
 SITE ?= site
 
-.PHONY: run test bench bench-scale samples clean lock browser
+.PHONY: run test test-fast bench bench-scale samples clean lock browser
 
 # constraints.txt pins every package to the versions the suite passed with: installs are
 # reproducible, and pip does not spend many minutes backtracking through boto versions.
@@ -26,8 +26,20 @@ run: $(STAMP)
 	$(BIN)/dumpscope sql --warehouse $(WAREHOUSE) "SELECT kind, status, count(*) AS dumps FROM dumps GROUP BY ALL ORDER BY kind"
 	@echo "report site: $(SITE)/index.html (browse it: $(BIN)/python -m http.server -d $(SITE) 8000 --bind 127.0.0.1)"
 
+# The suite in four tiers (tests/conftest.py): fast (in this process only), slow (in process, seconds
+# each), integration (Prefect, subprocesses, S3) and browser. `make test` runs them all on two workers
+# (pytest-xdist, test by test), `make test-fast` the fast tier on two.
+# Bytecode is cached (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is set: compiling
+# the tree again costs each worker seconds.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q
+TEST_WORKERS ?= 2
+WORKERS := -n $(TEST_WORKERS)
+
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q
+	$(PYTEST) $(WORKERS)
+
+test-fast: $(STAMP)
+	$(PYTEST) $(WORKERS) -m "not integration and not browser and not slow"
 
 # The browser tests drive Debian's chromium (Playwright's own browser download does not work
 # here). A clean machine has none: install it with apt-get, as root or through sudo.

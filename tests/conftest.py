@@ -1,9 +1,89 @@
+"""Shared fixtures, and the suite's four tiers.
+
+Every test is in exactly one tier (``make test`` runs them all; ``make test-fast`` the fast one):
+
+- fast (no marker; ``make test-fast``): in this process only. No Prefect server, no flow run, no
+  subprocess, no browser: ``_fast_tier_guard`` fails a fast test that starts a process (the
+  Prefect API server is one: ``prefect_test_harness`` and a flow's ephemeral server both start
+  uvicorn with ``subprocess.Popen``).
+- ``integration``: a Prefect server and real nightly flows, subprocesses (``python -m flows.cli``,
+  readers and killed writers, the real compilers' venv), S3 (moto) servers.
+- ``browser``: headless chromium (these may need Prefect too: the tier says what they drive).
+- ``slow``: in this process too (guarded as the fast tier is), but seconds each: sweeps over every cut
+  of the real dumps, property tests of hundreds of examples, large synthetic inputs (a 50 MB line, a
+  2-million-row warehouse, a year of history) and the writer's publish-and-crash scenarios.
+
+A test's tier follows from what it uses (``TIER_BY_FIXTURE``) or its module (``SLOW_MODULES``); a
+test that starts a process by itself says so with ``@pytest.mark.integration`` (or its module's
+``pytestmark``), a slow one with ``@pytest.mark.slow``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.util
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEEDS = FIXTURES / "seeds"
+TIERS = ("browser", "integration", "slow")  # a test in several is in the first: a browser test may run a nightly
+# Fixtures whose use puts a test in a tier: the marker goes on every test that uses one,
+# directly or through another fixture (pytest's fixture closure).
+TIER_BY_FIXTURE = {
+    "browser": "browser",
+    "prefect": "integration",
+    "nightly_sample_warehouse": "integration",
+    "s3": "integration",  # a moto S3 server (tests/moto_s3.py)
+}
+
+
+# Modules whose in-process tests are all slow (their integration and browser tests stay in those tiers).
+SLOW_MODULES = {"test_hlo_realworld", "test_incident_buckets", "test_parse_memory", "test_publish", "test_records_heal",
+                "test_records_store", "test_scale", "test_site_history", "test_sql_writes", "test_status_says_why",
+                "test_warehouse", "test_xla_cuts"}
+
+
+@pytest.hookimpl(tryfirst=True)  # the tiers are marked before -m deselects by them
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        marked = {m.name for m in item.iter_markers() if m.name in TIERS}
+        used = {TIER_BY_FIXTURE[f] for f in item.fixturenames if f in TIER_BY_FIXTURE}
+        if item.module.__name__.rpartition(".")[2] in SLOW_MODULES:
+            used.add("slow")
+        tier = next((t for t in TIERS if t in marked | used), None)  # the first of TIERS it has
+        if tier is None:
+            continue
+        if marked - {tier}:
+            raise pytest.UsageError(f"{item.nodeid}: marked {sorted(marked)}, but what it uses puts it in the {tier} "
+                                    "tier: a test is in one tier")
+        if tier not in marked:
+            item.add_marker(tier)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_guard(request, monkeypatch):
+    """A fast (or slow) test may not start a process: it fails, naming what it started, instead
+    of slowing the fast tier down (mark it ``integration`` if it must)."""
+    if request.node.get_closest_marker("integration") or request.node.get_closest_marker("browser"):
+        yield
+        return
+
+    def refuse(what, argv_at):
+        def refused(*args, **kwargs):
+            pytest.fail(f"a fast-tier test started {what} {args[argv_at]!r}: mark it integration, or keep it in "
+                        "this process (no Prefect flow run or server, no subprocess)")
+        return refused
+
+    # Popen's own launch (subprocess.run, asyncio, Prefect's uvicorn server), multiprocessing's spawn, and forks.
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse("a subprocess", 1))
+    monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", refuse("a spawned process", 1))
+    monkeypatch.setattr(os, "fork", refuse("a forked process", slice(0)))
+    monkeypatch.setattr(os, "posix_spawn", refuse("a process", 1))
+    monkeypatch.setattr(os, "posix_spawnp", refuse("a process", 1))
+    yield
 
 
 @pytest.fixture(scope="session")
@@ -14,8 +94,6 @@ def seeds() -> Path:
 @pytest.fixture(scope="session")
 def prefect(tmp_path_factory):
     """One Prefect test harness (a temporary API server, ~9 s to start) for the whole session."""
-    import os
-
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
     from prefect.testing.utilities import prefect_test_harness
@@ -42,13 +120,32 @@ def browser():
 
 
 @pytest.fixture(scope="session")
-def sample_warehouse(prefect, tmp_path_factory) -> Path:
+def sample_warehouse(tmp_path_factory) -> Path:
+    """The whole sample bucket ingested and aggregated as one nightly does it, without Prefect
+    (``tests/sample_build.py``; ``test_sample_build.py`` proves it equals the nightly's), and
+    ``report.md`` beside it. Read-only use: tests that write copy it first."""
+    from tests.sample_build import build_sample_warehouse
+
+    return build_sample_warehouse(tmp_path_factory.mktemp("sample-warehouse"))
+
+
+@pytest.fixture(scope="session")
+def nightly_sample_warehouse(prefect, tmp_path_factory) -> Path:
     """The whole sample bucket ingested and aggregated by the nightly flow (read-only use:
     tests that write copy it first)."""
     from flows.nightly import nightly
 
-    out = tmp_path_factory.mktemp("sample-warehouse")
+    out = tmp_path_factory.mktemp("nightly-sample-warehouse")
     warehouse = out / "warehouse.duckdb"
     bucket = Path(__file__).parents[1] / "data" / "sample_bucket"
     nightly(bucket=str(bucket), warehouse=warehouse, workers=2, report_path=out / "report.md")
     return warehouse
+
+
+@pytest.fixture(scope="session")
+def sample_site(sample_warehouse, tmp_path_factory):
+    """The report site of ``sample_warehouse`` with the default settings, built once per run
+    (``flows.publish.site.build_site``'s result: ``.out``, ``.pages``, ``.charts``). Read-only."""
+    from flows.publish.site import build_site
+
+    return build_site(sample_warehouse, tmp_path_factory.mktemp("sample-site") / "site")

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from benchmarks import harness
 
 # A child that holds ``MIB`` MiB (written, so resident) in itself and, with "tree", in a grandchild too.
@@ -32,6 +34,7 @@ def test_best_of_picks_the_least_of_n_calls():
     assert harness.best([{"wall_s": 2.0, "k": "a"}, {"wall_s": 1.0, "k": "b"}])["k"] == "b"
 
 
+@pytest.mark.integration
 def test_a_childs_allocation_is_its_peak_and_a_grandchilds_counts_in_the_tree():
     printed, m = harness.run_json([sys.executable, "-c", _HOLD, "80", "tree"])
     assert printed == {"held": 80}
@@ -41,6 +44,7 @@ def test_a_childs_allocation_is_its_peak_and_a_grandchilds_counts_in_the_tree():
     assert m["cpu_s"] > 0 and m["wall_s"] >= 0.6
 
 
+@pytest.mark.integration
 def test_a_child_does_not_inherit_the_benchmarks_peak():
     """Linux keeps ru_maxrss across fork and exec: a child of a process that grew must still
     report its own peak, not the parent's."""
@@ -51,6 +55,7 @@ def test_a_child_does_not_inherit_the_benchmarks_peak():
     assert m["peak_rss_mib"] < 150, m
 
 
+@pytest.mark.integration
 def test_timeout_kills_the_command_and_exit_codes_pass_through():
     m = harness.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
     assert m["timed_out"] and m["returncode"] != 0 and m["wall_s"] < 10

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
@@ -285,6 +286,7 @@ def test_bad_arguments_and_a_missing_run(sample_warehouse, tmp_path):
     assert check(sample_warehouse, tmp_path / "missing-dir").exit_code == 2  # a bad argument
 
 
+@pytest.mark.integration
 def test_the_command_as_a_user_runs_it(sample_warehouse, tmp_path):
     pr = night_copy(tmp_path)
     edit_gz(pr / EVAL_HLO, ROOT_LINE, WITH_ALL_REDUCE)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from tests.conftest import SEEDS
 
@@ -21,6 +22,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.integration
 def test_parse_json_of_a_seed():
     out = run("parse", "--json", str(SEEDS / "001_a0c5460ce1af2dbe.txt"))
     assert out.returncode == 0, out.stderr
@@ -30,6 +32,7 @@ def test_parse_json_of_a_seed():
     assert got["metrics"]["hlo.instructions"] == 1886 and got["metrics"]["kernel.launches"] == 124
 
 
+@pytest.mark.integration
 def test_parse_json_with_a_table(tmp_path):
     gz = tmp_path / "ba.txt.gz"
     gz.write_bytes(gzip.compress((SEEDS / "002_5960cad812240b69.txt").read_bytes()))
@@ -38,6 +41,7 @@ def test_parse_json_with_a_table(tmp_path):
     assert got["table"]["name"] == "buffer_allocations" and len(got["table"]["rows"]) == 3
 
 
+@pytest.mark.integration
 def test_parse_human_output_and_unknown_table():
     out = run("parse", str(SEEDS / "003_f2a980d458b1ffe8.txt"))
     assert out.returncode == 0 and "inductor_ir" in out.stdout and "inductor.nodes" in out.stdout
@@ -45,6 +49,7 @@ def test_parse_human_output_and_unknown_table():
     assert bad.returncode == 2 and "unknown table 'nope'" in bad.stderr
 
 
+@pytest.mark.integration
 def test_parse_many_files_as_json_lines(tmp_path):
     junk = tmp_path / "junk.bin"
     junk.write_bytes(os.urandom(4096))
@@ -56,12 +61,14 @@ def test_parse_many_files_as_json_lines(tmp_path):
     assert out.returncode == 0
 
 
+@pytest.mark.integration
 def test_parse_does_not_import_prefect():
     code = "import sys; from flows.cli import app; from transforms.parse import parse_dump; print('prefect' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.integration
 def test_parse_takes_the_limits(tmp_path):
     dump = tmp_path / "module_0001.long.after_optimizations.txt"
     dump.write_text("HloModule long\n\nENTRY main {\n  ROOT p = f32[8] parameter(0), metadata={op_name=\"" + "x" * 4096 + "\"}\n}\n")

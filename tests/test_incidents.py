@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -239,6 +240,7 @@ _STATUS = st.sampled_from(["ok", "ok", "ok", "partial", "failed", "absent"])
        launches=st.lists(st.sampled_from([10, 10, 12, 8, 30]), min_size=8, max_size=8),
        status=st.lists(_STATUS, min_size=8, max_size=8), accepts=st.lists(st.tuples(st.integers(1, 7), st.booleans()),
                                                                           max_size=2))
+@pytest.mark.slow
 def test_a_night_writes_the_incidents_it_touched_and_keeps_the_others_as_the_night_before_wrote_them(
         temp, peak, launches, status, accepts):
     """``compute(since=k)`` over runs 0..7 (what night k computes) returns the incidents touched

@@ -52,12 +52,6 @@ FIGURES = {
 }
 
 
-def test_public_surface():
-    assert isinstance(P.PARSER_VERSION, int)
-    for table, schema in P.TABLES.items():
-        assert set(P.TABLE_DOCS[table]) == {""} | set(schema.names())
-
-
 @pytest.mark.parametrize("graph", sorted(FIGURES))
 def test_figures(graph):
     path = CODE / graph / "output_code.py"

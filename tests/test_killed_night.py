@@ -11,10 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from flows.verdict.compaction import sweep_work_dirs
 from tests.test_concurrency import ROOT, SAMPLE, _no_process_left_from
 
 
+@pytest.mark.integration
 def test_only_the_work_directories_of_gone_processes_are_swept(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -33,6 +36,7 @@ def test_only_the_work_directories_of_gone_processes_are_swept(tmp_path):
         alive.wait()
 
 
+@pytest.mark.integration
 def test_a_night_killed_in_the_items_step_leaves_no_process_and_the_next_removes_its_work(tmp_path):
     """Ephemeral mode (no PREFECT_API_URL): the night starts its own temporary server."""
     bucket, warehouse = tmp_path / "bucket", tmp_path / "w.duckdb"

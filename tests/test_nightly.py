@@ -141,6 +141,7 @@ def test_staging_is_emptied_by_a_good_night_and_kept_by_a_failed_one(prefect, tm
     assert _counts(warehouse)["dumps"] == 9
 
 
+@pytest.mark.slow
 def test_the_summary_table_tells_its_two_incident_counts_apart():
     """A first ingest opens incidents in every run it loads; "last night" is the latest run's."""
     from flows.nightly import NightSummary

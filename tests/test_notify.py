@@ -236,6 +236,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           text=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_a_url_apprise_cannot_use_stops_run_before_any_work(tmp_path):
     """On main the night ran, and every night that opened an incident ended rc 1 with nothing
     published (the ValueError came from inside the night, after the work)."""
@@ -256,6 +257,7 @@ def test_a_url_apprise_cannot_use_stops_run_before_any_work(tmp_path):
     ('["json://127.0.0.1:9/hook", "discord://only-an-id"]', "error: notification target 2 (discord://…, "),
     ("json://127.0.0.1:9/hook", "error: DUMPSCOPE_NOTIFY is not a JSON list of Apprise URLs (strings)\n"),
 ])
+@pytest.mark.integration
 def test_watch_and_serve_check_the_environment_s_targets_at_start(tmp_path, command, value, said):
     done = _cli(*command, "--bucket", str(tmp_path / "bucket"), "--warehouse", str(tmp_path / "wh.duckdb"),
                 env={storage_secrets.NOTIFY_VAR: value, "PREFECT_API_URL": "http://127.0.0.1:9/api"})

@@ -23,10 +23,8 @@ ID = r"I-[0-9a-f]{8}"
 
 
 @pytest.fixture(scope="module")
-def site(sample_warehouse, tmp_path_factory) -> Path:
-    from flows.publish.site import build_site
-
-    return build_site(sample_warehouse, tmp_path_factory.mktemp("verdict") / "site").out
+def site(sample_site) -> Path:
+    return sample_site.out
 
 
 def _text(page: Path) -> str:

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import SEEDS
-from transforms.parsers.formats import all_table_docs, all_tables, classify
+from transforms.parsers.formats import all_table_docs, all_tables, classify, known_kinds, module_for
 from transforms.naming import program_from_path
 from transforms.parse import iter_dump, kind_of, parse_dump
 from transforms.records import DumpKind, DumpSummary, Status, TableBatch
@@ -103,6 +103,14 @@ def test_every_table_and_column_is_documented():
         assert docs[table].get(""), f"{table} has no description"
         missing = [c for c in schema.names() if not docs[table].get(c)]
         assert not missing, f"{table}: undocumented columns {missing}"
+    # Each format's own surface: a parser version, and docs for exactly its tables and columns
+    # (no doc left for a table or column that is gone).
+    for kind in known_kinds():
+        parser = module_for(kind)
+        assert isinstance(parser.PARSER_VERSION, int), parser.__name__
+        assert set(parser.TABLE_DOCS) == set(parser.TABLES), parser.__name__
+        for table, schema in parser.TABLES.items():
+            assert set(parser.TABLE_DOCS[table]) == {"", *schema.names()}, (parser.__name__, table)
 
 
 @pytest.mark.parametrize(

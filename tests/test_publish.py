@@ -128,6 +128,7 @@ def test_a_failed_night_leaves_the_published_file_and_the_next_writer_copies_it(
     assert _noop_publish(warehouse) == "replay"
 
 
+@pytest.mark.integration
 def test_a_reader_holding_the_old_generation_makes_the_writer_copy(tmp_path):
     warehouse = _filled(tmp_path, 1_000)
     with wh.Warehouse(warehouse) as con:
@@ -157,6 +158,7 @@ def test_the_standby_is_level_after_each_publish_so_the_next_night_replays_nothi
     assert _wchar() - start < 2 << 20  # no catching up: DuckDB's checkpoint and the journal only
 
 
+@pytest.mark.integration
 def test_a_reader_of_the_old_generation_at_publish_time_leaves_the_leveling_to_the_next_night(tmp_path):
     warehouse = _filled(tmp_path, 1_000)
     # A reader that opened the published file before the night's swap: the old generation.

@@ -33,6 +33,8 @@ from flows.cli import app
 
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"
+# Every command as a user runs it: `run` starts the nightly (a flow and its temporary Prefect server).
+pytestmark = pytest.mark.integration
 
 
 def readme_commands() -> list[list[str]]:

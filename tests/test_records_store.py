@@ -78,6 +78,7 @@ def rows_of(d: StagedDump, table: str) -> int:
     return sum(f.height for f in (d.tables or {}).get(table, []))
 
 
+@pytest.mark.integration
 def test_records_are_files_the_views_read_and_unlisted_files_go_once_no_generation_lists_them(tmp_path, hlo):
     first, second = hlo
     db = warehouse_with(tmp_path / "w.duckdb", first)
@@ -108,6 +109,7 @@ def test_records_are_files_the_views_read_and_unlisted_files_go_once_no_generati
         assert {f for (f,) in con.execute("SELECT file FROM records_files").fetchall()} == store_files(db)
 
 
+@pytest.mark.integration
 def test_a_reader_holding_a_generation_through_two_nights_still_reads_its_records(tmp_path, hlo):
     first, second = hlo
     db = warehouse_with(tmp_path / "w.duckdb", first)
@@ -223,6 +225,7 @@ print(*con.execute("SELECT count(*), min(dump_id) FROM hlo_instructions").fetcha
 """
 
 
+@pytest.mark.integration
 def test_a_reader_holding_connect_readonly_across_three_nights_reads_its_records_then_the_files_go(tmp_path, hlo):
     first, second = hlo
     db = warehouse_with(tmp_path / "w.duckdb", first)

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[1]
 SAMPLE = ROOT / "data" / "sample_bucket"
 
@@ -29,6 +31,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.integration
 def test_sigterm_stops_watch_and_its_temporary_prefect_server(tmp_path):
     bucket, warehouse = tmp_path / "bucket", tmp_path / "w.duckdb"
     shutil.copytree(SAMPLE / "2026-11-20" / "jax-pmap", bucket / "2026-11-20" / "jax-pmap")

@@ -25,12 +25,8 @@ PAGES = {  # one page of each kind -> charts it must draw
 
 
 @pytest.fixture(scope="module")
-def site(sample_warehouse, tmp_path_factory):
-    from flows.publish.site import build_site
-
-    out = tmp_path_factory.mktemp("site") / "site"
-    result = build_site(sample_warehouse, out)
-    return result
+def site(sample_site):
+    return sample_site
 
 
 def test_every_page_is_built(site):
@@ -92,6 +88,7 @@ def test_each_kind_of_page_renders_in_chromium(site, browser):
     assert (ARTIFACTS / "site_overview.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_an_empty_warehouse_still_builds_a_site_that_says_so(tmp_path):
     from flows.verdict.aggregate import aggregate
     from flows.publish.site import build_site
@@ -141,6 +138,7 @@ def test_one_count_is_the_same_number_everywhere(site, sample_warehouse):
     assert "This run: 6 new, 5 still open, 0 fixed, 5 improvements, 0 lost." in _text(site.out / "runs" / "2026-11-19.html")
 
 
+@pytest.mark.slow
 def test_commits_link_to_their_pages_when_the_settings_say_where(sample_warehouse, tmp_path):
     from flows.publish.report import night_report
     from flows.publish.site import build_site
@@ -177,6 +175,7 @@ def test_the_text_summary_says_what_the_markdown_says_without_markup(sample_ware
     assert len(text.splitlines()) == len(md.splitlines())  # line for line the same story
 
 
+@pytest.mark.slow
 def test_a_warehouse_no_writer_has_opened_since_the_upgrade_says_what_to_do(sample_warehouse, tmp_path):
     """A warehouse at an older schema keeps its old views until a writer opens it: the CLI and
     the site say so in one line (and how to bring it up to date) instead of reading the old verdict."""

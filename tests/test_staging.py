@@ -268,6 +268,7 @@ staging.stage_object(fsspec.filesystem("file"), obj, out)
 """
 
 
+@pytest.mark.integration
 def test_a_killed_staging_leaves_leftovers_that_clean_staging_leftovers_removes(tmp_path):
     import os
     import signal

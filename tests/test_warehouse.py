@@ -248,6 +248,7 @@ def test_storage_is_readable_by_duckdb_1_5(tmp_path, batch):
     assert storage_version_number(plain) > MAX_STORAGE_VERSION_1_5  # the check can tell them apart
 
 
+@pytest.mark.integration
 def test_sql_command_json(tmp_path, batch):
     db = tmp_path / "w.duckdb"
     load(db, batch)
@@ -315,6 +316,7 @@ def test_sql_refuses_what_a_reader_must_not_do(tmp_path, batch, what):
     assert run_query(db, "SELECT count(*) FROM dumps")[1] == [(len(batch),)]
 
 
+@pytest.mark.integration
 def test_sql_refusal_is_one_line_not_a_traceback(tmp_path, batch):
     db = tmp_path / "w.duckdb"
     load(db, batch)

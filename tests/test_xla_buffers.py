@@ -451,6 +451,7 @@ def test_seed_line_cuts(cut):
 
 @settings(max_examples=150, deadline=None)
 @given(cut=st.integers(0, len(SEED_TEXT)))
+@pytest.mark.slow
 def test_seed_byte_cuts(cut):
     kept = SEED_TEXT[:cut].splitlines(keepends=True)
     _check_cut(kept, SEED_FULL, exempt_from=len(kept) > LAST_FROM, lines=SEED_LINES)
