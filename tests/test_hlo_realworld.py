@@ -117,6 +117,7 @@ def test_real_file_figures(name):
     assert sum(x["instructions"] for x in xla) == want["instructions"] + 2 * sugar
 
 
+@pytest.mark.integration  # a subprocess in the samples environment
 def test_xla_parser_still_says_so():
     """Re-run XLA's text parser (jaxlib, samples environment) on the corpus: the manifest's figures hold."""
     if not SAMPLES_PY.exists():
@@ -227,6 +228,7 @@ print(json.dumps({"text": compiled.as_text(), "argument": stats.argument_size_in
 """
 
 
+@pytest.mark.integration  # a subprocess in the samples environment
 def test_entry_bytes_against_jax():
     """XLA:CPU's memory_analysis() sizes arguments and outputs with tuple index tables: the *_bytes
     metrics equal it; the *_array_bytes metrics equal the arrays' nbytes as JAX reports them."""

@@ -204,6 +204,7 @@ def test_concatenated_modules_and_small_batches(monkeypatch):
     assert small.equals(t["hlo_instructions"]) and out[-1].metrics == s.metrics
 
 
+@pytest.mark.integration  # a subprocess in the samples environment
 def test_seed_matches_xla_cpp_parser():
     """XLA's own text parser (jaxlib, samples environment) sees the same computations and instructions."""
     py = Path(__file__).resolve().parents[1] / ".venv-samples" / "bin" / "python"
