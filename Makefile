@@ -28,7 +28,8 @@ run: $(STAMP)
 
 # The suite in four tiers (tests/conftest.py): fast (in this process only), slow (in process, seconds
 # each), integration (Prefect, subprocesses, S3) and browser. `make test` runs them all on two workers
-# (pytest-xdist, test by test), `make test-fast` the fast tier on two.
+# (pytest-xdist; --dist loadfile: a module's fixtures are built once, on the worker that runs its file),
+# `make test-fast` the fast tier on two.
 # Bytecode is cached (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is set: compiling
 # the tree again costs each worker seconds.
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q
@@ -36,7 +37,7 @@ TEST_WORKERS ?= 2
 WORKERS := -n $(TEST_WORKERS)
 
 test: $(STAMP) browser
-	$(PYTEST) $(WORKERS)
+	$(PYTEST) $(WORKERS) --dist loadfile
 
 test-fast: $(STAMP)
 	$(PYTEST) $(WORKERS) -m "not integration and not browser and not slow"

@@ -20,9 +20,11 @@ test that starts a process by itself says so with ``@pytest.mark.integration`` (
 
 from __future__ import annotations
 
+import logging
 import multiprocessing.util
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,24 @@ def _fast_tier_guard(request, monkeypatch):
     monkeypatch.setattr(os, "posix_spawn", refuse("a process", 1))
     monkeypatch.setattr(os, "posix_spawnp", refuse("a process", 1))
     yield
+
+
+@pytest.fixture(autouse=True)
+def _log_streams_outlive_the_test():
+    """A logging handler made while a test's CliRunner held sys.stderr (Prefect configures its
+    console handler at its first flow run) keeps that stream, which the runner closes: the next
+    test that logs through it fails ("I/O operation on closed file"). After each test, such a
+    handler writes to the process's stderr instead, whichever test came first on this worker."""
+    yield
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    for handler in {h for lg in loggers for h in lg.handlers}:
+        stream = getattr(handler, "stream", None)
+        if stream is not None and getattr(stream, "closed", False):
+            with handler.lock:
+                handler.stream = sys.__stderr__
+                if hasattr(handler, "console"):  # Prefect's handler prints through a rich Console
+                    handler.console.file = sys.__stderr__
 
 
 @pytest.fixture(scope="session")
