@@ -28,8 +28,8 @@ run: $(STAMP)
 
 # The suite in four tiers (tests/conftest.py): fast (in this process only), slow (in process, seconds
 # each), integration (Prefect, subprocesses, S3) and browser. `make test` runs them all on two workers
-# (pytest-xdist; --dist loadfile: a module's fixtures are built once, on the worker that runs its file),
-# `make test-fast` the fast tier on two.
+# (pytest-xdist, test by test: --dist loadfile built each module's fixtures once, but its last files
+# ran on one worker while the other idled, a minute longer), `make test-fast` the fast tier on two.
 # Bytecode is cached (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is set: compiling
 # the tree again costs each worker seconds.
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q
@@ -37,7 +37,7 @@ TEST_WORKERS ?= 2
 WORKERS := -n $(TEST_WORKERS)
 
 test: $(STAMP) browser
-	$(PYTEST) $(WORKERS) --dist loadfile
+	$(PYTEST) $(WORKERS)
 
 test-fast: $(STAMP)
 	$(PYTEST) $(WORKERS) -m "not integration and not browser and not slow"

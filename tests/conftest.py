@@ -106,6 +106,18 @@ def _log_streams_outlive_the_test():
                     handler.console.file = sys.__stderr__
 
 
+@pytest.fixture(autouse=True)
+def _no_secrets_left_by_another_test(monkeypatch):
+    """``run`` exports its storage options and notify targets to the environment (for its own
+    worker processes): a test that ran the CLI in this process left them behind, and the next
+    test's ``python -m flows.cli`` on this worker would notify that test's targets. Each test
+    starts without them; what a test sets is undone after it."""
+    from flows import storage_secrets
+
+    for name in (storage_secrets.ENV_VAR, storage_secrets.NOTIFY_VAR):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def seeds() -> Path:
     return SEEDS
