@@ -20,6 +20,7 @@ test that starts a process by itself says so with ``@pytest.mark.integration`` (
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing.util
 import os
@@ -88,22 +89,54 @@ def _fast_tier_guard(request, monkeypatch):
     yield
 
 
-@pytest.fixture(autouse=True)
-def _log_streams_outlive_the_test():
-    """A logging handler made while a test's CliRunner held sys.stderr (Prefect configures its
-    console handler at its first flow run) keeps that stream, which the runner closes: the next
-    test that logs through it fails ("I/O operation on closed file"). After each test, such a
-    handler writes to the process's stderr instead, whichever test came first on this worker."""
-    yield
+def _log_handlers_off(streams) -> None:
+    """Every logging handler writing to one of ``streams`` (or to a closed stream) writes to the
+    process's stderr instead."""
     loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
                                       if isinstance(lg, logging.Logger))]
     for handler in {h for lg in loggers for h in lg.handlers}:
         stream = getattr(handler, "stream", None)
-        if stream is not None and getattr(stream, "closed", False):
+        if stream is not None and (any(stream is s for s in streams) or getattr(stream, "closed", False)):
             with handler.lock:
                 handler.stream = sys.__stderr__
                 if hasattr(handler, "console"):  # Prefect's handler prints through a rich Console
                     handler.console.file = sys.__stderr__
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cli_runner_streams_stay_the_runners():
+    """A logging handler made while a CliRunner held sys.stdout/sys.stderr keeps that stream,
+    which dies with the invocation: Prefect configures its console handler when a flow run
+    starts its server (``create_app`` calls ``setup_logging``), so the next invocation or test
+    that logs through it fails ("I/O operation on closed file", then RecursionError). Each
+    invocation's streams are taken back from the handlers when it ends."""
+    import click.testing
+    import typer.testing
+
+    def without_leaks(isolation):
+        @contextlib.contextmanager
+        def isolation_without_leaks(self, *args, **kwargs):
+            with isolation(self, *args, **kwargs) as outputs:
+                held = (sys.stdout, sys.stderr)
+                try:
+                    yield outputs
+                finally:
+                    _log_handlers_off(held)
+        return isolation_without_leaks
+
+    runners = {cls: cls.isolation for cls in (click.testing.CliRunner, typer.testing.CliRunner)}  # typer's is its own
+    for cls, isolation in runners.items():
+        cls.isolation = without_leaks(isolation)
+    yield
+    for cls, isolation in runners.items():
+        cls.isolation = isolation
+
+
+@pytest.fixture(autouse=True)
+def _log_streams_outlive_the_test():
+    """The same after each test, for a stream that closed some other way."""
+    yield
+    _log_handlers_off(())
 
 
 @pytest.fixture(autouse=True)
