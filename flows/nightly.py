@@ -58,6 +58,10 @@ from flows.warehouse.discovery import held_contents, loaded_paths, still_new, st
 from transforms.layout import BucketObject, Role, settled
 from transforms.parse import ParseLimits
 
+# The clock settle ages are measured on: the wall clock, since objects carry wall-clock
+# mtimes. A module name so a test can turn it instead of racing it.
+wall_clock = time.time
+
 DEFAULT_BUCKET = "data/sample_bucket"
 DEFAULT_LIMITS = ParseLimits()
 
@@ -135,7 +139,7 @@ def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Pa
     state = load_settle_state(state_path) if state_path else {}
     # trust_mtime: a file whose own mtime is already settle_seconds old is taken at first
     # sight; otherwise a nightly would only ever take files it saw the night before.
-    ready, deferred, state = settled(state, listing, time.time(), settle_seconds, trust_mtime=True)
+    ready, deferred, state = settled(state, listing, wall_clock(), settle_seconds, trust_mtime=True)
     if state_path:
         save_settle_state(state_path, state)
     known, known_runs, damaged = loaded_paths(warehouse, [o.path for o in ready if o.role is Role.DUMP])

@@ -59,23 +59,34 @@ def _one_night(tmp_path: Path) -> tuple[Path, Path]:
     return bucket, warehouse
 
 
-def test_a_growing_file_is_deferred_then_taken(prefect, tmp_path):
-    import time
+def test_a_growing_file_is_deferred_then_taken(prefect, tmp_path, monkeypatch):
+    import os
 
+    import flows.nightly
     from flows.nightly import nightly
 
+    # The settle clock is turned by hand: under load a real 1 s window passed before
+    # discovery and the growing file was taken at first sight (a CI failure).
+    now = 1_800_000_000.0
+    monkeypatch.setattr(flows.nightly, "wall_clock", lambda: now)
     bucket, warehouse = _one_night(tmp_path)
+    for path in bucket.rglob("*"):
+        os.utime(path, (now - 3600, now - 3600))  # the copied dumps were written an hour ago
     growing = bucket / "2026-11-20" / "jax-pmap" / "notes.txt"
     growing.write_text("first line\n")
-    kwargs = dict(bucket=str(bucket), warehouse=warehouse, workers=1, settle_seconds=1.0, state_path=tmp_path / "settle.json")
+    os.utime(growing, (now, now))
+    kwargs = dict(bucket=str(bucket), warehouse=warehouse, workers=1, settle_seconds=60.0, state_path=tmp_path / "settle.json")
     first = nightly(**kwargs)  # the copied dumps are old enough; the new file is not
     assert (first.new, first.deferred) == (9, 1)
-    time.sleep(0.6)
+    now += 30
     with growing.open("a") as f:
         f.write("still writing\n")
+    os.utime(growing, (now, now))
     second = nightly(**kwargs)  # it changed since: still deferred
     assert (second.new, second.deferred, second.skipped) == (0, 1, 9)
-    time.sleep(1.1)
+    now += 59
+    assert nightly(**kwargs).deferred == 1  # unchanged, but seen unchanged for 59 s only
+    now += 1
     third = nightly(**kwargs)
     assert (third.new, third.deferred, third.skipped) == (1, 0, 9)
     with wh.connect_readonly(warehouse) as con:
