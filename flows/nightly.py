@@ -27,6 +27,8 @@ runs or jobs, and the night's summary lists them among its failures.
 from __future__ import annotations
 
 import functools
+import inspect
+import logging
 import os
 import sys
 import time
@@ -51,6 +53,7 @@ from flows.resources import MemoryBudget, night_limit, peak_mib
 from flows.verdict import incidents as verdict
 from flows.verdict.aggregate import aggregate
 from flows.verdict.compaction import compact_records, sweep_work_dirs
+from flows.verdict import items
 from flows.verdict.items import DumpSource, items_runner
 from flows.verdict.settings import load_settings, needs_aggregate
 from flows.warehouse import loading, siblings, store as wh
@@ -290,11 +293,37 @@ def nightly(
     Storage options never arrive as parameters (``flows.storage_secrets``): they come from
     the environment or the Secret block ``storage_secret``; ``storage_option_names`` only
     records which were given."""
+    return _night(True, **locals())  # locals() here: exactly the flow's parameters
+
+
+def night_in_process(**parameters) -> NightSummary:
+    """The nightly's steps with ``nightly``'s parameters, run as plain calls in this process:
+    no Prefect flow run or server, no process pool (every chunk is staged here, the items
+    computed here), no artifacts. The same functions in the same order as the flow, so a
+    warehouse it builds is the flow's (``tests/test_sample_build.py``); the fast and slow test
+    tiers build their nights with it."""
+    if parameters.get("dask_address"):
+        raise ValueError("dask_address needs the flow's Dask task runner: call run_nightly(..., dask_address=...)")
+    bound = inspect.signature(nightly.fn).bind(**parameters)  # nightly's defaults, and its refusal of unknown names
+    bound.apply_defaults()
+    return _night(False, **bound.arguments)
+
+
+def _night(orchestrated: bool, *, bucket, warehouse, staging_dir, settle_seconds, state_path, storage_secret,
+           storage_option_names, layout_regex, marker, wait_for_lock, workers, dask_address, settings_path,
+           report_path, site_dir, max_line_bytes, max_dump_bytes, parse_seconds, memory_limit) -> NightSummary:
+    """One night: ``orchestrated``, each step is a Prefect task of the running flow (parse
+    chunks submitted to its task runner, items on its task runner, artifacts); otherwise each
+    step's function is called here, in order (``night_in_process``). The parameters are
+    ``nightly``'s (its signature holds their types and defaults)."""
+    def step(task_):  # the task itself, or the plain function it wraps
+        return task_ if orchestrated else task_.fn
+
     summary, t0 = NightSummary(), time.perf_counter()
     memory_limit, chosen = night_limit(memory_limit)  # none set: a share of the machine's memory
     print(f"memory limit: {chosen}")
     storage_options = storage_secrets.resolve(storage_secret)
-    on_dask = _on_dask()
+    on_dask = orchestrated and _on_dask()
     if dask_address and not on_dask:
         raise ValueError("dask_address needs the Dask task runner: call run_nightly(..., dask_address=...)")
     # Absolute: Dask workers do not share the flow's working directory.
@@ -304,7 +333,7 @@ def nightly(
     housekeeping.sweep_tmp(staging_dir, older_than_seconds=2 * limits.max_seconds + 60)
     for gone in sweep_work_dirs(Path(warehouse).resolve().parent):  # items work of a killed night (its pid is gone)
         print(f"removed {gone.name}, left by a killed night")
-    new, summary.deferred, summary.seen, runs, held, refused = discover(
+    new, summary.deferred, summary.seen, runs, held, refused = step(discover)(
         bucket, warehouse, settle_seconds, state_path, storage_options, layout_regex, marker)
     summary.failures += refused
     summary.new, summary.skipped = len(new), summary.seen - len(new) - summary.deferred
@@ -318,11 +347,14 @@ def nightly(
     recognised = [] if on_dask else recognise_held(bucket, storage_options, new, staging_dir, held, workers)
     taken = {r.obj.path for r in recognised}
     rest = [o for o in new if o.path not in taken]
-    chunks = chunks_of(rest, 4 * workers)
-    futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask, limits=limits,
-                                  held=held) for c in chunks]
-    outcomes = recognised + [o for chunk in _with_progress(futures, total=len(rest)) for o in chunk]
-    shut_down_pool()  # its workers' memory is not needed for the rest of the night
+    if orchestrated:
+        chunks = chunks_of(rest, 4 * workers)
+        futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask,
+                                      limits=limits, held=held) for c in chunks]
+        outcomes = recognised + [o for chunk in _with_progress(futures, total=len(rest)) for o in chunk]
+        shut_down_pool()  # its workers' memory is not needed for the rest of the night
+    else:
+        outcomes = recognised + (stage_chunk(bucket, storage_options, rest, staging_dir, limits, held) if rest else [])
     parse_peak = peak_mib()
     siblings.check_outcomes(outcomes, warehouse)  # XLA side files short of what their compile's other files state
     summary.seconds["parse"] = time.perf_counter() - t1
@@ -344,9 +376,11 @@ def nightly(
     stale = not (outcomes or runs) and needs_aggregate(warehouse, load_settings(settings_path))
     owed = not (outcomes or runs or stale) and owes_notifications(warehouse)
     damaged = not (outcomes or runs or stale or owed) and store_damaged(warehouse)
-    loaded = (load(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()),
-                   staging_dir, memory_limit, run_items=items_runner(MemoryBudget(memory_limit).items_workers,
-                                                   source=DumpSource(bucket, storage_options)))  # excerpts: read from the dumps
+    source = DumpSource(bucket, storage_options)  # excerpts: read from the dumps
+    run_items = (items_runner(MemoryBudget(memory_limit).items_workers, source=source) if orchestrated
+                 else items.reading(source))
+    loaded = (step(load)(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()),
+                         staging_dir, memory_limit, run_items=run_items)
               if outcomes or runs or stale or owed or damaged else LoadResult())
     summary.rows_loaded, summary.new_incidents, summary.notified = loaded.rows, loaded.new_incidents, loaded.notified
     summary.undelivered = loaded.undelivered
@@ -357,18 +391,20 @@ def nightly(
     summary.peak_mib = {"parse": parse_peak} | {f"load.{k}": v for k, v in loaded.peak_mib.items()}
     summary.written_mib = {f"load.{k}": v for k, v in loaded.written_mib.items()}
     t3 = time.perf_counter()
-    text, summary.incidents = report(warehouse, report_path, settings_path) if Path(warehouse).exists() else ("", {})
+    text, summary.incidents = step(report)(warehouse, report_path, settings_path) if Path(warehouse).exists() else ("", {})
     summary.seconds["report"] = time.perf_counter() - t3
     if site_dir is not None and Path(warehouse).exists():
         t4 = time.perf_counter()
-        print(render_site(warehouse, Path(site_dir), settings_path))
+        print(step(render_site)(warehouse, Path(site_dir), settings_path))
         summary.seconds["site"] = time.perf_counter() - t4
     summary.seconds["total"] = time.perf_counter() - t0
+    logger = get_run_logger() if orchestrated else logging.getLogger("dumpscope.nightly")
     for line in summary.undelivered:  # a scheduled run's log shows it as a warning (the CLI exits 5)
-        get_run_logger().warning(line)
-    create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")
-    if text:
-        create_markdown_artifact(text, key="nightly-incidents", description="Dumpscope: the latest run's incidents")
+        logger.warning(line)
+    if orchestrated:
+        create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")
+        if text:
+            create_markdown_artifact(text, key="nightly-incidents", description="Dumpscope: the latest run's incidents")
     print(summary.markdown())
     print()
     print(text)

@@ -20,6 +20,14 @@ PMAP = "jax-pmap"  # the smallest sample job: 9 dumps
 
 
 def _night(bucket: Path, warehouse: Path):
+    """A night's steps in this process (``night_in_process``)."""
+    from flows.nightly import night_in_process
+
+    return night_in_process(bucket=str(bucket), warehouse=warehouse, workers=2)
+
+
+def _flow_night(bucket: Path, warehouse: Path):
+    """The nightly flow itself: its discover task's retries are what is tested."""
     from flows.nightly import nightly
 
     return nightly(bucket=str(bucket), warehouse=warehouse, workers=2)
@@ -62,7 +70,7 @@ def fast_discover_retries(monkeypatch):
     return _count_listings(monkeypatch)
 
 
-def test_undecodable_file_name_loads_escaped_with_the_rest_and_stays_loaded(prefect, tmp_path):
+def test_undecodable_file_name_loads_escaped_with_the_rest_and_stays_loaded(tmp_path):
     bucket = _small_bucket(tmp_path / "bucket")
     hlo = gzip.decompress(next((bucket / "2026-11-20" / PMAP).glob("*.cpu_after_optimizations.txt.gz")).read_bytes())
     weird = os.fsencode(bucket / "2026-11-20" / PMAP) + b"/module_\xff.after_optimizations.txt.gz"
@@ -86,7 +94,7 @@ def test_undecodable_file_name_loads_escaped_with_the_rest_and_stays_loaded(pref
 
 
 @pytest.fixture(scope="module")
-def bad_run_json_night(prefect, tmp_path_factory):
+def bad_run_json_night(tmp_path_factory):
     """Two runs with broken run.json files, one night."""
     root = tmp_path_factory.mktemp("bad-run-json")
     bucket = _small_bucket(root / "bucket", ("2026-11-19", "2026-11-20"), run_json=False)
@@ -130,13 +138,13 @@ def test_broken_run_json_errors_reach_the_warehouse(bad_run_json_night):
 def test_missing_bucket_fails_the_night(prefect, tmp_path, fast_discover_retries):
     missing = str(tmp_path / "no-such-bucket")
     with pytest.raises(BucketNotFound, match=f"^no bucket at {missing}$"):
-        _night(Path(missing), tmp_path / "wh.duckdb")
+        _flow_night(Path(missing), tmp_path / "wh.duckdb")
     assert not (tmp_path / "wh.duckdb").exists()
 
 
 def test_missing_bucket_is_not_retried(prefect, tmp_path, fast_discover_retries):
     with pytest.raises(BucketNotFound):
-        _night(tmp_path / "no-such-bucket", tmp_path / "wh.duckdb")
+        _flow_night(tmp_path / "no-such-bucket", tmp_path / "wh.duckdb")
     assert len(fast_discover_retries) == 1
 
 
@@ -154,7 +162,7 @@ def test_cli_run_on_a_missing_bucket_exits_2(prefect, tmp_path, fast_discover_re
 HLO = "HloModule same_size\n\nENTRY main {\n  ROOT p = f32[{n}] parameter(0)\n}\n"
 
 
-def test_dump_rewritten_in_place_at_the_same_size_is_reloaded(prefect, tmp_path):
+def test_dump_rewritten_in_place_at_the_same_size_is_reloaded(tmp_path):
     bucket = tmp_path / "bucket"
     dump = bucket / "2026-11-20" / "jax" / "module_0001.same_size.before_optimizations.txt"
     dump.parent.mkdir(parents=True)

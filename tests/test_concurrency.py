@@ -53,13 +53,15 @@ def _bucket(where: Path, nights: tuple[str, ...]) -> Path:
 
 
 def _run(bucket: Path, warehouse: Path):
-    from flows.nightly import nightly
+    """A night run one after another with nothing else: the nightly's steps in this process (the
+    overlapping and killed runs below are real ``dumpscope run`` processes)."""
+    from flows.nightly import night_in_process
 
-    return nightly(bucket=str(bucket), warehouse=warehouse, workers=1)
+    return night_in_process(bucket=str(bucket), warehouse=warehouse, workers=1)
 
 
 @pytest.fixture(scope="module")
-def one_after_another(prefect, tmp_path_factory) -> dict[str, list[str]]:
+def one_after_another(tmp_path_factory) -> dict[str, list[str]]:
     """Three nights, then the fourth, each by one run: what every overlap must end as."""
     where = tmp_path_factory.mktemp("reference")
     bucket, warehouse = _bucket(where, NIGHTS), where / "wh.duckdb"
@@ -135,22 +137,22 @@ def _no_process_left_from(token: str) -> None:
 STAGES = ("discover", "parse", "load", "aggregate", "publish", "report")
 
 
-def test_a_run_killed_at_any_stage_is_made_whole_by_the_next(prefect, tmp_path, one_after_another):
-    """SIGKILL at each stage of a night; the next run ends with the warehouse of an uninterrupted one."""
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_run_killed_at_any_stage_is_made_whole_by_the_next(prefect, tmp_path, one_after_another, stage):
+    """SIGKILL at a stage of a night; the next run ends with the warehouse of an uninterrupted one."""
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
-    for stage in STAGES:
-        where = tmp_path / stage
-        bucket, warehouse = _three_nights_loaded(where)
-        args = ["run", "--workers", "1", "--bucket", str(bucket), "--warehouse", str(warehouse),
-                "--report", str(where / "report.md")]
-        with (where / "killed.log").open("w") as log:  # a file, not a pipe: orphans would hold a pipe open
-            killed = subprocess.Popen([sys.executable, "-m", "tests.crash_at", stage, *args], cwd=ROOT,
-                                      env={**env, "DUMPSCOPE_TEST_RUN": stage}, stdout=log, stderr=subprocess.STDOUT)
-            assert killed.wait(timeout=300) == -9, (stage, (where / "killed.log").read_text()[-2000:])
-        _no_process_left_from(stage)
-        again = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env,
-                               capture_output=True, text=True, timeout=300)
-        assert again.returncode == 0, (stage, again.stdout[-2000:], again.stderr[-2000:])
-        assert snapshot(warehouse) == one_after_another, stage
+    where = tmp_path / stage
+    bucket, warehouse = _three_nights_loaded(where)
+    args = ["run", "--workers", "1", "--bucket", str(bucket), "--warehouse", str(warehouse),
+            "--report", str(where / "report.md")]
+    with (where / "killed.log").open("w") as log:  # a file, not a pipe: orphans would hold a pipe open
+        killed = subprocess.Popen([sys.executable, "-m", "tests.crash_at", stage, *args], cwd=ROOT,
+                                  env={**env, "DUMPSCOPE_TEST_RUN": stage}, stdout=log, stderr=subprocess.STDOUT)
+        assert killed.wait(timeout=300) == -9, (stage, (where / "killed.log").read_text()[-2000:])
+    _no_process_left_from(stage)
+    again = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, (stage, again.stdout[-2000:], again.stderr[-2000:])
+    assert snapshot(warehouse) == one_after_another, stage

@@ -47,9 +47,9 @@ def _bucket(root: Path) -> Path:
 
 
 def _night(bucket: Path, warehouse: Path):
-    from flows.nightly import nightly
+    from flows.nightly import night_in_process
 
-    return nightly(bucket=str(bucket), warehouse=warehouse, workers=1)
+    return night_in_process(bucket=str(bucket), warehouse=warehouse, workers=1)
 
 
 def _query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]:
@@ -106,7 +106,7 @@ def _unblocking(fifos: list[Path]):
 
 
 @pytest.fixture(scope="module")
-def reference(prefect, tmp_path_factory) -> tuple[Path, list[tuple]]:
+def reference(tmp_path_factory) -> tuple[Path, list[tuple]]:
     """The small night loaded as it is (no hostile entry): its warehouse, and its excerpts."""
     root = tmp_path_factory.mktemp("reference")
     warehouse = root / "wh.duckdb"
@@ -120,7 +120,7 @@ def reference(prefect, tmp_path_factory) -> tuple[Path, list[tuple]]:
 # ---------------------------------------------------------------- the nightly
 
 
-def test_a_symlinked_dump_is_failed_and_never_read(prefect, tmp_path):
+def test_a_symlinked_dump_is_failed_and_never_read(tmp_path):
     bucket = _bucket(tmp_path / "bucket")
     link = bucket / NIGHT / PMAP / "module_0007.jit_leak.cpu_after_optimizations.txt"
     link.symlink_to(_secret(tmp_path / "home" / ".ssh" / "id_ed25519"))
@@ -133,7 +133,7 @@ def test_a_symlinked_dump_is_failed_and_never_read(prefect, tmp_path):
     assert _leaks(warehouse, summary.json(), summary.markdown()) == []
 
 
-def test_a_symlinked_job_directory_is_failed_and_never_entered(prefect, tmp_path):
+def test_a_symlinked_job_directory_is_failed_and_never_entered(tmp_path):
     bucket = _bucket(tmp_path / "bucket")
     key = _secret(tmp_path / "home" / ".ssh" / "module_0000.jit_key.cpu_after_optimizations.txt")
     (bucket / NIGHT / "jax-leak").symlink_to(key.parent)
@@ -144,7 +144,7 @@ def test_a_symlinked_job_directory_is_failed_and_never_entered(prefect, tmp_path
     assert _leaks(warehouse, summary.json(), summary.markdown()) == []
 
 
-def test_a_job_name_that_is_not_utf8_is_read_by_its_real_name_never_the_escaped_one(prefect, tmp_path, reference):
+def test_a_job_name_that_is_not_utf8_is_read_by_its_real_name_never_the_escaped_one(tmp_path, reference):
     """Case 1a: jax-pmap\\xff (the byte) is stored as jax-pmap\\\\xff (the text); a directory of that
     literal name, holding a link to the secret under each dump's name, is never read."""
     bucket = _bucket(tmp_path / "bucket")
@@ -164,7 +164,7 @@ def test_a_job_name_that_is_not_utf8_is_read_by_its_real_name_never_the_escaped_
     assert _leaks(warehouse, summary.json(), summary.markdown()) == []
 
 
-def test_a_dump_swapped_for_a_symlink_between_listing_and_parse_is_refused(prefect, tmp_path, monkeypatch):
+def test_a_dump_swapped_for_a_symlink_between_listing_and_parse_is_refused(tmp_path, monkeypatch):
     """Case 1b: the secret has the dump's very size, so only the open can tell."""
     import flows.nightly as nightly_module
 
@@ -189,7 +189,7 @@ def test_a_dump_swapped_for_a_symlink_between_listing_and_parse_is_refused(prefe
 
 
 @pytest.mark.parametrize("swap", ["symlink", "rewritten"])
-def test_a_dump_changed_between_parse_and_excerpts_gives_no_excerpt(prefect, tmp_path, monkeypatch, reference, swap):
+def test_a_dump_changed_between_parse_and_excerpts_gives_no_excerpt(tmp_path, monkeypatch, reference, swap):
     """Case 1b, later: each dump becomes a link to the secret, or a regular file holding its text,
     once parsed: the excerpts would quote it; they are dropped, the night goes on."""
     import flows.verdict.items as items_module
@@ -212,7 +212,7 @@ def test_a_dump_changed_between_parse_and_excerpts_gives_no_excerpt(prefect, tmp
     assert _leaks(warehouse, summary.json(), summary.markdown()) == []
 
 
-def test_a_fifo_under_an_escaped_name_blocks_nothing(prefect, tmp_path, reference):
+def test_a_fifo_under_an_escaped_name_blocks_nothing(tmp_path, reference):
     """Issue item 2: the excerpt reader opened jax-pmap\\\\xff/<dump>, a FIFO, and blocked the night
     inside the writer lock. The real files are read; the FIFOs collide with their escaped names
     and are left out of the listing."""
@@ -233,7 +233,7 @@ def test_a_fifo_under_an_escaped_name_blocks_nothing(prefect, tmp_path, referenc
     assert (summary.new, summary.parsed, summary.failed, released) == (9, 9, 0, [])
 
 
-def test_a_fifo_as_a_dump_and_as_run_json_is_failed_and_the_night_ends(prefect, tmp_path):
+def test_a_fifo_as_a_dump_and_as_run_json_is_failed_and_the_night_ends(tmp_path):
     bucket = _bucket(tmp_path / "bucket")
     fifo = bucket / NIGHT / PMAP / "module_0009.jit_pipe.before_optimizations.txt"
     os.mkfifo(fifo)
@@ -251,7 +251,7 @@ def test_a_fifo_as_a_dump_and_as_run_json_is_failed_and_the_night_ends(prefect, 
     assert summary.run_errors == [f"{NIGHT}/run.json: not a regular file: FIFO"]
 
 
-def test_run_ids_and_job_names_that_name_nothing_are_refused_by_name(prefect, tmp_path):
+def test_run_ids_and_job_names_that_name_nothing_are_refused_by_name(tmp_path):
     """Item 7: '2026-11-20 ' beside '2026-11-20' (a second run that looks like the real one), a job
     padded with a space, a job with an escape sequence: never runs or jobs, each named once
     (escaped) in the night's failures with how many objects it held."""
@@ -273,7 +273,7 @@ def test_run_ids_and_job_names_that_name_nothing_are_refused_by_name(prefect, tm
     ]
 
 
-def test_the_same_damaged_content_under_two_paths_names_each_path(prefect, tmp_path):
+def test_the_same_damaged_content_under_two_paths_names_each_path(tmp_path):
     """Item 7: a content staged (or held by the warehouse) under one path is not parsed again
     under another, and each path's errors name that path, not the first one's."""
     bucket = _bucket(tmp_path / "bucket")

@@ -25,14 +25,14 @@ SCENARIOS = sorted(MANIFEST["scenarios"])
 
 
 @pytest.fixture(scope="module")
-def warehouses(prefect, tmp_path_factory) -> dict[str, Path]:
-    from flows.nightly import nightly
+def warehouses(tmp_path_factory) -> dict[str, Path]:
+    from flows.nightly import night_in_process
 
     out = {}
     for name in SCENARIOS:
         where = tmp_path_factory.mktemp(name)
         out[name] = where / "wh.duckdb"
-        nightly(bucket=str(BUCKETS / name), warehouse=out[name], workers=2, report_path=where / "report.md")
+        night_in_process(bucket=str(BUCKETS / name), warehouse=out[name], workers=2, report_path=where / "report.md")
     return out
 
 

@@ -20,9 +20,9 @@ FIRST, SECOND = ("2026-11-19", "jax-pmap"), ("2026-11-20", "jax-pmap")
 
 
 def _night(bucket: Path, warehouse: Path):
-    from flows.nightly import nightly
+    from flows.nightly import night_in_process
 
-    return nightly(bucket=str(bucket), warehouse=warehouse, workers=1)
+    return night_in_process(bucket=str(bucket), warehouse=warehouse, workers=1)
 
 
 def _add(bucket: Path, run_job: tuple[str, str]) -> None:
@@ -74,7 +74,7 @@ DAMAGE = {"deleted": _delete, "truncated": _truncate, "zero bytes": _zero, "garb
 
 
 @pytest.fixture(scope="module")
-def undamaged(prefect, tmp_path_factory) -> dict[bool, dict]:
+def undamaged(tmp_path_factory) -> dict[bool, dict]:
     """The state after night one and a good night two, with the same bucket (False) and with a new run (True)."""
     out = {}
     for changed in (False, True):
@@ -91,7 +91,7 @@ def undamaged(prefect, tmp_path_factory) -> dict[bool, dict]:
 
 @pytest.mark.parametrize("changed", [False, True], ids=["same bucket", "new run"])
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_a_damaged_store_heals_at_the_next_night_as_if_never_damaged(prefect, tmp_path, undamaged, damage, changed):
+def test_a_damaged_store_heals_at_the_next_night_as_if_never_damaged(tmp_path, undamaged, damage, changed):
     bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
     _add(bucket, FIRST)
     _night(bucket, warehouse)
@@ -112,8 +112,7 @@ def test_a_damaged_store_heals_at_the_next_night_as_if_never_damaged(prefect, tm
                   for p in records.root_for(warehouse).glob("*/*.parquet")) == sorted(_listed_files(warehouse))
 
 
-def test_a_damaged_file_whose_dump_left_the_bucket_is_repaired_by_a_night_with_nothing_new_and_the_overview_says_so(
-        prefect, tmp_path):
+def test_a_damaged_file_whose_dump_left_the_bucket_is_repaired_by_a_night_with_nothing_new_and_the_overview_says_so(tmp_path):
     from flows.publish.site import _environment, read_site_data
     from transforms.site import pages
 

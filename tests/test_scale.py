@@ -35,7 +35,7 @@ RECORDS = ("hlo_instructions", "buffer_allocations", "buffer_values", "buffer_pe
 
 
 def _night(bucket: Path, warehouse: Path, night: str, source: str | None = None, settings: Path | None = None):
-    from flows.nightly import nightly
+    from flows.nightly import night_in_process
 
     shutil.copytree(SAMPLE / (source or night), bucket / night)
     if source:  # the same dumps again under another run: run.json says which run it is
@@ -43,7 +43,7 @@ def _night(bucket: Path, warehouse: Path, night: str, source: str | None = None,
         meta["started_at"] = "2026-11-21T03:00:00Z"
         meta["commit"] = "f" * 40
         (bucket / night / "run.json").write_text(json.dumps(meta))
-    return nightly(bucket=str(bucket), warehouse=warehouse, workers=1, settings_path=settings)
+    return night_in_process(bucket=str(bucket), warehouse=warehouse, workers=1, settings_path=settings)
 
 
 def _count(warehouse: Path, sql: str):
@@ -52,7 +52,7 @@ def _count(warehouse: Path, sql: str):
 
 
 @pytest.fixture(scope="module")
-def four_nights(prefect, tmp_path_factory) -> tuple[Path, Path]:
+def four_nights(tmp_path_factory) -> tuple[Path, Path]:
     where = tmp_path_factory.mktemp("scale")
     bucket, warehouse = where / "bucket", where / "wh.duckdb"
     for night in NIGHTS:
@@ -86,7 +86,7 @@ def _copy_bucket(bucket: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def test_compaction_keeps_only_the_latest_runs_records_and_every_figure_exact(prefect, four_nights, tmp_path):
+def test_compaction_keeps_only_the_latest_runs_records_and_every_figure_exact(four_nights, tmp_path):
     _, compacted = four_nights
     settings = tmp_path / "keep_all.toml"
     settings.write_text("[warehouse]\nkeep_records_runs = 0\n")
@@ -290,8 +290,8 @@ def test_a_night_that_changes_one_job_walks_that_job_only(four_nights, tmp_path,
     monkeypatch.setattr(aggregate_mod.incident_mod, "compute",
                         lambda obs, health, *a, **k: walked.append(set(health.get_column("job").cast(pl.String)))
                         or seen(obs, health, *a, **k))
-    from flows.nightly import nightly
-    nightly(bucket=str(copy), warehouse=work, workers=1)
+    from flows.nightly import night_in_process
+    night_in_process(bucket=str(copy), warehouse=work, workers=1)
     assert len(jobs) >= 3 and walked == [{job}]
     night = _derived(work)
     with wh.Warehouse(work) as con:
@@ -375,7 +375,7 @@ def test_a_nights_events_come_from_its_runs_and_the_runs_before_them(four_nights
 
 
 @pytest.fixture(scope="module")
-def narrow_nights(prefect, tmp_path_factory) -> tuple[Path, Path, Path]:
+def narrow_nights(tmp_path_factory) -> tuple[Path, Path, Path]:
     """The sample nights aggregated with an old settings file (baseline_runs, which changes
     nothing now): a night's window (its run and the one before) leaves the first runs out."""
     where = tmp_path_factory.mktemp("narrow")
@@ -392,7 +392,7 @@ def test_a_night_that_reads_only_its_window_writes_what_a_full_re_aggregation_wr
     its window only, walks the changed job over its whole history, and every derived table
     (and the incidents, the vanished series' among them) is what a full re-aggregation
     writes."""
-    from flows.nightly import nightly
+    from flows.nightly import night_in_process
 
     bucket, warehouse, settings = narrow_nights
     work = tmp_path / "wh.duckdb"
@@ -402,7 +402,7 @@ def test_a_night_that_reads_only_its_window_writes_what_a_full_re_aggregation_wr
     frames = history.night_frames
     monkeypatch.setattr(history, "night_frames",
                         lambda *a, **k: (lambda f: read_runs.append(f[0].get_column("run_id").n_unique()) or f)(frames(*a, **k)))
-    nightly(bucket=str(copy), warehouse=work, workers=1, settings_path=settings)
+    night_in_process(bucket=str(copy), warehouse=work, workers=1, settings_path=settings)
     assert read_runs == [2]  # of 5: the night and the run before it
     with wh.connect_readonly(work) as con:
         events = con.sql("SELECT event::VARCHAR AS event FROM series_events WHERE run_id = '2026-11-21'").pl().get_column("event")

@@ -128,13 +128,13 @@ def write_hostile_bucket(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def hostile_warehouse(prefect, tmp_path_factory) -> Path:
-    from flows.nightly import nightly
+def hostile_warehouse(tmp_path_factory) -> Path:
+    from flows.nightly import night_in_process
 
     out = tmp_path_factory.mktemp("hostile")
     bucket = write_hostile_bucket(out / "bucket")
     warehouse = out / "warehouse.duckdb"
-    nightly(bucket=str(bucket), warehouse=warehouse, workers=2, report_path=out / "report.md")
+    night_in_process(bucket=str(bucket), warehouse=warehouse, workers=2, report_path=out / "report.md")
     _accept_hostile_changes(warehouse)
     return warehouse
 
