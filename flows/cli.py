@@ -75,6 +75,16 @@ Marker = Annotated[Optional[str], typer.Option(
 MaxLineBytes = Annotated[int, typer.Option("--max-line-bytes", help="Longest line a dump may have (bytes); a dump past it is "
                                            "failed. A parse holds about this much memory at most.")]
 MaxDumpBytes = Annotated[int, typer.Option("--max-dump-bytes", help="Most text one dump may hold once decompressed (bytes).")]
+StorageOptions = Annotated[Optional[list[str]], typer.Option(
+    "--storage-option", metavar="KEY=VALUE",
+    help="fsspec storage option for the bucket (repeatable); dotted keys nest, e.g. "
+    "client_kwargs.endpoint_url=http://127.0.0.1:9000. Without them s3:// uses the usual AWS_* "
+    "environment variables (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...). Values are never "
+    "recorded by Prefect (only the names).")]
+Publish = Annotated[Optional[str], typer.Option(
+    "--publish", metavar="DEST", help="Publish the site (built beside the warehouse unless --site says where) and a "
+    "read-only snapshot of the warehouse (DEST/warehouse.duckdb, for `check --warehouse` and SQL) to DEST: a directory "
+    "(becomes a link to its latest release, switched atomically) or an fsspec URL (s3://bucket/prefix).")]
 ParseSeconds = Annotated[float, typer.Option("--parse-seconds", help="Longest one parse may take (seconds).")]
 LINE_BYTES, DUMP_BYTES, PARSE_SECONDS = 64 << 20, 4 << 30, 600.0  # = transforms.parse.ParseLimits()
 
@@ -137,12 +147,7 @@ def run(
     marker: Marker = None,
     workers: Annotated[Optional[int], typer.Option(help="Parse processes (default: the cores).")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another run holding the warehouse lock.")] = False,
-    storage_option: Annotated[Optional[list[str]], typer.Option(
-        "--storage-option", metavar="KEY=VALUE",
-        help="fsspec storage option for the bucket (repeatable); dotted keys nest, e.g. "
-        "client_kwargs.endpoint_url=http://127.0.0.1:9000. Without them s3:// uses the usual AWS_* "
-        "environment variables (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...). Values are never "
-        "recorded by Prefect (only the names).")] = None,
+    storage_option: StorageOptions = None,
     storage_secret: Annotated[Optional[str], typer.Option(
         help="Name of a Prefect Secret block holding the storage options as a JSON object "
         "(credentials kept in Prefect, not on the command line).")] = None,
@@ -162,6 +167,7 @@ def run(
         "use exits 2 before any work; a message not delivered is retried by the next run, and the run exits 5 "
         "(the night is published). Default: the DUMPSCOPE_NOTIFY environment variable (a JSON list).")] = None,
     site_dir: Annotated[Optional[Path], typer.Option("--site", help="Also build the report site into this directory.")] = None,
+    publish: Publish = None,
     max_line_bytes: MaxLineBytes = LINE_BYTES,
     max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
     parse_seconds: ParseSeconds = PARSE_SECONDS,
@@ -185,7 +191,7 @@ def run(
         notify=notify or [], fail_on=fail_on or ("new" if fail_on_regression else None), settings=settings,
         memory_limit=memory_limit, summary_json=summary_json, settle_seconds=settle, layout_regex=layout_regex,
         marker=marker, workers=workers, wait_for_lock=wait, dask_address=dask_address, report_path=report,
-        site_dir=site_dir, max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, parse_seconds=parse_seconds)
+        site_dir=site_dir, publish_to=publish, max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, parse_seconds=parse_seconds)
 
 
 @command("aggregate")
@@ -350,20 +356,23 @@ def check(
                                               "(like one run directory of the bucket; DIR/run.json optional).",
                                               exists=True, file_okay=False, dir_okay=True)],  # else exit 2: a bad argument
     against: Annotated[Optional[str], typer.Option("--against", help="The run to compare with (default: the latest).")] = None,
-    warehouse: Annotated[Path, typer.Option("--warehouse", help="DuckDB warehouse file (opened read-only).")] = DEFAULT_WAREHOUSE,
+    warehouse: Annotated[str, typer.Option("--warehouse", help="DuckDB warehouse file (opened read-only), or the URL of a "
+                                           "snapshot published by `run --publish` (https://…/warehouse.duckdb, "
+                                           "s3://…: fetched first).")] = str(DEFAULT_WAREHOUSE),
     fmt: Annotated[str, typer.Option("--format", help="text, markdown (a pull-request comment) or json (a list of objects).")] = "text",
     fail_on: Annotated[Optional[str], typer.Option(
         "--fail-on", help="new: exit with status 4 when the change would open a regression or failure "
         "(a damaged dump counts; new programs do not).")] = None,
     settings: Settings = None,
     memory_limit: MemoryLimit = None,
+    storage_option: StorageOptions = None,
 ) -> int:
     """What a change would open against last night, before it lands (writes nothing).
 
     Example:
 
     \b
-        dumpscope check ci-dumps/ --format markdown --fail-on new
+        dumpscope check ci-dumps/ --format markdown --fail-on new --warehouse https://dumps.example.org/warehouse.duckdb
     """
     from flows.commands import check as command_module
 
@@ -372,7 +381,7 @@ def check(
     if fail_on not in (None, "new"):
         raise typer.BadParameter("use new", param_hint="--fail-on")
     return command_module.main(directory=directory, against=against, warehouse=warehouse, fmt=fmt, fail_on=fail_on,
-                               settings=settings, memory_limit=memory_limit)
+                               settings=settings, memory_limit=memory_limit, storage_option=storage_option or [])
 
 
 @command()

@@ -94,6 +94,7 @@ class NightSummary:
     leveled: str = ""  # after the publish: replay (the next night's standby is level), else why not
     peak_mib: dict[str, float] = field(default_factory=dict)  # the flow process's peak RSS after each stage
     written_mib: dict[str, float] = field(default_factory=dict)  # MiB the writer had written at each stage's end
+    published: str = ""  # where the site and the warehouse snapshot were published (--publish), what and how much
 
     def json(self) -> str:
         import json
@@ -107,9 +108,11 @@ class NightSummary:
         lines = ["| | |", "| --- | ---: |"] + [
             f"| {label.get(k, k)} | {v} |" for k, v in asdict(self).items()
             if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up", "leveled", "peak_mib", "written_mib",
-                         "undelivered")
+                         "undelivered", "published")
         ] + [f"| latest run: incidents {k.replace('_', ' ')} | {v} |" for k, v in self.incidents.items()]
         lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
+        if self.published:
+            lines += ["", f"Published: {self.published}"]
         if self.failures:
             lines += ["", "Failures:", ""] + [f"- {f}" for f in self.failures]
         if self.run_errors:
@@ -260,6 +263,14 @@ def render_site(warehouse: Path, site_dir: Path, settings_path: Path | None = No
 
 
 @task
+def publish_release(site_dir: Path, warehouse: Path, dest: str, storage_options: dict | None = None):
+    """The site and a warehouse snapshot, copied where readers get them (``flows.publish.release``)."""
+    from flows.publish.release import release
+
+    return release(site_dir, warehouse, dest, storage_options)
+
+
+@task
 def report(warehouse: Path, report_path: Path | None, settings_path: Path | None = None) -> tuple[str, dict[str, int]]:
     """The latest run's summary: (Markdown, its incident counts)."""
     return write_night_report(warehouse, report_path, load_settings(settings_path))
@@ -286,6 +297,7 @@ def nightly(
     max_dump_bytes: int = DEFAULT_LIMITS.max_dump_bytes,
     parse_seconds: float = DEFAULT_LIMITS.max_seconds,
     memory_limit: int | None = None,
+    publish_to: str | None = None,
 ) -> NightSummary:
     """One night. ``dask_address`` is set by ``run_nightly``, which gives the flow a
     ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers.
@@ -311,7 +323,8 @@ def night_in_process(**parameters) -> NightSummary:
 
 def _night(orchestrated: bool, *, bucket, warehouse, staging_dir, settle_seconds, state_path, storage_secret,
            storage_option_names, layout_regex, marker, wait_for_lock, workers, dask_address, settings_path,
-           report_path, site_dir, max_line_bytes, max_dump_bytes, parse_seconds, memory_limit) -> NightSummary:
+           report_path, site_dir, max_line_bytes, max_dump_bytes, parse_seconds, memory_limit,
+           publish_to) -> NightSummary:
     """One night: ``orchestrated``, each step is a Prefect task of the running flow (parse
     chunks submitted to its task runner, items on its task runner, artifacts); otherwise each
     step's function is called here, in order (``night_in_process``). The parameters are
@@ -393,10 +406,19 @@ def _night(orchestrated: bool, *, bucket, warehouse, staging_dir, settle_seconds
     t3 = time.perf_counter()
     text, summary.incidents = step(report)(warehouse, report_path, settings_path) if Path(warehouse).exists() else ("", {})
     summary.seconds["report"] = time.perf_counter() - t3
+    if publish_to and site_dir is None:  # a release is a site: built beside the warehouse
+        site_dir = Path(warehouse).with_suffix(".site")
     if site_dir is not None and Path(warehouse).exists():
         t4 = time.perf_counter()
         print(step(render_site)(warehouse, Path(site_dir), settings_path))
         summary.seconds["site"] = time.perf_counter() - t4
+        if publish_to:
+            t5 = time.perf_counter()
+            same_store = publish_to.split("://", 1)[0] == bucket.split("://", 1)[0] if "://" in bucket else False
+            done = step(publish_release)(Path(site_dir), warehouse, publish_to, storage_options if same_store else None)
+            summary.published = f"{done.dest} ({done.files} files, {done.bytes / (1 << 20):.1f} MiB; snapshot {done.snapshot})"
+            print(f"published {summary.published}")
+            summary.seconds["publish_release"] = time.perf_counter() - t5
     summary.seconds["total"] = time.perf_counter() - t0
     logger = get_run_logger() if orchestrated else logging.getLogger("dumpscope.nightly")
     for line in summary.undelivered:  # a scheduled run's log shows it as a warning (the CLI exits 5)

@@ -44,6 +44,7 @@ from flows.commands.parse import json_value, number
 from flows.errors import CommandError
 from flows.ingest.bucket import BucketReadError, read_runs
 from flows.ingest.staging import StagedResult, stage_object
+from flows.publish.release import BadDestination, fetched
 from flows.resources import MemoryBudget, parse_memory
 from flows.verdict import candidate as judged
 from flows.verdict.settings import load_settings
@@ -115,11 +116,22 @@ def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, s
     return result
 
 
-def main(*, directory: Path, against: str | None, warehouse: Path, fmt: str, fail_on: str | None,
-         settings: Path | None, memory_limit: str | None) -> int:
-    """Print what DIR would open in ``fmt``; the exit status is 4 when ``fail_on`` finds some."""
+def main(*, directory: Path, against: str | None, warehouse: str, fmt: str, fail_on: str | None,
+         settings: Path | None, memory_limit: str | None, storage_option: list[str] = ()) -> int:
+    """Print what DIR would open in ``fmt``; the exit status is 4 when ``fail_on`` finds some.
+    ``warehouse``: a path, or the URL of a published snapshot (fetched with ``storage_option``)."""
+    from flows.ingest.bucket import parse_storage_options
+
+    try:
+        storage_options = parse_storage_options(list(storage_option))
+    except ValueError as exc:
+        raise CommandError(str(exc), exit_code=preflight.BAD_ARGUMENT) from None
     conf, budget = preflight.settings_and_budget(settings, memory_limit)
-    result = check_dir(directory, warehouse, against=against, settings=conf, budget=budget)
+    try:
+        with fetched(warehouse, storage_options) as local:  # a published snapshot's URL: downloaded first
+            result = check_dir(directory, local, against=against, settings=conf, budget=budget)
+    except BadDestination as exc:
+        raise CommandError(str(exc), exit_code=preflight.BAD_ARGUMENT) from None
     typer.echo(render(result, str(directory), fmt))
     if fail_on and result.failing:
         typer.echo(f"{len(result.failing)} new incident(s) (regressions or failures)", err=True)

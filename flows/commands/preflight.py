@@ -1,6 +1,6 @@
 """What every command checks before any work starts, each failure an operator's mistake told
 in one line (a ``CommandError``): the settings file and the memory limit (exit 2), the
-notification targets (exit 2), and the warehouse's one writer (exit 1 when the file is no
+notification targets and the ``--publish`` destination (exit 2), and the warehouse's one writer (exit 1 when the file is no
 warehouse, 3 when another writer holds it). The bucket's check is ``flows.ingest.bucket.check_bucket``
 (exit 2), the warehouse file's ``flows.warehouse.inspect.check_warehouse`` (exit 1).
 """
@@ -57,6 +57,16 @@ def notify_targets() -> None:
     except ValueError as exc:
         if isinstance(exc, CommandError):
             raise
+        raise CommandError(str(exc), exit_code=BAD_ARGUMENT) from None
+
+
+def publish_destination(dest: str) -> None:
+    """Exit 2 with one line unless ``--publish DEST`` can take a release (``flows.publish.release``)."""
+    from flows.publish.release import BadDestination, check_destination
+
+    try:
+        check_destination(dest)
+    except BadDestination as exc:
         raise CommandError(str(exc), exit_code=BAD_ARGUMENT) from None
 
 

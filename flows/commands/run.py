@@ -40,6 +40,8 @@ def main(*, bucket: str, warehouse: Path, storage_option: list[str], storage_sec
     memory = preflight.memory_limit(memory_limit, conf, settings)
     if not storage_secret:  # with one, the options are Prefect's to give: the flow says it, unretried
         check_bucket(bucket, storage_secrets.resolve(None))
+    if night.get("publish_to"):
+        preflight.publish_destination(night["publish_to"])
     # Imported once the checks passed: Prefect's logging would print the libraries' own
     # complaints about a bad target beside our one line.
     from flows.nightly import run_nightly

@@ -1,0 +1,74 @@
+"""A self-contained, read-only copy of the published warehouse: one DuckDB file to hand out.
+
+The warehouse keeps its records rows in Parquet files beside it (``flows.warehouse.records``),
+read through views that name those files by absolute path: the ``.duckdb`` file alone, copied
+to a laptop or a CI job, has no records. A snapshot is one file that has them: every table,
+view, macro and comment of the published generation (DuckDB's ``COPY FROM DATABASE``), with
+each records view replaced by a table of the rows it reads, and ``records_files`` emptied
+(the snapshot lists no store files and names no store directory; its records are inside it).
+``schema_info`` says when it was taken (``snapshot_of``). Read it; a writer does not open it.
+
+Taken as a reader takes the published file (``flows.warehouse.readers``): its lease keeps the
+generation's records files from the writer's sweep while they are copied, and a night that
+publishes meanwhile changes nothing the copy reads (the file is attached read-only, from an
+in-memory connection: a read-only connection cannot attach a file to write).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from flows.warehouse import readers, records
+from flows.warehouse.schema import quote_ident, quote_literal, records_comments_sql
+from transforms.escape import sql_literal
+from transforms.parsers.formats import all_table_docs, all_tables
+
+SNAPSHOT_KEY = "snapshot_of"
+
+
+def write_snapshot(warehouse: Path, out: Path) -> int:
+    """``out``: the snapshot of the published ``warehouse`` (replaced atomically). Returns its size in bytes."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    partial.unlink(missing_ok=True)
+    if not warehouse.exists():
+        raise FileNotFoundError(f"no warehouse at {warehouse} (run `dumpscope run` first)")
+    source = "published"
+    lease = readers.take(warehouse)
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH {sql_literal(str(warehouse))} AS {source} (READ_ONLY)")
+        con.execute(f"ATTACH {sql_literal(str(partial))} AS snapshot")
+        try:
+            con.execute(f"COPY FROM DATABASE {quote_ident(source)} TO snapshot")
+            views = {v for (v,) in con.execute(
+                "SELECT view_name FROM duckdb_views() WHERE database_name = 'snapshot' AND NOT internal").fetchall()}
+            docs = all_table_docs()
+            con.execute("USE snapshot")
+            for table, schema in all_tables().items():
+                if table not in views:
+                    continue
+                # A table of the rows the view reads, in the view's columns and order.
+                con.execute(f"DROP VIEW {quote_ident(table)}")
+                con.execute(f"CREATE TABLE {quote_ident(table)} AS SELECT * FROM {quote_ident(source)}.main.{quote_ident(table)}")
+                for statement in records_comments_sql(table, schema, docs.get(table, {})):
+                    con.execute(statement.replace("COMMENT ON VIEW", "COMMENT ON TABLE", 1))
+            con.execute("DELETE FROM records_files")
+            con.execute("DELETE FROM schema_info WHERE key = ?", [records.ROOT_KEY])  # it has no store
+            taken = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            con.execute(f"INSERT OR REPLACE INTO schema_info VALUES ({quote_literal(SNAPSHOT_KEY)}, ?)", [taken])
+            con.execute("USE memory")
+        finally:
+            con.execute("DETACH snapshot")
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    finally:
+        con.close()
+        readers.drop(lease)
+    os.replace(partial, out)
+    return out.stat().st_size
