@@ -86,6 +86,24 @@ Publish = Annotated[Optional[str], typer.Option(
     "read-only snapshot of the warehouse (DEST/warehouse.duckdb, for `check --warehouse` and SQL) to DEST: a directory "
     "(becomes a link to its latest release, switched atomically) or an fsspec URL (s3://bucket/prefix).")]
 ParseSeconds = Annotated[float, typer.Option("--parse-seconds", help="Longest one parse may take (seconds).")]
+# The options of a night, taken alike by run, watch and serve (flows.commands.night checks them).
+LayoutRegex = Annotated[Optional[str], typer.Option(help="Regex with named groups run_id and job, for other bucket layouts.")]
+Workers = Annotated[Optional[int], typer.Option(help="Parse processes (default: the cores).")]
+StorageSecret = Annotated[Optional[str], typer.Option(
+    help="Name of a Prefect Secret block holding the storage options as a JSON object "
+    "(credentials kept in Prefect, not on the command line).")]
+Report = Annotated[Optional[Path], typer.Option(help="Where the regression summary (Markdown) goes (default: <warehouse>.report.md).")]
+FailOn = Annotated[Optional[str], typer.Option(
+    "--fail-on", help="Exit with status 4 when this run opened incidents (new: regressions or failures opened "
+    "by the runs this invocation loaded; a re-run with nothing new passes) or when any is open at the latest "
+    "run (open). A served run ends Failed instead; watch warns and watches on.")]
+Notify = Annotated[Optional[list[str]], typer.Option(
+    "--notify", metavar="URL", help="Send the summary of NEW incidents to this Apprise URL (repeatable: Slack, "
+    "Teams, email, GitHub, json:// webhooks...), once per run; never again on a re-run. A URL Apprise cannot "
+    "use exits 2 before any work; a message not delivered is retried by the next run, and the run exits 5 "
+    "(the night is published). Default: the DUMPSCOPE_NOTIFY environment variable (a JSON list).")]
+SiteDir = Annotated[Optional[Path], typer.Option("--site", help="Also build the report site into this directory.")]
+NightMemoryLimit = Annotated[Optional[str], typer.Option("--memory-limit", help=RUN_MEMORY_HELP)]
 LINE_BYTES, DUMP_BYTES, PARSE_SECONDS = 64 << 20, 4 << 30, 600.0  # = transforms.parse.ParseLimits()
 
 
@@ -143,35 +161,26 @@ def run(
     bucket: Bucket = DEFAULT_BUCKET,
     warehouse: Warehouse = DEFAULT_WAREHOUSE,
     settle: Settle = 0.0,
-    layout_regex: Annotated[Optional[str], typer.Option(help="Regex with named groups run_id and job, for other bucket layouts.")] = None,
+    layout_regex: LayoutRegex = None,
     marker: Marker = None,
-    workers: Annotated[Optional[int], typer.Option(help="Parse processes (default: the cores).")] = None,
+    workers: Workers = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another run holding the warehouse lock.")] = False,
     storage_option: StorageOptions = None,
-    storage_secret: Annotated[Optional[str], typer.Option(
-        help="Name of a Prefect Secret block holding the storage options as a JSON object "
-        "(credentials kept in Prefect, not on the command line).")] = None,
+    storage_secret: StorageSecret = None,
     dask_address: Annotated[Optional[str], typer.Option(
         help="Run the parse tasks on this existing Dask cluster (tcp://HOST:PORT); its workers must "
         "reach the bucket, the staging dir next to the warehouse, and the Prefect API.")] = None,
     settings: Settings = None,
-    report: Annotated[Optional[Path], typer.Option(help="Where the regression summary (Markdown) goes (default: <warehouse>.report.md).")] = None,
-    fail_on: Annotated[Optional[str], typer.Option(
-        "--fail-on", help="Exit with status 4 when this run opened incidents (new: regressions or failures opened "
-        "by the runs this invocation loaded; a re-run with nothing new passes) or when any is open at the latest "
-        "run (open).")] = None,
+    report: Report = None,
+    fail_on: FailOn = None,
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Same as --fail-on new.")] = False,
-    notify: Annotated[Optional[list[str]], typer.Option(
-        "--notify", metavar="URL", help="Send the summary of NEW incidents to this Apprise URL (repeatable: Slack, "
-        "Teams, email, GitHub, json:// webhooks...), once per run; never again on a re-run. A URL Apprise cannot "
-        "use exits 2 before any work; a message not delivered is retried by the next run, and the run exits 5 "
-        "(the night is published). Default: the DUMPSCOPE_NOTIFY environment variable (a JSON list).")] = None,
-    site_dir: Annotated[Optional[Path], typer.Option("--site", help="Also build the report site into this directory.")] = None,
+    notify: Notify = None,
+    site_dir: SiteDir = None,
     publish: Publish = None,
     max_line_bytes: MaxLineBytes = LINE_BYTES,
     max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
     parse_seconds: ParseSeconds = PARSE_SECONDS,
-    memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help=RUN_MEMORY_HELP)] = None,
+    memory_limit: NightMemoryLimit = None,
     summary_json: Annotated[Optional[Path], typer.Option(
         help="Also write the night's summary (counts, seconds per stage, bytes published) to this JSON file.")] = None,
 ) -> int:
@@ -311,22 +320,35 @@ def watch(
     warehouse: Warehouse = DEFAULT_WAREHOUSE,
     interval: Annotated[float, typer.Option(help="Seconds between two looks at the bucket.")] = 60.0,
     settle: Settle = 30.0,
-    marker: Marker = None,
     iterations: Annotated[int, typer.Option(help="Stop after this many looks (0: never).")] = 0,
+    layout_regex: LayoutRegex = None,
+    marker: Marker = None,
+    workers: Workers = None,
+    storage_option: StorageOptions = None,
+    storage_secret: StorageSecret = None,
+    settings: Settings = None,
+    report: Report = None,
+    fail_on: FailOn = None,
+    notify: Notify = None,
+    site_dir: SiteDir = None,
+    publish: Publish = None,
+    max_line_bytes: MaxLineBytes = LINE_BYTES,
+    max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
+    parse_seconds: ParseSeconds = PARSE_SECONDS,
+    memory_limit: NightMemoryLimit = None,
 ) -> None:
-    """Keep polling the bucket; ingest new files once they have settled.
-
-    Notification targets come from DUMPSCOPE_NOTIFY (a JSON list of Apprise URLs), checked at start.
+    """Keep polling the bucket; ingest new files once they have settled, each look a night as `run` runs it.
 
     Example:
 
     \b
-        dumpscope watch --bucket /mnt/dumps --interval 300 --marker _SUCCESS
+        dumpscope watch --bucket /mnt/dumps --interval 300 --marker _SUCCESS --site site --notify json://127.0.0.1:9000/hook
     """
     from flows.commands import watch as command_module
 
-    command_module.watch(bucket=bucket, warehouse=warehouse, interval=interval, settle=settle, marker=marker,
-                         iterations=iterations)
+    if fail_on not in (None, "new", "open"):
+        raise typer.BadParameter("use new or open", param_hint="--fail-on")
+    command_module.watch(night=_night(**locals()), interval=interval, settle=settle, iterations=iterations, fail_on=fail_on)
 
 
 @command()
@@ -335,19 +357,48 @@ def serve(
     bucket: Bucket = DEFAULT_BUCKET,
     warehouse: Warehouse = DEFAULT_WAREHOUSE,
     settle: Settle = 300.0,
+    layout_regex: LayoutRegex = None,
+    marker: Marker = None,
+    workers: Workers = None,
+    storage_option: StorageOptions = None,
+    storage_secret: StorageSecret = None,
+    settings: Settings = None,
+    report: Report = None,
+    fail_on: FailOn = None,
+    notify: Notify = None,
+    site_dir: SiteDir = None,
+    publish: Publish = None,
+    max_line_bytes: MaxLineBytes = LINE_BYTES,
+    max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
+    parse_seconds: ParseSeconds = PARSE_SECONDS,
+    memory_limit: NightMemoryLimit = None,
 ) -> None:
-    """Register the nightly as a scheduled deployment and serve it (needs a Prefect server).
-
-    Notification targets come from DUMPSCOPE_NOTIFY (a JSON list of Apprise URLs), checked at start.
+    """Register the nightly as a scheduled deployment and serve it (needs a Prefect server); each
+    scheduled run is a night as `run` runs it.
 
     Example:
 
     \b
-        PREFECT_API_URL=http://127.0.0.1:4200/api dumpscope serve --cron "0 2 * * *" --bucket s3://dumps/nightly
+        PREFECT_API_URL=http://127.0.0.1:4200/api dumpscope serve --cron "0 2 * * *" --bucket s3://dumps/nightly \\
+            --site /srv/dumpscope/site --publish /var/www/dumpscope --notify "$SLACK_URL"
     """
     from flows.commands import watch as command_module
 
-    command_module.serve(cron=cron, bucket=bucket, warehouse=warehouse, settle=settle)
+    if fail_on not in (None, "new", "open"):
+        raise typer.BadParameter("use new or open", param_hint="--fail-on")
+    command_module.serve(night=_night(**locals()), cron=cron, settle=settle, fail_on=fail_on)
+
+
+def _night(*, bucket, warehouse, layout_regex, marker, workers, storage_option, storage_secret, settings, report,
+           notify, site_dir, publish, max_line_bytes, max_dump_bytes, parse_seconds, memory_limit, **_rest):
+    """The night options of a command's parameters (``_rest``: the command's own)."""
+    from flows.commands.night import NightOptions
+
+    return NightOptions(bucket=bucket, warehouse=warehouse, storage_option=storage_option or [],
+                        storage_secret=storage_secret, notify=notify or [], settings=settings, memory_limit=memory_limit,
+                        workers=workers, site_dir=site_dir, publish_to=publish, report_path=report,
+                        layout_regex=layout_regex, marker=marker, max_line_bytes=max_line_bytes,
+                        max_dump_bytes=max_dump_bytes, parse_seconds=parse_seconds)
 
 
 @command()

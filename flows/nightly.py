@@ -38,6 +38,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.futures import as_completed
+from prefect.states import Completed, Failed
 
 from flows import storage_secrets
 from flows.ingest import staging
@@ -66,6 +67,8 @@ from transforms.parse import ParseLimits
 wall_clock = time.time
 
 DEFAULT_BUCKET = "data/sample_bucket"
+FAILING = 4  # exit status: --fail-on found incidents
+UNDELIVERED = 5  # exit status: a notification is owed (retried by the next run; the night is published)
 DEFAULT_LIMITS = ParseLimits()
 
 
@@ -95,6 +98,17 @@ class NightSummary:
     peak_mib: dict[str, float] = field(default_factory=dict)  # the flow process's peak RSS after each stage
     written_mib: dict[str, float] = field(default_factory=dict)  # MiB the writer had written at each stage's end
     published: str = ""  # where the site and the warehouse snapshot were published (--publish), what and how much
+
+    def exit_status(self, fail_on: str | None) -> tuple[int, str]:
+        """(status, why) for a scheduler: ``FAILING`` when ``fail_on`` (``new``: opened by the
+        runs this night loaded; ``open``: new or open at the latest run) finds incidents,
+        ``UNDELIVERED`` when a message is owed (the night is published), else 0."""
+        failing = self.new_incidents if fail_on == "new" else self.incidents.get("new", 0) + self.incidents.get("open", 0)
+        if fail_on and failing:
+            return FAILING, f"{failing} {'new' if fail_on == 'new' else 'open'} incident(s) (regressions or failures)"
+        if self.undelivered:
+            return UNDELIVERED, f"{len(self.undelivered)} notification(s) not delivered (retried by the next run)"
+        return 0, ""
 
     def json(self) -> str:
         import json
@@ -298,14 +312,25 @@ def nightly(
     parse_seconds: float = DEFAULT_LIMITS.max_seconds,
     memory_limit: int | None = None,
     publish_to: str | None = None,
-) -> NightSummary:
+    fail_on: str | None = None,
+):
     """One night. ``dask_address`` is set by ``run_nightly``, which gives the flow a
     ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers.
 
     Storage options never arrive as parameters (``flows.storage_secrets``): they come from
     the environment or the Secret block ``storage_secret``; ``storage_option_names`` only
-    records which were given."""
-    return _night(True, **locals())  # locals() here: exactly the flow's parameters
+    records which were given. ``fail_on`` (a served deployment's): the flow run ends Failed when
+    it finds incidents, Completed named "Undelivered" when a message is owed, with the exit
+    status ``dumpscope run`` would give in the state's message; either way its result is the summary."""
+    parameters = dict(locals())  # exactly the flow's parameters
+    fail_on = parameters.pop("fail_on")
+    summary = _night(True, **parameters)
+    status, why = summary.exit_status(fail_on)
+    if status == FAILING:
+        return Failed(message=f"exit {status}: {why}", data=summary)
+    if status == UNDELIVERED:
+        return Completed(name="Undelivered", message=f"exit {status}: {why}", data=summary)
+    return summary
 
 
 def night_in_process(**parameters) -> NightSummary:
@@ -318,6 +343,7 @@ def night_in_process(**parameters) -> NightSummary:
         raise ValueError("dask_address needs the flow's Dask task runner: call run_nightly(..., dask_address=...)")
     bound = inspect.signature(nightly.fn).bind(**parameters)  # nightly's defaults, and its refusal of unknown names
     bound.apply_defaults()
+    bound.arguments.pop("fail_on")  # the state of a flow run: there is none here
     return _night(False, **bound.arguments)
 
 

@@ -1,0 +1,68 @@
+"""What ``run``, ``watch`` and ``serve`` share: a night's options, checked before any work and
+turned into the nightly flow's parameters, and the exit status a night ends with.
+
+One definition for the three commands (the options themselves are declared once in
+``flows.cli``): storage options and notification targets go to the environment (values are
+never flow parameters: ``flows.storage_secrets``), and each operator mistake exits 2 in one
+line before Prefect starts: the storage options, the notification URLs, the settings file,
+the memory limit, the bucket, the ``--publish`` destination. The exit status a night ends
+with is ``NightSummary.exit_status`` (``flows.nightly``): ``run`` exits with it, a served
+night's flow run ends in the state it names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flows import storage_secrets
+from flows.commands import preflight
+from flows.errors import CommandError
+
+@dataclass(frozen=True)
+class NightOptions:
+    """The options every command that runs nights takes (``flows.cli``'s shared declarations)."""
+    bucket: str
+    warehouse: Path
+    storage_option: list[str] = field(default_factory=list)
+    storage_secret: str | None = None
+    notify: list[str] = field(default_factory=list)
+    settings: Path | None = None
+    memory_limit: str | None = None
+    workers: int | None = None
+    site_dir: Path | None = None
+    publish_to: str | None = None
+    report_path: Path | None = None
+    layout_regex: str | None = None
+    marker: str | None = None
+    max_line_bytes: int | None = None
+    max_dump_bytes: int | None = None
+    parse_seconds: float | None = None
+
+
+def prepare(options: NightOptions) -> dict:
+    """Check ``options`` (exit 2 in one line on a mistake) and return the nightly flow's
+    parameters they make (storage options and notification targets exported to the
+    environment instead)."""
+    from flows.ingest.bucket import check_bucket, parse_storage_options
+
+    try:
+        storage_options = parse_storage_options(options.storage_option)
+    except ValueError as exc:
+        raise CommandError(str(exc), exit_code=preflight.BAD_ARGUMENT) from None
+    storage_secrets.export(storage_options)  # values by the environment, never as flow parameters
+    storage_secrets.export_notify_targets(options.notify)
+    preflight.notify_targets()
+    conf = preflight.settings(options.settings)
+    memory = preflight.memory_limit(options.memory_limit, conf, options.settings)
+    if not options.storage_secret:  # with one, the options are Prefect's to give: the flow says it, unretried
+        check_bucket(options.bucket, storage_secrets.resolve(None))
+    if options.publish_to:
+        preflight.publish_destination(options.publish_to)
+    limits = {k: v for k, v in (("max_line_bytes", options.max_line_bytes), ("max_dump_bytes", options.max_dump_bytes),
+                                ("parse_seconds", options.parse_seconds)) if v is not None}
+    return dict(bucket=options.bucket, warehouse=options.warehouse, storage_secret=options.storage_secret,
+                storage_option_names=storage_secrets.option_names(storage_options) or None,
+                settings_path=options.settings, memory_limit=memory, workers=options.workers, site_dir=options.site_dir,
+                publish_to=options.publish_to, report_path=options.report_path, layout_regex=options.layout_regex,
+                marker=options.marker, **limits)

@@ -1,0 +1,142 @@
+"""Deployed as the README's "Deploy it" says: a Prefect server, `dumpscope serve` with every option
+of a night, a scheduled run that builds and publishes the site and the warehouse snapshot to an S3
+bucket and notifies; then a pull request's `check` against the published snapshot."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+
+ROOT = Path(__file__).parents[1]
+SAMPLE = ROOT / "data" / "sample_bucket"
+RUN_ONLY = {"wait", "dask_address", "fail_on_regression", "summary_json", "verbose", "log_level"}
+
+
+def _options(command: str) -> set[str]:
+    import typer.main
+
+    group = typer.main.get_command(app)
+    return {p.name for p in group.commands[command].params}
+
+
+def test_watch_and_serve_take_every_option_of_a_night_that_run_takes():
+    night = _options("run") - RUN_ONLY
+    assert night <= _options("watch") and night <= _options("serve")
+    assert {"site_dir", "publish", "notify", "settings", "storage_secret", "storage_option", "workers",
+            "memory_limit", "fail_on"} <= night
+
+
+def test_serve_and_watch_refuse_a_mistake_in_one_line_before_prefect_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # serve's check for a server passes; none runs
+    for command in ("serve", "watch"):
+        out = CliRunner().invoke(app, [command, "--bucket", str(tmp_path / "no-such-bucket"), "--warehouse",
+                                       str(tmp_path / "w.duckdb")])
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, (command, out.output)
+        out = CliRunner().invoke(app, [command, "--bucket", str(SAMPLE), "--warehouse", str(tmp_path / "w.duckdb"),
+                                       "--notify", "nosuchscheme://x"])
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, (command, out.output)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(url: str, seconds: float, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer in {seconds} s: {log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.integration
+def test_a_served_night_publishes_the_site_and_snapshot_to_s3_and_notifies(tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from tests.moto_s3 import moto_s3
+    from tests.test_notify import receiver
+
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "srv" / "warehouse.duckdb"
+    warehouse.parent.mkdir()
+    for night in ("2026-11-17", "2026-11-18"):
+        shutil.copytree(SAMPLE / night, bucket / night)
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DUMPSCOPE_"))}
+    base_env |= {"PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    server_log, serve_log = tmp_path / "server.log", tmp_path / "serve.log"
+    with moto_s3("site") as (endpoint, client), receiver() as (hook, received):
+        aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_ENDPOINT_URL_S3": endpoint}
+        with server_log.open("w") as out:
+            server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                       "--port", str(port)], env=base_env, stdout=out, stderr=subprocess.STDOUT)
+        serve = None
+        try:
+            _wait_for(f"{api}/health", 120, server, server_log)
+            with serve_log.open("w") as out:
+                serve = subprocess.Popen(
+                    [sys.executable, "-m", "flows.cli", "serve", "--cron", "0 0 1 1 *", "--bucket", str(bucket),
+                     "--warehouse", str(warehouse), "--settle", "0", "--workers", "1", "--site", str(tmp_path / "site"),
+                     "--publish", "s3://site/nightly", "--notify", hook, "--fail-on", "new"],
+                    cwd=ROOT, env=base_env | aws | {"PREFECT_API_URL": api}, stdout=out, stderr=subprocess.STDOUT)
+            with temporary_settings(updates={PREFECT_API_URL: api}):
+                deadline = time.monotonic() + 120
+                while True:  # serve registers the deployment, then polls for its runs
+                    assert serve.poll() is None, serve_log.read_text()[-3000:]
+                    with get_client(sync_client=True) as api_client:
+                        if any(d.name == "dumpscope-nightly" for d in api_client.read_deployments()):
+                            break
+                    assert time.monotonic() < deadline, serve_log.read_text()[-3000:]
+                    time.sleep(1)
+                flow_run = run_deployment("nightly--bucket--duckdb/dumpscope-nightly", timeout=600)
+            # --fail-on new: the night opened incidents, so the run ends Failed, saying the exit status run gives.
+            assert flow_run.state.is_failed() and flow_run.state.message.startswith("exit 4: "), flow_run.state
+            keys = {o["Key"] for o in client.list_objects_v2(Bucket="site", Prefix="nightly/")["Contents"]}
+            site_files = {f"nightly/{f.relative_to(tmp_path / 'site').as_posix()}"
+                          for f in (tmp_path / "site").rglob("*") if f.is_file()}
+            assert keys == site_files | {"nightly/warehouse.duckdb"} and "nightly/index.html" in keys
+            assert len(received) == 1 and "new" in json.dumps(received[0])
+            candidate = SAMPLE / "2026-11-19"
+            local = CliRunner().invoke(app, ["check", str(candidate), "--warehouse", str(warehouse), "--format", "json"])
+            published = CliRunner().invoke(app, [
+                "check", str(candidate), "--warehouse", "s3://site/nightly/warehouse.duckdb", "--format", "json",
+                "--storage-option", f"client_kwargs.endpoint_url={endpoint}", "--storage-option", "key=testing",
+                "--storage-option", "secret=testing", "--storage-option", "client_kwargs.region_name=us-east-1"])
+            assert local.exit_code == published.exit_code == 0, (local.output, published.output)
+            assert json.loads(published.stdout) == json.loads(local.stdout) != []
+        finally:
+            if serve is not None:
+                _stop(serve)
+            _stop(server)
