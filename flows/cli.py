@@ -183,8 +183,15 @@ def run(
     memory_limit: NightMemoryLimit = None,
     summary_json: Annotated[Optional[Path], typer.Option(
         help="Also write the night's summary (counts, seconds per stage, bytes published) to this JSON file.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print the night's counters and seconds, every "
+                                          "failure, and Prefect's log lines (--log-level INFO).")] = False,
+    log_level: Annotated[Optional[str], typer.Option(
+        "--log-level", help="Prefect's log lines at this level and above reach the terminal: DEBUG, INFO, WARNING, "
+        "ERROR or CRITICAL (default WARNING; INFO with --verbose). All of them still reach Prefect's API.")] = None,
 ) -> int:
-    """Run the nightly flow once (Prefect ephemeral mode: no server needed).
+    """Run the nightly flow once (Prefect ephemeral mode: no server needed) and print, in plain text,
+    what it loaded, the latest run's verdict, its new incidents with a `dumpscope diff` each, and
+    where the report and the site are.
 
     Example:
 
@@ -193,14 +200,16 @@ def run(
     """
     from flows.commands import run as command_module
 
+    from flows.commands.signals import LOG_LEVELS
+
     if fail_on not in (None, "new", "open"):
         raise typer.BadParameter("use new or open", param_hint="--fail-on")
+    if log_level is not None and log_level.upper() not in LOG_LEVELS:
+        raise typer.BadParameter(f"use one of {', '.join(LOG_LEVELS)}", param_hint="--log-level")
     return command_module.main(
-        bucket=bucket, warehouse=warehouse, storage_option=storage_option or [], storage_secret=storage_secret,
-        notify=notify or [], fail_on=fail_on or ("new" if fail_on_regression else None), settings=settings,
-        memory_limit=memory_limit, summary_json=summary_json, settle_seconds=settle, layout_regex=layout_regex,
-        marker=marker, workers=workers, wait_for_lock=wait, dask_address=dask_address, report_path=report,
-        site_dir=site_dir, publish_to=publish, max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, parse_seconds=parse_seconds)
+        night=_night(**locals()), fail_on=fail_on or ("new" if fail_on_regression else None), summary_json=summary_json,
+        settle_seconds=settle, wait_for_lock=wait, dask_address=dask_address, verbose=verbose,
+        log_level=log_level.upper() if log_level else None)
 
 
 @command("aggregate")

@@ -13,6 +13,11 @@ and one raise may override it: ``CommandError("...", exit_code=2)``.
 
 from __future__ import annotations
 
+# The exit statuses of a night that is published but owes the scheduler an answer
+# (``flows.nightly.NightSummary.exit_status``; a served run's state says the same).
+FAILING = 4  # --fail-on found incidents
+UNDELIVERED = 5  # a notification is owed (retried by the next run)
+
 
 class CommandError(Exception):
     """A failure told in one line for people; ``exit_code`` is the command's exit status

@@ -125,9 +125,11 @@ TEMP_MIB_CSV = """run_id,program,temp_mib
 # Each command: its exit status, what its output shows (a fragment, or a test of the
 # whole output), and what it left behind in the directory (a test, or None).
 EXPECTED: dict[str, tuple[int, list, object]] = {
-    # `run` prints its summary through Prefect's log; the report file holds it. The sample
+    # `run` prints its summary in plain text; the report file holds it in Markdown. The sample
     # warehouse already has the bucket: a re-run loads nothing and opens nothing.
-    "run --bucket data/sample_bucket --warehouse data/warehouse.duckdb --workers 2": (0, [], report_says(NIGHT)),
+    "run --bucket data/sample_bucket --warehouse data/warehouse.duckdb --workers 2": (0, [
+        "Last night (2026-11-20, commit 1a8e6b4): 5 new, 10 still open, 1 fixed, 2 improvements, 0 lost.",
+        "  dumpscope diff 2026-11-19 2026-11-20 --series 'jax-pmap/jit__fun/*'"], report_says(NIGHT)),
     "run --fail-on new": (0, [], report_says(NIGHT)),
     # The URL is never called here: a re-run has no new incident to announce
     # (tests/test_notify.py sends to a local receiver).

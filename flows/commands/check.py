@@ -60,7 +60,7 @@ from transforms.trends.rules import Settings
 from transforms.trends.series import assign_series, compile_overrides
 
 __all__ = ["FORMATS", "BadDirectory", "CheckError", "CheckResult", "NoSuchRun", "check_dir", "main", "render"]
-FAILING = 4  # --fail-on new: the change would open a regression or failure
+from flows.errors import FAILING  # --fail-on new: the change would open a regression or failure
 
 
 class CheckError(CommandError):

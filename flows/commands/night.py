@@ -55,6 +55,7 @@ def prepare(options: NightOptions) -> dict:
     preflight.notify_targets()
     conf = preflight.settings(options.settings)
     memory = preflight.memory_limit(options.memory_limit, conf, options.settings)
+    preflight.warehouse_to_write(options.warehouse)
     if not options.storage_secret:  # with one, the options are Prefect's to give: the flow says it, unretried
         check_bucket(options.bucket, storage_secrets.resolve(None))
     if options.publish_to:

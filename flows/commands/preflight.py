@@ -1,12 +1,14 @@
 """What every command checks before any work starts, each failure an operator's mistake told
 in one line (a ``CommandError``): the settings file and the memory limit (exit 2), the
-notification targets and the ``--publish`` destination (exit 2), and the warehouse's one writer (exit 1 when the file is no
-warehouse, 3 when another writer holds it). The bucket's check is ``flows.ingest.bucket.check_bucket``
+notification targets and the ``--publish`` destination (exit 2), the warehouse a night writes (exit 2: a directory, a file
+that is no warehouse, a place this user cannot write), and the warehouse's one writer (exit 1
+when the file is no warehouse, 3 when another writer holds it). The bucket's check is ``flows.ingest.bucket.check_bucket``
 (exit 2), the warehouse file's ``flows.warehouse.inspect.check_warehouse`` (exit 1).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,6 +70,32 @@ def publish_destination(dest: str) -> None:
         check_destination(dest)
     except BadDestination as exc:
         raise CommandError(str(exc), exit_code=BAD_ARGUMENT) from None
+
+
+def warehouse_to_write(path: Path) -> None:
+    """Exit 2 with one line unless a night can write ``path``: an existing warehouse file this
+    user may write, or a new one in a directory this user may create or write (its writer
+    keeps its lock and journal files beside it)."""
+    from flows.warehouse.inspect import check_warehouse
+    from transforms.escape import plain_text
+
+    shown = plain_text(path)
+    if path.is_dir():
+        raise CommandError(f"--warehouse {shown} is a directory: give the warehouse file, e.g. "
+                           f"{plain_text(path / 'warehouse.duckdb')}", exit_code=BAD_ARGUMENT)
+    if path.exists():
+        try:
+            check_warehouse(path)
+        except CommandError as exc:
+            raise CommandError(f"--warehouse {exc}", exit_code=BAD_ARGUMENT) from None
+    place = path.absolute().parent
+    while not place.exists() and place != place.parent:  # the directories the night creates
+        place = place.parent
+    if not place.is_dir():
+        raise CommandError(f"--warehouse {shown}: {plain_text(place)} is a file, not a directory", exit_code=BAD_ARGUMENT)
+    if not os.access(place, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CommandError(f"--warehouse {shown}: this user may not write there ({plain_text(place)})",
+                           exit_code=BAD_ARGUMENT)
 
 
 @contextmanager

@@ -1,5 +1,6 @@
 """How the long-running commands meet Prefect and service managers: Prefect's settings for
-this machine, and an orderly exit on SIGTERM whose status says so (128 + 15).
+this machine, what of Prefect's log reaches the terminal (``prefect_console``), and an
+orderly exit on SIGTERM whose status says so (128 + 15).
 
 systemd and Kubernetes stop a service with SIGTERM. Python's default action dies on the
 spot and skips the atexit hook that stops Prefect's temporary API server, which then keeps
@@ -10,8 +11,11 @@ SIGTERM handler in place of ours, so every signal that reaches a Python handler 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _noted: int | None = None  # read end of the pipe the interpreter writes each signal's number to
 
@@ -24,6 +28,36 @@ def prefect_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     signal.signal(signal.SIGTERM, _exit_in_order)
     note_signals()
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_CONSOLE_LEVEL = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"  # Prefect's logging.yml, handlers.console.level
+
+
+@contextmanager
+def prefect_console(level: str) -> Iterator[None]:
+    """Prefect's log lines below ``level`` (one of ``LOG_LEVELS``) kept off the terminal while
+    the context is open; every line still reaches Prefect's API (its ``api`` handler: the flow
+    run's log in the UI). Prefect's console handler is the root logger's: its level is set by
+    the environment when Prefect configures logging on import, and on the handler itself when
+    Prefect was imported already. Both are put back on exit."""
+    before = os.environ.get(_CONSOLE_LEVEL)
+    os.environ[_CONSOLE_LEVEL] = level
+    handlers: list[tuple[logging.Handler, int]] = []
+    try:
+        from prefect.logging.handlers import PrefectConsoleHandler  # configures Prefect's logging
+
+        handlers = [(h, h.level) for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler)]
+        for handler, _ in handlers:
+            handler.setLevel(level)
+        yield
+    finally:
+        for handler, was in handlers:
+            handler.setLevel(was)
+        if before is None:
+            os.environ.pop(_CONSOLE_LEVEL, None)
+        else:
+            os.environ[_CONSOLE_LEVEL] = before
 
 
 def _exit_in_order(signum: int, frame) -> None:

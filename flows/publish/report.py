@@ -1,5 +1,6 @@
-"""The night's summary (``transforms.trends.night_report``) of a run, read from the warehouse
-and written next to it: ``<warehouse>.report.md``."""
+"""The night's summary (``transforms.trends.night_report``) of a run, read from the warehouse:
+in Markdown, written next to it (``<warehouse>.report.md``), and in a few lines of plain text
+for the person who ran ``dumpscope run`` (``terminal_summary``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from flows.verdict import incidents as verdict
 from flows.warehouse.store import connect_readonly
-from transforms.trends.night_report import night_markdown
+from transforms.trends.night_report import night_brief, night_markdown
 from transforms.trends.rules import Settings
 
 
@@ -15,9 +16,9 @@ def default_report_path(warehouse: Path) -> Path:
     return Path(warehouse).with_suffix(".report.md")
 
 
-def night_report(warehouse: Path, run_id: str | None = None, settings: Settings | None = None) -> tuple[str, dict[str, int]]:
-    """(Markdown, counts) of ``run_id`` (default: the latest run)."""
-    settings = settings or Settings()
+def _verdict(warehouse: Path, run_id: str | None) -> tuple[str | None, str | None, object]:
+    """(run id, its commit, its ``incidents_at`` rows) of ``run_id`` (default: the latest run;
+    (None, None, None) when there is none)."""
     con = connect_readonly(warehouse)
     try:
         if run_id is None:
@@ -25,13 +26,24 @@ def night_report(warehouse: Path, run_id: str | None = None, settings: Settings 
             run_id, commit = latest if latest else (None, None)
         else:
             commit = verdict.run_commit(con, run_id)
-        at = verdict.incidents_at(con, run_id) if run_id else None
+        return run_id, commit, verdict.incidents_at(con, run_id) if run_id else None
     finally:
         con.close()
+
+
+def night_report(warehouse: Path, run_id: str | None = None, settings: Settings | None = None) -> tuple[str, dict[str, int]]:
+    """(Markdown, counts) of ``run_id`` (default: the latest run)."""
+    settings = settings or Settings()
+    run_id, commit, at = _verdict(warehouse, run_id)
     if run_id is None:
         return night_markdown(None, None, None), {}
     text = night_markdown(run_id, commit, at, commit_url=settings.commit_url, compare_url=settings.compare_url)
     return text, verdict.counts(at)
+
+
+def terminal_summary(warehouse: Path, limit: int = 5) -> list[str]:
+    """The latest run's verdict and its new incidents, as plain-text lines (``night_brief``)."""
+    return night_brief(*_verdict(warehouse, None), limit=limit)
 
 
 def write_night_report(warehouse: Path, report_path: Path | None = None,

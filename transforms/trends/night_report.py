@@ -160,10 +160,41 @@ def _new(r: dict, commit_url: str | None, compare_url: str | None, s: Style) -> 
     if r["cause"]:
         out += ["", "Cause:", ""] + [f"- {s.text(line)}" for line in r["cause"].splitlines()]
     if r["last_good_run"]:
-        pattern = f"{r['job']}/{r['program']}/*"
-        out += ["", s.code("dumpscope diff " + " ".join(shell_word(x) for x in (r["last_good_run"], r["opened_run"]))
-                           + f" --series {shell_word(pattern)}")]
+        out += ["", s.code(diff_command(r))]
     return out + [""]
+
+
+def diff_command(r: dict) -> str:
+    """The ``dumpscope diff`` that shows an incident's change, each name one shell word (a name
+    from a dump pastes as itself, never as shell syntax)."""
+    pattern = f"{r['job']}/{r['program']}/*"
+    return ("dumpscope diff " + " ".join(shell_word(x) for x in (r["last_good_run"], r["opened_run"]))
+            + f" --series {shell_word(pattern)}")
+
+
+def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None, *, limit: int = 5) -> list[str]:
+    """The summary for a person at a terminal, in plain text and a few lines: the counts on one
+    line, then each new regression or failure (the first ``limit``, by impact) on one line with
+    its first line of cause and its ``dumpscope diff``; the rest is a command away
+    (``dumpscope incidents``). Every name through ``plain_text``: no markup, no entity, control
+    characters shown as symbols."""
+    s = TEXT
+    if run_id is None:
+        return ["No runs yet: the bucket held no run."]
+    c = counts(at)
+    lines = [f"Last night ({s.text(run_id)}, commit {s.text(commit or '?')}): {counts_line(c, s)}."]
+    new = [r for r in ordered(at) if section_of(r) == "new"]
+    for r in new[:limit]:
+        lines += ["", f"{s.code(r['incident_id'])} {r['kind']}: {s.text(r['headline'])}"]
+        cause = r["cause"].splitlines() if r["cause"] else []
+        if cause:
+            lines.append(f"  cause: {s.text(cause[0])}" + (f" (and more: dumpscope incidents {s.code(r['incident_id'])})"
+                                                            if len(cause) > 1 else ""))
+        if r["last_good_run"]:
+            lines.append(f"  {s.code(diff_command(r))}")
+    if len(new) > limit:
+        lines += ["", f"… and {len(new) - limit} more new: dumpscope incidents --status new"]
+    return lines
 
 
 def _short(r: dict, key: str, s: Style) -> str:

@@ -1,0 +1,132 @@
+"""What ``dumpscope run`` prints: plain text for a person (the verdict line, each new incident
+with its cause and a ``dumpscope diff`` to paste, where the report and the site are), and an
+operator's mistake in one line, exit 2, before Prefect is imported or started."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VERDICT = "Last night (2026-11-20, commit 1a8e6b4): 5 new, 10 still open, 1 fixed, 2 improvements, 0 lost."
+PMAP_DIFF = "  dumpscope diff 2026-11-19 2026-11-20 --series 'jax-pmap/jit__fun/*'"
+MARKUP = re.compile(r"&#?\w+;|</?[a-z]+>|\*\*|`")  # an HTML entity or tag, Markdown emphasis or code
+
+
+def _incident(**fields) -> dict:
+    row = dict(status="new", age_runs=1, incident_id="I-00000001", job="jax-jit", program="jit_step", kind="regression",
+               opened_run="2026-11-20", opened_at=None, last_good_run="2026-11-19", last_good_commit="a",
+               first_bad_commit="b", closed_run=None, closed_how=None, headline="jax-jit / jit_step: x 1 → 2 (+1)",
+               cause="fusion grew\nanother line", metrics=None, series=None, impact=1.0, accepted_by=None,
+               accepted_note=None, stacked_on=None)
+    return row | fields
+
+
+def test_the_summary_of_the_sample_is_plain_text_in_a_few_lines(sample_warehouse):
+    """On main: the 38-row counter table and the report's Markdown (<code>, &#95;, **) in Prefect's log."""
+    from flows.commands.run import summary_lines
+    from flows.nightly import NightSummary
+
+    lines = summary_lines(NightSummary(seen=176, skipped=176), sample_warehouse, None, Path("site"))
+    assert lines[:3] == ["Nothing new in the bucket (176 dump(s) loaded already, 0 still settling).", "", VERDICT]
+    assert lines[-2:] == [f"Report: {sample_warehouse.with_suffix('.report.md')}", "Site: site/index.html"]
+    assert PMAP_DIFF in lines
+    assert [line.split(" ", 2)[:2] for line in lines if line.startswith("I-")] == [
+        ["I-c2dd8bab", "regression:"], ["I-a4cd47e9", "regression:"], ["I-09fe0484", "regression:"],
+        ["I-6ed462cc", "regression:"], ["I-0c99cb4d", "regression:"]]
+    assert len(lines) <= 30
+    assert [line for line in lines if MARKUP.search(line)] == []
+
+
+def test_a_hostile_name_pastes_as_itself_and_shows_its_control_characters():
+    from transforms.trends.night_report import night_brief
+
+    job, program = "it's; rm -rf ~", "jit_\x1b[31mred\nx"
+    at = pl.DataFrame([_incident(job=job, program=program, headline=f"{job} / {program}: x 1 → 2")])
+    lines = night_brief("2026-11-20", "b", at)
+    command = lines[-1].strip()
+    assert command == "dumpscope diff 2026-11-19 2026-11-20 --series 'it'\"'\"'s; rm -rf ~/jit_␛[31mred x/*'"
+    assert shlex.split(command)[-2:] == ["--series", "it's; rm -rf ~/jit_␛[31mred x/*"]
+    assert lines[2] == "I-00000001 regression: it's; rm -rf ~ / jit_␛[31mred x: x 1 → 2"
+    assert not any(ch < " " for line in lines for ch in line)
+
+
+def test_new_incidents_past_the_limit_are_a_command_away():
+    from transforms.trends.night_report import night_brief
+
+    at = pl.DataFrame([_incident(incident_id=f"I-0000000{i}", impact=float(i), cause="one line") for i in range(1, 8)])
+    lines = night_brief("2026-11-20", "b", at, limit=2)
+    assert lines == [
+        "Last night (2026-11-20, commit b): 7 new, 0 still open, 0 fixed, 0 improvements, 0 lost.",
+        "", "I-00000007 regression: jax-jit / jit_step: x 1 → 2 (+1)", "  cause: one line",
+        "  dumpscope diff 2026-11-19 2026-11-20 --series 'jax-jit/jit_step/*'",
+        "", "I-00000006 regression: jax-jit / jit_step: x 1 → 2 (+1)", "  cause: one line",
+        "  dumpscope diff 2026-11-19 2026-11-20 --series 'jax-jit/jit_step/*'",
+        "", "… and 5 more new: dumpscope incidents --status new"]
+
+
+# ------------------------------------------------------------ the CLI, in a process of its own
+
+# Runs the CLI in this process and says afterwards whether Prefect was imported.
+_PROBE = ("import sys\nfrom flows.cli import main\ntry:\n    main()\nfinally:\n"
+          "    print('prefect imported' if 'prefect' in sys.modules else 'prefect not imported', file=sys.stderr)\n")
+
+
+def _dumpscope(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PREFECT_HOME": str(cwd / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    env.pop("DUMPSCOPE_NOTIFY", None)
+    return subprocess.run([sys.executable, "-c", _PROBE, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+MISTAKES = {
+    "no bucket": (["--bucket", "/typo"], "error: no bucket at /typo"),
+    "warehouse is a directory": (["--warehouse", "."], "error: --warehouse . is a directory: give the warehouse file, "
+                                                       "e.g. warehouse.duckdb"),
+    "warehouse is no DuckDB file": (["--warehouse", "notes.txt"], "error: --warehouse notes.txt is not a DuckDB file"),
+    "warehouse under a file": (["--warehouse", "notes.txt/wh.duckdb"],
+                               "error: --warehouse notes.txt/wh.duckdb: {cwd}/notes.txt is a file, not a directory"),
+    "settings file missing": (["--settings", "nope.toml"], None),
+    "notify URL": (["--notify", "nonsense"], None),
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mistake", MISTAKES, ids=str)
+def test_an_operators_mistake_is_one_line_exit_2_before_prefect(mistake, tmp_path):
+    """On main: a warehouse that is a directory or no DuckDB file started Prefect and the night,
+    and ended after about a minute with a traceback (exit 1)."""
+    (tmp_path / "notes.txt").write_text("not a warehouse\n")
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    args, said = MISTAKES[mistake]
+    done = _dumpscope(["run", *args], tmp_path, timeout=60)
+    *lines, probe = done.stderr.splitlines()
+    assert (done.returncode, done.stdout, probe) == (2, "", "prefect not imported"), done.stderr
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    if said:
+        assert lines == [said.format(cwd=tmp_path)]
+    assert not (tmp_path / "data" / "warehouse.duckdb").exists() or (ROOT / "data" / "warehouse.duckdb").exists()
+
+
+@pytest.mark.integration
+def test_run_on_the_sample_prints_plain_text_and_no_prefect_log(sample_warehouse, tmp_path):
+    """A re-run of the sample's night through the CLI and its Prefect flow: on main ~180 lines of
+    Prefect log lines holding the counter table and the report's Markdown."""
+    shutil.copyfile(sample_warehouse, tmp_path / "wh.duckdb")
+    done = _dumpscope(["run", "--bucket", str(ROOT / "data" / "sample_bucket"), "--warehouse", "wh.duckdb",
+                       "--workers", "1"], tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:3] == ["Nothing new in the bucket (176 dump(s) loaded already, 0 still settling).", "", VERDICT]
+    assert PMAP_DIFF in lines and lines[-2:] == ["Report: wh.report.md", "Site: not built (--site DIR builds it)"]
+    assert len(lines) <= 30 and [line for line in lines if MARKUP.search(line)] == []
+    assert [line for line in done.stderr.splitlines() if "| INFO" in line or "Flow run" in line] == []
