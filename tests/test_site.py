@@ -215,8 +215,11 @@ def test_the_accepts_page_links_the_incidents_each_accept_closed(sample_warehous
     shutil.copyfile(sample_warehouse, w)
     out = CliRunner().invoke(app, ["accept", "jax-pmap/*", "--note", "new sharding", "--warehouse", str(w)])
     assert out.exit_code == 0, out.output
-    closed = out.output.partition("incidents closed: ")[2].partition(";")[0].split(", ")
-    assert len(closed) == 3
+    import duckdb
+
+    with duckdb.connect(str(w), read_only=True) as con:
+        [(closed,)] = con.execute("SELECT closed_incidents FROM accepts").fetchall()
+    assert closed == ["I-01dc4499", "I-48d7e96d", "I-a4cd47e9", "I-f515e5b1"]
     page = (build_site(w, tmp_path / "site").out / "accepts.html").read_text()
     row = next(r for r in re.findall(r"<tr>.*?</tr>", page, re.S) if "new sharding" in r)
     links = re.findall(r'<a href="([^"]+)">(I-[0-9a-f]{8})</a>', row)
