@@ -81,8 +81,11 @@ def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_
     aggregate(con, settings, budget=budget)
     # The one verdict: what closed is what the aggregation now says of the run.
     closed = sorted(before & changes.accepted_incident_ids(con, run_id))
-    if not changes.accepted_steps(con, run_id) - accepted_before:
-        # Raised inside the writer: the accept is discarded, not logged as done.
+    newly = changes.accepted_steps(con, run_id) - accepted_before
+    if by_id:
+        newly = {step for step in newly if step[0] == target}
+    if not newly:
+        # Not expected after the checks above; raised inside the writer: the accept is discarded, not logged as done.
         if by_id:
             job, program = changes.incident_program(con, target)
             raise AcceptRefused(f"accepting incident {target} at run {run_id!r} closes nothing; accept its program's "

@@ -81,13 +81,6 @@ def open_incident_ids(con: duckdb.DuckDBPyConnection, run_id: str) -> set[str]:
                                       [run_id]).fetchall()}
 
 
-def accepted_at(con: duckdb.DuckDBPyConnection, incident: str, run_id: str, metric: str | None) -> bool:
-    """Some step of ``incident`` (of ``metric``, when given) closed as accepted at ``run_id``."""
-    return bool(con.execute(
-        "SELECT count(*) FROM incident_steps WHERE incident_id = ? AND closed_run = ? AND closed_how = 'accepted'"
-        " AND metric = coalesce(?, metric)", [incident, run_id, metric]).fetchone()[0])
-
-
 def flagged_series(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """The series of each figure with a regression or failure open at ``run_id``."""
     return [s for (s,) in con.execute("SELECT series FROM regressions WHERE run_id = ?", [run_id]).fetchall()]
