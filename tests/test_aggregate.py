@@ -91,7 +91,10 @@ def test_accept_stops_the_flag_and_is_logged(sample_warehouse, tmp_path):
     assert res.exit_code == 0, res.output
     assert "regressions left there: 0" in res.output
     assert query(target, f"SELECT count(*) FROM regressions WHERE series = '{series}' AND run_id = '2026-11-20'").item() == 0
-    assert query(target, "SELECT series, run_id, metric, note FROM accepts").rows() == [(series, "2026-11-20", None, "bigger model")]
+    # Its steps closed, but their incidents stay open on their other series: it closed no incident.
+    assert "incidents closed: none;" in res.output
+    assert query(target, "SELECT series, run_id, metric, note, closed_incidents FROM accepts").rows() == [
+        (series, "2026-11-20", None, "bigger model", [])]
     # Other series keep theirs; an unknown series is refused with the closest names.
     assert query(target, "SELECT count(*) FROM regressions WHERE run_id = '2026-11-20'").item() == 56 - 5  # the latest's 56 but the series'
 
