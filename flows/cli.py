@@ -236,7 +236,8 @@ def accept(
     target: Annotated[str, typer.Argument(help="An incident id (I-1a2b3c4d, see `dumpscope incidents`), or a series id "
                                           "or shell pattern of series ids (jax-pmap/*).")],
     run_id: Annotated[Optional[str], typer.Argument(help="Run whose values become the new baseline (default: the latest).")] = None,
-    note: Annotated[Optional[str], typer.Option(help="Why the change is intended.")] = None,
+    # Optional to Typer so that a missing --note is one line (flows.commands.accept says it), not a usage box.
+    note: Annotated[Optional[str], typer.Option(help="Why the change is intended (required; shown on the accepts page).")] = None,
     metric: Annotated[Optional[str], typer.Option(help="Accept only this metric (default: every metric).")] = None,
     warehouse: Warehouse = DEFAULT_WAREHOUSE,
     settings: Settings = None,
@@ -244,12 +245,14 @@ def accept(
     memory_limit: MemoryLimit = None,
 ) -> None:
     """Record that a change was intended: the incident closes as accepted, the baseline restarts.
+    An accept that would close nothing is refused (exit 2); the accepts table and page list
+    the incidents each accept closed.
 
     Example:
 
     \b
         dumpscope accept I-8e6059c4 --note "bigger tiles, intended"
-        dumpscope accept 'jax-pmap/*' 2026-11-20 --metric kernel.collectives
+        dumpscope accept 'jax-pmap/*' 2026-11-20 --metric kernel.collectives --note "psum per layer"
     """
     from flows.commands import accept as command_module
 

@@ -91,11 +91,15 @@ def test_accept_stops_the_flag_and_is_logged(sample_warehouse, tmp_path):
     assert res.exit_code == 0, res.output
     assert "regressions left there: 0" in res.output
     assert query(target, f"SELECT count(*) FROM regressions WHERE series = '{series}' AND run_id = '2026-11-20'").item() == 0
-    assert query(target, "SELECT series, run_id, metric, note FROM accepts").rows() == [(series, "2026-11-20", None, "bigger model")]
+    # Its steps closed, but their incidents stay open on their other series: it closed no incident.
+    assert "incidents closed: none;" in res.output
+    assert query(target, "SELECT series, run_id, metric, note, closed_incidents FROM accepts").rows() == [
+        (series, "2026-11-20", None, "bigger model", [])]
     # Other series keep theirs; an unknown series is refused with the closest names.
     assert query(target, "SELECT count(*) FROM regressions WHERE run_id = '2026-11-20'").item() == 56 - 5  # the latest's 56 but the series'
 
-    bad = runner.invoke(app, ["accept", "jax-pmap/jit__fun/xla_buffer_assignmnt", "2026-11-20", "--warehouse", str(target)])
+    bad = runner.invoke(app, ["accept", "jax-pmap/jit__fun/xla_buffer_assignmnt", "2026-11-20", "--note", "typo",
+                              "--warehouse", str(target)])
     assert bad.exit_code != 0 and series in bad.output
 
 
@@ -185,9 +189,9 @@ def test_accept_an_incident_by_id(sample_warehouse, tmp_path):
     assert f"incidents closed: {pmap}" in res.output
     assert query(target, f"SELECT closed_run, closed_how, accepted_note FROM incidents WHERE incident_id = '{pmap}'").rows() == [
         ("2026-11-20", "accepted", "two more psums, intended")]
-    again = CliRunner().invoke(app, ["accept", pmap, "--warehouse", str(target)])
+    again = CliRunner().invoke(app, ["accept", pmap, "--note", "again", "--warehouse", str(target)])
     assert again.exit_code == 2 and "already closed (accepted in run 2026-11-20)" in again.output
-    wrong = CliRunner().invoke(app, ["accept", "jax-pmap/*", "2099-01-01", "--warehouse", str(target)])
+    wrong = CliRunner().invoke(app, ["accept", "jax-pmap/*", "2099-01-01", "--note", "n", "--warehouse", str(target)])
     assert wrong.exit_code == 2 and "no run '2099-01-01'" in wrong.output
 
 

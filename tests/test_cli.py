@@ -161,27 +161,27 @@ def test_accept_names_what_is_wrong(sample_warehouse, tmp_path):
             "memory.total_bytes, memory.parameter_bytes, memory.alias_bytes, memory.live_out_bytes",
     }
     for args, message in refused.items():
-        out = invoke("accept", *args, "--warehouse", str(w))
+        out = invoke("accept", *args, "--note", "intended", "--warehouse", str(w))
         assert (out.exit_code, out.output) == (2, f"error: {message}\n"), args
-    malformed = invoke("accept", "I-f515e5b", "--warehouse", str(w))
+    malformed = invoke("accept", "I-f515e5b", "--note", "intended", "--warehouse", str(w))
     assert malformed.exit_code == 2
     assert "no series matching 'I-f515e5b' has dumps in run '2026-11-20' (an incident id is I- and 8 hex digits" in malformed.output
     assert accepts_logged(w) == 0  # nothing refused was logged
-    ok = invoke("accept", "I-f515e5b1", "--metric", "kernel.collectives", "--warehouse", str(w))
+    ok = invoke("accept", "I-f515e5b1", "--metric", "kernel.collectives", "--note", "intended", "--warehouse", str(w))
     assert ok.exit_code == 0 and ok.output.startswith("accepted I-f515e5b1 at 2026-11-20 (kernel.collectives); ")
     assert accepts_logged(w) == 1
 
 
 def test_accepting_a_pattern_closes_its_open_incidents(sample_warehouse, tmp_path):
     w = writable(sample_warehouse, tmp_path)
-    out = invoke("accept", "jax-pmap/*", "--warehouse", str(w))
+    out = invoke("accept", "jax-pmap/*", "--note", "new sharding", "--warehouse", str(w))
     assert out.exit_code == 0 and "incidents closed: I-01dc4499, I-48d7e96d, I-a4cd47e9, I-f515e5b1;" in out.output
 
 
 def test_a_file_that_is_not_a_warehouse_is_one_line(tmp_path):
     junk = tmp_path / "notes.duckdb"
     junk.write_text("not a database\n")
-    for args in (["aggregate"], ["site", "--out", str(tmp_path / "site")], ["accept", "jax-pmap/*"]):
+    for args in (["aggregate"], ["site", "--out", str(tmp_path / "site")], ["accept", "jax-pmap/*", "--note", "n"]):
         out = invoke(*args, "--warehouse", str(junk))
         assert (out.exit_code, out.output) == (1, f"error: {junk} is not a DuckDB file\n"), args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.duckdb"]  # no standby copy, no lock left
@@ -246,10 +246,83 @@ def test_accept_and_aggregate_hold_the_memory_limit(sample_warehouse, tmp_path, 
             (budget.total, con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])) or _real(
             con, settings, budget=budget, **k))
     w = writable(sample_warehouse, tmp_path)
-    assert invoke("accept", "jax-pmap/*", "--warehouse", str(w), "--memory-limit", "600MB").exit_code == 0
+    assert invoke("accept", "jax-pmap/*", "--note", "n", "--warehouse", str(w), "--memory-limit", "600MB").exit_code == 0
     settings = tmp_path / "dumpscope.toml"
     settings.write_text('memory_limit = "700MB"\n')
     assert invoke("aggregate", "--warehouse", str(w), "--settings", str(settings)).exit_code == 0
     assert seen == [(600 * 10**6, "286.0 MiB"), (700 * 10**6, "333.0 MiB")]  # DuckDB has half until the aggregation starts
     bad = invoke("aggregate", "--warehouse", str(w), "--memory-limit", "lots")
     assert bad.exit_code == 2 and "--memory-limit" in bad.output
+
+
+def accepts_rows(warehouse: Path) -> list[tuple]:
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        return con.execute("SELECT coalesce(series, incident_id), run_id, note, closed_incidents FROM accepts "
+                           "ORDER BY accepted_at").fetchall()
+
+
+def test_a_repeated_pattern_accept_closes_nothing_and_is_refused(sample_warehouse, tmp_path):
+    """Issue 29: the second `accept 'jax-pmap/*'` was logged again and exited 0. It closes
+    nothing: exit 2, one line saying why, no accepts row, nothing re-aggregated."""
+    w = writable(sample_warehouse, tmp_path)
+    first = invoke("accept", "jax-pmap/*", "--note", "new sharding", "--warehouse", str(w))
+    assert first.exit_code == 0, first.output
+    user = accepts_logged_by(w)
+    with duckdb.connect(str(w), read_only=True) as con:
+        stamp = con.execute("SELECT value FROM schema_info WHERE key = 'aggregated_accepts'").fetchall()
+    again = invoke("accept", "jax-pmap/*", "--note", "new sharding", "--warehouse", str(w))
+    assert again.exit_code == 2
+    assert again.output.startswith(
+        f"error: accepting 'jax-pmap/*' at run '2026-11-20' closes nothing: it was accepted there already (by {user} at ")
+    assert again.output.endswith(" UTC); open there: I-b86084d8 (jax-jit/jit_train_step/xla_hlo/after_optimizations), "
+                                 "I-c2dd8bab (jax-jit/jit_train_step/xla_hlo/after_optimizations), "
+                                 "I-e61e74c6 (jax-jit/jit_train_step/xla_hlo/after_optimizations)\n")
+    assert len(again.output.splitlines()) == 1
+    assert [r[0] for r in accepts_rows(w)] == ["jax-pmap/*"]
+    with duckdb.connect(str(w), read_only=True) as con:
+        assert con.execute("SELECT value FROM schema_info WHERE key = 'aggregated_accepts'").fetchall() == stamp
+
+
+def accepts_logged_by(warehouse: Path) -> str:
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        return con.execute("SELECT accepted_by FROM accepts").fetchone()[0]
+
+
+def test_a_pattern_with_no_open_step_is_refused_before_any_work(sample_warehouse, tmp_path):
+    """A matching series with dumps there but no open step: refused, nothing logged."""
+    w = writable(sample_warehouse, tmp_path)
+    out = invoke("accept", "jax-pmap/*", "2026-11-17", "--note", "intended", "--warehouse", str(w))
+    assert (out.exit_code, out.output) == (2, "error: accepting 'jax-pmap/*' at run '2026-11-17' closes nothing: no incident "
+                                              "open there has a step on a matching series; open there: none\n")
+    assert accepts_logged(w) == 0
+
+
+def test_accept_without_a_note_is_one_line_and_exit_2(sample_warehouse, tmp_path):
+    w = writable(sample_warehouse, tmp_path)
+    for note in ([], ["--note", "  "]):
+        out = invoke("accept", "I-f515e5b1", *note, "--warehouse", str(w))
+        assert (out.exit_code, out.output) == (
+            2, "error: --note is required: say why the change is intended, e.g. --note 'bigger tiles, intended'\n"), note
+    assert accepts_logged(w) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wh.duckdb"]  # refused before the writer: no standby, no lock
+
+
+def test_each_accepts_row_lists_the_incidents_shown_accepted_at_its_run(sample_warehouse, tmp_path):
+    """The one verdict: the accepts row's closed_incidents are the incidents incident_status
+    shows accepted at that run (and open there before), for an id, a pattern and a series."""
+    w = writable(sample_warehouse, tmp_path)
+
+    def accepted_at(run: str) -> set[str]:
+        with duckdb.connect(str(w), read_only=True) as con:
+            return {i for (i,) in con.execute("SELECT incident_id FROM incident_status WHERE run_id = ? "
+                                              "AND status = 'accepted'", [run]).fetchall()}
+
+    assert invoke("accept", "I-f515e5b1", "2026-11-19", "--note", "two psums", "--warehouse", str(w)).exit_code == 0
+    assert accepted_at("2026-11-19") == {"I-f515e5b1"}
+    out = invoke("accept", "jax-pmap/*", "--note", "new sharding", "--warehouse", str(w))
+    assert out.exit_code == 0, out.output
+    shown = accepted_at("2026-11-20")
+    assert "incidents closed: " + ", ".join(sorted(shown)) + ";" in out.output
+    assert accepts_rows(w) == [("I-f515e5b1", "2026-11-19", "two psums", ["I-f515e5b1"]),
+                               ("jax-pmap/*", "2026-11-20", "new sharding", sorted(shown))]
+    assert sorted(shown) == ["I-01dc4499", "I-48d7e96d", "I-a4cd47e9"]

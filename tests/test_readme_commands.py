@@ -166,9 +166,12 @@ EXPECTED: dict[str, tuple[int, list, object]] = {
                         "WHERE incident_id = 'I-f515e5b1'") == [("2026-11-20", "accepted", "two more psums, intended")]),
     # Which incidents a pattern closes: tests/test_cli.py (test_accepting_a_pattern_closes_its_open_incidents).
     "accept jax-pmap/* --note new sharding": (
-        0, ["accepted jax-pmap/* at 2026-11-20; incidents closed: "],
-        lambda d: query(d / "data" / "warehouse.duckdb", "SELECT series, run_id, note FROM accepts") == [
-            ("jax-pmap/*", "2026-11-20", "new sharding")]),
+        0, ["accepted jax-pmap/* at 2026-11-20; incidents closed: I-"],
+        # The incidents it closed, as the incidents' own statuses at the run say.
+        lambda d: query(d / "data" / "warehouse.duckdb", "SELECT series, run_id, note, closed_incidents FROM accepts") == [
+            ("jax-pmap/*", "2026-11-20", "new sharding", [i for (i,) in query(
+                d / "data" / "warehouse.duckdb", "SELECT incident_id FROM incident_status WHERE run_id = '2026-11-20' "
+                "AND status = 'accepted' ORDER BY incident_id")])]),
     "diff 2026-11-19 2026-11-20 --series jax-pmap/*": (0, [
         "2026-11-19 → 2026-11-20\n\njax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment\n  batch 96 → 128: 8 allocations rescaled\n",
         "  memory.temp_bytes 176.5 KiB → 299.3 KiB (+122.8 KiB, +69.5 %)\n",

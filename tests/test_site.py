@@ -200,3 +200,27 @@ def test_a_warehouse_no_writer_has_opened_since_the_upgrade_says_what_to_do(samp
     assert fixed.exit_code == 0, fixed.output
     now = CliRunner().invoke(app, ["incidents", "--warehouse", str(old)])
     assert now.exit_code == 0, now.output
+
+
+def test_the_accepts_page_links_the_incidents_each_accept_closed(sample_warehouse, tmp_path):
+    """Issue 29: a pattern accept did not say which incidents it closed. The accepts page
+    lists them, each a link to its incident page, from the accepts row the accept wrote."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from flows.publish.site import build_site
+    from transforms.site.data import incident_file
+
+    w = tmp_path / "wh.duckdb"
+    shutil.copyfile(sample_warehouse, w)
+    out = CliRunner().invoke(app, ["accept", "jax-pmap/*", "--note", "new sharding", "--warehouse", str(w)])
+    assert out.exit_code == 0, out.output
+    import duckdb
+
+    with duckdb.connect(str(w), read_only=True) as con:
+        [(closed,)] = con.execute("SELECT closed_incidents FROM accepts").fetchall()
+    assert closed == ["I-01dc4499", "I-48d7e96d", "I-a4cd47e9", "I-f515e5b1"]
+    page = (build_site(w, tmp_path / "site").out / "accepts.html").read_text()
+    row = next(r for r in re.findall(r"<tr>.*?</tr>", page, re.S) if "new sharding" in r)
+    links = re.findall(r'<a href="([^"]+)">(I-[0-9a-f]{8})</a>', row)
+    assert links == [(incident_file(i).replace(".md", ".html"), i) for i in closed]

@@ -324,3 +324,19 @@ def test_sql_refusal_is_one_line_not_a_traceback(tmp_path, batch):
                           "--warehouse", str(db)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: refused:") and "Traceback" not in out.stderr
+
+
+def test_accepts_logged_before_schema_14_keep_no_closed_incidents(tmp_path):
+    """Migration 14 adds accepts.closed_incidents (documented); older rows read NULL, not a guess."""
+    db = tmp_path / "v13.duckdb"
+    with Warehouse(db) as con:
+        con.execute("INSERT INTO accepts (series, run_id, note, accepted_by, accepted_at) "
+                    "VALUES ('jax/*', 'r1', 'old', 'ana', TIMESTAMP '2026-01-01 00:00:00')")
+        con.execute("ALTER TABLE accepts DROP COLUMN closed_incidents")
+        con.execute(ws.set_version_sql(13))
+    with Warehouse(db) as con:
+        assert schema_version(con) == 14
+        assert con.execute("SELECT series, closed_incidents FROM accepts").fetchall() == [("jax/*", None)]
+        [(comment,)] = con.execute("SELECT comment FROM duckdb_columns() WHERE table_name = 'accepts' "
+                                   "AND column_name = 'closed_incidents'").fetchall()
+        assert comment.startswith("The incidents this accept closed")

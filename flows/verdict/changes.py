@@ -2,8 +2,8 @@
 hold to compare, and what an accept names and changes.
 
 Values from outside (run ids, incident ids, series patterns) are bound as parameters, never
-formatted into SQL. ``log_accept`` is the only write: the caller holds the warehouse's one
-writer (``flows.warehouse.store.Warehouse``) and re-aggregates after it.
+formatted into SQL. ``log_accept`` and ``record_closed`` are the only writes: the caller holds the warehouse's
+one writer (``flows.warehouse.store.Warehouse``) and re-aggregates between them.
 May import ``warehouse`` and ``transforms``.
 """
 
@@ -81,20 +81,49 @@ def open_incident_ids(con: duckdb.DuckDBPyConnection, run_id: str) -> set[str]:
                                       [run_id]).fetchall()}
 
 
-def accepted_at(con: duckdb.DuckDBPyConnection, incident: str, run_id: str, metric: str | None) -> bool:
-    """Some step of ``incident`` (of ``metric``, when given) closed as accepted at ``run_id``."""
-    return bool(con.execute(
-        "SELECT count(*) FROM incident_steps WHERE incident_id = ? AND closed_run = ? AND closed_how = 'accepted'"
-        " AND metric = coalesce(?, metric)", [incident, run_id, metric]).fetchone()[0])
-
-
 def flagged_series(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
     """The series of each figure with a regression or failure open at ``run_id``."""
     return [s for (s,) in con.execute("SELECT series FROM regressions WHERE run_id = ?", [run_id]).fetchall()]
 
 
+def open_steps(con: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, str, str | None, str | None]]:
+    """(incident_id, series, metric, closed_run) of every step of the incidents open at
+    ``run_id`` (incident_status): what an accept there could close. A step whose
+    ``closed_run`` is not after ``run_id`` is no longer open there; the caller orders runs."""
+    return con.execute("""SELECT s.incident_id, s.series, s.metric, s.closed_run FROM incident_steps s
+                          JOIN incident_status i ON i.incident_id = s.incident_id AND i.run_id = ?
+                          WHERE i.status IN ('new', 'open') ORDER BY s.incident_id, s.series, s.metric""",
+                       [run_id]).fetchall()
+
+
+def accepted_steps(con: duckdb.DuckDBPyConnection, run_id: str) -> set[tuple[str, str, str | None]]:
+    """(incident_id, series, metric) of every step closed as accepted at ``run_id``."""
+    return set(con.execute("SELECT incident_id, series, metric FROM incident_steps "
+                           "WHERE closed_run = ? AND closed_how = 'accepted'", [run_id]).fetchall())
+
+
+def accepted_incident_ids(con: duckdb.DuckDBPyConnection, run_id: str) -> set[str]:
+    """Incidents whose status at ``run_id`` is accepted (the view incident_status)."""
+    return {i for (i,) in con.execute("SELECT incident_id FROM incident_status WHERE run_id = ? AND status = 'accepted'",
+                                      [run_id]).fetchall()}
+
+
+def earlier_accepts(con: duckdb.DuckDBPyConnection, target: str, run_id: str) -> list[tuple[str, datetime]]:
+    """(accepted_by, accepted_at) of the accepts logged before naming ``target`` (a pattern or
+    an incident id) at ``run_id``."""
+    return con.execute("SELECT accepted_by, accepted_at FROM accepts WHERE run_id = ? AND (series = ? OR incident_id = ?) "
+                       "ORDER BY accepted_at", [run_id, target, target]).fetchall()
+
+
 def log_accept(con: duckdb.DuckDBPyConnection, *, series: str | None, run_id: str, metric: str | None, note: str | None,
                accepted_by: str, accepted_at: datetime, incident_id: str | None) -> None:
-    """One row of the accept log (inside the caller's writer)."""
+    """One row of the accept log (inside the caller's writer); ``record_closed`` fills its
+    ``closed_incidents`` once the aggregation has run."""
     con.execute("INSERT INTO accepts (series, run_id, metric, note, accepted_by, accepted_at, incident_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", [series, run_id, metric, note, accepted_by, accepted_at, incident_id])
+
+
+def record_closed(con: duckdb.DuckDBPyConnection, accepted_at: datetime, closed: list[str]) -> None:
+    """Write the incidents the accept logged at ``accepted_at`` closed into its row."""
+    con.execute("UPDATE accepts SET closed_incidents = ? WHERE accepted_at = ? AND closed_incidents IS NULL",
+                [closed, accepted_at])

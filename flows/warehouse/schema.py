@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 
 def quote_ident(name: str) -> str:
@@ -100,6 +100,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "accepted_by": ("VARCHAR", "Who accepted it (the login name of the user running the command)."),
             "accepted_at": ("TIMESTAMP", "When it was accepted (UTC)."),
             "incident_id": ("VARCHAR", "The incident accepted (incidents.incident_id); NULL when the accept names series."),
+            "closed_incidents": ("VARCHAR[]", "The incidents this accept closed (incidents.incident_id, sorted): those open at run_id before it whose status there (incident_status) is accepted after the aggregation it ran. Empty when it closed steps of incidents that stay open (their other steps are not accepted); NULL for accepts logged before schema version 14, which did not record it."),
         },
     ),
     "compacted_contents": (
@@ -342,6 +343,9 @@ MIGRATIONS: list[Migration] = [
     )),
     # A damaged records file was healed silently: the overview says which, and whether its content came back.
     Migration(13, "store_repairs: the records files the writer found damaged and unlisted", (_create_core("store_repairs"),)),
+    # A pattern accept did not say which incidents it closed (issue 29); older rows keep NULL.
+    Migration(14, "accepts: the incidents each accept closed", (
+        "ALTER TABLE accepts ADD COLUMN IF NOT EXISTS closed_incidents VARCHAR[]",)),
 ]
 
 

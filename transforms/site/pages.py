@@ -269,14 +269,20 @@ def runs_index(d: SiteData) -> dict:
 
 def accepts_page(d: SiteData) -> dict:
     """The accept log. An accept names a series, a shell pattern of series (``jax-pmap/*``)
-    or an incident (series NULL); only a series and a run that have pages are links."""
+    or an incident (series NULL); only a series and a run that have pages are links. Each
+    lists the incidents it closed (``accepts.closed_incidents``, written from the incidents
+    its aggregation computed), each a link when the site has its page; ``closed`` is None
+    for an accept logged before that was recorded."""
     catalog = set() if d.series_catalog is None else set(d.series_catalog.get_column("series").to_list())
+    paged = set() if d.incidents is None else set(d.incidents.get_column("incident_id").to_list())
     rows = []
     for a in d.accepts.iter_rows(named=True):
-        series, incident = a.get("series"), a.get("incident_id")
+        series, incident, closed = a.get("series"), a.get("incident_id"), a.get("closed_incidents")
         rows.append({**a, "what": series if series is not None else f"incident {incident or '?'}",
                      "series_link": d.series_link(series) if series in catalog else None,
-                     "run_link": d.known_run(a["run_id"], "")})
+                     "run_link": d.known_run(a["run_id"], ""),
+                     "closed": None if closed is None else [
+                         {"id": i, "link": incident_link(i) if i in paged else None} for i in closed]})
     return {"accepts": rows}
 
 
