@@ -12,7 +12,7 @@ import pytest
 from flows.commands import query
 from flows.commands.query import QueryError, answer, run_query
 from flows.warehouse import records
-from flows.warehouse.loading import upsert_runs
+from flows.warehouse.loading import load_dumps, upsert_runs
 from flows.warehouse.store import Warehouse
 from tests.test_records_store import hlo, warehouse_with  # noqa: F401 - hlo: the fixture
 
@@ -61,3 +61,25 @@ def test_the_query_page_says_which_runs_the_records_tables_hold(sample_site):
     text = " ".join(page.split())
     assert f"They hold every row of runs {NIGHTS[0]} to {NIGHTS[-1]} (4 runs)." in text
     assert "keep_records_runs in dumpscope.toml, default 7" in text
+
+
+def test_held_runs_tells_whole_runs_from_runs_held_in_part(tmp_path, hlo):  # noqa: F811
+    """r1 had both contents, r2 the first only; the second's records compacted: r2 is whole,
+    r1 held in part (its first content, which r2 still has), r0 (no dump) holds none."""
+    from dataclasses import replace
+
+    first, second = hlo
+    db = warehouse_with(tmp_path / "wh.duckdb", first)
+    with Warehouse(db) as con:
+        load_dumps(con, [replace(second, path="r1/job/other.txt"),
+                         replace(first, run_id="r2", path="r2/job/module.txt", tables=None, metrics=None)])
+        upsert_runs(con, [{"run_id": r, "started_at": datetime(2026, 11, d), "commit": None, "tags": [], "extra": {},
+                           "meta_errors": []} for r, d in (("r0", 19), ("r1", 20), ("r2", 21))])
+        assert records.held_runs(con) == records.HeldRuns(whole=("r2", "r1"), without=1)
+        records.drop_contents(con, f"SELECT '{second.dump_id}'")
+        con.execute("INSERT INTO compacted_contents VALUES (?)", [second.dump_id])
+        held = records.held_runs(con)
+    assert held == records.HeldRuns(whole=("r2",), partial=("r1",), without=1)
+    assert held.describe() == ("the records tables hold every row of run r2, and of run r1 the contents later runs "
+                               "still have; 1 other run none ([warehouse] keep_records_runs: the last N runs' contents "
+                               "are kept)")
