@@ -2,8 +2,9 @@
 
 The query runs through ``flows.warehouse.inspect.rows_of`` on a locked-down read-only
 connection. A refusal caused by the records store says so: a copied warehouse file whose
-records directory is not there names the directory (exit 2; the other tables answer), a
-damaged store names the file (``inspect.store_damage``). Those errors, and a query on the
+records directory (the one its writer named, elsewhere) is not there names the directory
+(exit 2; the other tables answer), a damaged store names the file and the repair
+(``inspect.store_damage``; a store gone from beside the file its writer wrote is one). Those errors, and a query on the
 records tables that finds no row, say which runs the records tables hold
 (``records.held_runs``: the last ``[warehouse] keep_records_runs`` runs' contents).
 """
@@ -53,7 +54,8 @@ def answer(warehouse: Path, query: str) -> tuple[list[str], list[tuple], str | N
         return names, rows, note
     except (duckdb.PermissionException, duckdb.InvalidInputException, duckdb.IOException) as exc:
         gone = _missing_root(con)
-        if gone is not None:
+        # Gone from beside this very file: a damaged store, which a writer repairs (below).
+        if gone is not None and gone != records.root_for(warehouse):
             raise QueryError(plain_text(
                 f"the records directory {gone} is missing: the records tables ({', '.join(sorted(all_tables()))}) "
                 "read their rows there: a copy of the warehouse file reads the directory its writer named, at that "
