@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 
 from flows.commands import query
-from flows.commands.query import QueryError, answer, run_query
+from flows.commands.query import QueryError, run_query
 from flows.warehouse import records
 from flows.warehouse.loading import load_dumps, upsert_runs
 from flows.warehouse.store import Warehouse
@@ -41,13 +41,13 @@ def test_a_copy_without_its_records_directory_names_it_and_its_other_tables_answ
 
 
 def test_a_records_query_that_finds_nothing_says_which_runs_are_held(sample_warehouse, capsys):
-    names, rows, note = answer(sample_warehouse, "SELECT name FROM hlo_instructions WHERE opcode = 'no-such-op'")
+    names, rows, note = query.answer(sample_warehouse, "SELECT name FROM hlo_instructions WHERE opcode = 'no-such-op'")
     assert (names, rows) == (["name"], [])
     assert note == (f"the records tables hold every row of runs {NIGHTS[0]} to {NIGHTS[-1]} (4 runs) "
                     "([warehouse] keep_records_runs: the last N runs' contents are kept)")
     # Other tables, or rows found: no note.
-    assert answer(sample_warehouse, "SELECT run_id FROM runs WHERE run_id = 'none'")[2] is None
-    assert answer(sample_warehouse, "SELECT count(*) FROM hlo_instructions")[2] is None
+    assert query.answer(sample_warehouse, "SELECT run_id FROM runs WHERE run_id = 'none'")[2] is None
+    assert query.answer(sample_warehouse, "SELECT count(*) FROM hlo_instructions")[2] is None
     query.main(query="SELECT name FROM hlo_instructions WHERE false", warehouse=sample_warehouse, fmt="csv")
     out, err = capsys.readouterr()
     assert out == "name\n" and err == f"note: no rows; {note}\n"
