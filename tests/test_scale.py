@@ -53,11 +53,40 @@ def _count(warehouse: Path, sql: str):
 
 @pytest.fixture(scope="module")
 def four_nights(tmp_path_factory) -> tuple[Path, Path]:
+    """The sample's nights one by one with the default settings (records of the last 7 runs kept)."""
     where = tmp_path_factory.mktemp("scale")
     bucket, warehouse = where / "bucket", where / "wh.duckdb"
     for night in NIGHTS:
         _night(bucket, warehouse, night)
     return bucket, warehouse
+
+
+@pytest.fixture(scope="module")
+def compacted_nights(tmp_path_factory) -> tuple[Path, Path]:
+    """The same nights keeping the records of the latest run only (``keep_records_runs = 1``)."""
+    where = tmp_path_factory.mktemp("compacted")
+    settings = where / "keep_one.toml"
+    settings.write_text("[warehouse]\nkeep_records_runs = 1\n")
+    bucket, warehouse = where / "bucket", where / "wh.duckdb"
+    for night in NIGHTS:
+        _night(bucket, warehouse, night, settings=settings)
+    return bucket, warehouse
+
+
+def test_a_week_of_records_answers_a_query_per_run(four_nights):
+    """"What changed in hlo_instructions this week": with the default retention every sample
+    run's HLO dumps have their instruction rows, and the warehouse says it holds those runs."""
+    _, warehouse = four_nights
+    per_run = ("SELECT d.run_id, count(DISTINCT h.dump_id) FROM hlo_instructions h JOIN dumps d USING (dump_id) "
+               "GROUP BY d.run_id ORDER BY d.run_id")
+    hlo_dumps = ("SELECT run_id, count(DISTINCT dump_id) FROM dumps WHERE kind = 'xla_hlo' AND status <> 'failed' "
+                 "GROUP BY run_id ORDER BY run_id")
+    with wh.connect_readonly(warehouse) as con:
+        found = con.execute(per_run).fetchall()
+        assert found == con.execute(hlo_dumps).fetchall()
+        assert [run for run, _ in found] == NIGHTS
+        assert con.execute("SELECT count(*) FROM compacted_contents").fetchall() == [(0,)]
+        assert records.held_runs(con) == records.HeldRuns(whole=tuple(reversed(NIGHTS)))
 
 
 def test_items_are_computed_once_per_content(four_nights, tmp_path):
@@ -86,13 +115,10 @@ def _copy_bucket(bucket: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def test_compaction_keeps_only_the_latest_runs_records_and_every_figure_exact(four_nights, tmp_path):
-    _, compacted = four_nights
-    settings = tmp_path / "keep_all.toml"
-    settings.write_text("[warehouse]\nkeep_records_runs = 0\n")
-    bucket, full = tmp_path / "bucket", tmp_path / "full.duckdb"
-    for night in NIGHTS:
-        _night(bucket, full, night, settings=settings)
+def test_compaction_keeps_only_the_latest_runs_records_and_every_figure_exact(compacted_nights, four_nights):
+    _, compacted = compacted_nights
+    _, full = four_nights  # four runs, seven kept: nothing compacted
+    assert _count(full, "SELECT count(*) FROM compacted_contents") == 0
     latest = f"SELECT dump_id FROM dumps WHERE run_id = '{NIGHTS[-1]}'"
     for table in RECORDS:
         kept = _count(compacted, f"SELECT count(DISTINCT dump_id) FROM {table}")
@@ -109,6 +135,15 @@ def test_compaction_keeps_only_the_latest_runs_records_and_every_figure_exact(fo
         latest_ids = {d for (d,) in con.execute(latest).fetchall()}
     assert store(compacted) == listed and {name.split("/")[1][:64] for name in listed} <= latest_ids
     assert len(store(full)) > len(store(compacted))
+    # The latest run is whole; an older run is held in part when it shares a content that has records with it
+    # (in the sample no older run does).
+    with wh.connect_readonly(compacted) as con:
+        sharing = {r for (r,) in con.execute(f"SELECT DISTINCT run_id FROM dumps WHERE dump_id IN ({latest}) "
+                                              f"AND dump_id IN (SELECT dump_id FROM records_files) "
+                                              f"AND run_id <> '{NIGHTS[-1]}'").fetchall()}
+        held = records.held_runs(con)
+    assert held.whole == (NIGHTS[-1],)
+    assert set(held.partial) == sharing and held.without == len(NIGHTS) - 1 - len(sharing)
     a, b = snapshot(compacted), snapshot(full)
     derived = ["dump_series", "metric_trends", "series_events", "run_rollups", "job_totals",
                "content_item_rows", "excerpt_texts", "diffs", "incidents", "incident_steps", "metrics", "dumps"]
@@ -116,8 +151,8 @@ def test_compaction_keeps_only_the_latest_runs_records_and_every_figure_exact(fo
         assert a[table] == b[table], table
 
 
-def test_a_content_that_comes_back_after_compaction_is_loaded_again(four_nights, tmp_path):
-    bucket, warehouse = four_nights
+def test_a_content_that_comes_back_after_compaction_is_loaded_again(compacted_nights, tmp_path):
+    bucket, warehouse = compacted_nights
     work = tmp_path / "wh.duckdb"
     shutil.copyfile(warehouse, work)
     first = f"SELECT count(*) FROM hlo_instructions WHERE dump_id IN (SELECT dump_id FROM dumps WHERE run_id = '{NIGHTS[0]}')"

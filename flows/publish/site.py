@@ -29,6 +29,7 @@ import jinja2
 import polars as pl
 
 from flows.verdict import incidents as verdict
+from flows.warehouse import records
 from flows.warehouse.reads import frame_of
 from flows.warehouse.store import connect_readonly
 from transforms import escape
@@ -155,6 +156,8 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
         # Every run of the window for the lines the section charts draw (a point a night);
         # the pages need only the change points of everything else.
         pairs = sections.charted_pairs(data)
+        held = records.held_runs(con)
+        data.records_runs = {"whole": list(held.whole), "partial": list(held.partial), "without": held.without}
         data.chart_rows = q(f"""SELECT {cols} FROM metric_trends t
                                 JOIN (SELECT unnest(?::VARCHAR[]) AS p_series, unnest(?::VARCHAR[]) AS p_metric) p
                                   ON t.series = p.p_series AND t.metric = p.p_metric
@@ -277,7 +280,7 @@ def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) ->
     page("accepts.md.j2", "accepts.md", **pages.accepts_page(d))
     page("query.md.j2", "query.md", warehouse=d.warehouse_path, tables=d.tables.to_dicts(),
          columns={name: rows.to_dicts() for (name,), rows in d.columns.group_by("name", maintain_order=True)},
-         latest=d.latest)
+         latest=d.latest, records_runs=d.records_runs or {"whole": [], "partial": [], "without": 0})
     page("runs.md.j2", "runs/index.md", **pages.runs_index(d))
     for run_id, context in pages.run_pages(d):
         page("run.md.j2", site_data.run_file(run_id), **context)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
@@ -45,7 +46,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from flows.warehouse import schema as ws
-from flows.warehouse.reads import registered
+from flows.warehouse.reads import LATEST_RUN_FIRST, registered
 from transforms.escape import sql_literal
 from transforms.parsers.formats import all_table_docs, all_tables
 
@@ -63,6 +64,15 @@ def root_for(warehouse: Path | str) -> Path:
 def stored_root(con) -> Path | None:
     row = con.execute("SELECT value FROM schema_info WHERE key = ?", [ROOT_KEY]).fetchall()
     return Path(row[0][0]) if row and row[0][0] else None
+
+
+def missing_root(con) -> Path | None:
+    """The store this warehouse's views read when it lists files and the directory is not
+    there (a warehouse file copied without its records directory), else None."""
+    if not con.execute("SELECT count(*) FROM records_files").fetchall()[0][0]:
+        return None
+    root = root_of(con)
+    return None if root.is_dir() else root
 
 
 def root_of(con) -> Path:
@@ -348,11 +358,50 @@ def heal(con, files: dict[str, str]) -> list[str]:
     return contents
 
 
+@dataclass(frozen=True)
+class HeldRuns:
+    """Which runs the records tables hold, latest first: ``whole`` (none of the run's
+    contents was compacted) and ``partial`` (some were: those later runs still have are
+    listed); ``without``: how many runs hold none (compacted, or loaded before records
+    were kept)."""
+    whole: tuple[str, ...] = ()
+    partial: tuple[str, ...] = ()
+    without: int = 0
+
+    def describe(self) -> str:
+        """One sentence for people (plain text: a caller escapes the run ids for its context)."""
+        def span(runs: tuple[str, ...]) -> str:
+            return f"run {runs[0]}" if len(runs) == 1 else f"runs {runs[-1]} to {runs[0]} ({len(runs)} runs)"
+
+        if not self.whole and not self.partial:
+            return "the records tables hold no run's rows"
+        held = f"the records tables hold every row of {span(self.whole)}" if self.whole else \
+            "the records tables hold no whole run"
+        if self.partial:
+            held += f", and of {span(self.partial)} the contents later runs still have"
+        if self.without:
+            held += f"; {self.without} other run{'s' if self.without > 1 else ''} none"
+        return held + " ([warehouse] keep_records_runs: the last N runs' contents are kept)"
+
+
+def held_runs(con) -> HeldRuns:
+    """The runs whose records rows the views read (``HeldRuns``)."""
+    found = con.execute(f"""
+        SELECT r.run_id,
+               count(d.dump_id) FILTER (WHERE d.dump_id IN (SELECT dump_id FROM compacted_contents)) AS compacted,
+               count(d.dump_id) FILTER (WHERE d.dump_id IN (SELECT dump_id FROM records_files)) AS held
+        FROM runs r LEFT JOIN dumps d USING (run_id)
+        GROUP BY r.run_id, r.started_at {LATEST_RUN_FIRST}""").fetchall()
+    return HeldRuns(whole=tuple(r for r, compacted, held in found if held and not compacted),
+                    partial=tuple(r for r, compacted, held in found if held and compacted),
+                    without=sum(1 for _, _, held in found if not held))
+
+
 def allowed_files(con) -> list[str]:
     """Absolute paths of every file the views read (what a locked-down reader may open)."""
     root = root_of(con)
     return [str(root / n) for (n,) in con.execute("SELECT file FROM records_files ORDER BY file").fetchall()]
 
 
-__all__ = ["REPAIR_HINT", "ROOT_KEY", "add_rows", "adopt", "allowed_files", "damaged", "damaged_contents", "heal", "drop_contents", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for",
+__all__ = ["HeldRuns", "REPAIR_HINT", "ROOT_KEY", "add_rows", "adopt", "allowed_files", "damaged", "damaged_contents", "heal", "held_runs", "missing_root", "drop_contents", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for",
            "root_of", "stored_root", "store_name", "sweep", "view_sql"]

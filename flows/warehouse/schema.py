@@ -104,7 +104,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         },
     ),
     "compacted_contents": (
-        "Contents whose records rows were compacted away (flows.verdict.aggregate.compact_records): no dump of the latest [warehouse] keep_records_runs runs held them and their items were stored. Their dumps, metrics and items stay; a content that comes back is parsed again and leaves this table.",
+        "Contents whose records rows were compacted away (flows.verdict.compaction.compact_records): no dump of the latest [warehouse] keep_records_runs runs (default 7) held them and their items were stored. Their dumps, metrics and items stay; a content that comes back is parsed again and leaves this table.",
         {
             "dump_id": ("VARCHAR NOT NULL", "The content (dumps.dump_id) whose records rows are gone; listed once."),
         },
@@ -484,9 +484,16 @@ def verdict_view_docs() -> dict[str, dict[str, str]]:
     }
 
 
+# Said on every records view (its comment): which runs it holds, and what a copy of the file needs.
+RECORDS_HELD_DOC = (" Holds the rows of the contents of the last [warehouse] keep_records_runs runs (default 7; 0: every run;"
+                    " a content shared by runs is stored once); older contents are compacted (compacted_contents), their"
+                    " metrics, items and diffs kept. Rows are Parquet files under schema_info.records_root (records_files):"
+                    " a copy of the warehouse file needs that directory too.")
+
+
 def records_comments_sql(table: str, schema: pl.Schema, tdocs: Mapping[str, str]) -> list[str]:
     """COMMENT ON statements for one records table (a view over its files)."""
-    out = [f"COMMENT ON VIEW {quote_ident(table)} IS {quote_literal(tdocs.get('', table))}"]
+    out = [f"COMMENT ON VIEW {quote_ident(table)} IS {quote_literal(tdocs.get('', table) + RECORDS_HELD_DOC)}"]
     col_docs = {c: d for c, (_, d) in IDENTITY_COLUMNS.items()} | {c: tdocs.get(c, c) for c in schema.names()}
     return out + [f"COMMENT ON COLUMN {quote_ident(table)}.{quote_ident(c)} IS {quote_literal(d)}" for c, d in col_docs.items()]
 

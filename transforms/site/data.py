@@ -67,6 +67,9 @@ class SiteData:
     undelivered: pl.DataFrame | None = None
     # records files the writer found damaged in the last 7 days: file, reason, repaired_at, parsed_again
     store_repairs: pl.DataFrame | None = None
+    # the runs whose records rows the records tables hold, latest first (flows.warehouse.records.held_runs):
+    # "whole" (no content compacted), "partial" (some compacted) and "without" (how many runs hold none)
+    records_runs: dict[str, list[str] | int] | None = None
 
     @cached_property
     def steps(self) -> pl.DataFrame:

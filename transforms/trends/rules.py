@@ -30,7 +30,7 @@ Settings file (TOML, ``dumpscope.toml``)::
     url = "https://dumpscope.example.org/"   # optional: where the site is published (links from chats, check)
 
     [warehouse]
-    keep_records_runs = 1             # records rows kept for the contents of the last N runs (0: all)
+    keep_records_runs = 7             # records rows kept for the contents of the last N runs (0: all)
 
     [[rule]]
     metric = "memory.*"               # required: a pattern on metric names
@@ -103,6 +103,11 @@ FALLBACK_RULE = Rule("*", NEUTRAL)
 # Other absent metrics stay absent: memory figures a dump cannot tell, skipped ONNX steps.
 ZERO_WHEN_ABSENT = r"^(?:kernel|fusion|inductor)\.|^onnx\.errors$"
 
+# [warehouse] keep_records_runs: the records rows (instruction by instruction) of the contents of the
+# last N runs are kept for ad-hoc SQL, a week of nightlies ("what changed this week"); contents shared
+# between runs are stored once, so N runs cost their new contents only. Not an input of the figures.
+DEFAULT_KEEP_RECORDS_RUNS = 7
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -114,7 +119,7 @@ class Settings:
     floor_count: float = 1.0  # ... of a count
     # Not inputs of the figures (left out of repr, which stamps the aggregation):
     memory_limit: str | int | None = field(default=None, repr=False, compare=False)  # "2GB": flows.resources
-    keep_records_runs: int = field(default=1, repr=False, compare=False)  # 0: keep every run's records
+    keep_records_runs: int = field(default=DEFAULT_KEEP_RECORDS_RUNS, repr=False, compare=False)  # 0: keep every run's records
     # [site] history_runs: how much the site shows (0: every run). Not an input of the
     # figures: left out of repr, which stamps the aggregation.
     site_history_runs: int = field(default=90, repr=False, compare=False)
@@ -168,7 +173,7 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
     if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (str, int))):
         raise ValueError(f"{source}: memory_limit must be a size such as \"2GB\"")
     warehouse = data.get("warehouse", {})
-    keep = warehouse.get("keep_records_runs", 1) if isinstance(warehouse, dict) else None
+    keep = warehouse.get("keep_records_runs", DEFAULT_KEEP_RECORDS_RUNS) if isinstance(warehouse, dict) else None
     if not isinstance(warehouse, dict) or set(warehouse) - {"keep_records_runs"} or not isinstance(keep, int) or keep < 0:
         raise ValueError(f"{source}: [warehouse] takes keep_records_runs, an integer >= 0")
     site = data.get("site", {})
