@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import polars as pl
@@ -240,9 +239,7 @@ def test_enormous_line_and_unknown_classes():
             "    buf0: NewBuffer\n    buf0.layout = FixedLayout('xpu:1', torch.float32, size=[2, 3], stride=[3, 1])\n"
             "    buf0.users = [NodeUser(node=OUTPUT, can_inplace=False, is_weak=False)]\n]\n"
             + "op1: SchedulerNode(ComputedBuffer)\n" + "op1.zzz = " + "y" * 50_000_000 + "\n\n\n")
-    t0 = time.perf_counter()
-    tables, s = run(text.splitlines(keepends=True))
-    assert time.perf_counter() - t0 < 10
+    tables, s = run(text.splitlines(keepends=True))  # its time is bench_bomb's figure, not an assertion
     assert s.metrics["inductor.nodes.FutureSchedulerNode"] == 1 and s.metrics["kernel.generated"] == 1
     assert tables["inductor_buffers"]["device"].to_list() == ["xpu:1"] and s.metrics["memory.buffer_bytes"] == 24
     assert s.errors == [] and not s.truncated
