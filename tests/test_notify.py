@@ -461,3 +461,40 @@ def test_chat_text_leaves_no_mention_in_any_service(service):
         assert "[x](" not in text and "\\[x\\]\\(http\\:\\/\\/e\\)" in text
     with pytest.raises(ValueError, match="not a notification service"):
         chat_text("x", "irc")
+
+
+def test_with_a_site_url_the_summary_and_the_messages_link_to_the_incident_pages(sample_warehouse, sample_site,
+                                                                                 monkeypatch, tmp_path):
+    """``[site] url``: the nightly summary (the report file) and every notification link the run
+    and each incident to their pages of the published site, pages the site has."""
+    import flows.publish.notify
+    from flows.publish.notify import Delivery, announce, describe
+    from flows.publish.report import night_report
+    from flows.verdict.settings import load_settings
+    from flows.warehouse.store import connect_readonly
+
+    settings_file = tmp_path / "dumpscope.toml"
+    settings_file.write_text('[site]\nurl = "https://dumps.example.org/nightly/"\n')
+    settings = load_settings(settings_file)
+    text, counts = night_report(sample_warehouse, "2026-11-18", settings)
+    site = "https://dumps.example.org/nightly/"
+    assert text.startswith(f"# Dumpscope: run [2026-11-18]({site}runs/2026-11-18.html) (commit")
+    linked = [line for line in text.splitlines() if f"]({site}incidents/i-" in line]
+    assert len(linked) == counts["new"] + counts["open"] + counts["fixed"] + counts["improvements"] == 5
+    for line in linked:  # each page is one the site has
+        page = line.split(f"]({site}", 1)[1].split(")", 1)[0]
+        assert (sample_site.out / page).is_file(), page
+
+    handed = []
+
+    def fake(con, urls, run_ids, render):
+        handed.extend(render(run_id, describe(url)) for run_id in run_ids for url in urls)
+        return Delivery(sent=[(run_id, "x") for run_id in run_ids])
+
+    monkeypatch.setattr(flows.publish.notify, "notify_new", fake)
+    monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
+    storage_secrets.export_notify_targets([SLACK, "json://127.0.0.1:9/hook"])
+    with connect_readonly(sample_warehouse) as con:
+        announce(con, ["2026-11-18"], settings)
+    chat, plain = handed
+    assert chat.body.count(f"]({site}incidents/i-") == plain.body.count(f" ({site}incidents/i-") == 5

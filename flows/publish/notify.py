@@ -183,7 +183,8 @@ def announce(con: duckdb.DuckDBPyConnection, run_ids: list[str], settings) -> tu
     from transforms.escape import chat_title
     from transforms.trends.night_report import chat_style, counts, night_markdown, text_style
 
-    how = dict(sections=("new",), commit_url=settings.commit_url, compare_url=settings.compare_url)
+    how = dict(sections=("new",), commit_url=settings.commit_url, compare_url=settings.compare_url,
+               site_url=settings.site_url)
     verdicts: dict[str, tuple] = {}
 
     def render(run_id: str, target) -> Message | None:

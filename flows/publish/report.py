@@ -37,7 +37,8 @@ def night_report(warehouse: Path, run_id: str | None = None, settings: Settings 
     run_id, commit, at = _verdict(warehouse, run_id)
     if run_id is None:
         return night_markdown(None, None, None), {}
-    text = night_markdown(run_id, commit, at, commit_url=settings.commit_url, compare_url=settings.compare_url)
+    text = night_markdown(run_id, commit, at, commit_url=settings.commit_url, compare_url=settings.compare_url,
+                          site_url=settings.site_url)
     return text, verdict.counts(at)
 
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from transforms.escape import chat_code, chat_text, code, md_text, plain_text, shell_word, url_path
+from transforms.escape import chat_code, chat_text, code, md_text, plain_text, shell_word, slug, url_path
 
 
 class Style(NamedTuple):
@@ -119,16 +119,31 @@ def commit_range(row: dict, template: str | None = None, compare: str | None = N
     return text
 
 
+def site_page(site_url: str | None, *parts: str) -> str | None:
+    """The URL of a page of the published site (``[site] url``: ``runs/<run>.html``,
+    ``incidents/<id>.html``; each part a slug), or None without one."""
+    return site_url.rstrip("/") + "/" + str(url_path(*parts)).lstrip("/") if site_url else None
+
+
+def _incident(r: dict, s: Style, site_url: str | None) -> str:
+    """An incident's id, a link to its page when the site's URL is known."""
+    page = site_page(site_url, "incidents", f"{slug(r['incident_id'])}.html")
+    return s.link(s.code(r["incident_id"]), page) if page else s.code(r["incident_id"])
+
+
 def night_markdown(run_id: str | None, commit: str | None, at: pl.DataFrame | None, *,
-                   commit_url: str | None = None, compare_url: str | None = None,
+                   commit_url: str | None = None, compare_url: str | None = None, site_url: str | None = None,
                    sections: tuple[str, ...] = tuple(s for s, _ in SECTIONS), style: Style = MARKDOWN) -> str:
     """The summary of ``run_id`` from its ``incidents_at`` rows (``sections``: which
-    lists to write; the counts line always covers them all)."""
+    lists to write; the counts line always covers them all). With ``site_url`` (``[site] url``)
+    the run and each incident link to their pages."""
     s = style
     if run_id is None:
         return f"{s.heading(1, 'Dumpscope')}\n\nNo runs yet.\n"
     c = counts(at)
-    lines = [s.heading(1, f"Dumpscope: run {s.text(run_id)} (commit {commit_link(commit, commit_url, s)})"), "",
+    run_page = site_page(site_url, "runs", f"{slug(run_id)}.html")
+    run = s.link(s.text(run_id), run_page) if run_page else s.text(run_id)
+    lines = [s.heading(1, f"Dumpscope: run {run} (commit {commit_link(commit, commit_url, s)})"), "",
              "Last night: " + counts_line(c, s) + ".", ""]
     rows = ordered(at)
     for key, title in SECTIONS:
@@ -137,7 +152,7 @@ def night_markdown(run_id: str | None, commit: str | None, at: pl.DataFrame | No
             continue
         lines += [s.heading(2, title), ""]
         for r in chosen:
-            lines += _new(r, commit_url, compare_url, s) if key == "new" else [_short(r, key, s)]
+            lines += _new(r, commit_url, compare_url, s, site_url) if key == "new" else [_short(r, key, s, site_url)]
         lines.append("")
     if not rows:
         lines += ["Nothing changed: no incident is open.", ""]
@@ -149,8 +164,8 @@ def night_text(run_id: str | None, commit: str | None, at: pl.DataFrame | None, 
     return night_markdown(run_id, commit, at, **kwargs, style=TEXT)
 
 
-def _new(r: dict, commit_url: str | None, compare_url: str | None, s: Style) -> list[str]:
-    out = [s.heading(3, f"{s.text(r['job'])} / {s.text(r['program'])} · {r['kind']} · {s.code(r['incident_id'])}"), "",
+def _new(r: dict, commit_url: str | None, compare_url: str | None, s: Style, site_url: str | None = None) -> list[str]:
+    out = [s.heading(3, f"{s.text(r['job'])} / {s.text(r['program'])} · {r['kind']} · {_incident(r, s, site_url)}"), "",
            s.text(r["headline"]), ""]
     if r.get("stacked_on"):
         out += ["On top of " + ", ".join(s.code(i) for i in r["stacked_on"])
@@ -197,7 +212,7 @@ def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None,
     return lines
 
 
-def _short(r: dict, key: str, s: Style) -> str:
+def _short(r: dict, key: str, s: Style, site_url: str | None = None) -> str:
     age = f"{r['age_runs']} run{'' if r['age_runs'] == 1 else 's'}"
     when = {"open": f"open since {s.text(r['opened_run'])} ({age})",
             "fixed": f"opened {s.text(r['opened_run'])}, fixed in this run",
@@ -205,4 +220,4 @@ def _short(r: dict, key: str, s: Style) -> str:
                         + (f": {s.text(r['accepted_note'])}" if r["accepted_note"] else ""),
             "improvement": "opened in this run",
             "lost": f"opened {s.text(r['opened_run'])}, lost in this run"}[key]
-    return f"- {s.code(r['incident_id'])} {r['kind']}: {s.text(r['headline'])} — {when}"
+    return f"- {_incident(r, s, site_url)} {r['kind']}: {s.text(r['headline'])} — {when}"
