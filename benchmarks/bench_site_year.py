@@ -195,7 +195,7 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
             i.impact, 'fusion.42 = f32[1024,64] fusion(...), metadata={{source_file="model.py" source_line=42}}', NULL
         FROM incidents i JOIN _series s ON s.series = i.series[1] JOIN (VALUES ('memory.temp_bytes'), ('kernel.launches')) m(metric) ON true;
         INSERT INTO accepts SELECT NULL, closed_run, NULL, accepted_note, accepted_by, TIMESTAMP '2025-01-01' + to_days(1),
-            incident_id FROM incidents WHERE closed_how = 'accepted';
+            incident_id, [incident_id] FROM incidents WHERE closed_how = 'accepted';
     """)
     last = f"(SELECT path, dump_id FROM dumps WHERE run_id = (SELECT max(run_id) FROM runs))"
     # The structural items: 10 a content (a view over content_items since items are kept per

@@ -120,7 +120,8 @@ def test_a_served_night_publishes_the_site_and_snapshot_to_s3_and_notifies(tmp_p
                             break
                     assert time.monotonic() < deadline, serve_log.read_text()[-3000:]
                     time.sleep(1)
-                flow_run = run_deployment("nightly--bucket--duckdb/dumpscope-nightly", timeout=600)
+                # _sync: a test before this one on the worker may leave an event loop (run_deployment then returned a coroutine)
+                flow_run = run_deployment("nightly--bucket--duckdb/dumpscope-nightly", timeout=600, _sync=True)
             # --fail-on new: the night opened incidents, so the run ends Failed, saying the exit status run gives.
             assert flow_run.state.is_failed() and flow_run.state.message.startswith("exit 4: "), flow_run.state
             keys = {o["Key"] for o in client.list_objects_v2(Bucket="site", Prefix="nightly/")["Contents"]}

@@ -42,7 +42,8 @@ def test_a_night_killed_in_the_items_step_leaves_no_process_and_the_next_removes
     bucket, warehouse = tmp_path / "bucket", tmp_path / "w.duckdb"
     shutil.copytree(SAMPLE / "2026-11-17", bucket / "2026-11-17")
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(tmp_path / "prefect")}
-    args = ["run", "--workers", "1", "--bucket", str(bucket), "--warehouse", str(warehouse)]
+    # --log-level INFO: Prefect's own lines (its temporary server's start) are what this test reads.
+    args = ["run", "--workers", "1", "--bucket", str(bucket), "--warehouse", str(warehouse), "--log-level", "INFO"]
     with (tmp_path / "killed.log").open("w") as log:  # a file, not a pipe: orphans would hold a pipe open
         killed = subprocess.Popen([sys.executable, "-m", "tests.crash_at", "items", *args], cwd=ROOT,
                                   env=env | {"DUMPSCOPE_TEST_RUN": "items-killed"}, stdout=log, stderr=subprocess.STDOUT)

@@ -61,8 +61,9 @@ def test_the_snapshot_holds_its_records_and_names_no_store(sample_warehouse, sam
     assert _query(copied, "SELECT count(*) FROM schema_info WHERE key = 'records_root'") == [(0,)]
     for table in ("incidents", "dumps", "runs"):
         assert sorted(_query(copied, f"SELECT * FROM {table}")) == sorted(_query(sample_warehouse, f"SELECT * FROM {table}"))
-    documented = _query(copied, "SELECT comment FROM duckdb_tables() WHERE table_name = 'hlo_instructions'")
-    assert documented == [("One row per HLO instruction.",)]
+    [(documented,)] = _query(copied, "SELECT comment FROM duckdb_tables() WHERE table_name = 'hlo_instructions'")
+    [(as_view,)] = _query(sample_warehouse, "SELECT comment FROM duckdb_views() WHERE view_name = 'hlo_instructions'")
+    assert documented == as_view and documented.startswith("One row per HLO instruction.")
 
 
 def test_a_destination_that_is_not_a_release_link_is_refused_before_any_work(sample_warehouse, sample_site_dir, tmp_path):
