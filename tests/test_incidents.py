@@ -235,7 +235,7 @@ _LEVELS = st.sampled_from([MIB, MIB, 2 * MIB, 3 * MIB, MIB + 512, 16 * MIB])
 _STATUS = st.sampled_from(["ok", "ok", "ok", "partial", "failed", "absent"])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(temp=st.lists(_LEVELS, min_size=8, max_size=8), peak=st.lists(_LEVELS, min_size=8, max_size=8),
        launches=st.lists(st.sampled_from([10, 10, 12, 8, 30]), min_size=8, max_size=8),
        status=st.lists(_STATUS, min_size=8, max_size=8), accepts=st.lists(st.tuples(st.integers(1, 7), st.booleans()),
