@@ -62,6 +62,11 @@ def arm(stage: str) -> None:
 
 
 if __name__ == "__main__":
+    # The CLI's Prefect settings before arming imports Prefect: set after, its 90 s start-up
+    # limit came too late (Prefect's settings were read at import, 20 s, short on a loaded machine).
+    from flows.commands.signals import prefect_defaults
+
+    prefect_defaults()
     arm(sys.argv[1])
     from flows.cli import app
 

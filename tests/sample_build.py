@@ -9,8 +9,10 @@ by table; ``tests/test_sample_build.py`` proves it).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from flows import storage_secrets
 from flows.nightly import night_in_process
 
 SAMPLE_BUCKET = Path(__file__).resolve().parents[1] / "data" / "sample_bucket"
@@ -19,5 +21,12 @@ SAMPLE_BUCKET = Path(__file__).resolve().parents[1] / "data" / "sample_bucket"
 def build_sample_warehouse(out: Path, bucket: Path = SAMPLE_BUCKET) -> Path:
     """``out/warehouse.duckdb`` (and ``out/report.md``) from every night of ``bucket``; returns the warehouse."""
     warehouse = out / "warehouse.duckdb"
-    night_in_process(bucket=str(bucket), warehouse=warehouse, report_path=out / "report.md")
+    # Built at its first use, before that test's own fixtures clear the environment: a
+    # notification target or storage option another test left there would reach the night
+    # (an announce to a dead URL recorded a notification row in the shared warehouse).
+    saved = {k: os.environ.pop(k) for k in (storage_secrets.NOTIFY_VAR, storage_secrets.ENV_VAR) if k in os.environ}
+    try:
+        night_in_process(bucket=str(bucket), warehouse=warehouse, report_path=out / "report.md")
+    finally:
+        os.environ.update(saved)
     return warehouse
