@@ -439,7 +439,8 @@ def _night(orchestrated: bool, *, bucket, warehouse, staging_dir, settle_seconds
         summary.seconds["site"] = time.perf_counter() - t4
         if publish_to:
             t5 = time.perf_counter()
-            same_store = publish_to.split("://", 1)[0] == bucket.split("://", 1)[0] if "://" in bucket else False
+            # The bucket's storage options serve a destination on the same kind of store only.
+            same_store = "://" in bucket and publish_to.split("://", 1)[0] == bucket.split("://", 1)[0]
             done = step(publish_release)(Path(site_dir), warehouse, publish_to, storage_options if same_store else None)
             summary.published = f"{done.dest} ({done.files} files, {done.bytes / (1 << 20):.1f} MiB; snapshot {done.snapshot})"
             print(f"published {summary.published}")

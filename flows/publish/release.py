@@ -95,12 +95,12 @@ def _release_to_directory(site_dir: Path, warehouse: Path, dest: Path) -> Releas
     releases = dest.with_name(dest.name + ".releases")
     releases.mkdir(exist_ok=True)
     name = _release_id()
-    building = releases / f".{name}.tmp"
+    building = releases / f".{name}.{os.getpid()}.tmp"  # two runs publishing at once never share it
     shutil.copytree(site_dir, building)
     write_snapshot(warehouse, building / SNAPSHOT_NAME)
     ready = releases / name
     building.rename(ready)
-    link = releases / f".{name}.link"
+    link = releases / f".{name}.{os.getpid()}.link"
     link.symlink_to(Path(releases.name) / name)  # relative: the pair can be moved together
     os.replace(link, dest)  # the switch: one rename
     files = [f for f in ready.rglob("*") if f.is_file()]
