@@ -232,25 +232,37 @@ def items_runner(at_once: int = 2, source: DumpSource | None = None) -> ItemsRun
 
 def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> list[Path]:
     """One directory per batch of ``todo`` (items_key, kind, stage, dump_id): its keys and
-    the records rows of its contents, table by table."""
-    from flows.warehouse.reads import read_with, registered  # deferred: batch workers import this module without DuckDB
+    the records rows of its contents, table by table.
+
+    Each table is exported from the store files of the batch's own contents (and of the
+    HLO dumps its buffer assignments name) and no other: the records view reads every
+    file of the table, so a batch read through it cost as much as the whole store (a
+    first big night: ~1,000 files a table, 257 batches). A table none of the batch's
+    contents has is a copy of one empty file, written once."""
+    from flows.warehouse import records as store  # deferred: batch workers import this module without DuckDB
+    from flows.warehouse.reads import read_with, registered
 
     contents = diff_mod.key_contents(todo.get_column("items_key").to_list()).join(
         todo.select("items_key", "kind"), on="items_key")
     tables = sorted({t for k in todo.get_column("kind").unique() for t in diff_mod.ITEM_TABLES.get(k, ())}
                     | ({"hlo_instructions"} if "xla_buffer_assignment" in todo.get_column("kind") else set()))
     tables = [t for t in tables if t in all_tables()]
-    # the rows each content's records files hold, as the store listed them
-    per_content = read_with(con, {"_item_contents": contents.select("dump_id").unique()},
-                            """SELECT dump_id, sum(rows)::BIGINT AS n FROM records_files
-                               WHERE list_contains(?, table_name) AND dump_id IN (SELECT dump_id FROM _item_contents)
-                               GROUP BY dump_id""", [tables])
+    # the store files of each content, in the listing's (and so the views') order
+    files = read_with(con, {"_item_contents": contents.select("dump_id").unique()},
+                      """SELECT dump_id, table_name, file, rows FROM records_files
+                         WHERE list_contains(?, table_name) AND dump_id IN (SELECT dump_id FROM _item_contents)
+                         ORDER BY table_name, file""", [tables])
+    per_content = files.group_by("dump_id").agg(pl.col("rows").sum().cast(pl.Int64).alias("n"))
     paths = _content_paths(con, todo.select("dump_id").unique())
     rows = contents.join(per_content, on="dump_id", how="left").group_by("items_key").agg(
         pl.col("n").fill_null(0).sum().alias("rows"))
     batches = diff_mod.item_batches(todo.join(rows, on="items_key", how="left").with_columns(pl.col("rows").fill_null(0)),
                                     max_rows)
     shutil.rmtree(work_dir, ignore_errors=True)
+    empty = Path(work_dir) / "empty"
+    empty.mkdir(parents=True)
+    for t in tables:
+        con.execute(f"COPY ({store.files_sql(con, t, [])}) TO {sql_literal(str(empty / f't_{t}.parquet'))} (FORMAT parquet)")
     dirs = []
     for i, batch in enumerate(batches):
         d = Path(work_dir) / f"batch-{i:05d}"
@@ -261,28 +273,38 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
         # a batch's rows at a time (DuckDB sorts within its memory limit, spilling).
         chunked = batch.height == 1 and batch.get_column("kind")[0] == "xla_hlo" and batch.get_column("rows")[0] > max_rows
         roles = contents.join(keys.select("items_key"), on="items_key", how="semi")
-        with registered(con, _batch_own=roles.filter(pl.col("role") == "own").select("dump_id").unique(),
-                        _batch_hlo=roles.filter(pl.col("role") == "hlo").select("dump_id").unique()):
+        own = roles.filter(pl.col("role") == "own").select("dump_id").unique()
+        hlo = roles.filter(pl.col("role") == "hlo").select("dump_id").unique()
+        mine = files.join(pl.concat([own, hlo]).unique(), on="dump_id", how="semi")
+        sources = {t: f"({store.files_sql(con, t, names)})"
+                   for t in tables if (names := mine.filter(pl.col("table_name") == t).get_column("file").to_list())}
+        with registered(con, _batch_own=own, _batch_hlo=hlo):
             for t in tables:
-                target = sql_literal(str(d / f"t_{t}.parquet"))
+                target = d / f"t_{t}.parquet"
+                if t not in sources:
+                    shutil.copyfile(empty / target.name, target)
+                    continue
                 order = " ORDER BY module_index, computation, lineno" if chunked and t == "hlo_instructions" else ""
-                con.execute(f'COPY (SELECT * FROM "{t}" WHERE {_batch_rows(t)}{order}) TO {target} (FORMAT parquet)')
+                con.execute(f"COPY (SELECT * FROM {sources[t]} AS r WHERE {_batch_rows(t, sources)}{order}) "
+                            f"TO {sql_literal(str(target))} (FORMAT parquet)")
         if chunked:
             (d / CHUNKED).write_text(json.dumps({"rows": max_rows}))
         dirs.append(d)
     return dirs
 
 
-def _batch_rows(table: str) -> str:
+def _batch_rows(table: str, sources: dict[str, str]) -> str:
     """Which rows of ``table`` a batch exports: those of its own contents; and of the HLO
     dump a buffer assignment key names, only the instructions its values name (all its
     items read of them is their op metadata: a 2 GB module's instructions would be a
-    2 GB batch)."""
+    2 GB batch). ``sources``: table -> the batch's rows of it (``export_batches``)."""
     own = "dump_id IN (SELECT dump_id FROM _batch_own)"
     if table != "hlo_instructions":
         return own
-    named = " UNION ".join(f"SELECT instruction FROM {t} WHERE {own}" for t in ("buffer_values", "buffer_peak_values")
-                           if t in all_tables())
+    named = " UNION ".join(f"SELECT instruction FROM {sources[t]} AS v WHERE {own}"
+                           for t in ("buffer_values", "buffer_peak_values") if t in sources)
+    if not named:
+        return own
     return f"({own} OR (dump_id IN (SELECT dump_id FROM _batch_hlo) AND name IN ({named})))"
 
 

@@ -162,14 +162,34 @@ def listed(con, tables: Iterable[str] | None = None) -> dict[str, list[str]]:
 def view_sql(table: str, columns: dict[str, str], files: list[str], present: dict[str, str]) -> str:
     """The view of ``table``: its declared ``columns`` (name -> DuckDB type) read from
     ``files`` (absolute paths); a column no file has (``present``) reads as NULL."""
+    return f"CREATE OR REPLACE VIEW {ws.quote_ident(table)} AS {rows_sql(columns, files, present)}"
+
+
+def rows_sql(columns: dict[str, str], files: list[str], present: dict[str, str]) -> str:
+    """The SELECT a records view is: ``columns`` (name -> DuckDB type) read from ``files``
+    (absolute paths, in order), NULL where no file has a column (``present``); no row
+    without files."""
     def column(name: str, sql_type: str) -> str:
         source = ws.quote_ident(name) if name in present else "NULL"
         return f"CAST({source} AS {sql_type}) AS {ws.quote_ident(name)}"
 
     select = ", ".join(column(c, t) for c, t in columns.items())
     if not files:
-        return f"CREATE OR REPLACE VIEW {ws.quote_ident(table)} AS SELECT {select} LIMIT 0"
-    return f"CREATE OR REPLACE VIEW {ws.quote_ident(table)} AS SELECT {select} FROM {_reading(files)}"
+        return f"SELECT {select} LIMIT 0"
+    return f"SELECT {select} FROM {_reading(files)}"
+
+
+def files_sql(con, table: str, names: list[str]) -> str:
+    """The rows of ``table``'s view that the store files ``names`` (listed store names, in
+    the listing's order) hold, as the view reads them (same columns, types and order),
+    reading only those files: a reader of a few contents' records pays for their files,
+    not for every file of the table."""
+    root = root_of(con)
+    files = [str(root / n) for n in names]
+    present: dict[str, str] = {}
+    if files:
+        present = {name: kind for name, kind, *_ in con.execute(f"DESCRIBE SELECT * FROM {_reading(files)}").fetchall()}
+    return rows_sql(ws.records_columns(all_tables()[table]), files, present)
 
 
 def _reading(files: list[str]) -> str:
@@ -403,5 +423,5 @@ def allowed_files(con) -> list[str]:
     return [str(root / n) for (n,) in con.execute("SELECT file FROM records_files ORDER BY file").fetchall()]
 
 
-__all__ = ["HeldRuns", "REPAIR_HINT", "ROOT_KEY", "add_rows", "adopt", "allowed_files", "damaged", "damaged_contents", "heal", "held_runs", "missing_root", "drop_contents", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for",
-           "root_of", "stored_root", "store_name", "sweep", "view_sql"]
+__all__ = ["HeldRuns", "REPAIR_HINT", "ROOT_KEY", "add_rows", "adopt", "allowed_files", "damaged", "damaged_contents", "heal", "held_runs", "missing_root", "drop_contents", "files_sql", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for",
+           "root_of", "rows_sql", "stored_root", "store_name", "sweep", "view_sql"]
