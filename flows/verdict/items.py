@@ -3,7 +3,9 @@
 Items are computed once per content (``transforms.trends.diffs.items_keys``). For the
 contents a night needs and ``content_items`` does not hold yet, the writer exports the
 records each batch needs to Parquet files in a work directory (DuckDB's COPY streams
-them; at most ``MemoryBudget.items_batch_rows`` records rows a batch), and each batch is
+them from the store files of the batch's contents, no others: the step costs what its
+contents hold, whatever the store's size; at most ``MemoryBudget.items_batch_rows``
+records rows a batch), and each batch is
 computed by ``compute_batch``: a Prefect task in the nightly flow, so on a Dask cluster
 the workers take it, as they take the parses (they must reach the work directory, which
 is beside the warehouse like the staging directory). Outside a flow (``dumpscope
@@ -235,10 +237,11 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
     the records rows of its contents, table by table.
 
     Each table is exported from the store files of the batch's own contents (and of the
-    HLO dumps its buffer assignments name) and no other: the records view reads every
-    file of the table, so a batch read through it cost as much as the whole store (a
-    first big night: ~1,000 files a table, 257 batches). A table none of the batch's
-    contents has is a copy of one empty file, written once."""
+    HLO dumps its buffer assignments name) and no other: a records view reads every file
+    of its table, so a batch read through the views cost as much as the whole store (a
+    first big night: 481 COPY statements of ~0.47 s each over ~1,400 files; see
+    docs/scale.md). A table none of the batch's contents has is a copy of one empty file,
+    written once."""
     from flows.warehouse import records as store  # deferred: batch workers import this module without DuckDB
     from flows.warehouse.reads import read_with, registered
 
@@ -259,10 +262,11 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
     batches = diff_mod.item_batches(todo.join(rows, on="items_key", how="left").with_columns(pl.col("rows").fill_null(0)),
                                     max_rows)
     shutil.rmtree(work_dir, ignore_errors=True)
+    root = store.root_of(con)
     empty = Path(work_dir) / "empty"
     empty.mkdir(parents=True)
     for t in tables:
-        con.execute(f"COPY ({store.files_sql(con, t, [])}) TO {sql_literal(str(empty / f't_{t}.parquet'))} (FORMAT parquet)")
+        con.execute(f"COPY ({store.files_sql(con, t, [], root)}) TO {sql_literal(str(empty / f't_{t}.parquet'))} (FORMAT parquet)")
     dirs = []
     for i, batch in enumerate(batches):
         d = Path(work_dir) / f"batch-{i:05d}"
@@ -276,7 +280,7 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
         own = roles.filter(pl.col("role") == "own").select("dump_id").unique()
         hlo = roles.filter(pl.col("role") == "hlo").select("dump_id").unique()
         mine = files.join(pl.concat([own, hlo]).unique(), on="dump_id", how="semi")
-        sources = {t: f"({store.files_sql(con, t, names)})"
+        sources = {t: f"({store.files_sql(con, t, names, root)})"
                    for t in tables if (names := mine.filter(pl.col("table_name") == t).get_column("file").to_list())}
         with registered(con, _batch_own=own, _batch_hlo=hlo):
             for t in tables:

@@ -179,12 +179,12 @@ def rows_sql(columns: dict[str, str], files: list[str], present: dict[str, str])
     return f"SELECT {select} FROM {_reading(files)}"
 
 
-def files_sql(con, table: str, names: list[str]) -> str:
+def files_sql(con, table: str, names: list[str], root: Path | None = None) -> str:
     """The rows of ``table``'s view that the store files ``names`` (listed store names, in
     the listing's order) hold, as the view reads them (same columns, types and order),
     reading only those files: a reader of a few contents' records pays for their files,
-    not for every file of the table."""
-    root = root_of(con)
+    not for every file of the table. ``root``: the store (``root_of``), when known."""
+    root = root_of(con) if root is None else root
     files = [str(root / n) for n in names]
     present: dict[str, str] = {}
     if files:
