@@ -33,9 +33,10 @@ def test_a_batch_export_reads_only_the_store_files_of_its_own_contents(sample_wa
                                   JOIN dumps d USING (path)
                                   WHERE s.items_key IS NOT NULL AND d.run_id = (SELECT max(run_id) FROM runs)""")
         latest = latest.unique("items_key").sort("items_key")
-        todo = pl.concat([latest.filter(pl.col("kind") == "xla_buffer_assignment", pl.col("items_key").str.contains("+", literal=True)).head(1),
-                          latest.filter(pl.col("kind").is_in(list(diff_mod.ITEM_TABLES)), pl.col("kind") != "xla_buffer_assignment")
-                          .unique("kind", keep="first", maintain_order=True)])
+        naming_hlo = pl.col("items_key").str.contains("+", literal=True)  # a buffer assignment's key names its HLO dumps
+        others = latest.filter(pl.col("kind").is_in(list(diff_mod.ITEM_TABLES)), pl.col("kind") != "xla_buffer_assignment")
+        todo = pl.concat([latest.filter(pl.col("kind") == "xla_buffer_assignment", naming_hlo).head(1),
+                          others.unique("kind", keep="first", maintain_order=True)])
         assert set(todo.get_column("kind")) == set(diff_mod.ITEM_TABLES)
         needed = set(diff_mod.key_contents(todo.get_column("items_key").to_list()).get_column("dump_id"))
         listed = frame_of(con, "SELECT dump_id, file FROM records_files")

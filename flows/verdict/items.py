@@ -239,8 +239,8 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
     Each table is exported from the store files of the batch's own contents (and of the
     HLO dumps its buffer assignments name) and no other: a records view reads every file
     of its table, so a batch read through the views cost as much as the whole store (a
-    first big night: 481 COPY statements of ~0.47 s each over ~1,400 files; see
-    docs/scale.md). A table none of the batch's contents has is a copy of one empty file,
+    first big night: 481 COPY statements of ~0.47 s each, each HLO table 1,060 files;
+    see docs/scale.md). A table none of the batch's contents has is a copy of one empty file,
     written once."""
     from flows.warehouse import records as store  # deferred: batch workers import this module without DuckDB
     from flows.warehouse.reads import read_with, registered
@@ -266,7 +266,8 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
     empty = Path(work_dir) / "empty"
     empty.mkdir(parents=True)
     for t in tables:
-        con.execute(f"COPY ({store.files_sql(con, t, [], root)}) TO {sql_literal(str(empty / f't_{t}.parquet'))} (FORMAT parquet)")
+        target = sql_literal(str(empty / f"t_{t}.parquet"))
+        con.execute(f"COPY ({store.files_sql(con, t, [], root)}) TO {target} (FORMAT parquet)")
     dirs = []
     for i, batch in enumerate(batches):
         d = Path(work_dir) / f"batch-{i:05d}"
@@ -279,7 +280,7 @@ def export_batches(con, todo: pl.DataFrame, work_dir: Path, max_rows: int) -> li
         roles = contents.join(keys.select("items_key"), on="items_key", how="semi")
         own = roles.filter(pl.col("role") == "own").select("dump_id").unique()
         hlo = roles.filter(pl.col("role") == "hlo").select("dump_id").unique()
-        mine = files.join(pl.concat([own, hlo]).unique(), on="dump_id", how="semi")
+        mine = files.join(pl.concat([own, hlo]).unique(), on="dump_id", how="semi").sort("file")  # the views' order
         sources = {t: f"({store.files_sql(con, t, names, root)})"
                    for t in tables if (names := mine.filter(pl.col("table_name") == t).get_column("file").to_list())}
         with registered(con, _batch_own=own, _batch_hlo=hlo):
