@@ -9,7 +9,9 @@ comments anywhere (a licence or ``// RUN:`` header), blank lines and indentation
 statement (instruction, computation header, ``HloModule`` line) over several lines,
 shapes written with spaces, closing braces indented or commented, and computations
 without an ``HloModule`` line (one module, named ``module_<entry computation>`` as XLA
-names it: the ENTRY computation, else the last one). Those lines leave the fast path for
+names it). A hand-written module without a computation marked ENTRY takes its last one, a
+computation without ROOT its last instruction, and a ``// -----`` line ends a module (XLA's
+FileCheck tests, read by ``hlo-opt --split-input-file``). Those lines leave the fast path for
 ``hlo_lines`` (comment-free statements; a bounded buffer).
 
 Output: ``hlo_instructions`` batches as the lines stream by, ``hlo_computations`` and
@@ -638,12 +640,11 @@ class _Parser:
         self.anchor(self.comp_start, lineno + 1)
 
     def close_comp(self) -> None:
-        comp = self.comp
-        if not comp.rooted and not (self.roots and self.roots[-1] >= self.comp_first) and \
-                len(self.names) > self.comp_first:
+        comp, roots = self.comp, self.roots
+        if (not roots or roots[-1] < self.comp_first) and not comp.rooted and len(self.names) > self.comp_first:
             # No ROOT: XLA's HloComputation::Builder::Build takes the last instruction (hlo_parser.cc,
             # ParseInstructionList). Not marked when a batch ended right after that instruction.
-            self.roots.append(len(self.names) - 1)
+            roots.append(len(self.names) - 1)
         self.ranges.append((comp, self.module, self.comp_start, len(self.names)))
         comp.closed = True
         self.comp = None
