@@ -17,6 +17,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from transforms.parse import kind_of, parse_dump
@@ -57,6 +58,15 @@ EXPECTED = {
                                                           instructions=15, collectives={}),
     "hlo_control_flow_flattening_test.async_all_to_all.hlo": dict(program="module_main", modules=1, computations=1,
                                                                   instructions=3, collectives={"all-to-all-start": 1}),
+    # XLA's own test files as its parser reads them (issue 31): a // CHECK header longer than the sniff window;
+    # modules with no computation marked ENTRY, computations with no ROOT; modules split by // ----- lines
+    "builder_math_polygamma.hlo": dict(program="main", modules=1, computations=1, instructions=3, collectives={}),
+    "emitters_scatter_s8.hlo": dict(program="scatter", modules=1, computations=2, instructions=8, collectives={}),
+    "multihost_single_gemm_fusion.hlo": dict(program="m", modules=1, computations=2, instructions=6, collectives={}),
+    "gpu_sub_byte_collectives.hlo": dict(program="module_e", modules=5, computations=5, instructions=10, collectives={
+        "all-gather": 2, "all-to-all": 1, "collective-broadcast": 1, "collective-permute": 1}),
+    "gpu_vectorization.hlo": dict(program="m8", modules=1, computations=2, instructions=4, collectives={}),
+    "gpu_pad_to_static.hlo": dict(program="PadToStatic", modules=1, computations=1, instructions=2, collectives={}),
 }
 
 # An <op>-start of XLA's async syntax sugar stands for an async computation the text does not print
@@ -109,12 +119,22 @@ def test_real_file_figures(name):
         found[op] = found.get(op, 0) + 1
     assert found == want["collectives"]
 
-    # against XLA's own parser, as recorded in the manifest (one module per // ----- split)
+    # against XLA's own parser, as recorded in the manifest (one module per // ----- split): the same modules and
+    # entry computations (the one marked ENTRY, else the last), and, as its computation builder makes it, one
+    # root in every computation (the instruction marked ROOT, else the last)
     xla = ENTRIES[name]["xla_parser"]
     sugar = len(_SUGAR.findall(text))
     assert len(xla) == want["modules"] and xla[0]["name"] == want["program"]
     assert sum(x["computations"] for x in xla) == want["computations"] + sugar
     assert sum(x["instructions"] for x in xla) == want["instructions"] + 2 * sugar
+    modules = p.tables["hlo_modules"].sort("module_index")
+    assert modules["module_index"].to_list() == list(range(want["modules"]))
+    assert modules["module"].to_list() == [x["name"] for x in xla]
+    assert modules["entry_computation"].to_list() == [x["entry"] for x in xla]
+    assert modules["complete"].all()
+    ins = p.tables["hlo_instructions"]
+    roots = ins.group_by("module_index", "computation").agg(pl.col("is_root").sum())
+    assert roots.height == want["computations"] and roots["is_root"].to_list() == [1] * roots.height
 
 
 @pytest.mark.integration  # a subprocess in the samples environment
@@ -122,12 +142,14 @@ def test_xla_parser_still_says_so():
     """Re-run XLA's text parser (jaxlib, samples environment) on the corpus: the manifest's figures hold."""
     if not SAMPLES_PY.exists():
         pytest.skip("no .venv-samples with jaxlib")
-    code = ("import sys, json\nfrom jaxlib import _hlo\nout = {}\n"
+    code = ("import sys, json, re\nfrom jaxlib import _hlo\nout = {}\n"
             "for path in sys.argv[1:]:\n"
             "    text = open(path).read()\n"
-            "    mods = [_hlo.hlo_module_from_text(t) for t in text.split('// -----')]\n"
+            "    mods = [_hlo.hlo_module_from_text(t) for t in re.split(r'(?m)^[ \\t]*// -----[ \\t]*$', text)]\n"
             "    out[path] = [{'name': m.name, 'computations': len(list(m.computations())),\n"
-            "                  'instructions': sum(1 for c in m.computations() for i in c.instructions())} for m in mods]\n"
+            "                  'instructions': sum(1 for c in m.computations() for i in c.instructions()),\n"
+            "                  'entry': re.search(r'(?m)^ENTRY %?(\\S+)', m.to_string())[1],\n"
+            "                  'roots': re.findall(r'(?m)^  ROOT %?(\\S+)', m.to_string())} for m in mods]\n"
             "print(json.dumps(out))")
     paths = []
     tmp = ROOT / "benchmarks" / "out" / "hlo_text"
@@ -138,8 +160,14 @@ def test_xla_parser_still_says_so():
         paths.append(str(path))
     out = subprocess.run([str(SAMPLES_PY), "-c", code, *paths], capture_output=True, text=True, check=True,
                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    got = json.loads(out.stdout)
-    assert {Path(p).name: v for p, v in got.items()} == {n: e["xla_parser"] for n, e in ENTRIES.items()}
+    got = {Path(p).name: v for p, v in json.loads(out.stdout).items()}
+    roots = {n: [m.pop("roots") for m in v] for n, v in got.items()}
+    assert got == {n: e["xla_parser"] for n, e in ENTRIES.items()}
+    # the instruction each computation returns: where the text marks no ROOT, XLA's builder takes the last one
+    for name in ["multihost_single_gemm_fusion.hlo", "gpu_sub_byte_collectives.hlo", "gpu_vectorization.hlo"]:
+        ins = parsed(name).tables["hlo_instructions"]
+        ours = ins.filter(pl.col("is_root")).sort("module_index", "lineno")
+        assert [ours.filter(pl.col("module_index") == i)["name"].to_list() for i in range(len(roots[name]))] == roots[name]
 
 
 def test_kind_is_found_past_comments_blank_lines_and_missing_headers():
@@ -151,10 +179,33 @@ def test_kind_is_found_past_comments_blank_lines_and_missing_headers():
     assert firsts["gpu_hlo.hlo"].startswith("// RUN:")
     assert firsts["emitters_scatter_add.hlo"].startswith("// RUN:")
     assert text_of("hlo_control_flow_flattening_test.async_all_to_all.hlo").startswith("\n\n  ENTRY main {")
+    # ... or nothing but comments in the whole sniff window: 65,894 bytes of // CHECK lines quoting the module
+    head = text_of("builder_math_polygamma.hlo")[:65536]
+    assert not hlo_lines.first_statements(head) and "\n// CHECK-LABEL: HloModule main," in head
     # ... and text that only looks like it is not claimed
     for head in ["// a C++ comment\nint main() {\n  return 0;\n}\n", "config {\n  name: \"x\"\n}\n", "/* open",
-                 "// only comments\n"]:
+                 "// only comments\n", "// CHECK-LABEL: HloModule main\n"]:
         assert not hlo.sniff("x.txt", head), head
+    # comments filling the whole window: claimed when they quote an HloModule line or ENTRY computation
+    filler = "// CHECK-NEXT: %[[x:.*]] = f32[] add(%[[a]], %[[b]])\n" * 2000
+    assert hlo.sniff("x.hlo", ("// CHECK-LABEL: HloModule main\n" + filler)[:65536])
+    assert hlo.sniff("x.hlo", ("// CHECK: ENTRY %main\n" + filler)[:65536])
+    assert not hlo.sniff("x.hlo", ("// RUN: hlo-opt --list-passes\n" + filler)[:65536])
+    assert not hlo.sniff("x.hlo", ("// CHECK-LABEL: HloModule main\n" + filler)[:30000])  # the whole file
+
+
+def test_kind_is_found_in_a_file_opened_with_open(tmp_path):
+    """A file object's own buffer (4-8 KiB from open()) does not shorten the head the kind is sniffed from:
+    pad_to_static's HloModule line comes after 4,990 bytes of // RUN and // CHECK lines."""
+    for name in ["gpu_pad_to_static.hlo", "builder_math_polygamma.hlo"]:
+        path = tmp_path / name
+        path.write_text(text_of(name))
+        with path.open("rb") as raw:
+            s = parse_dump(raw, name).summary
+        assert (s.kind, s.status, s.program) == (DumpKind.XLA_HLO, Status.OK, EXPECTED[name]["program"])
+        with path.open("rb") as raw:  # the caller's stream is read, never closed
+            parse_dump(raw, name)
+            assert not raw.closed
 
 
 def test_rows_sit_on_their_lines():
@@ -311,11 +362,81 @@ def test_headerless_module_named_after_its_entry():
         list(hlo.parse(io.StringIO("// nothing but\n// comments\n")))
 
 
+def test_no_entry_takes_the_last_computation_unless_xla_printed_the_module():
+    """XLA's parser takes the computation marked ENTRY, else the last one (HloParserImpl::ParseComputations).
+    XLA's printer gives every computation header its signature and prints ENTRY last: a module so printed
+    that ends without ENTRY was cut, and stays partial (issue 27)."""
+    hand = ("HloModule m\n\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n\n"
+            "main {\n  x = f32[4] parameter(0)\n  ROOT r = f32[] reduce(x, x), dimensions={0}, to_apply=add\n}\n")
+    p = parse_dump(io.BytesIO(hand.encode()), "snippet.txt")
+    s = p.summary
+    assert (s.status, s.errors, s.metrics["memory.entry_parameter_bytes"], s.metrics["memory.entry_output_bytes"]) == (
+        Status.OK, [], 16, 4)
+    assert p.tables["hlo_modules"].select("entry_computation", "complete").rows() == [("main", True)]
+    assert p.tables["hlo_computations"].select("name", "is_entry", "role").rows() == [
+        ("add", False, "reducer"), ("main", True, "entry")]
+    printed = hand.replace("add {", "add (a: f32[], b: f32[]) -> f32[] {").replace("main {", "main (x: f32[4]) -> f32[] {")
+    p = parse_dump(io.BytesIO(printed.encode()), "snippet.txt")
+    assert (p.summary.status, p.summary.errors) == (
+        Status.PARTIAL, ["snippet.txt: line 12: input ended before module m had its ENTRY computation"])
+    assert p.tables["hlo_modules"].select("entry_computation", "complete").rows() == [(None, False)]
+    # ... and one of XLA's own modules cut right after a computation, before its ENTRY: partial each time
+    text = text_of("hlo_torax_iterhybrid_predictor_corrector_f64.hlo")
+    ends = [m.end() for m in re.finditer(r"\n}\n", text)]
+    for cut in ends[: -1 : len(ends) // 8]:
+        s = parse_dump(io.BytesIO(text[:cut].encode()), "torax.hlo").summary
+        assert (s.status, s.errors) == (
+            Status.PARTIAL, [f"torax.hlo: line {text[:cut].count(chr(10))}: input ended before module jit___call had "
+                             "its ENTRY computation"]), cut
+
+
+def test_no_root_takes_the_last_instruction(monkeypatch):
+    """XLA's computation builder takes the last instruction when none is marked ROOT; rows of a computation
+    that outlast a batch keep the ROOT they had."""
+    import transforms.parsers.xla_hlo as parser
+
+    text = ("HloModule m\n\nENTRY e {\n  p = f32[8] parameter(0)\n  n = f32[8] negate(p)\n  t = (f32[8], f32[8]) tuple(p, n)\n}"
+            "\n\nc {\n  ROOT q = f32[8] parameter(0)\n  r = f32[8] negate(q)\n  u = f32[8] negate(r)\n}\n")
+    for batch in (1_000, 2):
+        monkeypatch.setattr(parser, "BATCH_ROWS", batch)
+        t, s = run_text(text)
+        assert (s.status, s.errors) == (Status.OK, [])
+        assert t.select("computation", "name", "is_root").rows() == [
+            ("e", "p", False), ("e", "n", False), ("e", "t", True), ("c", "q", True), ("c", "r", False), ("c", "u", False)]
+        assert (s.metrics["memory.entry_output_array_bytes"], s.metrics["memory.entry_output_bytes"]) == (64, 80)
+
+
+def test_split_lines_end_modules():
+    """A line reading "// -----" ends a module (hlo-opt --split-input-file splits the text there): modules without
+    HloModule line are modules apart; a longer rule of dashes is a comment. Between modules, what is not a module
+    is an error, not the end of the parse."""
+    text = ("// RUN: hlo-opt --split-input-file %s\n\ne {\n  a = f32[2] parameter(0)\n  b = f32[2] negate(a)\n}\n\n"
+            "// -----\n// ---------------------\n\nf {\n  c = s32[] parameter(0)\n}\n\n// ---------------------\n"
+            "g {\n  d = s32[] parameter(0)\n}\n// -----\n")
+    p = parse_dump(io.BytesIO(text.encode()), "snippet.hlo")
+    assert (p.summary.status, p.summary.errors, p.summary.program, p.summary.metrics["hlo.modules"]) == (
+        Status.OK, [], "module_e", 2)
+    assert p.tables["hlo_modules"].select("module", "module_index", "entry_computation", "computations").rows() == [
+        ("module_e", 0, "e", 1), ("module_g", 1, "g", 2)]
+    assert p.tables["hlo_instructions"].select("module", "name", "is_root").rows() == [
+        ("module_e", "a", False), ("module_e", "b", True), ("module_g", "c", True), ("module_g", "d", True)]
+    junk = ("HloModule a\n\nENTRY e {\n  p = f32[] parameter(0)\n// -----\nnot hlo at all\n// -----\n"
+            "HloModule b\n\nENTRY e {\n  q = f32[] parameter(0)\n}\n")
+    p = parse_dump(io.BytesIO(junk.encode()), "snippet.hlo")
+    assert (p.summary.status, p.summary.errors) == (Status.PARTIAL, [
+        "snippet.hlo: line 4: module ended inside computation e",
+        "snippet.hlo: line 4: module a has no complete ENTRY computation",
+        "snippet.hlo: line 6: unrecognized line: 'not hlo at all'"])
+    assert p.tables["hlo_modules"].select("module", "complete").rows() == [("a", False), ("b", True)]
+
+
 def test_partial_always_says_why():
     """Cut anywhere (at every line of the small files, at 50 points of a large one), a real file reads as ok,
     or partial with at least one error."""
     for name in ["emitters_scatter_add.hlo", "import_async_collectives.hlo", "gpu_hlo.hlo",
-                 "hlo_torax_iterhybrid_predictor_corrector_f64.hlo"]:
+                 "hlo_torax_iterhybrid_predictor_corrector_f64.hlo", "emitters_scatter_s8.hlo",
+                 "multihost_single_gemm_fusion.hlo", "gpu_sub_byte_collectives.hlo", "gpu_vectorization.hlo",
+                 "gpu_pad_to_static.hlo", "builder_math_polygamma.hlo"]:
         data = text_of(name).encode()
         if len(data) > 10_000:
             cuts = [len(data) * i // 50 for i in range(1, 50)]

@@ -46,6 +46,21 @@ class ReadLimitError(Exception):
         super().__init__(msg)
 
 
+class _Borrowed(io.RawIOBase):
+    """The caller's stream, read through a buffer of ours; dropping that buffer leaves it open."""
+
+    def __init__(self, src: BinaryIO):
+        self._src = src
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        data = self._src.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
 class _Inflate(io.RawIOBase):
     """gzip decompression that hands out every byte it could decode before failing.
 
@@ -98,7 +113,14 @@ class LineReader:
 
     def __init__(self, raw: BinaryIO, *, max_line_bytes: int | None = None, max_bytes: int | None = None,
                  max_seconds: float | None = None, head_only: bool = False):
-        buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw, _BUFFER)  # type: ignore[arg-type]
+        if not hasattr(raw, "peek"):
+            buffered = io.BufferedReader(raw, _BUFFER)  # type: ignore[arg-type]
+        elif len(raw.peek(HEAD_BYTES)) < HEAD_BYTES:  # type: ignore[attr-defined]
+            # A buffer smaller than the head (open() gives 4-8 KiB): a peek would show only that
+            # much, and a dump whose kind shows past it (a long // CHECK header) would be unknown.
+            buffered = io.BufferedReader(_Borrowed(raw), _BUFFER)
+        else:
+            buffered = raw
         self.compressed = buffered.peek(2)[:2] == GZIP_MAGIC
         stream: BinaryIO = buffered
         if self.compressed:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 
+from transforms.reading import HEAD_BYTES
+
 MAX_STATEMENT_LINES = 100_000
 MAX_STATEMENT_CHARS = 16 << 20  # a constant printed whole (--xla_dump_large_constants) stays on one line
 
@@ -32,6 +34,8 @@ _OPENERS, _CLOSERS = frozenset("([{"), frozenset(")]}")
 _DANGLING = (",", "=", "->", ":")
 # The start of an instruction: [ROOT] name = shape..., a shape being a tuple "(" or "type[".
 STARTS_INSTRUCTION = re.compile(r"\s*(?:ROOT\s+)?%?[^\s=,(){}\[\]\"/]+\s*=\s*(?:\(|[a-z][a-z0-9]*\s*\[)")
+# A comment quoting HLO: "// CHECK-LABEL: HloModule main", "// CHECK: ENTRY %main".
+_QUOTES_HLO = re.compile(r"(?m)^\s*//.*?(?:\bHloModule\s|\bENTRY\s)")
 # A computation header: [ENTRY] name [(params) -> shape] {  (comments already removed).
 HEADER = re.compile(r"\s*(ENTRY\s+)?%?([^\s(){}=,\"]+)\s*(?:\(.*\)\s*->.*?)?\{\s*$")
 
@@ -130,10 +134,13 @@ def first_statements(head: str, n: int = 2) -> list[str]:
 
 def looks_like_hlo(head: str) -> bool:
     """Text whose first statement (past comments and blank lines) is an ``HloModule`` header, or a
-    computation header followed by an instruction (XLA's parser takes a module without header)."""
+    computation header followed by an instruction (XLA's parser takes a module without header). Or a
+    head that is all comments, fills the whole sniff window (the text goes on past it) and quotes an
+    ``HloModule`` line or ``ENTRY`` computation: XLA's FileCheck tests open with ``// CHECK`` lines of
+    any length (66 KB in xla/hlo/builder/tests/math_polygamma.hlo) before the module they check."""
     first = first_statements(head)
     if not first:
-        return False
+        return len(head.encode("utf-8", "replace")) >= HEAD_BYTES - 3 and bool(_QUOTES_HLO.search(head))
     if first[0].startswith("HloModule") and first[0][9:10] in (" ", "\t", ""):
         return True
     return len(first) == 2 and bool(HEADER.match(first[0])) and bool(STARTS_INSTRUCTION.match(first[1]))

@@ -9,7 +9,9 @@ comments anywhere (a licence or ``// RUN:`` header), blank lines and indentation
 statement (instruction, computation header, ``HloModule`` line) over several lines,
 shapes written with spaces, closing braces indented or commented, and computations
 without an ``HloModule`` line (one module, named ``module_<entry computation>`` as XLA
-names it: the ENTRY computation, else the last one). Those lines leave the fast path for
+names it). A hand-written module without a computation marked ENTRY takes its last one, a
+computation without ROOT its last instruction, and a ``// -----`` line ends a module (XLA's
+FileCheck tests, read by ``hlo-opt --split-input-file``). Those lines leave the fast path for
 ``hlo_lines`` (comment-free statements; a bounded buffer).
 
 Output: ``hlo_instructions`` batches as the lines stream by, ``hlo_computations`` and
@@ -63,8 +65,10 @@ from transforms.records import (
 
 # 2: metadata strings unescaped; 3: a cut between computations is an error; 4: text as XLA's own parser
 # takes it (comments, statements over several lines, spaced shapes, modules without HloModule line),
-# all-to-all-start/send/recv and the other async forms in kernel.collectives, entry *_array_bytes metrics
-PARSER_VERSION = 4
+# all-to-all-start/send/recv and the other async forms in kernel.collectives, entry *_array_bytes metrics;
+# 5: as XLA's parser, a hand-written module without ENTRY takes its last computation, a computation without
+# ROOT its last instruction (is_root), and a "// -----" line ends a module (hlo-opt --split-input-file)
+PARSER_VERSION = 5
 TABLES, TABLE_DOCS = hlo_text.TABLES, hlo_text.TABLE_DOCS
 __all__ = ["PARSER_VERSION", "TABLES", "TABLE_DOCS", "parse", "sniff", "stage_from_name"]
 
@@ -80,6 +84,7 @@ _SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFram
 _NO_META = (None, None, None, None)
 _CONTINUES = frozenset(",([{=")  # a line ending in one of these goes on (XLA never prints such a line)
 _MAX_ERRORS, _MAX_CACHE = 100, 200_000
+_SPLIT = "// -----"  # between modules of one file, as hlo-opt --split-input-file and FileCheck tests write it
 _MAX_META_CACHE = 20_000  # ~10 MiB of metadata texts and tuples kept from one batch to the next
 _FIELDS = {k: re.compile(rf"\b{k}=(\d+)") for k in ("file_location_id", "file_name_id", "line")}
 
@@ -131,10 +136,11 @@ def stage_from_name(name: str) -> str | None:
 
 class _Comp:
     __slots__ = ("closed", "edges", "is_entry", "last", "lineno", "n", "name", "param_array_bytes", "param_bytes",
-                 "root", "structural")
+                 "root", "rooted", "structural")
 
     def __init__(self, name: str, is_entry: bool, lineno: int):
         self.name, self.is_entry, self.lineno, self.closed = name, is_entry, lineno, False
+        self.rooted = False  # a ROOT row of it went out in an earlier batch
         self.n = self.structural = self.param_bytes = self.param_array_bytes = 0
         self.edges: list[tuple[str, str, str]] = []  # (opcode, attribute, callee)
         self.root: hlo_text.ShapeInfo | None = None
@@ -143,7 +149,7 @@ class _Comp:
 
 class _Module:
     __slots__ = ("comps", "entry", "entry_marked", "frame_locs", "fusions", "headerless", "index", "is_scheduled",
-                 "lineno", "loc_sources", "name", "names_used", "section", "tables")
+                 "lineno", "loc_sources", "name", "names_used", "printed", "section", "tables")
 
     def __init__(self, name: str, index: int, lineno: int, is_scheduled: bool):
         self.name, self.index, self.lineno, self.is_scheduled = name, index, lineno, is_scheduled
@@ -151,7 +157,11 @@ class _Module:
         self.entry: _Comp | None = None
         self.fusions = 0
         self.headerless = False  # no HloModule line: named after its entry computation
-        self.entry_marked = False  # a computation marked ENTRY was seen (headerless modules)
+        self.entry_marked = False  # a computation marked ENTRY was seen
+        # Printed by XLA: an HloModule line and computation headers with their signature "(params) -> shape",
+        # as HloComputation::ToString writes every one. XLA prints the ENTRY computation last: such a
+        # module without it was cut. A hand-written one ("name {") without ENTRY takes the last one.
+        self.printed = False
         self.names_used: set[str] = set()  # names its rows were written out under (batches before its end)
         self.section: str | None = None
         self.tables: dict[str, dict[int, object]] = {s: {} for s in _SECTIONS}  # stack frame tables by id
@@ -219,6 +229,8 @@ class _Parser:
     def new_batch(self, next_lineno: int = 0) -> None:
         # Column buffers of hlo_instructions. Module, computation and lineno come from runs: rows on
         # consecutive lines of one computation (any line that gives no row starts a new run).
+        if self.comp is not None:  # the open computation goes on in the new batch: had it its ROOT?
+            self.comp.rooted |= bool(self.roots) and self.roots[-1] >= self.comp_first
         self.names: list[str] = []
         self.ops: list[str] = []
         self.sids: list[int] = []
@@ -231,7 +243,7 @@ class _Parser:
         self.edge_mark = (-1, 0)  # (row, len(comp.edges) before it): the last special() row, to undo
         self.ranges: list[tuple[_Comp, _Module, int, int]] = []  # rows of computations not yet counted
         self.settled = 0  # rows before this one are counted
-        self.comp_start = 0
+        self.comp_start = self.comp_first = 0  # comp_first: its first row in this batch (settle moves comp_start)
         if self.comp is not None:
             self.runs.append((0, next_lineno, self.module, self.comp.name))
 
@@ -369,7 +381,8 @@ class _Parser:
                 add_name, add_op, add_sid, add_mid = self.names.append, self.ops.append, self.sids.append, self.mids.append
                 add_root = self.roots.append
         lineno = k + self.shift
-        self.finish_module(lineno, eof=True)
+        if self.module is not None or not self.modules:  # not when the input ends with a // ----- split
+            self.finish_module(lineno, eof=True)
         if self.names:
             yield self.flush(lineno + 1)
         yield from self.take()
@@ -512,6 +525,9 @@ class _Parser:
         s = line.strip()
         if not s:
             return False
+        if s == _SPLIT:
+            self.split(lineno)
+            return False
         gathered = "//" in s or s.rfind("/*") > s.rfind("*/") or s[-1] in ",([="
         if not gathered:
             if s.startswith("HloModule"):
@@ -547,6 +563,9 @@ class _Parser:
         m = HEADER.match(s)
         if self.module is None:
             if m is None:
+                if self.modules:  # after a // ----- split
+                    self.error(lineno, f"unrecognized line: {s[:80]!r}")
+                    return False
                 raise ParseError(f"not an XLA HLO module: {s[:80]!r}", lineno)
             self.end = "\n" if line[-1] == "\n" else None
             self.start_module(None, lineno)  # a module without header, as XLA's parser takes it
@@ -562,6 +581,12 @@ class _Parser:
         else:
             self.error(lineno, f"unrecognized line: {s[:80]!r}")
         return False
+
+    def split(self, lineno: int) -> None:
+        """A ``// -----`` line: the module so far ends (hlo-opt --split-input-file reads each part as a module)."""
+        if self.module is not None:
+            self.finish_module(lineno - 1, eof=False)
+            self.module = None
 
     def start_module(self, s: str | None, lineno: int) -> None:
         """``s``: the HloModule statement; None for a module without one (named when its computations
@@ -592,22 +617,34 @@ class _Parser:
         mod, comp = self.module, _Comp(name, is_entry, lineno)
         self.comp = comp
         mod.comps.append(comp)
-        if mod.headerless and not mod.entry_marked:
-            # XLA's parser: the ENTRY computation, else the last one. Until an ENTRY shows, the
-            # computation seen last is taken for it (its parameters and root counted as the entry's).
+        if not mod.printed and not mod.headerless and "->" in s:  # the first header with a signature
+            mod.printed = True
+            if mod.entry is not None and not mod.entry_marked:
+                mod.entry.is_entry = False
+                mod.entry = None
+        if not mod.entry_marked and not mod.printed:
+            # XLA's parser (HloParserImpl::ParseComputations, xla/hlo/parser/hlo_parser.cc): the computation
+            # marked ENTRY, else the last one. Until an ENTRY shows, the computation seen last is taken for
+            # it (its parameters and root counted as the entry's).
             if mod.entry is not None:
                 mod.entry.is_entry = False
             comp.is_entry = True
             mod.entry = comp
             mod.entry_marked = is_entry
-            mod.name = f"module_{name}"  # named after its entry computation
+            if mod.headerless:
+                mod.name = f"module_{name}"  # named after its entry computation
         elif is_entry:
             mod.entry = comp
-        self.comp_start = len(self.names)
+            mod.entry_marked = True
+        self.comp_start = self.comp_first = len(self.names)
         self.anchor(self.comp_start, lineno + 1)
 
     def close_comp(self) -> None:
-        comp = self.comp
+        comp, roots = self.comp, self.roots
+        if (not roots or roots[-1] < self.comp_first) and not comp.rooted and len(self.names) > self.comp_first:
+            # No ROOT: XLA's HloComputation::Builder::Build takes the last instruction (hlo_parser.cc,
+            # ParseInstructionList). Not marked when a batch ended right after that instruction.
+            roots.append(len(self.names) - 1)
         self.ranges.append((comp, self.module, self.comp_start, len(self.names)))
         comp.closed = True
         self.comp = None
