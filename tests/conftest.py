@@ -21,9 +21,12 @@ test that starts a process by itself says so with ``@pytest.mark.integration`` (
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import multiprocessing.util
 import os
+import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +67,12 @@ def pytest_collection_modifyitems(config, items):
                                     "tier: a test is in one tier")
         if tier not in marked:
             item.add_marker(tier)
+    # The longest tiers first: pytest-xdist hands the workers the tests in this order, so the
+    # minutes-long process tests start at once and the fast tests fill the end of both
+    # workers (alphabetically, a few long browser and integration tests ran last on one worker
+    # while the other idled). Stable: within a tier, the collection's order.
+    order = {t: i for i, t in enumerate(TIERS)}
+    items.sort(key=lambda item: next((order[m.name] for m in item.iter_markers() if m.name in order), len(order)))
 
 
 @pytest.fixture(autouse=True)
@@ -184,14 +193,31 @@ def browser():
     close_browser()
 
 
+def _built_once(tmp_path_factory, name: str, build):
+    """``build(directory)``'s result, built once per test run: under pytest-xdist the first
+    worker to ask builds it in the run's shared temporary directory while the others wait on
+    a lock, then each reads the pickled result. Only for read-only fixtures."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent / name  # the run's directory, above each worker's own
+    done = shared / ".built.pickle"
+    with open(f"{shared}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(shared, ignore_errors=True)  # a worker that failed half-way
+            shared.mkdir()
+            done.write_bytes(pickle.dumps(build(shared)))
+    return pickle.loads(done.read_bytes())
+
+
 @pytest.fixture(scope="session")
 def sample_warehouse(tmp_path_factory) -> Path:
     """The whole sample bucket ingested and aggregated as one nightly does it, without Prefect
     (``tests/sample_build.py``; ``test_sample_build.py`` proves it equals the nightly's), and
-    ``report.md`` beside it. Read-only use: tests that write copy it first."""
+    ``report.md`` beside it; built once per run. Read-only use: tests that write copy it first."""
     from tests.sample_build import build_sample_warehouse
 
-    return build_sample_warehouse(tmp_path_factory.mktemp("sample-warehouse"))
+    return _built_once(tmp_path_factory, "sample-warehouse", build_sample_warehouse)
 
 
 @pytest.fixture(scope="session")
@@ -213,4 +239,4 @@ def sample_site(sample_warehouse, tmp_path_factory):
     (``flows.publish.site.build_site``'s result: ``.out``, ``.pages``, ``.charts``). Read-only."""
     from flows.publish.site import build_site
 
-    return build_site(sample_warehouse, tmp_path_factory.mktemp("sample-site") / "site")
+    return _built_once(tmp_path_factory, "sample-site", lambda out: build_site(sample_warehouse, out / "site"))
