@@ -67,12 +67,6 @@ def pytest_collection_modifyitems(config, items):
                                     "tier: a test is in one tier")
         if tier not in marked:
             item.add_marker(tier)
-    # The longest tiers first: pytest-xdist hands the workers the tests in this order, so the
-    # minutes-long process tests start at once and the fast tests fill the end of both
-    # workers (alphabetically, a few long browser and integration tests ran last on one worker
-    # while the other idled). Stable: within a tier, the collection's order.
-    order = {t: i for i, t in enumerate(TIERS)}
-    items.sort(key=lambda item: next((order[m.name] for m in item.iter_markers() if m.name in order), len(order)))
 
 
 @pytest.fixture(autouse=True)
