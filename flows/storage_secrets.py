@@ -15,12 +15,34 @@ nightly checks them before any work (``flows.publish.notify.check_targets``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 ENV_VAR = "DUMPSCOPE_STORAGE_OPTIONS"
 NOTIFY_VAR = "DUMPSCOPE_NOTIFY"
+
+
+def restores_environment(command: Command) -> Command:
+    """``command`` leaving the two variables as it found them, whatever it exported: a command
+    called in a process that goes on (a test's CliRunner, a notebook, ``watch``'s caller) must
+    not hand its storage options or notification targets to the next night that process runs
+    (a night after an in-process ``run --notify`` announced to that run's targets)."""
+    @functools.wraps(command)
+    def restoring(*args, **kwargs):
+        before = {name: os.environ.get(name) for name in (ENV_VAR, NOTIFY_VAR)}
+        try:
+            return command(*args, **kwargs)
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+    return restoring  # type: ignore[return-value]
 
 
 def export_notify_targets(urls: list[str]) -> None:

@@ -498,3 +498,17 @@ def test_with_a_site_url_the_summary_and_the_messages_link_to_the_incident_pages
         announce(con, ["2026-11-18"], settings)
     chat, plain = handed
     assert chat.body.count(f"]({site}incidents/i-") == plain.body.count(f" ({site}incidents/i-") == 5
+
+
+def test_a_run_in_a_process_that_goes_on_leaves_no_target_or_storage_option_behind(tmp_path):
+    """`run` hands its targets and storage options to its night through the environment; called
+    in a process that goes on (a CliRunner, a notebook), it takes them back when it ends, or the
+    process's next night would announce to this run's targets."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--bucket", str(tmp_path / "no-such-bucket"), "--warehouse", str(tmp_path / "w.duckdb"),
+                                   "--notify", "json://127.0.0.1:9/hook", "--storage-option", "anon=true"])
+    assert res.exit_code == 2, res.output
+    assert storage_secrets.NOTIFY_VAR not in os.environ and storage_secrets.ENV_VAR not in os.environ

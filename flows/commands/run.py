@@ -22,6 +22,7 @@ from pathlib import Path
 
 import typer
 
+from flows import storage_secrets
 from flows.commands.night import NightOptions, prepare
 from flows.commands.signals import prefect_console, prefect_defaults
 from flows.errors import FAILING
@@ -29,6 +30,7 @@ from flows.errors import FAILING
 FAILURES_SHOWN = 3  # failures listed by default (all of them with --verbose)
 
 
+@storage_secrets.restores_environment
 def main(*, night: NightOptions, fail_on: str | None, summary_json: Path | None, settle_seconds: float,
          wait_for_lock: bool, dask_address: str | None, verbose: bool = False, log_level: str | None = None) -> int:
     """Run one night with ``night``'s options (checked first: ``flows.commands.night.prepare``).

@@ -17,11 +17,13 @@ from pathlib import Path
 import typer
 
 from flows.commands import preflight
+from flows import storage_secrets
 from flows.commands.night import NightOptions, prepare
 from flows.commands.signals import prefect_defaults
 from flows.errors import CommandError
 
 
+@storage_secrets.restores_environment
 def watch(*, night: NightOptions, interval: float, settle: float, iterations: int, fail_on: str | None = None) -> None:
     """Look at the bucket every ``interval`` seconds, ``iterations`` times (0: never stop); each
     look is one night as ``dumpscope run`` runs it (``night``: its options, checked once here)."""
@@ -52,6 +54,7 @@ def watch(*, night: NightOptions, interval: float, settle: float, iterations: in
         time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
+@storage_secrets.restores_environment
 def serve(*, night: NightOptions, cron: str, settle: float, fail_on: str | None = None) -> None:
     """Register the nightly as the deployment ``dumpscope-nightly`` on ``cron`` and serve it: each
     scheduled run is one night as ``dumpscope run`` runs it (``night``: its options, checked once
