@@ -16,7 +16,7 @@ block within the rounding of its sizes): the other files of the same compile tel
 its whole siblings here, as the nightly tells it. ``_untellable`` names the cuts that remain
 and why: a file with no sibling here that states what it lacks, a combined file of older XLA
 cut after its allocations, and hand-made HLO (computations without HloModule line or ENTRY,
-concatenated modules). Then each sibling of the sample compiles is cut at every line and
+a module without ENTRY cut between computations, concatenated modules). Then each sibling of the sample compiles is cut at every line and
 judged with the others whole, and the tests at the end pin the exact reason given for one
 cut of each check, the issue's own example among them.
 """
@@ -190,6 +190,9 @@ def _untellable(kind: DumpKind, name: str, kept: bytes, whole: bytes) -> str | N
     if kind is DumpKind.XLA_HLO:
         if b"ENTRY" not in whole and b"HloModule" not in whole:
             return "hand-written computations without HloModule line or ENTRY: XLA takes the last as entry"
+        if b"ENTRY" not in whole and last.strip() == b"}":
+            return ("a cut between the computations of a hand-written module without ENTRY: XLA takes the last "
+                    "computation as entry, so the shorter text is a whole module to XLA's parser too")
         if whole.count(b"\nHloModule") > 1 and last.strip() == b"}":
             return "a cut between the modules of a hand-made concatenation (XLA writes one module a file)"
     if kind is DumpKind.XLA_BUFFER_ASSIGNMENT:
