@@ -47,9 +47,12 @@ TIER_BY_FIXTURE = {
 
 
 # Modules whose in-process tests are all slow (their integration and browser tests stay in those tiers).
-SLOW_MODULES = {"test_hlo_realworld", "test_incident_buckets", "test_parse_memory", "test_publish", "test_records_heal",
-                "test_records_store", "test_scale", "test_site_history", "test_sql_writes", "test_status_says_why",
-                "test_warehouse", "test_xla_cuts"}
+# A module whose tests each build nights or a site (seconds apiece) is slow as a whole.
+SLOW_MODULES = {"test_bucket_hostile", "test_evidence", "test_examples", "test_hlo_realworld", "test_hostile_reads",
+                "test_incident_buckets", "test_incident_scenarios", "test_parse_memory", "test_publish",
+                "test_records_heal", "test_records_store", "test_release", "test_scale", "test_siblings_nightly",
+                "test_site_hostile", "test_site_history", "test_sql_writes", "test_status_says_why", "test_warehouse",
+                "test_xla_cuts"}
 
 
 @pytest.hookimpl(tryfirst=True)  # the tiers are marked before -m deselects by them

@@ -145,6 +145,7 @@ def test_incidents_of_a_run_that_does_not_exist(sample_warehouse):
         2, "error: no run '2026-11-21' in the warehouse; latest runs: 2026-11-20, 2026-11-19, 2026-11-18, 2026-11-17\n")
 
 
+@pytest.mark.slow  # builds a site or several warehouses: seconds
 def test_accept_names_what_is_wrong(sample_warehouse, tmp_path):
     w = writable(sample_warehouse, tmp_path)
     refused = {
@@ -307,6 +308,7 @@ def test_accept_without_a_note_is_one_line_and_exit_2(sample_warehouse, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["wh.duckdb"]  # refused before the writer: no standby, no lock
 
 
+@pytest.mark.slow  # builds a site or several warehouses: seconds
 def test_each_accepts_row_lists_the_incidents_shown_accepted_at_its_run(sample_warehouse, tmp_path):
     """The one verdict: the accepts row's closed_incidents are the incidents incident_status
     shows accepted at that run (and open there before), for an id, a pattern and a series."""

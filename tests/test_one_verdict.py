@@ -45,6 +45,7 @@ def _listed(text: str) -> dict[str, tuple[str, str]]:
     return {i: (s, k) for i, k, s in re.findall(rf"({ID}) · (regression|failure|improvement) · (new|open|fixed|accepted|lost)", text)}
 
 
+@pytest.mark.slow  # builds a site or several warehouses: seconds
 def test_every_page_the_summary_and_the_cli_say_the_same_status_and_kind(site, sample_warehouse):
     runs, truth = _truth(sample_warehouse)
     with connect_readonly(sample_warehouse) as con:

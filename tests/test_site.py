@@ -202,6 +202,7 @@ def test_a_warehouse_no_writer_has_opened_since_the_upgrade_says_what_to_do(samp
     assert now.exit_code == 0, now.output
 
 
+@pytest.mark.slow  # builds a site or several warehouses: seconds
 def test_the_accepts_page_links_the_incidents_each_accept_closed(sample_warehouse, tmp_path):
     """Issue 29: a pattern accept did not say which incidents it closed. The accepts page
     lists them, each a link to its incident page, from the accepts row the accept wrote."""
