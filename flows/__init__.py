@@ -11,8 +11,9 @@ that no module imports another in a cycle, deferred imports included):
    store, the journal and the shared read helpers (``reads``).
 4. ``verdict``: the aggregation (history, items, incidents) and reading the incidents back.
 5. ``publish``: the night's report file, notifications and the static site.
-6. ``nightly`` (the Prefect flow; each task one call into the packages above) and
-   ``prefect_server`` (its temporary API server).
+6. ``nightly`` (the Prefect flow; each task one call into the packages above),
+   ``night_summary`` (what a night tells: counters, exit status) and ``prefect_server``
+   (its temporary API server).
 7. ``commands``: one module per command, values in, printed at its end; each failure a
    ``CommandError`` carrying its exit status.
 8. ``cli``: the Typer declarations only.

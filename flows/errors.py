@@ -14,7 +14,7 @@ and one raise may override it: ``CommandError("...", exit_code=2)``.
 from __future__ import annotations
 
 # The exit statuses of a night that is published but owes the scheduler an answer
-# (``flows.nightly.NightSummary.exit_status``; a served run's state says the same).
+# (``flows.night_summary.NightSummary.exit_status``; a served run's state says the same).
 FAILING = 4  # --fail-on found incidents
 UNDELIVERED = 5  # a notification is owed (retried by the next run)
 

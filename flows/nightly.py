@@ -32,7 +32,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -41,7 +41,6 @@ from prefect.futures import as_completed
 from prefect.states import Completed, Failed
 
 from flows import storage_secrets
-from flows.errors import FAILING, UNDELIVERED
 from flows.ingest import staging
 from flows.ingest import housekeeping
 from flows.ingest.bucket import BucketUnusable, connect, list_objects, load_settle_state, read_runs, save_settle_state
@@ -49,6 +48,7 @@ from flows.ingest.pool import chunks_of, process_pool, recognise_held, shut_down
 # The parse worker's code lives in flows.ingest.staging: a spawned worker imports that module
 # (no Prefect, no DuckDB: ~60 MiB less per worker than importing this one).
 from flows.ingest.staging import Outcome, stage_chunk
+from flows.night_summary import NightSummary
 from flows.publish.notify import announce, owes_notifications
 from flows.publish.report import write_night_report
 from flows.resources import MemoryBudget, night_limit, peak_mib
@@ -69,71 +69,6 @@ wall_clock = time.time
 
 DEFAULT_BUCKET = "data/sample_bucket"
 DEFAULT_LIMITS = ParseLimits()
-
-
-@dataclass
-class NightSummary:
-    seen: int = 0
-    new: int = 0
-    skipped: int = 0
-    deferred: int = 0
-    parsed: int = 0
-    partial: int = 0
-    failed: int = 0
-    unreadable: int = 0
-    reused: int = 0  # dumps whose content the warehouse held already: not parsed again
-    rows_loaded: int = 0
-    new_incidents: int = 0  # regressions and failures opened in the runs this night loaded
-    notified: int = 0  # notification messages delivered (new incidents, and any still owed to a target)
-    undelivered: list[str] = field(default_factory=list)  # notifications that failed (retried by the next run), and why
-    incidents: dict[str, int] = field(default_factory=dict)  # the latest run's counts (incidents_at)
-    failures: list[str] = field(default_factory=list)
-    run_errors: list[str] = field(default_factory=list)  # what was wrong with run.json files
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    publish_bytes: int = 0  # bytes the writer wrote (DuckDB file, journal) from catching up to leveling the standby
-    caught_up: str = ""  # how the writer's standby was brought level: replay, copy or new
-    leveled: str = ""  # after the publish: replay (the next night's standby is level), else why not
-    peak_mib: dict[str, float] = field(default_factory=dict)  # the flow process's peak RSS after each stage
-    written_mib: dict[str, float] = field(default_factory=dict)  # MiB the writer had written at each stage's end
-    published: str = ""  # where the site and the warehouse snapshot were published (--publish), what and how much
-
-    def exit_status(self, fail_on: str | None) -> tuple[int, str]:
-        """(status, why) for a scheduler: ``FAILING`` when ``fail_on`` (``new``: opened by the
-        runs this night loaded; ``open``: new or open at the latest run) finds incidents,
-        ``UNDELIVERED`` when a message is owed (the night is published), else 0."""
-        failing = self.new_incidents if fail_on == "new" else self.incidents.get("new", 0) + self.incidents.get("open", 0)
-        if fail_on and failing:
-            return FAILING, f"{failing} {'new' if fail_on == 'new' else 'open'} incident(s) (regressions or failures)"
-        if self.undelivered:
-            return UNDELIVERED, f"{len(self.undelivered)} notification(s) not delivered (retried by the next run)"
-        return 0, ""
-
-    def json(self) -> str:
-        import json
-
-        return json.dumps(asdict(self), indent=2)
-
-    def markdown(self) -> str:
-        # Two incident counts that differ on purpose: opened in any run this night loaded (a first
-        # ingest loads a bucket's whole history), and the latest run's verdict (what "last night" says).
-        label = {"new_incidents": "incidents opened in the runs loaded"}
-        lines = ["| | |", "| --- | ---: |"] + [
-            f"| {label.get(k, k)} | {v} |" for k, v in asdict(self).items()
-            if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up", "leveled", "peak_mib", "written_mib",
-                         "undelivered", "published")
-        ] + [f"| latest run: incidents {k.replace('_', ' ')} | {v} |" for k, v in self.incidents.items()]
-        lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
-        if self.published:
-            lines += ["", f"Published: {self.published}"]
-        if self.failures:
-            lines += ["", "Failures:", ""] + [f"- {f}" for f in self.failures]
-        if self.run_errors:
-            lines += ["", "run.json errors (the valid fields were kept):", ""] + [f"- {e}" for e in self.run_errors]
-        if self.undelivered:
-            lines += ["", "Notifications not delivered (the night is published; the next run retries them):", ""] + [
-                f"- {u}" for u in self.undelivered]
-        return "\n".join(lines)
 
 
 def _retry_unless_missing(task, task_run, state) -> bool:

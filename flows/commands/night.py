@@ -6,7 +6,7 @@ One definition for the three commands (the options themselves are declared once 
 never flow parameters: ``flows.storage_secrets``), and each operator mistake exits 2 in one
 line before Prefect starts: the storage options, the notification URLs, the settings file,
 the memory limit, the bucket, the ``--publish`` destination. The exit status a night ends
-with is ``NightSummary.exit_status`` (``flows.nightly``): ``run`` exits with it, a served
+with is ``NightSummary.exit_status`` (``flows.night_summary``): ``run`` exits with it, a served
 night's flow run ends in the state it names.
 """
 
