@@ -41,6 +41,7 @@ from prefect.futures import as_completed
 from prefect.states import Completed, Failed
 
 from flows import storage_secrets
+from flows.errors import FAILING, UNDELIVERED
 from flows.ingest import staging
 from flows.ingest import housekeeping
 from flows.ingest.bucket import BucketUnusable, connect, list_objects, load_settle_state, read_runs, save_settle_state
