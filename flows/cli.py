@@ -104,6 +104,19 @@ Notify = Annotated[Optional[list[str]], typer.Option(
     "(the night is published). Default: the DUMPSCOPE_NOTIFY environment variable (a JSON list).")]
 SiteDir = Annotated[Optional[Path], typer.Option("--site", help="Also build the report site into this directory.")]
 NightMemoryLimit = Annotated[Optional[str], typer.Option("--memory-limit", help=RUN_MEMORY_HELP)]
+WaitForLock = Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another run holding the warehouse lock.")]
+DaskAddress = Annotated[Optional[str], typer.Option(
+    help="Run the parse tasks on this existing Dask cluster (tcp://HOST:PORT); its workers must "
+    "reach the bucket, the staging dir next to the warehouse, and the Prefect API.")]
+FailOnRegression = Annotated[bool, typer.Option("--fail-on-regression", help="Same as --fail-on new.")]
+SummaryJson = Annotated[Optional[Path], typer.Option(
+    help="Also write the night's summary (counts, seconds per stage, bytes published) to this JSON file "
+    "(watch and serve: the latest night's).")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Also print the night's counters and seconds, every "
+                                       "failure, and Prefect's log lines (--log-level INFO).")]
+LogLevel = Annotated[Optional[str], typer.Option(
+    "--log-level", help="Prefect's log lines at this level and above reach the terminal: DEBUG, INFO, WARNING, "
+    "ERROR or CRITICAL (default WARNING; INFO with --verbose). All of them still reach Prefect's API.")]
 LINE_BYTES, DUMP_BYTES, PARSE_SECONDS = 64 << 20, 4 << 30, 600.0  # = transforms.parse.ParseLimits()
 
 
@@ -164,16 +177,14 @@ def run(
     layout_regex: LayoutRegex = None,
     marker: Marker = None,
     workers: Workers = None,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for another run holding the warehouse lock.")] = False,
+    wait: WaitForLock = False,
     storage_option: StorageOptions = None,
     storage_secret: StorageSecret = None,
-    dask_address: Annotated[Optional[str], typer.Option(
-        help="Run the parse tasks on this existing Dask cluster (tcp://HOST:PORT); its workers must "
-        "reach the bucket, the staging dir next to the warehouse, and the Prefect API.")] = None,
+    dask_address: DaskAddress = None,
     settings: Settings = None,
     report: Report = None,
     fail_on: FailOn = None,
-    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Same as --fail-on new.")] = False,
+    fail_on_regression: FailOnRegression = False,
     notify: Notify = None,
     site_dir: SiteDir = None,
     publish: Publish = None,
@@ -181,13 +192,9 @@ def run(
     max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
     parse_seconds: ParseSeconds = PARSE_SECONDS,
     memory_limit: NightMemoryLimit = None,
-    summary_json: Annotated[Optional[Path], typer.Option(
-        help="Also write the night's summary (counts, seconds per stage, bytes published) to this JSON file.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print the night's counters and seconds, every "
-                                          "failure, and Prefect's log lines (--log-level INFO).")] = False,
-    log_level: Annotated[Optional[str], typer.Option(
-        "--log-level", help="Prefect's log lines at this level and above reach the terminal: DEBUG, INFO, WARNING, "
-        "ERROR or CRITICAL (default WARNING; INFO with --verbose). All of them still reach Prefect's API.")] = None,
+    summary_json: SummaryJson = None,
+    verbose: Verbose = False,
+    log_level: LogLevel = None,
 ) -> int:
     """Run the nightly flow once (Prefect ephemeral mode: no server needed) and print, in plain text,
     what it loaded, the latest run's verdict, its new incidents with a `dumpscope diff` each, and
@@ -200,16 +207,7 @@ def run(
     """
     from flows.commands import run as command_module
 
-    from flows.commands.signals import LOG_LEVELS
-
-    if fail_on not in (None, "new", "open"):
-        raise typer.BadParameter("use new or open", param_hint="--fail-on")
-    if log_level is not None and log_level.upper() not in LOG_LEVELS:
-        raise typer.BadParameter(f"use one of {', '.join(LOG_LEVELS)}", param_hint="--log-level")
-    return command_module.main(
-        night=_night(**locals()), fail_on=fail_on or ("new" if fail_on_regression else None), summary_json=summary_json,
-        settle_seconds=settle, wait_for_lock=wait, dask_address=dask_address, verbose=verbose,
-        log_level=log_level.upper() if log_level else None)
+    return command_module.main(night=_night(**locals()), settle_seconds=settle, **_reporting(**locals()))
 
 
 @command("aggregate")
@@ -348,6 +346,12 @@ def watch(
     max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
     parse_seconds: ParseSeconds = PARSE_SECONDS,
     memory_limit: NightMemoryLimit = None,
+    wait: WaitForLock = True,
+    dask_address: DaskAddress = None,
+    fail_on_regression: FailOnRegression = False,
+    summary_json: SummaryJson = None,
+    verbose: Verbose = False,
+    log_level: LogLevel = None,
 ) -> None:
     """Keep polling the bucket; ingest new files once they have settled, each look a night as `run` runs it.
 
@@ -358,9 +362,8 @@ def watch(
     """
     from flows.commands import watch as command_module
 
-    if fail_on not in (None, "new", "open"):
-        raise typer.BadParameter("use new or open", param_hint="--fail-on")
-    command_module.watch(night=_night(**locals()), interval=interval, settle=settle, iterations=iterations, fail_on=fail_on)
+    command_module.watch(night=_night(**locals()), interval=interval, settle=settle, iterations=iterations,
+                         **_reporting(**locals()))
 
 
 @command()
@@ -384,6 +387,12 @@ def serve(
     max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
     parse_seconds: ParseSeconds = PARSE_SECONDS,
     memory_limit: NightMemoryLimit = None,
+    wait: WaitForLock = True,
+    dask_address: DaskAddress = None,
+    fail_on_regression: FailOnRegression = False,
+    summary_json: SummaryJson = None,
+    verbose: Verbose = False,
+    log_level: LogLevel = None,
 ) -> None:
     """Register the nightly as a scheduled deployment and serve it (needs a Prefect server); each
     scheduled run is a night as `run` runs it.
@@ -396,9 +405,20 @@ def serve(
     """
     from flows.commands import watch as command_module
 
+    command_module.serve(night=_night(**locals()), cron=cron, settle=settle, **_reporting(**locals()))
+
+
+def _reporting(*, fail_on, fail_on_regression, wait, dask_address, summary_json, verbose, log_level, **_rest) -> dict:
+    """How a night of ``run``, ``watch`` or ``serve`` ends and reports, checked (``_rest``: the
+    command's other parameters)."""
+    from flows.commands.signals import LOG_LEVELS
+
     if fail_on not in (None, "new", "open"):
         raise typer.BadParameter("use new or open", param_hint="--fail-on")
-    command_module.serve(night=_night(**locals()), cron=cron, settle=settle, fail_on=fail_on)
+    if log_level is not None and log_level.upper() not in LOG_LEVELS:
+        raise typer.BadParameter(f"use one of {', '.join(LOG_LEVELS)}", param_hint="--log-level")
+    return dict(fail_on=fail_on or ("new" if fail_on_regression else None), wait_for_lock=wait, dask_address=dask_address,
+                summary_json=summary_json, verbose=verbose, log_level=log_level.upper() if log_level else None)
 
 
 def _night(*, bucket, warehouse, layout_regex, marker, workers, storage_option, storage_secret, settings, report,

@@ -248,13 +248,15 @@ def nightly(
     memory_limit: int | None = None,
     publish_to: str | None = None,
     fail_on: str | None = None,
+    summary_path: Path | None = None,
 ):
     """One night. ``dask_address`` is set by ``run_nightly``, which gives the flow a
     ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers.
 
     Storage options never arrive as parameters (``flows.storage_secrets``): they come from
     the environment or the Secret block ``storage_secret``; ``storage_option_names`` only
-    records which were given. ``fail_on`` (a served deployment's): the flow run ends Failed when
+    records which were given. ``summary_path``: the night's summary is also written there as
+    JSON (``--summary-json``). ``fail_on`` (a served deployment's): the flow run ends Failed when
     it finds incidents, Completed named "Undelivered" when a message is owed, with the exit
     status ``dumpscope run`` would give in the state's message; either way its result is the summary."""
     parameters = dict(locals())  # exactly the flow's parameters
@@ -285,7 +287,7 @@ def night_in_process(**parameters) -> NightSummary:
 def _night(orchestrated: bool, *, bucket, warehouse, staging_dir, settle_seconds, state_path, storage_secret,
            storage_option_names, layout_regex, marker, wait_for_lock, workers, dask_address, settings_path,
            report_path, site_dir, max_line_bytes, max_dump_bytes, parse_seconds, memory_limit,
-           publish_to) -> NightSummary:
+           publish_to, summary_path) -> NightSummary:
     """One night: ``orchestrated``, each step is a Prefect task of the running flow (parse
     chunks submitted to its task runner, items on its task runner, artifacts); otherwise each
     step's function is called here, in order (``night_in_process``). The parameters are
@@ -382,6 +384,8 @@ def _night(orchestrated: bool, *, bucket, warehouse, staging_dir, settle_seconds
             print(f"published {summary.published}")
             summary.seconds["publish_release"] = time.perf_counter() - t5
     summary.seconds["total"] = time.perf_counter() - t0
+    if summary_path is not None:  # the operator's --summary-json (a served night's too: written here)
+        Path(summary_path).write_text(summary.json(), encoding="utf-8")
     logger = get_run_logger() if orchestrated else logging.getLogger("dumpscope.nightly")
     for line in summary.undelivered:  # a scheduled run's log shows it as a warning (the CLI exits 5)
         logger.warning(line)
@@ -429,13 +433,7 @@ def run_nightly(*, dask_address: str | None = None, **kwargs) -> NightSummary:
     """
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    if dask_address:
-        from prefect_dask import DaskTaskRunner
-
-        run = functools.partial(nightly.with_options(task_runner=DaskTaskRunner(address=dask_address)),
-                                dask_address=dask_address)
-    else:
-        run = nightly
+    run = functools.partial(on_cluster(dask_address), dask_address=dask_address) if dask_address else nightly
     if PREFECT_API_URL.value():
         return run(**kwargs)
     # Ephemeral mode: start the temporary API server here, dying with this process even if
@@ -447,3 +445,16 @@ def run_nightly(*, dask_address: str | None = None, **kwargs) -> NightSummary:
 
     with temporary_settings(updates={PREFECT_API_URL: temporary_server().api_url}):
         return run(**kwargs)
+
+
+def on_cluster(dask_address: str):
+    """The nightly flow with prefect-dask's ``DaskTaskRunner`` on the scheduler at ``dask_address``."""
+    from prefect_dask import DaskTaskRunner
+
+    return nightly.with_options(task_runner=DaskTaskRunner(address=dask_address))
+
+
+# A served night (`dumpscope serve --dask-address`) runs in a process of its own that imports
+# this module by the deployment's entry point: its flow takes the cluster serve exported.
+if os.environ.get(storage_secrets.DASK_VAR):
+    nightly = on_cluster(os.environ[storage_secrets.DASK_VAR])

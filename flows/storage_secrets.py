@@ -24,16 +24,19 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 
 ENV_VAR = "DUMPSCOPE_STORAGE_OPTIONS"
 NOTIFY_VAR = "DUMPSCOPE_NOTIFY"
+# The Dask scheduler a served night's parse tasks run on (`dumpscope serve --dask-address`): the
+# deployment's runs import flows.nightly in processes of their own, which inherit it.
+DASK_VAR = "DUMPSCOPE_DASK_ADDRESS"
 
 
 def restores_environment(command: Command) -> Command:
-    """``command`` leaving the two variables as it found them, whatever it exported: a command
+    """``command`` leaving the three variables as it found them, whatever it exported: a command
     called in a process that goes on (a test's CliRunner, a notebook, ``watch``'s caller) must
-    not hand its storage options or notification targets to the next night that process runs
-    (a night after an in-process ``run --notify`` announced to that run's targets)."""
+    not hand its storage options, notification targets or Dask scheduler to the next night that
+    process runs (a night after an in-process ``run --notify`` announced to that run's targets)."""
     @functools.wraps(command)
     def restoring(*args, **kwargs):
-        before = {name: os.environ.get(name) for name in (ENV_VAR, NOTIFY_VAR)}
+        before = {name: os.environ.get(name) for name in (ENV_VAR, NOTIFY_VAR, DASK_VAR)}
         try:
             return command(*args, **kwargs)
         finally:

@@ -146,15 +146,21 @@ def _log_streams_outlive_the_test():
 
 
 @pytest.fixture(autouse=True)
-def _no_secrets_left_by_another_test(monkeypatch):
+def _no_secrets_left_by_another_test():
     """``run`` exports its storage options and notify targets to the environment (for its own
     worker processes): a test that ran the CLI in this process left them behind, and the next
     test's ``python -m flows.cli`` on this worker would notify that test's targets. Each test
-    starts without them; what a test sets is undone after it."""
+    starts without them and ends without them: a session fixture built at the next test's set-up
+    (before this fixture runs) must not inherit a target (``monkeypatch.delenv`` of a variable
+    that is absent undoes nothing, so a test that then exported one left it behind)."""
     from flows import storage_secrets
 
-    for name in (storage_secrets.ENV_VAR, storage_secrets.NOTIFY_VAR):
-        monkeypatch.delenv(name, raising=False)
+    names = (storage_secrets.ENV_VAR, storage_secrets.NOTIFY_VAR, storage_secrets.DASK_VAR)
+    for name in names:
+        os.environ.pop(name, None)
+    yield
+    for name in names:
+        os.environ.pop(name, None)
 
 
 @pytest.fixture(scope="session")

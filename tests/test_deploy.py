@@ -22,7 +22,6 @@ from flows.cli import app
 
 ROOT = Path(__file__).parents[1]
 SAMPLE = ROOT / "data" / "sample_bucket"
-RUN_ONLY = {"wait", "dask_address", "fail_on_regression", "summary_json", "verbose", "log_level"}
 
 
 def _options(command: str) -> set[str]:
@@ -32,11 +31,46 @@ def _options(command: str) -> set[str]:
     return {p.name for p in group.commands[command].params}
 
 
-def test_watch_and_serve_take_every_option_of_a_night_that_run_takes():
-    night = _options("run") - RUN_ONLY
+def test_watch_and_serve_take_every_option_that_run_takes():
+    night = _options("run")
     assert night <= _options("watch") and night <= _options("serve")
     assert {"site_dir", "publish", "notify", "settings", "storage_secret", "storage_option", "workers",
-            "memory_limit", "fail_on"} <= night
+            "memory_limit", "fail_on", "wait", "dask_address", "fail_on_regression", "summary_json", "verbose",
+            "log_level"} <= night
+
+
+@pytest.mark.integration  # building the deployment runs `file` on the interpreter (platform.architecture)
+def test_a_served_night_gets_the_options_run_would_give_its_flow(tmp_path, monkeypatch):
+    """serve hands its nights what run hands its flow: the summary file (absolute), the lock wait,
+    the Dask scheduler (a flow parameter, and the environment the served runs import
+    flows.nightly in); the environment is put back when serve returns."""
+    from flows import storage_secrets
+
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    monkeypatch.delenv(storage_secrets.DASK_VAR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    served = []
+    monkeypatch.setattr("prefect.serve", lambda *deployments: served.append(
+        (deployments, os.environ.get(storage_secrets.DASK_VAR))))
+    out = CliRunner().invoke(app, ["serve", "--bucket", str(SAMPLE), "--warehouse", "w.duckdb", "--summary-json",
+                                   "night.json", "--no-wait", "--dask-address", "tcp://127.0.0.1:8786",
+                                   "--fail-on-regression", "--log-level", "error"])
+    assert out.exit_code == 0, out.output
+    [((deployment,), dask_env)] = served
+    assert dask_env == "tcp://127.0.0.1:8786" and storage_secrets.DASK_VAR not in os.environ
+    assert {k: deployment.parameters[k] for k in ("summary_path", "wait_for_lock", "dask_address", "fail_on")} == {
+        "summary_path": str(tmp_path / "night.json"), "wait_for_lock": False, "dask_address": "tcp://127.0.0.1:8786",
+        "fail_on": "new"}
+
+
+@pytest.mark.integration
+def test_a_served_run_imports_the_nightly_on_the_dask_scheduler_serve_exported():
+    from flows import storage_secrets
+
+    code = "from flows.nightly import nightly; print(type(nightly.task_runner).__name__, nightly.task_runner.address)"
+    env = {**os.environ, storage_secrets.DASK_VAR: "tcp://127.0.0.1:8786"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["DaskTaskRunner", "tcp://127.0.0.1:8786"], out.stderr[-2000:]
 
 
 def test_serve_and_watch_refuse_a_mistake_in_one_line_before_prefect_starts(tmp_path, monkeypatch):

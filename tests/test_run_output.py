@@ -32,10 +32,12 @@ def _incident(**fields) -> dict:
 
 def test_the_summary_of_the_sample_is_plain_text_in_a_few_lines(sample_warehouse):
     """On main: the 38-row counter table and the report's Markdown (<code>, &#95;, **) in Prefect's log."""
+    from flows.commands.night import NightOptions
     from flows.commands.run import summary_lines
     from flows.nightly import NightSummary
 
-    lines = summary_lines(NightSummary(seen=176, skipped=176), sample_warehouse, None, Path("site"))
+    night = NightOptions(bucket="data/sample_bucket", warehouse=sample_warehouse, site_dir=Path("site"))
+    lines = summary_lines(NightSummary(seen=176, skipped=176), night)
     assert lines[:3] == ["Nothing new in the bucket (176 dump(s) loaded already, 0 still settling).", "", VERDICT]
     assert lines[-2:] == [f"Report: {sample_warehouse.with_suffix('.report.md')}", "Site: site/index.html"]
     assert PMAP_DIFF in lines

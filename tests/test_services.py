@@ -62,6 +62,27 @@ def test_sigterm_stops_watch_and_its_temporary_prefect_server(tmp_path):
         log.close()
 
 
+def test_watch_prints_and_writes_each_night_as_run_does(prefect, tmp_path):
+    """watch --verbose --summary-json: each look's summary printed as `run` prints it, and the
+    latest night's written as JSON."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    bucket, warehouse, summary = tmp_path / "bucket", tmp_path / "w.duckdb", tmp_path / "night.json"
+    shutil.copytree(SAMPLE / "2026-11-20" / "jax-pmap", bucket / "2026-11-20" / "jax-pmap")
+    dumps = sum(1 for p in bucket.rglob("*") if p.is_file())
+    out = CliRunner().invoke(app, ["watch", "--bucket", str(bucket), "--warehouse", str(warehouse), "--iterations", "2",
+                                   "--interval", "0", "--settle", "0", "--summary-json", str(summary), "--verbose"])
+    assert out.exit_code == 0, out.output
+    assert f"Loaded {dumps} new dump(s) into {warehouse}." in out.output
+    assert f"Nothing new in the bucket ({dumps} dump(s) loaded already, 0 still settling)." in out.output
+    assert out.output.count("Counters:") == 2
+    night = json.loads(summary.read_text())
+    assert (night["new"], night["skipped"]) == (0, dumps)
+
+
+@pytest.mark.integration
 def test_storage_option_values_never_reach_the_prefect_api(prefect, tmp_path):
     """`--storage-option secret_token=...` is passed to fsspec, and Prefect records only its name."""
     from prefect.client.orchestration import get_client

@@ -43,12 +43,9 @@ def main(*, night: NightOptions, fail_on: str | None, summary_json: Path | None,
         from flows.nightly import run_nightly
 
         summary = run_nightly(**parameters, settle_seconds=settle_seconds, wait_for_lock=wait_for_lock,
-                              dask_address=dask_address,
+                              dask_address=dask_address, summary_path=summary_json,
                               state_path=night.warehouse.with_suffix(".settle.json") if settle_seconds else None)
-    if summary_json is not None:
-        summary_json.write_text(summary.json(), encoding="utf-8")
-    site_dir = night.site_dir or (night.warehouse.with_suffix(".site") if night.publish_to else None)
-    typer.echo("\n".join(summary_lines(summary, night.warehouse, night.report_path, site_dir, verbose)))
+    typer.echo("\n".join(summary_lines(summary, night, verbose)))
     for line in summary.undelivered:
         typer.echo(f"warning: {line}", err=True)
     status, why = summary.exit_status(fail_on)
@@ -57,13 +54,15 @@ def main(*, night: NightOptions, fail_on: str | None, summary_json: Path | None,
     return status
 
 
-def summary_lines(summary, warehouse: Path, report_path: Path | None, site_dir: Path | None,
-                  verbose: bool = False) -> list[str]:
-    """What the terminal shows after a night, in plain text: what was ingested (and what failed),
-    with ``verbose`` the night's counters and seconds, then the latest run's verdict and new
-    incidents, then where the report and the site are."""
+def summary_lines(summary, night: NightOptions, verbose: bool = False) -> list[str]:
+    """What the terminal shows after a night run with ``night``'s options, in plain text: what
+    was ingested (and what failed), with ``verbose`` the night's counters and seconds, then the
+    latest run's verdict and new incidents, then where the report and the site are."""
     from flows.publish.report import default_report_path, terminal_summary
     from transforms.escape import plain_text
+
+    warehouse, report_path = night.warehouse, night.report_path
+    site_dir = night.site_dir or (night.warehouse.with_suffix(".site") if night.publish_to else None)
 
     if summary.new:
         done = f"Loaded {summary.new} new dump(s) into {plain_text(warehouse)}"
