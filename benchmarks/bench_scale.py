@@ -75,6 +75,11 @@ GiB = 1 << 30
 TARGET_RSS = 2 * GiB
 TARGET_WORK_S = 45.0
 TARGET_UNCHANGED_S = 5.0
+# Targets of issue 30: a night at the speed of its change (the flow's own work, site included).
+TARGET_FIRST_NIGHT_S = 180.0
+TARGET_CHANGED_NIGHT_S = 45.0
+TARGET_UNCHANGED_NIGHT_S = 10.0
+TARGET_YEAR_SITE_BYTES, TARGET_YEAR_SITE_FILES, TARGET_YEAR_SITE_S = 150e6, 3000, 30.0
 SHORT_NIGHTS = 5  # the fresh warehouse's real nights (short_history)
 SHORT_SETTLED_AFTER = 3  # its first nights grow while DuckDB has no free space to reuse
 TARGET_GROWTH = 5 * MiB
@@ -619,6 +624,33 @@ def targets(n2: dict, n366: dict, n367: dict, short: list[dict], accepted: dict)
     return out
 
 
+def speed_targets(by: dict) -> list[dict]:
+    """Issue 30's targets: each night's work (the flow's total beyond Prefect's start-up, site
+    included) against what changed, and the site at a year (night 366's; the year's pages of
+    incidents and series are measured by benchmarks/bench_site_year.py)."""
+    def line(target, r, limit):
+        total = r["summary"].get("seconds", {}).get("total")
+        ok = r["returncode"] == 0 and not r["timed_out"] and total is not None
+        return {"target": target, "measured": "n/a" if total is None else
+                f"{total:.1f} s (site {r['summary']['seconds'].get('site', 0):.1f} s; wall {r['wall_s']:.1f} s, "
+                f"load {r['loadavg_1min_before']:.1f})", "pass": ok and total <= limit}
+
+    out = [line("night 1 (the first night of a new warehouse): <= 3 minutes of work", by[1], TARGET_FIRST_NIGHT_S)]
+    out += [line(f"night {k} (10 % changed): <= 45 s of work, site included", by[k], TARGET_CHANGED_NIGHT_S)
+            for k in (2, 365, 366)]
+    out.append(line("night 367 (unchanged): <= 10 s of work, site included", by[367], TARGET_UNCHANGED_NIGHT_S))
+    r = by[366]
+    site_s = r["summary"].get("seconds", {}).get("site")
+    out.append({"target": "the site at a year (night 366): <= 150 MB, <= 3,000 files, built in <= 30 s",
+                "measured": f"{r['site_bytes'] / 1e6:.1f} MB, {r['site_files']} files, "
+                            f"{'n/a' if site_s is None else f'{site_s:.1f} s'}",
+                "pass": site_s is not None and r["site_bytes"] <= TARGET_YEAR_SITE_BYTES
+                and r["site_files"] <= TARGET_YEAR_SITE_FILES and site_s <= TARGET_YEAR_SITE_S})
+    out += [{"target": f"night {k}: peak RSS of the tree <= 2 GiB", "measured": f"{by[k]['peak_rss_tree_bytes'] / MiB:.0f} MiB",
+             "pass": by[k]["peak_rss_tree_bytes"] <= TARGET_RSS} for k in (1, 365, 367)]
+    return out
+
+
 def print_table(result: dict) -> None:
     n = {r["night"]: r for r in result["nights"]}
     rep = [n[2], n[366], n[367]]
@@ -653,9 +685,10 @@ def print_table(result: dict) -> None:
     print(f"\n{'':<{w}}  {'night 2':>24}  {'night 366':>24}  {'night 367 (unchanged)':>24}")
     for label, a, b, c in rows:
         print(f"{label:<{w}}  {a:>24}  {b:>24}  {c:>24}")
-    print("\ntargets (issue 13):")
-    for t in result["targets"]:
-        print(f"  {'N/A ' if t['pass'] is None else 'PASS' if t['pass'] else 'FAIL'}  {t['target']}: {t['measured']}")
+    for title, key in (("targets (issue 13: memory, growth, history)", "targets"), ("targets (issue 30: speed)", "speed_targets")):
+        print(f"\n{title}:")
+        for t in result.get(key, []):
+            print(f"  {'N/A ' if t['pass'] is None else 'PASS' if t['pass'] else 'FAIL'}  {t['target']}: {t['measured']}")
     for note in result["notes"]:
         print(f"note: {note}")
 
@@ -739,7 +772,8 @@ def main() -> None:
               "flags": flags, "workload": {"files": len(wl.files()), "jobs": wl.N_JOBS, "changed_per_night": wl.n_changed()},
               "older_runs_kept_in_warehouse": older_kept and all_kept, "warehouse_runs_after_night2": kept["runs"],
               "warehouse_runs_after_night366": final["runs"],
-              "synthesis": synth, "nights": nights, "short_history": short, "accept": accepted, "targets": targets(by[2], by[366], by[367], short, accepted), "notes": notes,
+              "synthesis": synth, "nights": nights, "short_history": short, "accept": accepted, "targets": targets(by[2], by[366], by[367], short, accepted), "speed_targets": speed_targets(by),
+              "notes": notes,
               "bench_seconds": time.perf_counter() - t_start}
     result_path = harness.write_json(args.result, result)
     print_table(result)
