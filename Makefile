@@ -56,6 +56,7 @@ browser:
 # bench_real: `dumpscope parse`, `parse --json` and the nightly's staging on ~50 and ~200 MB
 # modules made from data/corpus (CPU MB/s, peak RSS; benchmarks/out/bench_real.json), ~1 minute.
 # floor_hlo: what the pieces of any Python HLO reader cost on XLA's LLM modules (docs/speed.md).
+# bench_torch_trace: the TORCH_TRACE parser on a ~200 MB log made from the real ones (MB/s, peak RSS).
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_parse.py
 	$(BIN)/python benchmarks/bench_real.py
@@ -63,6 +64,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/floor_hlo.py
 	$(BIN)/python benchmarks/bench_aggregate.py
 	$(BIN)/python benchmarks/bench_bomb.py
+	$(BIN)/python benchmarks/bench_torch_trace.py --mb 200
 
 # Big nights with a year of history (issue 13): ~10 minutes; figures in benchmarks/out/bench_scale.json.
 bench-scale: $(STAMP)
