@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -218,12 +219,16 @@ def test_run_takes_a_memory_limit_and_writes_its_summary_as_json(prefect, tmp_pa
     script = Path(sys.executable).parent / "dumpscope"  # the console script of the venv running the tests
     cmd = [str(script), "run", "--bucket", str(bucket), "--warehouse", str(tmp_path / "w.duckdb"),
            "--workers", "1", "--memory-limit", "600MB", "--summary-json", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    # The session's Prefect server (the harness): the process skips a temporary server's start-up.
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(out.read_text())
     assert summary["parsed"] > 0 and summary["caught_up"] == "new"
     assert {"parse", "load", "load.publish", "load.aggregate_items"} <= set(summary["seconds"])
-    bad = subprocess.run(cmd[:-4] + ["--memory-limit", "lots"], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(cmd[:-4] + ["--memory-limit", "lots"], capture_output=True, text=True, timeout=300, env=env)
     assert bad.returncode == 2 and "--memory-limit" in bad.stderr
 
 
