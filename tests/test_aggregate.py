@@ -174,7 +174,7 @@ def test_incidents_of_the_sample_nights(sample_warehouse):
     new = CliRunner().invoke(app, ["incidents", "--run", "2026-11-19", "--status", "new", "--format", "json",
                                    "--warehouse", str(sample_warehouse)])
     rows = json.loads(new.output)
-    assert len(rows) == 6 and all(r["status"] == "new" and r["kind"] != "improvement" for r in rows)
+    assert len(rows) == 7 and all(r["status"] == "new" and r["kind"] != "improvement" for r in rows)
     pmap = next(r for r in rows if r["job"] == "jax-pmap")
     assert (pmap["last_good_run"], pmap["last_good_commit"], pmap["first_bad_commit"]) == ("2026-11-18", "9b03c5e", "c71f0d2")
     assert "kernel.collectives" in pmap["metrics"] and "all-reduce" in pmap["cause"].splitlines()[0]

@@ -95,8 +95,13 @@ def _night(tmp_path: Path, nights: dict[str, dict[str, Path]]) -> duckdb.DuckDBP
 
 def test_metric_rows_are_each_programs_figures_equal_to_torchs(tmp_path):
     failure, breaks = _log(FIX / "compile_failure"), _log(FIX / "graph_break")
-    con = _night(tmp_path, {"2026-10-01": {"failure": failure, "breaks": breaks}})
-    rows = con.execute("SELECT job, program, metric, value FROM metrics WHERE kind = 'torch_trace'").fetchall()
+    # The next night ships the same log again: its rows are copied from the first path, programs kept.
+    con = _night(tmp_path, {"2026-10-01": {"failure": failure, "breaks": breaks}, "2026-10-02": {"failure": failure}})
+    rows = con.execute("SELECT job, program, metric, value FROM metrics WHERE kind = 'torch_trace' "
+                       "AND run_id = '2026-10-01'").fetchall()
+    again = con.execute("SELECT job, program, metric, value FROM metrics WHERE kind = 'torch_trace' "
+                        "AND run_id = '2026-10-02'").fetchall()
+    assert sorted(again) == sorted(r for r in rows if r[0] == "failure")
     got: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for job, program, metric, value in rows:
         got[job, program][metric] = value
@@ -110,7 +115,8 @@ def test_metric_rows_are_each_programs_figures_equal_to_torchs(tmp_path):
         assert {p: rounded({k: m[k] for k in P.BASE_METRICS}) for (j, p), m in got.items() if j == job} == want
     assert set(got) == {("failure", f"scale_shift at {SRC}:9"), ("failure", FORWARD), ("breaks", FORWARD)}
     # One series per program, named without the file's directories.
-    series = sorted(r[0] for r in con.execute("SELECT series FROM dump_series WHERE kind = 'torch_trace'").fetchall())
+    series = sorted(r[0] for r in con.execute("SELECT series FROM dump_series WHERE kind = 'torch_trace' "
+                                              "AND run_id = '2026-10-01'").fetchall())
     assert series == ["breaks/forward at dumpscope_model.py:19/torch_trace/trace",
                       "failure/forward at dumpscope_model.py:19/torch_trace/trace",
                       "failure/scale_shift at dumpscope_model.py:9/torch_trace/trace"]
@@ -185,3 +191,23 @@ def test_sample_graph_break_opens_with_its_reason_and_frame_and_the_fix_closes_i
     lines_after = con.execute("SELECT lines_after, excerpt_after FROM diffs WHERE category = 'graph_break' "
                               "AND label LIKE '%Data-dependent%' AND change = 'appeared'").fetchall()
     assert len(lines_after) == 1 and lines_after[0][0] and "dynamo_graph_break_reason" in lines_after[0][1]
+
+
+def test_a_recompile_and_a_failed_compile_open_incidents_named_by_their_reason(tmp_path):
+    """Real logs: job 'shapes' goes from one input shape to two (a recompile), job 'backend' from a
+    good compile of forward to one whose backend raises (BackendCompilerFailed)."""
+    plain, recompile, failure = (_log(FIX / c) for c in ("plain", "recompile", "compile_failure"))
+    con = _night(tmp_path, {"2026-10-01": {"shapes": plain, "backend": plain},
+                            "2026-10-02": {"shapes": recompile, "backend": failure}})
+    got = {(job, kind): (metrics, cause.split("\n")) for job, kind, metrics, cause in con.execute(
+        "SELECT job, kind, metrics, cause FROM incidents WHERE opened_run = '2026-10-02'").fetchall()}
+    figures = {log: json.loads((log.parent / "torch_figures.json").read_text())[log.name]["compilation_metrics"]
+               for log in (recompile, failure)}
+    (reason,) = [m["recompile_reason"] for m in figures[recompile] if m["recompile_reason"]]
+    (failed,) = [m for m in figures[failure] if m["fail_type"]]
+    metrics, cause = got["shapes", "regression"]
+    assert {"dynamo.recompiles", "dynamo.compiles", "dynamo.guards"} <= set(metrics)
+    assert cause[0] == f"recompile of forward: {reason.split(': ', 1)[1]} appeared (×1)"
+    metrics, cause = got["backend", "failure"]
+    assert "dynamo.failures" in metrics
+    assert cause[0].startswith(f"compile of forward failed: {failed['fail_type']}: {failed['fail_reason'].splitlines()[0][:300]}")
