@@ -98,7 +98,8 @@ def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, s
         split = metrics.join(candidate.select("path", pl.col("program").alias("named")), on="path").filter(
             pl.col("program").ne_missing(pl.col("named"))).select("path", "program").unique()
         fresh = assign_series(candidate, {run_id: {str(k): str(v) for k, v in overrides.items()}}
-                              if isinstance(overrides, dict) else {}, compile_overrides(settings.series_patterns), split)
+                              if isinstance(overrides, dict) else {}, compile_overrides(settings.series_patterns),
+                              split)
         result = CheckResult(against=ref["run_id"], against_commit=ref["commit"],
                              candidate_commit=info.commit if info else None, dumps=len(objects), damaged=damaged,
                              run_errors=list(info.meta_errors) if info else [], site_url=settings.site_url)
@@ -187,8 +188,8 @@ def _in_run(obj: BucketObject, run_id: str) -> BucketObject:
 
 def _parse(objects: list[BucketObject], work: Path, limits: ParseLimits
            ) -> tuple[pl.DataFrame, pl.DataFrame, list[dict], dict[str, StagedResult]]:
-    """(dumps rows, metrics rows (path, program, metric, value) of the dumps that parsed ok, damaged dumps, staged result by
-    path) of the candidate, each staged by the nightly's driver into ``work``."""
+    """(dumps rows, metrics rows (path, program, metric, value) of the dumps that parsed ok, damaged
+    dumps, staged result by path) of the candidate, each staged by the nightly's driver into ``work``."""
     fs = LocalFileSystem()
     rows, metric_rows, damaged, staged, unreadable = [], [], [], {}, {}
     dumps = [obj for obj in objects if obj.role is Role.DUMP]
