@@ -211,3 +211,24 @@ def test_a_recompile_and_a_failed_compile_open_incidents_named_by_their_reason(t
     metrics, cause = got["backend", "failure"]
     assert "dynamo.failures" in metrics
     assert cause[0].startswith(f"compile of forward failed: {failed['fail_type']}: {failed['fail_reason'].splitlines()[0][:300]}")
+
+
+def test_a_log_staged_by_parser_version_1_is_parsed_again_with_each_programs_figures(tmp_path):
+    """Version 1 staged only the totals: its staged result must not be loaded as if it had programs."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    from flows.ingest.bucket import list_objects
+    from flows.ingest.staging import stage_object
+
+    log = _log(FIX / "compile_failure")
+    bucket = _bucket(tmp_path / "bucket", {"2026-10-01": {"job": log}})
+    (obj,) = [o for o in list_objects(str(bucket)) if o.path.endswith(".log.gz")]
+    first = stage_object(LocalFileSystem(), obj, tmp_path / "staging")
+    assert first.parsed and set(first.summary["programs"]) == {f"scale_shift at {SRC}:9", FORWARD}
+    old = first.dir.with_name("torch_trace-v1")  # what version 1 left: the same summary without programs
+    first.dir.rename(old)
+    (old / "summary.json").write_text(json.dumps({k: v for k, v in first.summary.items() if k != "programs"}
+                                                 | {"parser_version": 1}))
+    again = stage_object(LocalFileSystem(), obj, tmp_path / "staging")
+    assert (again.parsed, again.summary["parser_version"], again.summary["programs"]) == (
+        True, P.PARSER_VERSION, first.summary["programs"])
