@@ -36,7 +36,15 @@ from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-JOBS = ("jax-jit", "jax-pmap", "torch-inductor", "torch-onnx")
+JOBS = ("jax-jit", "jax-pmap", "torch-inductor", "torch-onnx", "torch-trace")
+
+# torch-trace: one job shipping its TORCH_TRACE structured log (data/generate_torch_traces.py makes
+# it, torch 2.13.0 on CPU, cold Inductor cache). Designed changes: on 2026-11-18 the job shares the
+# runner with busy processes (plain_busy: the same program, a slower compile: a one-night spike that
+# must open nothing); on 2026-11-19 a print and a data-dependent `if` go into forward (2 graph
+# breaks); on 2026-11-20 the `if` is rewritten with torch.where and the print dropped (the fix).
+TRACE_CASES = {"2026-11-17": "plain", "2026-11-18": "plain_busy", "2026-11-19": "graph_break",
+               "2026-11-20": "graph_break_removed"}
 
 # One entry per night. The model grows (trends); on 2026-11-19 a layer is added, the
 # batch doubles, and a median-centering op goes in: Inductor has no lowering for it
@@ -60,7 +68,9 @@ FULL_COPY_RUN = "2026-11-19"
 # Files dropped from the bucket (kept in --full-copy): large, binary, or not about the program.
 DROP_SUFFIXES = (".ll", ".o", ".pb", ".dot", ".pt2", ".onnx", ".svg", ".png", ".html")
 DROP_NAMES = frozenset({"compile_options.textproto", "topology.textproto"})
-DROP_DIRS = frozenset({"tlparse"})  # Dynamo's structured trace (dedicated_log_torch_trace_*.log)
+# torch-inductor's own TORCH_COMPILE_DEBUG folder may hold Dynamo's structured trace too: the
+# torch-trace job ships it (dedicated_log_torch_trace_*.log), this one does not, twice.
+DROP_DIRS = frozenset({"tlparse"})
 # Written into each compiler_figures.json: which figures tests/test_samples.py compares
 # with the parsed dumps (defined identically on both sides), and which are for reading only.
 _JAX_NOTE = {
@@ -109,6 +119,17 @@ NOTES = {
         ],
     },
 }
+NOTES["torch-trace"] = {
+    "compared": [
+        "torch: counters['frames']['total'] = dynamo.compiles, frames total - ok = dynamo.failures,"
+        " CompilationMetrics with a recompile_reason = dynamo.recompiles, sums of guard_count,"
+        " entire_frame_compile_time_s, inductor_compile_time_s = dynamo.guards, dynamo.compile_seconds,"
+        " inductor.compile_seconds, counters['inductor']['fxgraph_cache_hit'/'_miss'] ="
+        " inductor.cache_hits/misses, counters['graph_break'] = dynamo.graph_breaks (plus the"
+        " 'Data-dependent branching' entries of counters['unimplemented'], tests/fixtures/torch_trace/ORIGIN.md)",
+    ],
+    "informational": ["the other counters", "inductor_metrics.generated_kernel_count (an upper bound on CPU)"],
+}
 VERSIONED = ("jax", "jaxlib", "torch", "onnx", "onnxscript", "onnxruntime", "numpy")
 
 
@@ -132,7 +153,7 @@ def job_env(job: str, dump_dir: Path) -> dict[str, str]:
 
 def job_config(night: dict, job: str) -> dict:
     """What the worker needs: model sizes, seed, and the fixed stamp for names it writes."""
-    offset = {"jax-jit": 5, "jax-pmap": 20, "torch-inductor": 35, "torch-onnx": 95}[job]
+    offset = {"jax-jit": 5, "jax-pmap": 20, "torch-inductor": 35, "torch-onnx": 95}[job]  # torch-trace: run_trace_job
     stamp = datetime.fromisoformat(night["started_at"]) + timedelta(seconds=offset, microseconds=123456)
     return {k: night[k] for k in ("width", "layers", "batch", "center")} | {
         "seed": SEED,
@@ -225,6 +246,33 @@ def run_job(night: dict, job: str, scratch: Path, out: Path, *, cfg: dict | None
     return elapsed
 
 
+def run_trace_job(night: dict, scratch: Path, out: Path, cases_from: Path | None = None) -> float:
+    """The torch-trace job of ``night``: its case (``TRACE_CASES``) by data/generate_torch_traces.py
+    in this Python (torch 2.13.0), the gzipped log copied, torch's figures as compiler_figures.json.
+    ``cases_from``: a directory that generate_torch_traces.py wrote before (``<case>/``): its log
+    of the case is taken instead of compiling again."""
+    case = TRACE_CASES[night["run_id"]]
+    t0 = time.perf_counter()
+    if cases_from is None:
+        cases_from = scratch / night["run_id"] / "torch-trace"
+        shutil.rmtree(cases_from, ignore_errors=True)
+        subprocess.run([sys.executable, str(HERE / "generate_torch_traces.py"), "--out", str(cases_from), "--case", case,
+                        "--caches", str(scratch / "torch-trace.inductor-cache")], check=True, timeout=3600)
+    elapsed = time.perf_counter() - t0
+    job_out = out / night["run_id"] / "torch-trace"
+    shutil.rmtree(job_out, ignore_errors=True)
+    job_out.mkdir(parents=True)
+    figures = json.loads((cases_from / case / "torch_figures.json").read_text())
+    (log,) = figures  # one log per case (no ranks here)
+    shutil.copy(cases_from / case / log, job_out / log)
+    doc = {"job": "torch-trace", "run_id": night["run_id"], "config": {"case": case}, "versions": {"torch": "2.13.0"},
+           "made_by": "data/generate_torch_traces.py", "notes": NOTES["torch-trace"], "files": {"torch_trace": log},
+           "torch": figures[log]}
+    (job_out / "compiler_figures.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(f"{night['run_id']}/torch-trace ({case}): {elapsed:.1f} s", flush=True)
+    return elapsed
+
+
 def _file_refs(node):
     if isinstance(node, dict):
         for k, v in node.items():
@@ -259,6 +307,8 @@ def main(argv: list[str] | None = None) -> None:
                     help=f"where to keep night {FULL_COPY_RUN} as the compilers wrote it ('' to skip)")
     ap.add_argument("--nights", nargs="*", help="run ids to make (default: all)")
     ap.add_argument("--jobs", nargs="*", choices=JOBS, help="jobs to run (default: all)")
+    ap.add_argument("--trace-cases-from", type=Path,
+                    help="torch-trace: take each night's case from this generate_torch_traces.py --out directory")
     ap.add_argument("--worker", choices=JOBS, help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--dump-dir", type=Path, help=argparse.SUPPRESS)
@@ -272,7 +322,10 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     for night in nights:
         for job in jobs:
-            run_job(night, job, args.scratch, args.out)
+            if job == "torch-trace":
+                run_trace_job(night, args.scratch, args.out, args.trace_cases_from)
+            else:
+                run_job(night, job, args.scratch, args.out)
         write_run(night, args.out)
         if str(args.full_copy) not in ("", ".") and night["run_id"] == FULL_COPY_RUN and set(jobs) == set(JOBS):
             full_copy(night, args.scratch, args.full_copy, args.out)

@@ -18,6 +18,9 @@ Cases (``CASES``):
 
 - ``plain``: an MLP (Linear-ReLU-Linear), forward and backward, one input shape, cold cache.
 - ``plain_warm``: the same job again on ``plain``'s Inductor cache: FX graph cache hits.
+- ``plain_busy``: the ``plain`` job, cold cache, while ``BUSY_SIBLINGS`` sibling processes keep every
+  core busy (a nightly runner shared with another job): the same program and figures, a slower
+  compile (the sample bucket's one-night compile-time spike).
 - ``graph_break``: the MLP with a ``print`` and a data-dependent ``if`` on a tensor in ``forward``
   (two graph breaks: resume functions ``torch_dynamo_resume_in_forward_at_<line>``).
 - ``graph_break_removed``: the same model with the break rewritten without Python control flow
@@ -43,7 +46,8 @@ import sys
 import time
 from pathlib import Path
 
-CASES = ("plain", "plain_warm", "graph_break", "graph_break_removed", "recompile", "compile_failure", "ranked")
+CASES = ("plain", "plain_warm", "plain_busy", "graph_break", "graph_break_removed", "recompile", "compile_failure",
+         "ranked")
 SEED = 20261127
 DROP_FIELDS = ("dynamo_config", "inductor_config", "compiler_config", "functorch_config")
 
@@ -103,7 +107,7 @@ def _run_case(case: str, src: Path, rank: int | None) -> None:
 
         dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
     model = mm.Net()
-    if case in ("plain", "plain_warm", "graph_break", "graph_break_removed", "ranked"):
+    if case in ("plain", "plain_warm", "plain_busy", "graph_break", "graph_break_removed", "ranked"):
         compiled = torch.compile(model, dynamic=False)
         y = compiled(torch.randn(4, 16))
         y.sum().backward()
@@ -153,6 +157,14 @@ def worker(case: str, src: Path, figures_out: Path, rank: int | None) -> None:
 # --- parent: one fresh process per job ---
 
 
+BUSY_SIBLINGS = 2 * (os.cpu_count() or 1)  # spinning processes beside plain_busy's worker
+
+
+def _busy_siblings(n: int) -> list[subprocess.Popen]:
+    """Processes that keep the CPU busy (pure Python loops) until killed."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -174,12 +186,17 @@ def run(case: str, out: Path, src: Path, caches: Path, gz: bool) -> None:
     env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(len(ranks))})
     scratch = out / f".{case}.figures"
     scratch.mkdir(exist_ok=True)
+    siblings = _busy_siblings(BUSY_SIBLINGS) if case == "plain_busy" else []
     procs = []
     for rank in ranks:
         cmd = [sys.executable, __file__, "--job", case, "--src", str(src),
                "--figures", str(scratch / f"{rank}.json")] + ([] if rank is None else ["--rank", str(rank)])
         procs.append(subprocess.Popen(cmd, env={**env, "RANK": str(rank or 0)}))
-    if any(p.wait() for p in procs):
+    failed = any([p.wait() for p in procs])
+    for p in siblings:
+        p.kill()
+        p.wait()
+    if failed:
         raise SystemExit(f"case {case}: a worker failed")
     figures = {}
     for rank in ranks:

@@ -35,13 +35,15 @@ def test_derived_tables_hold_the_known_answers(sample_warehouse):
         SELECT 'latest', count(*) FROM regressions WHERE run_id = '2026-11-20' UNION ALL
         SELECT 'diffs', count(*) FROM diffs UNION ALL
         SELECT 'items', count(*) FROM dump_items""").rows())
-    # regressions: the figures with a regression or failure step open on them, at each run (166 rows;
-    # 56 in the latest run, where every model-widening step of the last two nights is still open).
-    assert counts == {"series": 25, "trends": 840, "regressions": 166, "latest": 56, "diffs": 569, "items": 874}
+    # regressions: the figures with a regression or failure step open on them, at each run (169 rows;
+    # 56 in the latest run, where every model-widening step of the last two nights is still open; the
+    # torch-trace graph breaks of 11-19 are fixed on 11-20). The torch-trace job: one series, 14
+    # figures a run, its 2 graph breaks appearing and vanishing (4 diffs), 5 item rows (2 breaks, 3 none).
+    assert counts == {"series": 26, "trends": 896, "regressions": 169, "latest": 56, "diffs": 573, "items": 879}
     # First run: every row a first value (204 + the two array-only entry metrics of 6 HLO dumps, less
-    # the 7 fallback-kernel counts that first appear later).
+    # the 7 fallback-kernel counts that first appear later, + the torch-trace log's 14).
     first = query(sample_warehouse, "SELECT changed, count(*) n FROM metric_trends WHERE run_id = '2026-11-17' GROUP BY ALL")
-    assert first.rows() == [(True, 209)]
+    assert first.rows() == [(True, 223)]
     # Exact figures of one regression: the pmap program's temp bytes at 11-20, a step of its own (on
     # top of the 11-19 one) from 11-19's level: the baseline is the value before the step.
     row = query(sample_warehouse, """SELECT value, previous_value, baseline, change, rule, opened_run FROM regressions
@@ -118,7 +120,7 @@ def test_summary_markdown_and_exit_status(sample_warehouse, prefect, tmp_path):
     report = (sample_warehouse.parent / "report.md").read_text()
     assert report.startswith("# Dumpscope: run 2026-11-20 (commit <code>1a8e6b4</code>)")
     # The last sample night widens models whose steps are already open: each further step is news of its own.
-    assert "Last night: **5 new**, 10 still open, 1 fixed, 2 improvements, 0 lost." in report
+    assert "Last night: **5 new**, 10 still open, 2 fixed, 2 improvements, 0 lost." in report
     assert report.index("## Fixed") < report.index("## Still open")
     target = copy(sample_warehouse, tmp_path)
     bucket = Path(__file__).parents[1] / "data" / "sample_bucket"
@@ -144,6 +146,7 @@ def test_incidents_of_the_sample_nights(sample_warehouse):
     # before, and an improvement (more fusions: fewer is worse); 11-19's median fails the ONNX export
     # (fixed 11-20) and adds an Inductor fallback kernel.
     assert got == {
+        ("2026-11-19", "torch-trace", "forward at dumpscope_model.py:19", "regression"): ("fixed", "2026-11-20", []),
         ("2026-11-18", "jax-jit", "jit_eval_metrics", "regression"): ("open", None, []),
         ("2026-11-18", "jax-jit", "jit_train_step", "regression"): ("open", None, []),
         ("2026-11-18", "jax-pmap", "jit__fun", "regression"): ("open", None, []),
@@ -171,7 +174,7 @@ def test_incidents_of_the_sample_nights(sample_warehouse):
     new = CliRunner().invoke(app, ["incidents", "--run", "2026-11-19", "--status", "new", "--format", "json",
                                    "--warehouse", str(sample_warehouse)])
     rows = json.loads(new.output)
-    assert len(rows) == 6 and all(r["status"] == "new" and r["kind"] != "improvement" for r in rows)
+    assert len(rows) == 7 and all(r["status"] == "new" and r["kind"] != "improvement" for r in rows)
     pmap = next(r for r in rows if r["job"] == "jax-pmap")
     assert (pmap["last_good_run"], pmap["last_good_commit"], pmap["first_bad_commit"]) == ("2026-11-18", "9b03c5e", "c71f0d2")
     assert "kernel.collectives" in pmap["metrics"] and "all-reduce" in pmap["cause"].splitlines()[0]

@@ -39,7 +39,7 @@ from transforms.layout import (
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
 NIGHTS = ["2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"]
-JOBS = {"jax-jit": 17, "jax-pmap": 9, "torch-inductor": 16, "torch-onnx": 2}
+JOBS = {"jax-jit": 17, "jax-pmap": 9, "torch-inductor": 16, "torch-onnx": 2, "torch-trace": 2}
 
 
 @pytest.fixture

@@ -422,12 +422,12 @@ def test_sample_bucket_night_to_night_diff():
         ("2026-11-19", "allocation", 68, 130), ("2026-11-19", "collective", 7, 10), ("2026-11-19", "custom_call", 3, 11),
         ("2026-11-19", "extern_kernel", 4, 28), ("2026-11-19", "fallback_call", 1, 1),
         ("2026-11-19", "fallback_kernel", 2, 2), ("2026-11-19", "fused_group", 10, 13), ("2026-11-19", "fusion", 48, 73),
-        ("2026-11-19", "kernel_category", 2, 12), ("2026-11-19", "onnx_op", 11, 54), ("2026-11-19", "onnx_step", 8, 8),
+        ("2026-11-19", "graph_break", 2, 2), ("2026-11-19", "kernel_category", 2, 12), ("2026-11-19", "onnx_op", 11, 54), ("2026-11-19", "onnx_step", 8, 8),
         ("2026-11-19", "peak_value", 53, 57),
     ]  # fmt: skip
     changes = diff(items, "2026-11-18", "2026-11-19")
     assert changes.group_by("change").len().sort("change").rows() == [
-        ("appeared", 90), ("changed", 4), ("grew", 37), ("vanished", 74)]  # fmt: skip
+        ("appeared", 92), ("changed", 4), ("grew", 37), ("vanished", 74)]  # fmt: skip
     text = set(zip(changes["series"], lines(changes), strict=True))
     for expected in [
         ("torch-inductor/inductor_ir/post_fusion/model__0_forward_1.0", "fallback kernel aten.median.dim appeared (×1)"),

@@ -28,14 +28,14 @@ def test_ingest_rerun_add_run_and_a_corrupt_file(prefect, tmp_path):
     shutil.copytree(SAMPLE / "2026-11-18", bucket / "2026-11-18")
 
     first = _run(bucket, warehouse)
-    assert (first.seen, first.new, first.parsed, first.failed, first.unreadable) == (88, 88, 88, 0, 0)
+    assert (first.seen, first.new, first.parsed, first.failed, first.unreadable) == (92, 92, 92, 0, 0)
     counts = _counts(warehouse)
-    assert counts["dumps"] == 88 and counts["runs"] == 2 and counts["hlo_instructions"] > 0
+    assert counts["dumps"] == 92 and counts["runs"] == 2 and counts["hlo_instructions"] > 0
     with wh.connect_readonly(warehouse) as con:
         assert con.execute("SELECT count(*) FROM dumps WHERE kind IS NULL OR status IS NULL").fetchall() == [(0,)]
 
     again = _run(bucket, warehouse)  # re-running the night changes nothing
-    assert (again.new, again.skipped, again.rows_loaded) == (0, 88, 0)
+    assert (again.new, again.skipped, again.rows_loaded) == (0, 92, 0)
     assert _counts(warehouse) == counts
 
     shutil.copytree(SAMPLE / "2026-11-19", bucket / "2026-11-19")
@@ -43,13 +43,13 @@ def test_ingest_rerun_add_run_and_a_corrupt_file(prefect, tmp_path):
     hlo.write_bytes(gzip.compress(b"HloModule broken\n\nENTRY %main {\n  %p = f32[] parameter(0)\n")[:-4])
     (bucket / "2026-11-19" / "jax-jit" / "junk.txt.gz").write_bytes(b"\x1f\x8b" + b"\x00" * 40)
     third = _run(bucket, warehouse)
-    assert third.new == 45 and third.skipped == 88
+    assert third.new == 47 and third.skipped == 92
     with wh.connect_readonly(warehouse) as con:
         status = dict(con.execute("SELECT path, status FROM dumps WHERE run_id = '2026-11-19'").fetchall())
         errors = dict(con.execute("SELECT path, error FROM dumps WHERE status <> 'ok'").fetchall())
     rel = hlo.relative_to(bucket).as_posix()
     assert status[rel] == "partial" and rel in errors[rel]
-    assert sum(s == "ok" for s in status.values()) == 43
+    assert sum(s == "ok" for s in status.values()) == 45
     assert _counts(warehouse)["runs"] == 3
 
 

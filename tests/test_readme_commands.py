@@ -103,7 +103,7 @@ def report_says(line: str):
     return lambda d: line in (d / "data" / "warehouse.report.md").read_text(encoding="utf-8").splitlines()
 
 
-NIGHT = "Last night: **5 new**, 10 still open, 1 fixed, 2 improvements, 0 lost."
+NIGHT = "Last night: **5 new**, 10 still open, 2 fixed, 2 improvements, 0 lost."
 PMAP_HEADLINE = ("jax-pmap / jit__fun: memory.peak_live_bytes 155.7 KiB → 265.2 KiB (+109.5 KiB); "
                  "memory.temp_bytes 103.7 KiB → 176.5 KiB (+72.8 KiB); +14 more")
 ONNX_FIXED = "torch-onnx / inp+blocks+head(x): onnx.errors 0 → 3 (+3); ONNX export step translate fails"
@@ -128,7 +128,7 @@ EXPECTED: dict[str, tuple[int, list, object]] = {
     # `run` prints its summary in plain text; the report file holds it in Markdown. The sample
     # warehouse already has the bucket: a re-run loads nothing and opens nothing.
     "run --bucket data/sample_bucket --warehouse data/warehouse.duckdb --workers 2": (0, [
-        "Last night (2026-11-20, commit 1a8e6b4): 5 new, 10 still open, 1 fixed, 2 improvements, 0 lost.",
+        "Last night (2026-11-20, commit 1a8e6b4): 5 new, 10 still open, 2 fixed, 2 improvements, 0 lost.",
         "  dumpscope diff 2026-11-19 2026-11-20 --series 'jax-pmap/jit__fun/*'"], report_says(NIGHT)),
     "run --fail-on new": (0, [], report_says(NIGHT)),
     # The URL is never called here: a re-run has no new incident to announce
@@ -152,6 +152,7 @@ EXPECTED: dict[str, tuple[int, list, object]] = {
                       has_row("I-f515e5b1", "open", "regression", "jax-pmap / jit__fun", "2026-11-19")], None),
     "incidents --run 2026-11-19 --status new --format json": (0, [lambda out: sorted(
         (r["incident_id"], r["kind"], r["job"], r["program"]) for r in json.loads(out)) == [
+        ("I-662b25a4", "regression", "torch-trace", "forward at dumpscope_model.py:19"),
         ("I-6f4a75b1", "regression", "torch-inductor", "model__backward"),
         ("I-84ab3494", "regression", "jax-jit", "jit_eval_metrics"),
         ("I-9e63cf25", "failure", "torch-onnx", "inp+blocks+head(x)"),

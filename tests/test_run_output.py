@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-VERDICT = "Last night (2026-11-20, commit 1a8e6b4): 5 new, 10 still open, 1 fixed, 2 improvements, 0 lost."
+VERDICT = "Last night (2026-11-20, commit 1a8e6b4): 5 new, 10 still open, 2 fixed, 2 improvements, 0 lost."
 PMAP_DIFF = "  dumpscope diff 2026-11-19 2026-11-20 --series 'jax-pmap/jit__fun/*'"
 MARKUP = re.compile(r"&#?\w+;|</?[a-z]+>|\*\*|`")  # an HTML entity or tag, Markdown emphasis or code
 
@@ -37,8 +37,8 @@ def test_the_summary_of_the_sample_is_plain_text_in_a_few_lines(sample_warehouse
     from flows.nightly import NightSummary
 
     night = NightOptions(bucket="data/sample_bucket", warehouse=sample_warehouse, site_dir=Path("site"))
-    lines = summary_lines(NightSummary(seen=176, skipped=176), night)
-    assert lines[:3] == ["Nothing new in the bucket (176 dump(s) loaded already, 0 still settling).", "", VERDICT]
+    lines = summary_lines(NightSummary(seen=184, skipped=184), night)
+    assert lines[:3] == ["Nothing new in the bucket (184 dump(s) loaded already, 0 still settling).", "", VERDICT]
     assert lines[-2:] == [f"Report: {sample_warehouse.with_suffix('.report.md')}", "Site: site/index.html"]
     assert PMAP_DIFF in lines
     assert [line.split(" ", 2)[:2] for line in lines if line.startswith("I-")] == [
@@ -128,7 +128,7 @@ def test_run_on_the_sample_prints_plain_text_and_no_prefect_log(sample_warehouse
                        "--workers", "1"], tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[:3] == ["Nothing new in the bucket (176 dump(s) loaded already, 0 still settling).", "", VERDICT]
+    assert lines[:3] == ["Nothing new in the bucket (184 dump(s) loaded already, 0 still settling).", "", VERDICT]
     assert PMAP_DIFF in lines and lines[-2:] == ["Report: wh.report.md", "Site: not built (--site DIR builds it)"]
     assert len(lines) <= 30 and [line for line in lines if MARKUP.search(line)] == []
     assert [line for line in done.stderr.splitlines() if "| INFO" in line or "Flow run" in line] == []

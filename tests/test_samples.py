@@ -23,7 +23,7 @@ from transforms.records import DumpKind, DumpSummary, Status
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET = ROOT / "data" / "sample_bucket"
 FIGURES = sorted(BUCKET.glob("*/*/compiler_figures.json"))
-JOBS = {"jax-jit", "jax-pmap", "torch-inductor", "torch-onnx"}
+JOBS = {"jax-jit", "jax-pmap", "torch-inductor", "torch-onnx", "torch-trace"}
 
 # role of a referenced file -> (kind, stage the driver must report, or None)
 ROLES = {
@@ -37,6 +37,7 @@ ROLES = {
     "ir_post_fusion": (DumpKind.INDUCTOR_IR, "post_fusion"),
     "output_code": (DumpKind.INDUCTOR_OUTPUT_CODE, None),
     "report": (DumpKind.ONNX_REPORT, None),
+    "torch_trace": (DumpKind.TORCH_TRACE, "trace"),
 }
 ZERO_OR_ABSENT = object()  # a count the compiler says is 0: the parser may omit it or say 0
 
@@ -108,11 +109,19 @@ def _onnx_cases(job_dir: Path, doc: dict):
         yield report, "onnx.graph_nodes", None
 
 
+def _torch_trace_cases(job_dir: Path, doc: dict):
+    from tests.test_torch_trace import torch_expected
+
+    log = job_dir / doc["files"]["torch_trace"]
+    for metric, expected in torch_expected(doc["torch"]).items():
+        yield log, metric, expected
+
+
 def _cases():
     for fig in FIGURES:
         doc = json.loads(fig.read_text())
         make = {"jax-jit": _jax_cases, "jax-pmap": _jax_cases, "torch-inductor": _inductor_cases,
-                "torch-onnx": _onnx_cases}[doc["job"]]
+                "torch-onnx": _onnx_cases, "torch-trace": _torch_trace_cases}[doc["job"]]
         for path, metric, expected in make(fig.parent, doc):
             rel = path.relative_to(BUCKET)
             case_id = f"{rel.parts[0]}/{rel.parts[1]}/{_short(rel)}:{metric}"

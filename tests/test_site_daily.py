@@ -309,4 +309,4 @@ def test_every_incident_and_diff_item_leads_to_its_excerpt_on_the_page(daily_sit
             excerpts += sum(b["excerpt"] > 0 for b in found["blocks"])
             if page != "diff.html":
                 assert found["items"], page  # every incident of the sample has a cause
-    assert len(pages) == 23 and excerpts > 100
+    assert len(pages) == 24 and excerpts > 100

@@ -94,8 +94,12 @@ def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, s
         candidate, metrics, damaged, staged = _parse(objects, work, limits)
         ref = history_order.row(-1, named=True)
         overrides = (info.extra or {}).get("series") if info else None
+        # A dump giving each program's figures (TORCH_TRACE) has a series per program, as at night.
+        split = metrics.join(candidate.select("path", pl.col("program").alias("named")), on="path").filter(
+            pl.col("program").ne_missing(pl.col("named"))).select("path", "program").unique()
         fresh = assign_series(candidate, {run_id: {str(k): str(v) for k, v in overrides.items()}}
-                              if isinstance(overrides, dict) else {}, compile_overrides(settings.series_patterns))
+                              if isinstance(overrides, dict) else {}, compile_overrides(settings.series_patterns),
+                              split)
         result = CheckResult(against=ref["run_id"], against_commit=ref["commit"],
                              candidate_commit=info.commit if info else None, dumps=len(objects), damaged=damaged,
                              run_errors=list(info.meta_errors) if info else [], site_url=settings.site_url)
@@ -184,8 +188,8 @@ def _in_run(obj: BucketObject, run_id: str) -> BucketObject:
 
 def _parse(objects: list[BucketObject], work: Path, limits: ParseLimits
            ) -> tuple[pl.DataFrame, pl.DataFrame, list[dict], dict[str, StagedResult]]:
-    """(dumps rows, metrics rows of the dumps that parsed ok, damaged dumps, staged result by
-    path) of the candidate, each staged by the nightly's driver into ``work``."""
+    """(dumps rows, metrics rows (path, program, metric, value) of the dumps that parsed ok, damaged
+    dumps, staged result by path) of the candidate, each staged by the nightly's driver into ``work``."""
     fs = LocalFileSystem()
     rows, metric_rows, damaged, staged, unreadable = [], [], [], {}, {}
     dumps = [obj for obj in objects if obj.role is Role.DUMP]
@@ -206,13 +210,16 @@ def _parse(objects: list[BucketObject], work: Path, limits: ParseLimits
         rows.append({"path": obj.path, "run_id": obj.run_id, "job": obj.job or "", "kind": s["kind"], "stage": s["stage"],
                      "program": s["program"], "status": s["status"], "error": error, "dump_id": result.sha256,
                      "parser_version": s["parser_version"]})
-        if s["status"] == "ok":
-            metric_rows += [(obj.path, k, json_value(float(v))) for k, v in sorted(s["metrics"].items())]
+        if s["status"] == "ok":  # the nightly's metric rows (flows.warehouse.loading.metric_rows): per program when given
+            figures = s.get("programs") or {s["program"]: s["metrics"]}
+            metric_rows += [(obj.path, program, k, json_value(float(v)))
+                            for program, values in sorted(figures.items()) for k, v in sorted(values.items())]
         elif s["kind"] != "unknown" or result.sha256 is None:  # a refused file fails whatever its name
             damaged.append({"path": obj.path, "job": obj.job or "", "kind": s["kind"], "program": s["program"],
                             "status": s["status"], "error": error or ""})
     dumps = pl.DataFrame(rows, schema=judged.DUMP_SCHEMA)
-    metrics = pl.DataFrame(metric_rows, schema={"path": pl.String, "metric": pl.String, "value": pl.Float64}, orient="row")
+    metrics = pl.DataFrame(metric_rows, schema={"path": pl.String, "program": pl.String, "metric": pl.String,
+                                                "value": pl.Float64}, orient="row")
     return dumps, metrics, damaged, staged
 
 

@@ -15,7 +15,8 @@ file beyond), computing its sha256 on the way. Then:
 - else the spool is parsed with ``transforms.parse.iter_dump`` (``dump_id`` = sha256),
   each table's batches are written as they come with one ``ParquetWriter`` per table
   (``<table>.parquet``), plus ``summary.json`` (kind, stage, program, status, errors,
-  metrics, parser_version, sha256, size, rows per table, the limit that failed it),
+  metrics, programs (each program's metrics: torch_trace), parser_version, sha256, size,
+  rows per table, the limit that failed it),
   into a temp dir that is renamed into place last. A crash leaves at most an entry in
   ``.tmp/``, never a final dir without its summary. A failed dump stages its summary and
   no tables.
@@ -268,6 +269,10 @@ def _parse_into(raw, obj: BucketObject, staging: Path, sha: str, size: int, limi
             "status": str(summary.status),
             "errors": summary.errors,
             "metrics": summary.metrics,
+            # Each program's figures, for a dump holding several (torch_trace): the load stores
+            # them instead of the totals. Staged only by parser versions that give them (a
+            # torch_trace staged by version 1 has no such key and is parsed again: PARSER_VERSION).
+            "programs": summary.programs,
             "parser_version": version,
             "rows": rows,
             "first_path": obj.path,  # provenance only: the same content may sit under other paths

@@ -130,7 +130,7 @@ def _stored_series(con, dumps: pl.DataFrame) -> pl.DataFrame:
 
 def _metrics_of(con, paths: pl.Series) -> pl.DataFrame:
     return read_with(con, {"_check_paths": pl.DataFrame({"path": paths})},
-                     "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _check_paths)")
+                     "SELECT path, program, metric, value FROM metrics WHERE path IN (SELECT path FROM _check_paths)")
 
 
 def _new_programs(fresh: pl.DataFrame, stored: pl.DataFrame) -> list[dict]:
@@ -145,7 +145,8 @@ def _incidents(series: pl.DataFrame, dumps: pl.DataFrame, metrics: pl.DataFrame,
                accepts: list[dict], settings: Settings) -> incident_mod.Walked:
     """The nightly's incidents (``incident_rule.compute_incidents``) over history + candidate."""
     usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
-    observations = usable.join(metrics, on="path").select("run_id", "series", "metric", "value")
+    # A series is a path and its program (a TORCH_TRACE log has one per compiled function).
+    observations = usable.join(metrics, on=["path", "program"], nulls_equal=True).select("run_id", "series", "metric", "value")
     return incident_rule.compute_incidents(series, dumps, observations, order, accepts, settings)
 
 

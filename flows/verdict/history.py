@@ -37,6 +37,14 @@ def run_overrides(runs: pl.DataFrame) -> dict[str, dict[str, str]]:
     return out
 
 
+def per_program_paths(con, dumps: pl.DataFrame) -> pl.DataFrame:
+    """(path, program) of those ``dumps`` whose metric rows name programs other than the dump's
+    (a TORCH_TRACE log's, one set per compiled function): ``assign_series`` gives each its series."""
+    return read_with(con, {"_split": dumps.filter(pl.col("kind") == "torch_trace").select("path")}, """
+        SELECT DISTINCT m.path, m.program FROM metrics m JOIN dumps d USING (path)
+        WHERE m.path IN (SELECT path FROM _split) AND m.program IS DISTINCT FROM d.program""")
+
+
 DUMP_COLUMNS = "path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at"
 
 
@@ -81,10 +89,11 @@ def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, se
     seq = order.select("run_id", "run_seq")
     if from_seq <= 0:
         dumps = read_with(con, {"_runs": seq.select("run_id")}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
-        return dumps, assign_series(dumps, run_overrides(runs), overrides)
+        return dumps, assign_series(dumps, run_overrides(runs), overrides, per_program_paths(con, dumps))
     dirty = seq.filter(pl.col("run_seq") >= from_seq).select("run_id")
     tonight = read_with(con, {"_runs": dirty}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
-    fresh = assign_series(tonight, run_overrides(runs.join(dirty, on="run_id", how="semi")), overrides)
+    fresh = assign_series(tonight, run_overrides(runs.join(dirty, on="run_id", how="semi")), overrides,
+                          per_program_paths(con, tonight))
     back = 1  # the run before the night: its events (a job missing) and the trends' previous values
     older = read_with(con, {"_order": seq, "_tonight": fresh.select("series").unique()}, f"""
         SELECT run_id FROM _order WHERE run_seq < {int(from_seq)} AND run_seq >= {int(from_seq) - back}
@@ -181,17 +190,18 @@ def changed_programs(con, series: pl.DataFrame, dumps: pl.DataFrame, order: pl.D
     before = (runs.filter(pl.col("run_seq") < from_seq).group_by("job").agg(pl.col("run_seq").max())
               .join(tonight.select("job").unique(), on="job", how="semi"))
     compared = pl.concat([before, runs.filter(pl.col("run_seq") >= from_seq)]).join(before.select("job"), on="job", how="semi")
-    paths = (series.select("path", "run_id", "job", pl.col("series_program").alias("program"), "series").join(seq, on="run_id")
+    paths = (series.select("path", "run_id", "job", pl.col("series_program").alias("program"), pl.col("program").alias("named"),
+                           "series").join(seq, on="run_id")
              .join(compared, on=["job", "run_seq"], how="semi")
              .join(dumps.select("path", "status"), on="path"))
-    figures = read_with(con, {"_paths": paths.select("path")},
-                        "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _paths)")
+    figures = read_with(con, {"_paths": paths.select("path").unique()},
+                        "SELECT path, program AS named, metric, value FROM metrics WHERE path IN (SELECT path FROM _paths)")
     # One text per dump and per figure (series, status, metric, value): a program's state in
     # a run is their sorted list (empty where the job ran without it), compared with the
     # job's run before.
     state = pl.concat([
         paths.select("job", "program", "run_seq", pl.concat_str("series", pl.lit("\x00"), "status").alias("k")),
-        paths.join(figures, on="path").select(
+        paths.join(figures, on=["path", "named"], nulls_equal=True).select(
             "job", "program", "run_seq",
             pl.concat_str("series", pl.lit("\x00"), "status", pl.lit("\x00"), "metric", pl.lit("\x00"),
                           pl.col("value").cast(pl.String).fill_null("null")).alias("k")),
@@ -228,7 +238,7 @@ def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None
     window = ""
 
     def numbered(rows: pl.DataFrame, first: int = 0) -> pl.DataFrame:
-        index = rows.select("path").with_row_index("dump_idx", offset=first)
+        index = rows.select("path", "program").with_row_index("dump_idx", offset=first)
         if order is None:
             return index
         return index.with_columns(
@@ -249,8 +259,10 @@ def observations(con, series: pl.DataFrame, *, order: pl.DataFrame | None = None
 
     def read(rows: pl.DataFrame) -> pl.DataFrame:
         with registered(con, _dump_idx=rows, _metric_idx=metric_names):
+            # A series is a path and its program: a dump giving each program's figures has several.
             return con.sql(f"""SELECT d.dump_idx, i.metric_idx, m.value FROM metrics m
-                               JOIN _dump_idx d USING (path) JOIN _metric_idx i USING (metric) {window}""").pl()
+                               JOIN _dump_idx d ON d.path = m.path AND d.program IS NOT DISTINCT FROM m.program
+                               JOIN _metric_idx i USING (metric) {window}""").pl()
 
     if order is not None and prior is not None and keep_before and from_seq > keep_before:
         values = read(index.filter(pl.col("run_seq") >= from_seq - keep_before))

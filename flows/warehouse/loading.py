@@ -53,6 +53,10 @@ class StagedDump:
     parser_version: int | None = None
     source_version: str | None = None
     metrics: dict[str, float] | None = None
+    # Each program's metrics, for a dump holding several (torch_trace's DumpSummary.programs):
+    # when set, its metric rows are these, one set per program (metrics.program = the program),
+    # not the dump's totals.
+    programs: dict[str, dict[str, float]] | None = None
     # table -> parquet files and/or polars frames (with dump_id, parser_version first)
     tables: dict[str, list[Path | pl.DataFrame]] | None = None
 
@@ -66,7 +70,7 @@ class StagedDump:
             path=path, run_id=run_id, job=job, size_bytes=size_bytes, dump_id=dump_id,
             kind=s.kind.value, stage=s.stage, program=s.program, status=s.status.value,
             error="\n".join(s.errors) or None, parser_version=parser_version(s.kind),
-            metrics=dict(s.metrics), tables={t: [f] for t, f in parsed.tables.items()},
+            metrics=dict(s.metrics), programs=dict(s.programs) or None, tables={t: [f] for t, f in parsed.tables.items()},
         )
 
 
@@ -203,17 +207,27 @@ def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> No
         con.execute("DROP TABLE _dumps_new")
 
 
+def metric_rows(d: StagedDump) -> list[tuple[str, str | None, str, float]]:
+    """(path, program, metric, value) rows of a parsed dump: one set per program when the dump
+    gives each program's figures (``programs``), else its metrics under the dump's program (None)."""
+    if d.programs:
+        return [(d.path, p, k, v) for p, figures in sorted(d.programs.items()) for k, v in sorted(figures.items())]
+    return [(d.path, None, k, v) for k, v in sorted((d.metrics or {}).items())]
+
+
 def _replace_metrics(con, parsed: list[StagedDump], copies: list[StagedDump]) -> None:
     con.execute("DELETE FROM metrics WHERE path IN (SELECT path FROM _paths)")
-    rows = [(d.path, k, v) for d in parsed for k, v in sorted((d.metrics or {}).items())]
+    rows = [r for d in parsed for r in metric_rows(d)]
     arrow = pa.table({
         "path": pa.array([r[0] for r in rows], pa.string()),
-        "metric": pa.array([r[1] for r in rows], pa.string()),
-        "value": pa.array([_finite(r[2]) for r in rows], pa.float64()),
+        "program": pa.array([r[1] for r in rows], pa.string()),
+        "metric": pa.array([r[2] for r in rows], pa.string()),
+        "value": pa.array([_finite(r[3]) for r in rows], pa.float64()),
     })
     with registered(con, _metrics_in=arrow):
         con.execute(
-            """INSERT INTO metrics SELECT d.run_id, d.job, d.program, d.kind, d.stage, m.metric, m.value, d.dump_id, d.path
+            """INSERT INTO metrics SELECT d.run_id, d.job, coalesce(m.program, d.program), d.kind, d.stage, m.metric,
+                                          m.value, d.dump_id, d.path
                FROM _metrics_in m JOIN dumps d USING (path)"""
         )
     if copies:
@@ -222,17 +236,21 @@ def _replace_metrics(con, parsed: list[StagedDump], copies: list[StagedDump]) ->
 
 
 def _copy_metrics_to(con, target_paths_sql: str) -> None:
-    """Metrics for ``target_paths`` copied from another path holding the same content."""
+    """Metrics for ``target_paths`` copied from another path holding the same content (a row of
+    one program of a dump giving each program's figures keeps its program; others take the
+    target's program, which its path may give)."""
     con.execute(
         f"""
         INSERT INTO metrics
-        SELECT d.run_id, d.job, d.program, d.kind, d.stage, m.metric, m.value, d.dump_id, d.path
+        SELECT d.run_id, d.job, CASE WHEN m.program IS DISTINCT FROM src.program THEN m.program ELSE d.program END,
+               d.kind, d.stage, m.metric, m.value, d.dump_id, d.path
         FROM dumps d
         JOIN (SELECT dump_id, min(path) AS src FROM metrics
               WHERE path NOT IN ({target_paths_sql})
                 AND dump_id IN (SELECT dump_id FROM dumps WHERE path IN ({target_paths_sql}))  -- only their contents
               GROUP BY dump_id) s USING (dump_id)
         JOIN metrics m ON m.path = s.src
+        JOIN dumps src ON src.path = s.src
         WHERE d.path IN ({target_paths_sql})
         """
     )
@@ -294,7 +312,7 @@ def staged_dump(o: Outcome, *, with_records: bool) -> StagedDump:
               "status": s["status"], "error": "\n".join(s["errors"]) or None, "parser_version": s["parser_version"]}
     if not with_records:  # content already loaded (another path): its records and metrics are reused
         return StagedDump(**fields)
-    return StagedDump(**fields, metrics=s["metrics"], tables={t: [p] for t, p in o.staged.tables.items()})
+    return StagedDump(**fields, metrics=s["metrics"], programs=s.get("programs") or None, tables={t: [p] for t, p in o.staged.tables.items()})
 
 
 def load_staged(con: duckdb.DuckDBPyConnection, staged: list[Outcome], contents: list[str]) -> int:

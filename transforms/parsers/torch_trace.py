@@ -50,7 +50,10 @@ from transforms.parsers import inductor_code
 from transforms.records import (BATCH_ROWS, DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer,
                                 TableBatch, line_error)
 
-PARSER_VERSION = 1
+# 2: the staged summary and the warehouse hold each program's figures (DumpSummary.programs: one set of
+# metric rows per program; a content staged or loaded by version 1 holds only the totals and is parsed
+# again), and torch_trace_graph_breaks.end_lineno (the payload's last line: a break's evidence).
+PARSER_VERSION = 2
 
 _PREFIX = re.compile(r"(?:\[rank\d+\]:)?[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]*:\d+\] (?=\{)")
 _FILE_NAME = re.compile(r"^dedicated_log_torch_trace_(?:rank_(\d+)_)?[\w.-]*\.log$")
@@ -97,7 +100,7 @@ _COUNT_FIELDS = ("guard_count", "shape_env_guard_count", "graph_op_count", "grap
 GRAPH_BREAKS = pl.Schema({
     **_ID, "program": pl.String, "kind": pl.Enum(["graph_break", "skip", "other"]), "reason": pl.String,
     "gb_id": pl.String, "explanation": pl.String, "user_filename": pl.String, "user_lineno": pl.Int32,
-    "user_function": pl.String, "lineno": pl.Int32,
+    "user_function": pl.String, "lineno": pl.Int32, "end_lineno": pl.Int32,
 })  # fmt: skip
 OUTPUT_CODE = pl.Schema({
     **_ID, "phase": PHASE, "graph": pl.String, "kernels": pl.Int32, "extern_calls": pl.Int32,
@@ -164,7 +167,7 @@ TABLE_DOCS: dict[str, dict[str, str]] = {
         "explanation": "The message's 'Explanation:' line.",
         "user_filename": "User file of the break.", "user_lineno": "Line of the break in that file.",
         "user_function": "Function of the innermost user frame of the break.",
-        "lineno": "Line of the artifact record in the log.",
+        "lineno": "Line of the artifact record in the log.", "end_lineno": "Last line of its payload.",
     },
     "torch_trace_output_code": {
         "": "One row per inductor_output_code record: a module Inductor generated (forward, backward or inference graph).",
@@ -568,13 +571,14 @@ class _Trace:
                 frame = (f[1], int(f[2]), f[3])
             elif section == "internal" and kind == "skip" and line[:1] not in (" ", "") and (e := _EXC_LINE.match(line)):
                 reason, section = e[1], "done"  # the exception that made Dynamo skip the frame
+        end = self.lineno - (self.held is not None)
         self._end_payload(at_end=self.held is None)
         if frame is not None and user_file is None:
             user_file, user_line = frame[0], frame[1]
         self._commit(comp, {"dynamo.graph_breaks": 1})
         row = [comp.cid if comp else None, _int(rec.get("frame_id")), _int(rec.get("frame_compile_id")),
                _int(rec.get("attempt")), comp.program if comp else None, kind, reason, gb_id, explanation,
-               user_file, user_line, frame[2] if frame else None, lineno]
+               user_file, user_line, frame[2] if frame else None, lineno, end]
         if comp is not None and comp.phase != "closed":
             comp.breaks.append(row)
         else:

@@ -346,3 +346,38 @@ def onnx_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> list[
         out.append(_rows(checks, "accuracy", pl.col("name"), pl.concat_str(pl.lit("ONNX accuracy "), pl.col("name")),
                          value=pl.col("max_abs_diff"), order=pl.col("lineno")))  # fmt: skip
     return out
+
+
+def torch_trace_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> list[pl.LazyFrame]:
+    """graph_break, recompile and compile_failure of TORCH_TRACE logs: what a torch.compile user
+    asks first when a count steps. Keys leave out compile ids (renumbered) and directories."""
+    out = []
+    if (breaks := rows_of(dumps, records, "torch_trace_graph_breaks", ("torch_trace",))) is not None:
+        reason = pl.col("reason").fill_null(pl.col("kind").cast(pl.String))
+        where = pl.concat_str(_file_name(pl.col("user_filename")).fill_null("?"), pl.lit(":"),
+                              pl.col("user_lineno").cast(pl.String).fill_null("?"))
+        function = pl.col("user_function").fill_null("?")
+        out.append(_rows(breaks, "graph_break", pl.concat_str(reason, pl.lit(" | "), where, pl.lit(" | "), function),
+                         pl.concat_str(pl.lit("graph break '"), reason, pl.lit("' at "), where, pl.lit(" in "), function),
+                         detail=pl.concat_str(pl.col("user_filename"), pl.lit(":"), pl.col("user_lineno").cast(pl.String)),
+                         order=pl.col("lineno")))  # fmt: skip
+    if (compiles := rows_of(dumps, records, "torch_trace_compiles", ("torch_trace",))) is not None:
+        # "0/0: tensor 'x' size mismatch at index 0. expected 4, actual 6": the compile id goes.
+        reason = pl.col("recompile_reason").str.replace(r"^[!\d/]+: ", "").str.slice(0, 300)
+        out.append(_rows(compiles.filter(pl.col("recompile_reason").is_not_null()), "recompile", reason,
+                         pl.concat_str(pl.lit("recompile of "), pl.col("co_name").fill_null("?"), pl.lit(": "), reason),
+                         detail=pl.col("program"), order=pl.col("lineno")))  # fmt: skip
+        failed = compiles.filter(pl.col("fail_type").is_not_null())
+        why = pl.concat_str("fail_type", pl.lit(": "), pl.col("fail_reason").fill_null("").str.split("\n").list.first()
+                            .str.slice(0, 300))
+        at = pl.concat_str(pl.lit(" at "), _file_name(pl.col("fail_user_frame_filename")), pl.lit(":"),
+                           pl.col("fail_user_frame_lineno").cast(pl.String)).fill_null("")
+        out.append(_rows(failed, "compile_failure", pl.concat_str(pl.col("co_name").fill_null("?"), pl.lit(" | "), why),
+                         pl.concat_str(pl.lit("compile of "), pl.col("co_name").fill_null("?"), pl.lit(" failed: "), why, at),
+                         detail=pl.col("program"), order=pl.col("lineno")))  # fmt: skip
+    return out
+
+
+def _file_name(path: pl.Expr) -> pl.Expr:
+    """The file's name without its directories (POSIX or Windows)."""
+    return path.str.extract(r"([^/\\]+)$", 1)

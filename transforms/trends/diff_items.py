@@ -27,6 +27,10 @@ when every name around it changed. Categories and keys (``" | "`` joins key part
   ``fallback_call``: ATen fallback call sites in output code, by callee.
 - ``onnx_step``: step slug; value 1 passed, 0 failed, null skipped. ``onnx_op``:
   ``<source>:<op>`` with count. ``accuracy``: output name; value = max_abs_diff.
+- TORCH_TRACE logs: ``graph_break``: ``<reason> | <file name>:<line> | <function>`` of the
+  break's user frame; ``recompile``: the recompile reason without its compile id;
+  ``compile_failure``: ``<co_name> | <fail_type>: <first line of the reason>``. The items are
+  the log's, every program's (a log's series are its programs; their diffs share the items).
 
 ``diff_dump_items(before, after)``: items of the previous and the current dump(s) of
 a series, in; only the changes out, in ``DIFF_SCHEMA``. ``describe_change(row)``: one
@@ -51,7 +55,7 @@ ITEM_SCHEMA = pl.Schema({
 ITEM_DOCS: dict[str, str] = {
     "": "Structural items of one dump (fusions, collectives, allocations, fused groups, ONNX steps...), one row per (path, category, key).",
     "path": "Dump path (as in dumps.path).",
-    "category": "fusion, custom_call, collective, allocation, peak_value, fused_group, fallback_kernel, extern_kernel, kernel_category, fallback_call, onnx_step, onnx_op or accuracy.",
+    "category": "fusion, custom_call, collective, allocation, peak_value, fused_group, fallback_kernel, extern_kernel, kernel_category, fallback_call, onnx_step, onnx_op, accuracy, graph_break, recompile or compile_failure.",
     "key": "Stable identity within the category, the join key across runs: built from opcodes, shapes, kinds, targets and op metadata, never from renumbered names.",
     "label": "What a human reads, e.g. 'all-reduce f32[8,128]' or 'fusion kLoop add,multiply→f32[8,128]' (from the first instance in the dump).",
     "count": "Instances with this key (for onnx_op, the operator count).",
@@ -82,7 +86,8 @@ _LOCATED = frozenset({"fusion", "custom_call", "collective"})
 def dump_items(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     """Items of every dump in ``dumps`` (see the module docstring), in ``ITEM_SCHEMA``."""
     parts = [*rows.hlo_rows(dumps, records), *rows.buffer_rows(dumps, records),
-             *rows.inductor_rows(dumps, records), *rows.onnx_rows(dumps, records)]  # fmt: skip
+             *rows.inductor_rows(dumps, records), *rows.onnx_rows(dumps, records),
+             *rows.torch_trace_rows(dumps, records)]  # fmt: skip
     if not parts:
         return pl.DataFrame(schema=ITEM_SCHEMA)
     first = [pl.col(c).sort_by("order").drop_nulls().first() for c in ("label", "detail")]

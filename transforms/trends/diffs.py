@@ -49,7 +49,7 @@ from transforms.trends.diff_items import ITEM_DOCS, ITEM_SCHEMA, describe_change
 NO_ITEMS = "none"  # category of the marker row of a dump that has no structural items
 # Bump when dump_items computes other items from the same records: every content's
 # items get a new key, so they are computed again (for contents whose records are kept).
-ITEMS_VERSION = 1
+ITEMS_VERSION = 2  # 2: items of TORCH_TRACE logs (graph_break, recompile, compile_failure)
 
 EVIDENCE_SCHEMA = pl.Schema({"excerpt_lines": pl.String, "excerpt": pl.String, "excerpt_from": pl.String})
 CONTENT_ITEM_SCHEMA = pl.Schema({"items_key": pl.String} | {c: t for c, t in ITEM_SCHEMA.items() if c != "path"}
@@ -83,6 +83,7 @@ ITEM_TABLES = {
     "inductor_ir": ("inductor_nodes", "inductor_buffers"),
     "inductor_output_code": ("inductor_kernels", "inductor_extern_calls"),
     "onnx_report": ("onnx_steps", "onnx_op_counts", "onnx_verification", "onnx_errors"),
+    "torch_trace": ("torch_trace_graph_breaks", "torch_trace_compiles"),
 }
 
 PAIR_COLUMNS = pl.Schema({
@@ -121,7 +122,7 @@ DIFF_DOCS = {
 
 def items_keys(dumps: pl.DataFrame) -> pl.DataFrame:
     """path, items_key for ``dumps`` (path, run_id, job, kind, stage, program, dump_id,
-    parser_version, status); the key is null for failed dumps (a kind without items
+    parser_version, status; a path may come once per series); one row per path; the key is null for failed dumps (a kind without items
     gets a key too: its one 'none' row says it was looked at)."""
     own = pl.concat_str(pl.lit(f"i{ITEMS_VERSION}:"), pl.col("dump_id"), pl.lit(":"), pl.col("parser_version").cast(pl.String))
     keyed = dumps.with_columns(own.alias("_own"))
@@ -134,7 +135,8 @@ def items_keys(dumps: pl.DataFrame) -> pl.DataFrame:
            .when((pl.col("kind") == "xla_buffer_assignment") & pl.col("_hlo").is_not_null())
            .then(pl.concat_str(pl.col("_own"), pl.lit("+"), pl.col("_hlo")))
            .otherwise(pl.col("_own")))
-    return keyed.select("path", key.alias("items_key"))
+    # One key per path: a TORCH_TRACE log's series (one per program) share its items.
+    return keyed.select("path", key.alias("items_key")).unique("path", maintain_order=True)
 
 
 def key_contents(keys: list[str]) -> pl.DataFrame:
@@ -192,7 +194,8 @@ def _items_with_first(dumps: pl.DataFrame, records: dict[str, pl.DataFrame]) -> 
     """``diff_items.dump_items``'s items plus ``first``, the order of each item's first
     instance (where its evidence is): the instance rows are folded here, once."""
     parts = [*item_rows.hlo_rows(dumps, records), *item_rows.buffer_rows(dumps, records),
-             *item_rows.inductor_rows(dumps, records), *item_rows.onnx_rows(dumps, records)]
+             *item_rows.inductor_rows(dumps, records), *item_rows.onnx_rows(dumps, records),
+             *item_rows.torch_trace_rows(dumps, records)]
     if not parts:
         return pl.DataFrame(schema=ITEM_SCHEMA | {"first": pl.Int64})
     by_order = [pl.col(c).sort_by("order").drop_nulls().first() for c in ("label", "detail")]
@@ -246,9 +249,11 @@ def diff_pairs(pairs: pl.DataFrame, items: pl.DataFrame) -> pl.DataFrame:
 
 # -- order of the changes -----------------------------------------------------------------
 
-FIRST_CATEGORIES = ("collective", "custom_call", "fallback_kernel", "fallback_call")
+FIRST_CATEGORIES = ("collective", "custom_call", "fallback_kernel", "fallback_call", "graph_break", "recompile",
+                    "compile_failure")
 SIGNIFICANCE = {  # tier -> what it holds (docs/trends.md repeats it)
-    0: "a collective, custom call or ATen fallback that appeared or vanished; an ONNX step whose status changed",
+    0: "a collective, custom call or ATen fallback that appeared or vanished; an ONNX step whose status changed; "
+       "a graph break, recompile or failed compile of a TORCH_TRACE log that appeared or vanished",
     1: "a pure rescale (one line for all its changes)",
     2: "every other change",
 }

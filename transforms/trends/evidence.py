@@ -13,7 +13,9 @@ Two pure steps (no I/O: the caller opens the dump and hands its lines over):
 - ``fused_group``, ``fallback_kernel``, ``extern_kernel``: the scheduler node's block
   (to the line before the next top-level node, the last one to its last known line);
 - ``onnx_step``: the step's line and, when it failed, each exception line of the
-  report's error messages; any other category: the line of its first instance.
+  report's error messages;
+- ``graph_break`` (TORCH_TRACE): the artifact record and its payload (Dynamo's message, the
+  user code traceback); any other category: the line of its first instance.
 
 Ranges are merged and cut to ``MAX_ITEM_LINES`` lines; ``excerpt_lines`` prints them
 ``"57,212-230"``.
@@ -48,7 +50,7 @@ def item_lines(items: pl.DataFrame, dumps: pl.DataFrame, records: Mapping[str, p
     dump_id); items without a known line are left out."""
     firsts = items.lazy().join(dumps.lazy().select("path", "dump_id"), on="path").select(*_ITEM, "dump_id", "first")
     spans = [_single(firsts), *_hlo_spans(firsts, records), *_buffer_spans(firsts, records),
-             *_inductor_spans(firsts, records), *_onnx_spans(firsts, records)]
+             *_inductor_spans(firsts, records), *_onnx_spans(firsts, records), *_torch_trace_spans(firsts, records)]
     frame = pl.concat([s.select(*_ITEM, pl.col("first").cast(pl.Int64), pl.col("last").cast(pl.Int64)) for s in spans])
     spans_of = frame.drop_nulls(["first", "last"]).filter(pl.col("last") >= pl.col("first")).group_by(_ITEM).agg(
         pl.struct("first", "last").sort_by("first").alias("spans")).collect()
@@ -222,3 +224,12 @@ def _assemble(spans: list[tuple[int, int]], got: dict[int, str]) -> tuple[str | 
 
 __all__ = ["GAP", "MAX_DUMP_LINES", "MAX_ITEM_CHARS", "MAX_ITEM_LINES", "MAX_LINE_CHARS", "cap_spans", "cut_line",
            "format_lines", "item_lines", "merge_spans", "parse_lines", "read_excerpts"]
+
+
+def _torch_trace_spans(firsts: pl.LazyFrame, records: Mapping[str, pl.DataFrame]) -> list[pl.LazyFrame]:
+    breaks = _records(records, "torch_trace_graph_breaks")
+    if breaks is None or "end_lineno" not in breaks.collect_schema().names():
+        return []
+    ends = breaks.select("dump_id", pl.col("lineno").cast(pl.Int64).alias("first"), pl.col("end_lineno").cast(pl.Int64))
+    return [firsts.filter(pl.col("category") == "graph_break").join(ends, on=["dump_id", "first"])
+            .select(*_ITEM, "first", pl.col("end_lineno").alias("last"))]

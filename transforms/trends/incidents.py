@@ -44,12 +44,12 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 import polars as pl
 
 from transforms.trends.headlines import headline, impact
-from transforms.trends.rules import ZERO_WHEN_ABSENT, Settings
+from transforms.trends.rules import ZERO_WHEN_ABSENT, Settings, windowed_metrics
 from transforms.units import is_bytes_metric
 
 KINDS = ("failure", "regression", "improvement")
@@ -116,11 +116,11 @@ INCIDENT_DOCS = {
     "stacked_on": "Open incidents this one's steps stepped further from (the same figures, the same way): it is news of its own, and its fix returns to their level.",
 }
 
-_FAILURE_METRICS = ("onnx.step.", "onnx.errors")
+_FAILURE_METRICS = ("onnx.step.", "onnx.errors", "dynamo.failures")
 
 
 def _failure_metric(metric: str) -> bool:
-    return metric.startswith(_FAILURE_METRICS[0]) or metric == _FAILURE_METRICS[1]
+    return metric.startswith(_FAILURE_METRICS[0]) or metric in _FAILURE_METRICS[1:]
 
 
 class Walked(NamedTuple):
@@ -224,6 +224,8 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
     def better(value: float, base: float) -> bool:
         return (value - base) * direction < 0 and is_step(value, base)
 
+    if rule.window > 1:
+        rows = _medians(rows, rule.window, lambda v, base: worse(v, base) or better(v, base), lambda: level)
     for seq, value, prev_seq in rows:
         if level is None:
             level = value
@@ -260,6 +262,29 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
     for s in stack:  # still open: their latest value is the last one (a closed step's is its closing run's)
         s.latest, s.touched_seq = value, seq
     return out
+
+
+def _medians(rows: Iterable[tuple[int, float, int | None]], window: int, stepped, level
+             ) -> Iterator[tuple[int, float, int | None]]:
+    """A noisy figure's rows as its walk reads them: each value the median of the series' last
+    ``window`` values (the lower middle one of an even count, while it has fewer), so one
+    outlier moves nothing. The previous run_seq of a row is that of the run before the
+    newest values that all stepped from the level (``level()``, read as the walk moves it):
+    a step the median confirms has as last good run the one before its lasting level began.
+    Needs every row of the series (``compute`` keeps them for these metrics)."""
+    recent: list[tuple[int, float, int | None]] = []
+    for row in rows:
+        recent = [*recent[-(window - 1):], row]
+        values = sorted(v for _, v, _ in recent)
+        median = values[(len(values) - 1) // 2]
+        prev = row[2]
+        base = level()
+        if base is not None:
+            for seq, value, before in reversed(recent):
+                if not stepped(value, base):
+                    break
+                prev = before
+        yield row[0], median, prev
 
 
 def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict]) -> list[_Step]:
@@ -335,6 +360,8 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     obs = obs.with_columns(pl.col("series", "metric").cast(pl.Categorical)).sort(by_group)
     same = (pl.col("series") == pl.col("series").shift(1)) & (pl.col("metric") == pl.col("metric").shift(1))
     accept_seqs = [seq[a["run_id"]] for a in accepts if a["run_id"] in seq]
+    # A median of runs (rules' window) reads every row of its series, equal ones included.
+    whole = sorted(windowed_metrics(settings, obs.get_column("metric").cast(pl.String).unique().to_list()))
     obs = obs.with_columns(same.fill_null(False).alias("_same")).with_columns(
         pl.when("_same").then(pl.col("run_seq").shift(1)).alias("prev_seq"),
         (pl.col("_same") & (pl.col("value") != pl.col("value").shift(1))).alias("_moved"))
@@ -343,7 +370,8 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     # runs with an accept reach the Python loop; most compiler figures never move.
     moving = obs.filter("_moved").select("series", "metric").unique()
     obs = (obs.join(moving, on=["series", "metric"], how="semi")
-           .filter(~pl.col("_same") | pl.col("_moved") | pl.col("run_seq").is_in(accept_seqs))
+           .filter(~pl.col("_same") | pl.col("_moved") | pl.col("run_seq").is_in(accept_seqs)
+                   | pl.col("metric").cast(pl.String).is_in(whole))
            .sort(by_group)
            .join(info.select("series", "job", "program", "kind", "stage").with_columns(pl.col("series").cast(obs.schema["series"])),
                  on="series", how="left", maintain_order="left")

@@ -38,6 +38,14 @@ Settings file (TOML, ``dumpscope.toml``)::
     rel = 0.10                        # optional: worse by more than 10 % of the baseline
     abs = 0                           # optional: worse by more than this amount (0: any)
     direction = "up"                  # optional: up (more is worse), down, none
+    noise = 0                         # optional: a change within this is no change
+    window = 3                        # optional: judge the median of the last N runs (noisy timings)
+
+    [[rule]]                          # e.g. compile time of a busy CI fleet: a wider band
+    metric = "*.compile_seconds"
+    rel = 1.0
+    noise = 5
+    window = 5
 """
 
 from __future__ import annotations
@@ -62,6 +70,9 @@ class Rule:
     noise: float = 0.0  # |change| <= noise is no change (noisy float metrics only)
     limit: float | None = None  # noisy metrics regress only when the value passes this
     series: str = "*"
+    # Noisy timings: judged on the median of the series' last ``window`` runs (the lower middle
+    # value while it has fewer, even), so one slow run moves nothing and a lasting level does.
+    window: int = 1
 
     def describe(self) -> str:
         parts = []
@@ -72,7 +83,8 @@ class Rule:
         if self.limit is not None:
             parts.append(f"past {self.limit:g}")
         way = {UP: "increase", DOWN: "decrease", NEUTRAL: "change"}[self.direction]
-        return f"{' or '.join(parts) or 'no'} {way}" if self.direction else "reported, never a regression"
+        median = f" of the median of {self.window} runs, past noise {self.noise:g}" if self.window > 1 else ""
+        return f"{' or '.join(parts) or 'no'} {way}{median}" if self.direction else "reported, never a regression"
 
 
 # Defaults: memory bytes +2 %, kernel launches +2 %, any new fallback
@@ -93,6 +105,21 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     # turning ❌ is caught by onnx.step.accuracy).
     Rule("onnx.max_abs_diff", UP, abs=0, noise=1e-6, limit=1e-3),
     Rule("onnx.max_rel_diff", NEUTRAL, noise=1e-3),
+    # torch.compile (TORCH_TRACE logs): counts are deterministic for one program and torch
+    # version: any more graph breaks, recompiles, failed compiles or compiles is a step (a failed
+    # compile opens a failure), guards past +10 %. Compile seconds are wall time: they move with the
+    # machine's load and the caches' state, so they are judged on the median of 3 runs, past
+    # 2 s and +50 %: one slow night opens nothing, a level that lasts 2 nights of 3 does.
+    Rule("dynamo.failures", UP, abs=0),
+    Rule("dynamo.graph_breaks", UP, abs=0),
+    Rule("dynamo.recompiles", UP, abs=0),
+    Rule("dynamo.compiles", UP, abs=0),
+    Rule("dynamo.guards", UP, rel=0.10),  # a model change adds a guard or two; a break or recompile dozens
+    Rule("dynamo.compile_seconds", UP, rel=0.5, noise=2.0, window=3),
+    Rule("inductor.compile_seconds", UP, rel=0.5, noise=2.0, window=3),
+    # Cache hits and misses say how warm the runner's cache was, not what the compiler made:
+    # information (charts, the run's figures), never a verdict; their cost shows in compile seconds.
+    Rule("inductor.cache_*", NEUTRAL),
 )
 FALLBACK_RULE = Rule("*", NEUTRAL)
 
@@ -135,6 +162,12 @@ class Settings:
         return _default_rule(metric)
 
 
+def windowed_metrics(settings: Settings, metrics: Iterable[str]) -> set[str]:
+    """Those of ``metrics`` that a rule judging a median of runs (``window``) may match."""
+    rules = [r for r in (*settings.rules, *DEFAULT_RULES) if r.window > 1]
+    return {m for m in metrics if any(fnmatch.fnmatchcase(m, r.metric) for r in rules)}
+
+
 def _default_rule(metric: str) -> Rule:
     for rule in DEFAULT_RULES:
         if fnmatch.fnmatchcase(metric, rule.metric):
@@ -148,7 +181,8 @@ def _complete(user: Rule, metric: str) -> Rule:
         return user
     base = _default_rule(metric)
     return replace(user, direction=base.direction, noise=user.noise or base.noise,
-                   limit=base.limit if user.limit is None else user.limit)
+                   limit=base.limit if user.limit is None else user.limit,
+                   window=user.window if user.window > 1 else base.window)
 
 
 def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
@@ -226,7 +260,7 @@ def _rule(entry: Any, source: str, i: int) -> Rule:
     where = f"{source}: [[rule]] #{i}"
     if not isinstance(entry, dict) or not isinstance(entry.get("metric"), str):
         raise ValueError(f"{where}: needs metric = \"<pattern>\"")
-    unknown = set(entry) - {"metric", "series", "rel", "abs", "direction", "noise", "limit"}
+    unknown = set(entry) - {"metric", "series", "rel", "abs", "direction", "noise", "limit", "window"}
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     direction = entry.get("direction")
@@ -238,6 +272,10 @@ def _rule(entry: Any, source: str, i: int) -> Rule:
             if not isinstance(entry[key], (int, float)) or entry[key] < 0:
                 raise ValueError(f"{where}: {key} must be a number >= 0")
             numbers[key] = float(entry[key])
+    if (window := entry.get("window")) is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= 30:
+            raise ValueError(f"{where}: window must be an integer from 1 to 30 (runs whose median is judged)")
+        numbers["window"] = window
     return Rule(metric=entry["metric"], series=str(entry.get("series", "*")),
                 direction=_DIRECTIONS[direction] if direction else None, **numbers)
 

@@ -13,11 +13,17 @@ that compilers renumbering their programs between runs does not break it:
    - Inductor debug directories ``model__0_forward_1.0`` → ``model__forward``
      (``<name>__<aot id>_<forward|backward|inference>_<compile id>``);
    - ONNX export artifacts: a date/time stamp and what follows it is dropped
-     (``onnx_export_2026-11-20_02-01-35-123456_success`` → ``onnx_export``).
+     (``onnx_export_2026-11-20_02-01-35-123456_success`` → ``onnx_export``);
+   - torch.compile programs of a TORCH_TRACE log, ``<co_name> at <co_filename>:<line>``, keep the
+     file's name without its directories (``forward at /src/pkg/model.py:19`` →
+     ``forward at model.py:19``): a series id has no ``/`` of the program's, and the name reads.
 3. Programs of one run and job that normalize to the same name stay apart: in path
-   order (the order the compiler wrote them), the first keeps the name and the next
+   order (the order the compiler wrote them; programs of one dump in name order), the first keeps the name and the next
    ones get ``#2``, ``#3``... (a job compiling ``jit_step`` for two input shapes has
    two series, ``jit_step`` and ``jit_step#2``).
+
+A dump that gives each program's figures (a TORCH_TRACE log: its metric rows name their
+program, ``flows.warehouse.loading.metric_rows``) has one series per program (``programs``).
 
 The series id reads ``<job>/<program>/<kind>[/<stage>]``, e.g.
 ``jax-jit/jit_train_step/xla_hlo/after_optimizations``.
@@ -33,11 +39,14 @@ import polars as pl
 _XLA_MODULE_PREFIX = re.compile(r"^module_\d+\.")
 _NUMERIC_SUFFIX = re.compile(r"(?:\.\d+)+$")
 _INDUCTOR_GRAPH = re.compile(r"^(?P<name>.*?)__\d+_(?P<graph>forward|backward|inference)(?:_[\d.]+)?$")
+_TORCH_PROGRAM = re.compile(r"^(?P<name>\S+) at (?:.*[/\\])?(?P<file>[^/\\]+):(?P<line>\d+)$")
 _TIMESTAMP = re.compile(r"[_-]?\d{4}-\d{2}-\d{2}(?:[_T -]\d{2}[-:]\d{2}(?:[-:]\d{2})?(?:[-.]\d+)?)?.*$")
 
 
 def normalize_program(program: str) -> str:
     """The program's name without the compiler's run-dependent counters (rule 2)."""
+    if (m := _TORCH_PROGRAM.match(program)) is not None:
+        return f"{m['name']} at {m['file']}:{m['line']}"
     name = _XLA_MODULE_PREFIX.sub("", program)
     if (m := _INDUCTOR_GRAPH.match(name)) is not None:
         return f"{m['name']}__{m['graph']}"
@@ -89,13 +98,20 @@ SERIES_DOCS = {
 
 
 def assign_series(dumps: pl.DataFrame, run_overrides: Mapping[str, Mapping[str, str]] | None = None,
-                  overrides: list[tuple[re.Pattern[str], str]] = ()) -> pl.DataFrame:
-    """One row per dump path (kind ``unknown`` left out) with its series (rules 1-3).
+                  overrides: list[tuple[re.Pattern[str], str]] = (), programs: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per dump path (kind ``unknown`` left out) with its series (rules 1-3); one per
+    program for the paths of ``programs``.
 
     ``dumps``: path, run_id, job, kind, stage, program. ``run_overrides``: run_id →
-    {program: name} from run.json.
+    {program: name} from run.json. ``programs`` (path, program): the programs of the dumps whose
+    metric rows name programs other than the dump's (``per_program_paths``).
     """
     run_overrides = run_overrides or {}
+    if programs is not None and not programs.is_empty():
+        programs = programs.select(pl.col("path", "program").cast(pl.String)).unique()
+        split = dumps.join(programs.select("path").unique(), on="path", how="semi").drop("program")
+        dumps = pl.concat([dumps.join(programs, on="path", how="anti"),
+                           split.join(programs, on="path").select(dumps.columns).cast(dict(dumps.schema))])
     frame = dumps.filter(pl.col("kind").is_not_null() & (pl.col("kind") != "unknown") & pl.col("program").is_not_null())
     # Few distinct (run, program) pairs: resolve the names in Python, join back.
     pairs = frame.select("run_id", "program").unique()
@@ -103,10 +119,10 @@ def assign_series(dumps: pl.DataFrame, run_overrides: Mapping[str, Mapping[str, 
     pairs = pairs.with_columns(pl.Series("base", names, pl.String))
     frame = frame.join(pairs, on=["run_id", "program"], how="left")
     # Rule 3: dumps colliding on one name (of a kind and stage) get #2, #3... in path order.
-    frame = frame.sort("path").with_columns(
+    frame = frame.sort("path", "program").with_columns(
         pl.int_range(1, pl.len() + 1).over("run_id", "job", "kind", "stage", "base").alias("ordinal"))
     frame = frame.with_columns(
         pl.when(pl.col("ordinal") > 1).then(pl.format("{}#{}", "base", "ordinal")).otherwise("base").alias("series_program")
     )
     sid = pl.concat_str([pl.col("job"), pl.col("series_program"), pl.col("kind"), pl.col("stage")], separator="/", ignore_nulls=True)
-    return frame.with_columns(sid.alias("series")).select(SERIES_SCHEMA.names()).cast(dict(SERIES_SCHEMA)).sort("path")
+    return frame.with_columns(sid.alias("series")).select(SERIES_SCHEMA.names()).cast(dict(SERIES_SCHEMA)).sort("path", "program")
