@@ -294,3 +294,16 @@ def test_a_link_to_an_archived_incidents_old_page_lands_on_its_row(site, data, y
         context.close()
         server.shutdown()
         server.server_close()
+
+
+def test_the_windows_incidents_at_are_the_macros(data, year):
+    """The site reads incidents_at for every run of its window in one query: the same frames,
+    row for row, as the incidents_at(run) macro gives run by run (flows.verdict.incidents)."""
+    from polars.testing import assert_frame_equal
+
+    from flows.verdict.incidents import incidents_at
+
+    with duckdb.connect(str(year), read_only=True) as con:
+        for run in _run_ids(data)[-WINDOW:]:
+            assert_frame_equal(data.incidents_at[run], incidents_at(con, run))
+    assert sum(f.height for f in data.incidents_at.values()) > WINDOW

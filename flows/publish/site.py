@@ -145,7 +145,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                                  [shown, shown]),
             # The one definition of new / open / fixed at a run (flows.verdict.incidents, the summary, the
             # CLI), asked for the runs the site shows.
-            incidents_at={r: verdict.incidents_at(con, r) for r in shown},
+            incidents_at=_incidents_at(q, shown),
             commit_url=getattr(settings, "commit_url", None), compare_url=getattr(settings, "compare_url", None),
             bucket_url=getattr(settings, "site_bucket_url", None),
             dump_paths=q(f"SELECT DISTINCT run_id, series, path FROM dump_series WHERE {in_window}", [shown]),
@@ -174,6 +174,18 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
         return data
     finally:
         con.close()
+
+
+def _incidents_at(q, runs: list[str]) -> dict[str, pl.DataFrame]:
+    """run_id -> ``incidents_at(run)`` (the macro: incident_status at that run with each
+    incident's columns, in its order) for each of ``runs``, in one query: the macro once a
+    run evaluated incident_status over the whole history each time (90 runs of a 730-run
+    warehouse: 35 CPU seconds, against 0.3 here)."""
+    rows = q("""SELECT s.status, s.age_runs, i.*, s.run_id AS _at_run FROM incident_status s JOIN incidents i USING (incident_id)
+                WHERE s.run_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY impact DESC, incident_id""", [runs])
+    parts = rows.partition_by("_at_run", as_dict=True, maintain_order=True)
+    empty = rows.clear().drop("_at_run")
+    return {r: parts[(r,)].drop("_at_run") if (r,) in parts else empty for r in runs}
 
 
 # Jinja filters that would hand back text escaped for HTML only (Markup that ``finalize``
