@@ -17,16 +17,24 @@ aggregation of 11 M metric rows would take most of the machine's memory and minu
 
 Then times ``flows.publish.site.build_site`` in a fresh process per repeat (``--history-runs N``
 sets ``[site] history_runs``; 0: the whole history), and reports the stages (read,
-render, mkdocs), pages, charts, files, the site's size, the largest page and the peak
-RSS of that process (``benchmarks/harness.py``: its own, not the benchmark's).
+render, mkdocs), its CPU seconds, pages, charts, files, the site's size, the largest page
+and the peak RSS of that process (``benchmarks/harness.py``: its own, not the benchmark's).
 
-    .venv/bin/python benchmarks/bench_site_year.py [--repeat 2] [--history-runs 90] [--rebuild] [--json FILE]
+``--runs N [N ...]`` builds the history at each length (366: ``site_year.duckdb``, any other
+``site_year_N.duckdb``; kept) and measures each; then prints the site targets of issue 30 with
+PASS/FAIL: each site ≤ 150 MB, ≤ 3,000 files (every file, assets included), its build ≤ 30 s
+(the least wall time of the repeats), and with two lengths the longest history's site within
+``FEW_PERCENT`` of the shortest's in files, bytes and build CPU seconds (least of the repeats):
+the site follows the window, not the age of the warehouse.
+
+    .venv/bin/python benchmarks/bench_site_year.py [--runs 366 730] [--repeat 2] [--history-runs 90] [--rebuild] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import sys
 import time
@@ -42,6 +50,12 @@ OUT = ROOT / "benchmarks" / "out"
 WAREHOUSE = OUT / "site_year.duckdb"
 SITE = OUT / "site_year"
 RUNS, JOBS, PER_JOB = 366, 40, 35
+# Issue 30's site targets (a year of big nights, the default window).
+MAX_SITE_MB, MAX_FILES, MAX_SECONDS, FEW_PERCENT = 150, 3000, 30, 5
+
+
+def warehouse_for(runs: int) -> Path:
+    return WAREHOUSE if runs == RUNS else OUT / f"site_year_{runs}.duckdb"
 
 # (kind, stage, metrics of that dump, the first under real names)
 KINDS = {
@@ -238,18 +252,24 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
           + ", ".join(f"{k} {v:,}" for k, v in counts.items()) + f"; {items}")
 
 
-def measure_once(history_runs: int) -> dict:
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process (DuckDB's too)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_once(history_runs: int, runs: int = RUNS) -> dict:
     from flows.publish.site import build_site
     from transforms.trends.rules import parse_settings
 
     settings = parse_settings(f"[site]\nhistory_runs = {history_runs}\n") if history_runs >= 0 else None
-    t0 = time.perf_counter()
-    result = build_site(WAREHOUSE, SITE, settings)
-    seconds = time.perf_counter() - t0
+    t0, cpu0 = time.perf_counter(), _cpu_seconds()
+    result = build_site(warehouse_for(runs), SITE, settings)
+    seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
     files = [p for p in SITE.rglob("*") if p.is_file()]
     html = [p for p in files if p.suffix == ".html"]
     return {
-        "history_runs": history_runs, "seconds": seconds, "stages": result.seconds, "pages": result.pages,
+        "runs": runs, "history_runs": history_runs, "seconds": seconds, "cpu_seconds": cpu, "stages": result.seconds,
+        "pages": result.pages, "archive_pages": len(list((SITE / "archive").glob("*.html"))),
         "charts": result.charts, "files": len(files), "html_pages": len(html),
         "site_mb": sum(p.stat().st_size for p in files) / 1e6,
         "largest_page_kb": max(p.stat().st_size for p in html) / 1e3,
@@ -259,9 +279,30 @@ def measure_once(history_runs: int) -> dict:
     }
 
 
+def targets(results: list[dict]) -> list[tuple[str, bool]]:
+    """Each target of issue 30 for the site at a year, with whether it holds (PASS/FAIL)."""
+    by_runs: dict[int, list[dict]] = {}
+    for r in results:
+        by_runs.setdefault(r["runs"], []).append(r)
+    rows = []
+    for runs, rs in sorted(by_runs.items()):
+        best = min(rs, key=lambda r: r["seconds"])
+        rows += [(f"{runs} runs: site {best['site_mb']:.1f} MB <= {MAX_SITE_MB} MB", best["site_mb"] <= MAX_SITE_MB),
+                 (f"{runs} runs: {best['files']:,} files <= {MAX_FILES:,}", best["files"] <= MAX_FILES),
+                 (f"{runs} runs: build {best['seconds']:.1f} s <= {MAX_SECONDS} s", best["seconds"] <= MAX_SECONDS)]
+    if len(by_runs) > 1:
+        short, long = by_runs[min(by_runs)], by_runs[max(by_runs)]
+        for label, key in (("files", "files"), ("MB", "site_mb"), ("build CPU s", "cpu_seconds")):
+            a, b = min(r[key] for r in short), min(r[key] for r in long)
+            rows.append((f"{max(by_runs)} runs vs {min(by_runs)}: {label} {b:,.1f} vs {a:,.1f} "
+                         f"({100 * (b - a) / a:+.1f} %, within {FEW_PERCENT} %)", b <= a * (1 + FEW_PERCENT / 100)))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--runs", type=int, nargs="+", default=[RUNS], help="history lengths to build and measure (runs)")
     ap.add_argument("--history-runs", type=int, default=-1,
                     help="[site] history_runs (0: the whole history; default: the setting's default)")
     ap.add_argument("--rebuild", action="store_true")
@@ -269,20 +310,25 @@ def main() -> None:
     harness.add_json_option(ap, OUT / "bench_site_year.json")
     args = ap.parse_args()
     if args.once:
-        print(json.dumps(measure_once(args.history_runs)))
+        print(json.dumps(measure_once(args.history_runs, args.runs[0])))
         return
     OUT.mkdir(parents=True, exist_ok=True)
-    if args.rebuild or not WAREHOUSE.exists():
-        build(WAREHOUSE)
     results = []
-    for _ in range(args.repeat):
-        r, m = harness.run_json([sys.executable, __file__, "--once", "--history-runs", str(args.history_runs)])
-        r["peak_rss_mib"] = m["peak_rss_mib"]
-        results.append(r)
-        stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
-        print(f"site {r['seconds']:.1f} s ({stages}); {r['pages']} pages ({r['run_pages']} runs, {r['series_pages']} series, "
-              f"{r['incident_pages']} incidents), {r['charts']} charts, {r['files']} files, {r['site_mb']:.1f} MB; "
-              f"largest page {r['largest_page_kb']:.0f} kB; peak RSS {r['peak_rss_mib']:.0f} MiB")
+    for runs in args.runs:
+        if args.rebuild or not warehouse_for(runs).exists():
+            build(warehouse_for(runs), runs=runs)
+        for _ in range(args.repeat):
+            r, m = harness.run_json([sys.executable, __file__, "--once", "--history-runs", str(args.history_runs),
+                                     "--runs", str(runs)])
+            r["peak_rss_mib"] = m["peak_rss_mib"]
+            results.append(r)
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
+            print(f"{runs} runs: site {r['seconds']:.1f} s ({stages}; CPU {r['cpu_seconds']:.1f} s); {r['pages']} pages "
+                  f"({r['run_pages']} runs, {r['series_pages']} series, {r['incident_pages']} incidents, "
+                  f"{r['archive_pages']} archive months), {r['charts']} charts, {r['files']} files, "
+                  f"{r['site_mb']:.1f} MB; largest page {r['largest_page_kb']:.0f} kB; peak RSS {r['peak_rss_mib']:.0f} MiB")
+    for label, ok in targets(results):
+        print(f"{'PASS' if ok else 'FAIL'}  {label}")
     harness.write_json(args.json, results, indent=2)
 
 

@@ -4,9 +4,11 @@
 site shows a window: the last ``history_runs`` runs (``[site] history_runs``, 0: all).
 Charts and run pages cover the window; incidents open at its end or opened or closed in
 it get pages; a series gets a page when it changed in the window (or is in one of those
-incidents). Everything older or unchanged is still listed, on the runs, incidents and
-series indexes, and every link to a run or series without a page (``SiteData.run_link``,
-``SiteData.series_link``) leads to its row there.
+incidents). Runs before the window and the incidents closed before it have a row and an
+anchor on a compact archive page, one a calendar month (``transforms.site.archive``); series
+without a page have a row on the series index. Every link to a run, an incident or a series
+without a page (``SiteData.run_link``, ``SiteData.incident_link``, ``SiteData.series_link``)
+leads to that row.
 
 One verdict: whether a figure is worse or better than its baseline is said only by the
 incident steps open on it (``with_states``, ``transforms.trends.incident_rule.figure_states``),
@@ -58,7 +60,8 @@ class SiteData:
     dense: pl.DataFrame | None = None  # every run of the window: ONNX steps (last ONNX_RUNS runs), fused-ratio inputs
     series_catalog: pl.DataFrame | None = None  # every series ever seen: series, job, program, kind, stage, runs, last_run
     run_totals: pl.DataFrame | None = None  # every run: dumps, failed, partial, changed_series
-    older_incidents: int = 0  # incidents closed before the window (not shown)
+    # incidents closed before the window (no page: a row on their month's archive page), in opened order
+    archived_incidents: pl.DataFrame | None = None
     chart_rows: pl.DataFrame | None = None  # every run of the window for the (series, metric) pairs the sections draw
     dump_paths: pl.DataFrame | None = None  # run_id, series, path of each dump of the window
     bucket_url: str | None = None  # settings: "{path}" -> a dump's page in the bucket's console
@@ -139,10 +142,43 @@ class SiteData:
         return _link("series", "index.md", here, fragment=series_anchor(series))
 
     def run_link(self, run_id: str, here: str = "") -> Markup:
-        """Its page, or its row on the runs index (runs before the window)."""
-        if run_id in self.run_pages:
+        """Its page, or its row on its month's archive page (runs before the window)."""
+        if run_id in self.run_pages or run_id not in self.archive_month_of:
             return run_link(run_id, here)
-        return _link("runs", "index.md", here, fragment=run_anchor(run_id))
+        return archive_link(self.archive_month_of[run_id], here, fragment=run_anchor(run_id))
+
+    @cached_property
+    def archive_month_of(self) -> dict[str, str]:
+        """run_id -> the archive page (``YYYY-MM``, the month it started in) of each run before the window."""
+        older = self.runs.join(self.window.select("run_id"), on="run_id", how="anti")
+        return dict(older.select("run_id", pl.col("started_at").dt.strftime("%Y-%m")).iter_rows())
+
+    @cached_property
+    def archived_ids(self) -> dict[str, str]:
+        """incident_id -> the run it opened in, of each archived incident (its row is on that run's archive page)."""
+        if self.archived_incidents is None:
+            return {}
+        return dict(self.archived_incidents.select("incident_id", "opened_run").iter_rows())
+
+    @property
+    def older_incidents(self) -> int:
+        """How many incidents were closed before the window (archived)."""
+        return len(self.archived_ids)
+
+    def incident_link(self, incident_id: str, here: str = "") -> Markup | None:
+        """Its page, or its row on its archive page (closed before the window); None for an id
+        the warehouse does not hold."""
+        if incident_id in self.archived_ids:
+            month = self.archive_month_of.get(self.archived_ids[incident_id])
+            if month is not None:
+                return archive_link(month, here, fragment=incident_anchor(incident_id))
+        if incident_id in self.paged_ids:
+            return incident_link(incident_id, here)
+        return None
+
+    @cached_property
+    def paged_ids(self) -> frozenset[str]:
+        return frozenset(paged_incidents(self))
 
     def known_run(self, run_id: str | None, here: str) -> Markup | None:
         """A run's page or index row; None for no run or one the warehouse does not have."""
@@ -170,8 +206,18 @@ def series_anchor(series: str) -> str:
 
 
 def run_anchor(run_id: str) -> str:
-    """The id of a run's row on the runs index (runs before the window)."""
+    """The id of a run's row on its archive page (runs before the window)."""
     return slug("run", run_id)
+
+
+def incident_anchor(incident_id: str) -> str:
+    """The id of an incident's row on its archive page (incidents closed before the window)."""
+    return slug("incident", incident_id)
+
+
+def archive_file(month: str) -> str:
+    """Where the archive page of a month (``YYYY-MM``) is written."""
+    return f"archive/{slug(month)}.md"
 
 
 def program_anchor(job: str, program: str) -> str:
@@ -196,6 +242,10 @@ def run_link(run_id: str, here: str = "", fragment: str | None = None) -> Markup
 
 def incident_link(incident_id: str, here: str = "") -> Markup:
     return _link("incidents", f"{slug(incident_id)}.md", here)
+
+
+def archive_link(month: str, here: str = "", fragment: str | None = None) -> Markup:
+    return _link("archive", f"{slug(month)}.md", here, fragment=fragment)
 
 
 def html_href(link: Markup) -> str:

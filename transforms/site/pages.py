@@ -21,9 +21,9 @@ import fnmatch
 import polars as pl
 
 from transforms.escape import Markup
-from transforms.site import charts
+from transforms.site import archive, charts
 from transforms.site.data import (MAX_RUN_ROWS, SiteData, commit_link, commit_range, dump_link, html_href, incident_link,
-                                  marked, program_anchor, run_anchor, run_info, run_link, series_anchor, series_link,
+                                  marked, program_anchor, run_info, run_link, series_anchor, series_link,
                                   state_text)
 from transforms.trends.diffs import change_entries
 from transforms.trends.headlines import IMPACT_TEXT
@@ -141,7 +141,7 @@ def _verdict(d: SiteData, run: str | None, here: str) -> dict:
             "cause_lines": (r["cause"] or "").splitlines()[:3],
             "series_link": d.series_link(r["series"][0], here) if r["series"] else None,
             "range": commit_range(d, r["last_good_commit"], r["first_bad_commit"]),
-            "on_top": [{"id": i, "link": incident_link(i, here)} for i in (r["stacked_on"] or [])],
+            "on_top": [{"id": i, "link": d.incident_link(i, here)} for i in (r["stacked_on"] or [])],
         })
     # Markup: the line holds only numbers and fixed words (its ** is Markdown to keep).
     return {"counts": Markup(counts_line(counts(at))), "incident_groups": groups, "section_titles": dict(SECTIONS)}
@@ -171,7 +171,7 @@ def incident_pages(d: SiteData):
             "step": s["step"], "baseline": human_value(s["metric"], s["baseline"]),
             "value": human_value(s["metric"], s["value"]), "latest": human_value(s["metric"], s["latest_value"]),
             "change": human_delta(s["metric"], s["change"]) if s["change"] is not None else "",
-            "on_top": {"id": s["stacked_on"], "link": incident_link(s["stacked_on"], "incidents")} if s["stacked_on"] else None,
+            "on_top": {"id": s["stacked_on"], "link": d.incident_link(s["stacked_on"], "incidents")} if s["stacked_on"] else None,
             "closed": f"{s['closed_how']} {s['closed_run']}" if s["closed_run"] else "open", "detail": s["detail"] or ""}
             for s in rows.iter_rows(named=True)]
         evidence = _evidence(d.diffs.filter((pl.col("run_id") == r["opened_run"]) & (pl.col("job") == r["job"])
@@ -183,7 +183,7 @@ def incident_pages(d: SiteData):
             "good_link": d.known_run(r["last_good_run"], "incidents"),
             "closed_link": d.known_run(r["closed_run"], "incidents"),
             "diff": _run_diff(d, r["opened_run"], r["job"], r["program"], "incidents"),
-            "on_top": [{"id": i, "link": incident_link(i, "incidents")} for i in (r["stacked_on"] or [])],
+            "on_top": [{"id": i, "link": d.incident_link(i, "incidents")} for i in (r["stacked_on"] or [])],
             "evidence": evidence, "causes": _cause_links((r["cause"] or "").splitlines(), evidence),
             "impact_means": IMPACT_TEXT,
         }
@@ -192,10 +192,12 @@ def incident_pages(d: SiteData):
 def incidents_index(d: SiteData) -> dict:
     status = _status_at_latest(d)
     rows = [] if d.incidents is None else [
-        {**r, "link": incident_link(r["incident_id"], "incidents"), "status": status.get(r["incident_id"], "open")}
+        {**r, "link": incident_link(r["incident_id"], "incidents"), "status": status.get(r["incident_id"], "open"),
+         "on_top": [{"id": i, "link": d.incident_link(i, "incidents")} for i in (r["stacked_on"] or [])]}
         for r in d.incidents.sort("opened_at", "impact", descending=[True, True]).iter_rows(named=True)]
     first = d.window.get_column("run_id")[0] if d.window.height else None
-    return {"incidents": rows, "older": d.older_incidents, "first_run": first, "history_runs": d.history_runs}
+    return {"incidents": rows, "older": d.older_incidents, "first_run": first, "history_runs": d.history_runs,
+            "months": [m for m in archive.month_links(d, "incidents") if m["incidents"]]}
 
 
 # ------------------------------------------------------------------ runs
@@ -247,42 +249,43 @@ def run_pages(d: SiteData):
         }
 
 
-def runs_index(d: SiteData) -> dict:
-    """Every run, newest first, with its verdict's counts (run_verdicts): those of the window
-    link their page; older ones are rows with an anchor."""
+def run_rows(d: SiteData) -> pl.DataFrame:
+    """Every run, newest first, with its totals and its verdict's counts (run_verdicts)."""
     totals = d.run_totals if d.run_totals is not None else d.rollups.group_by("run_id").agg(
         pl.col("dumps", "failed", "partial", "changed_series").sum())
     runs = d.runs.sort("started_at", "run_id", descending=True).join(totals, on="run_id", how="left", maintain_order="left")
     if d.run_verdicts is not None:
         runs = runs.join(d.run_verdicts.drop("started_at"), on="run_id", how="left", maintain_order="left")
-    shown, older = [], []
-    for r in runs.iter_rows(named=True):
-        commit = commit_link(d, r["commit"]) if r["commit"] else ""  # a link to its page when commit_url is set
-        if r["run_id"] in d.run_pages:
-            shown.append({**r, "commit": commit, "link": run_link(r["run_id"], "runs")})
-        else:
-            older.append({**r, "commit": commit, "anchor": run_anchor(r["run_id"])})
-    return {"runs": shown, "older": older, "history_runs": d.history_runs}
+    return runs
+
+
+def runs_index(d: SiteData, rows: pl.DataFrame | None = None) -> dict:
+    """The runs of the window, newest first, each with its verdict's counts and a link to its
+    page; the older ones by month, each month a link to its archive page."""
+    shown = [{**r, "commit": commit_link(d, r["commit"]) if r["commit"] else "",  # a link to its page when commit_url is set
+              "link": run_link(r["run_id"], "runs")}
+             for r in (run_rows(d) if rows is None else rows).iter_rows(named=True) if r["run_id"] in d.run_pages]
+    return {"runs": shown, "months": archive.month_links(d, "runs"), "history_runs": d.history_runs}
 
 
 # ------------------------------------------------------------------ series
 
 def accepts_page(d: SiteData) -> dict:
     """The accept log. An accept names a series, a shell pattern of series (``jax-pmap/*``)
-    or an incident (series NULL); only a series and a run that have pages are links. Each
-    lists the incidents it closed (``accepts.closed_incidents``, written from the incidents
-    its aggregation computed), each a link when the site has its page; ``closed`` is None
-    for an accept logged before that was recorded."""
+    or an incident (series NULL): a series, a run and an incident the warehouse holds are
+    links (to a page, or to their row on an index or archive page). Each lists the incidents
+    it closed (``accepts.closed_incidents``, written from the incidents its aggregation
+    computed); ``closed`` is None for an accept logged before that was recorded."""
     catalog = set() if d.series_catalog is None else set(d.series_catalog.get_column("series").to_list())
-    paged = set() if d.incidents is None else set(d.incidents.get_column("incident_id").to_list())
     rows = []
     for a in d.accepts.iter_rows(named=True):
         series, incident, closed = a.get("series"), a.get("incident_id"), a.get("closed_incidents")
         rows.append({**a, "what": series if series is not None else f"incident {incident or '?'}",
-                     "series_link": d.series_link(series) if series in catalog else None,
+                     "what_link": (d.series_link(series) if series in catalog else None) if series is not None
+                     else (d.incident_link(incident) if incident else None),
                      "run_link": d.known_run(a["run_id"], ""),
                      "closed": None if closed is None else [
-                         {"id": i, "link": incident_link(i) if i in paged else None} for i in closed]})
+                         {"id": i, "link": d.incident_link(i)} for i in closed]})
     return {"accepts": rows}
 
 
@@ -301,6 +304,10 @@ def series_pages(d: SiteData):
     status = _status_at_latest(d)
     incidents = {} if d.incidents is None else {r["incident_id"]: r for r in d.incidents.iter_rows(named=True)}
     by_series = {s: sorted(set(ids)) for s, ids in d.steps.group_by("series").agg(pl.col("incident_id")).iter_rows()}
+    archived: dict[str, list[dict]] = {}  # series -> its incidents closed before the window, newest first
+    for r in ([] if d.archived_incidents is None else reversed(d.archived_incidents.to_dicts())):
+        for s in r["series"] or []:
+            archived.setdefault(s, []).append({**r, "link": d.incident_link(r["incident_id"], "series")})
     for (series,), part in sorted(latest.partition_by("series", as_dict=True).items()):
         first = part.row(0, named=True)
         yield series, {
@@ -314,6 +321,7 @@ def series_pages(d: SiteData):
                       for r in part.iter_rows(named=True)],
             "incidents": [{**incidents[i], "link": incident_link(i, "series"), "status": status.get(i, "open")}
                           for i in by_series.get(series, []) if i in incidents],
+            "archived": [a for a in archived.get(series, []) if a["link"] is not None],
             "metrics_chart": specs.get(series), "runs": seen.get(series, 0), "history_runs": d.history_runs,
             "dump": dump_link(d, last_dump.get(series)), "last_run": part.sort("started_at").get_column("run_id")[-1],
             "window_runs": d.window.height,

@@ -1,0 +1,128 @@
+"""A link check of a built report site: every internal link and anchor of every HTML page resolves.
+
+``broken_links(site)`` parses each ``*.html`` of the site with the stdlib's ``html.parser``:
+the ids of its elements (and ``<a name>``), and every ``href``/``src`` of its ``a``, ``link``,
+``script``, ``img`` and ``iframe`` elements, plus the links charts carry in their data (the
+``h``, ``i`` and ``j`` columns of each ``ds-spec`` block: a point's run, a mark's incident, an
+open incident: Vega follows them, mkdocs never sees them). A link with a scheme or a host
+is external and skipped (nothing is fetched); every other one must name a file of the site
+and, with a fragment, an id on that page. ``mkdocs build --strict`` checks the Markdown links
+only: not the raw HTML tables, the theme's links or the charts'.
+
+``unlinked_incidents(site, ids)``: the pages that name an incident (its id in their text) without
+being its page, holding its anchor or linking to either.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import posixpath
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+_LINKING = {"a": "href", "link": "href", "script": "src", "img": "src", "iframe": "src"}
+_CHART_LINKS = ("h", "i", "j")  # transforms.site.charts: a point's href, a mark's, an open incident's
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+        self.text: list[str] = []
+        self._spec: list[str] | None = None
+        self._hidden = 0  # inside a script or a style: not text a reader sees
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("name"):
+            self.ids.add(a["name"])
+        if (key := _LINKING.get(tag)) and a.get(key) is not None:
+            self.links.append(a[key])
+        if tag == "script" and "ds-spec" in (a.get("class") or "").split():
+            self._spec = []
+        self._hidden += tag in ("script", "style")
+
+    def handle_data(self, data):
+        if self._spec is not None:
+            self._spec.append(data)
+        elif not self._hidden:
+            self.text.append(data)
+
+    def handle_endtag(self, tag):
+        self._hidden -= tag in ("script", "style") and self._hidden > 0
+        if tag == "script" and self._spec is not None:
+            values = json.loads("".join(self._spec)).get("data", {}).get("values")
+            if isinstance(values, str):  # the charts' data is CSV text
+                for row in csv.DictReader(io.StringIO(values)):
+                    self.links += [row[c] for c in _CHART_LINKS if row.get(c)]
+            self._spec = None
+
+
+def _parsed(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    page.close()
+    return page
+
+
+def broken_links(site: Path) -> list[str]:
+    """``"page: link (why)"`` for every internal link of the site that does not resolve."""
+    pages = {p.relative_to(site).as_posix(): _parsed(p) for p in sorted(site.rglob("*.html"))}
+    broken = []
+    for name, page in pages.items():
+        for link in page.links:
+            parts = urlsplit(link)
+            if parts.scheme or parts.netloc:
+                continue  # external (no network here), data: and mailto: too
+            path = unquote(parts.path)
+            if not path:
+                target = name
+            elif path.startswith("/"):  # the 404 page links from the site's root
+                target = posixpath.normpath(path.lstrip("/"))
+            else:
+                target = posixpath.normpath(posixpath.join(posixpath.dirname(name), path))
+            if target.startswith("..") or not (site / target).exists():
+                broken.append(f"{name}: {link} (no file {target})")
+            elif (site / target).is_dir():
+                broken.append(f"{name}: {link} (a directory)")
+            elif parts.fragment and target.endswith(".html") and unquote(parts.fragment) not in pages[target].ids:
+                broken.append(f"{name}: {link} (no id {unquote(parts.fragment)!r} on {target})")
+    return broken
+
+
+_INCIDENT_ID = re.compile(r"\bI-[0-9a-f]{8}\b")
+
+
+def unlinked_incidents(site: Path, ids: set[str], page_of, anchor_of) -> list[str]:
+    """``"page: id"`` for each incident of ``ids`` a page names without being about it (its
+    page, ``page_of(id)``: a path from the site's root; or its row, ``anchor_of(id)`` an id on
+    the page) or linking to it (a link ending in its page's name, or in ``#`` and its anchor)."""
+    unlinked = []
+    for path in sorted(site.rglob("*.html")):
+        name, page = path.relative_to(site).as_posix(), _parsed(path)
+        links = [unquote(link) for link in page.links]
+        for i in sorted(set(_INCIDENT_ID.findall("".join(page.text))) & ids):
+            own = posixpath.basename(page_of(i))
+            if name == page_of(i) or anchor_of(i) in page.ids:
+                continue
+            if not any(link.split("#")[0].endswith("/" + own) or link.split("#")[0] == own
+                       or link.endswith("#" + anchor_of(i)) for link in links):
+                unlinked.append(f"{name}: {i}")
+    return unlinked
+
+
+def ids_of(page: Path) -> set[str]:
+    """The ids of a built page's elements."""
+    return _parsed(page).ids
+
+
+def links_of(page: Path) -> list[str]:
+    """Every link of a built page, charts' included, as written."""
+    return _parsed(page).links
