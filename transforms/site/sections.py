@@ -295,7 +295,8 @@ def _compile_programs(d: SiteData) -> list[dict]:
 
 
 def _clip(text: str | None) -> str:
-    text = (text or "").strip().split("\n", 1)[0]
+    """A reason on one line (a failure's message starts "backend='x' raised:", its error on the next), clipped."""
+    text = " ".join((text or "").split())
     return text if len(text) <= REASON_TEXT else text[:REASON_TEXT] + "…"
 
 
@@ -316,7 +317,7 @@ def _reasons(d: SiteData, whats: tuple[str, ...], held: list[str]) -> dict:
                 "frames": {}, "programs": {}, "log": dump_link(d, r["path"]),
                 "lines": f"lines {r['lineno']}–{r['end_lineno']}" if (r["end_lineno"] or r["lineno"]) != r["lineno"] else f"line {r['lineno']}"})
             g["count"] += 1
-            frame = (r["frame_file"] or "?", r["frame_line"], r["frame_function"] or "?")
+            frame = (r["frame_file"], r["frame_line"], r["frame_function"] or "?")  # a failure may have no user frame
             g["frames"][frame] = g["frames"].get(frame, 0) + 1
             g["programs"].setdefault(r["program"], d.series_link(r["series"]) if r["series"] else None)
         for g in grouped.values():
