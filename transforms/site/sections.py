@@ -1,4 +1,4 @@
-"""The figure pages of the report site: memory, fusion, kernels and ONNX (pure).
+"""The figure pages of the report site: memory, fusion, kernels, compile and ONNX (pure).
 
 Each page is a list of trend sections (``SECTIONS``: one metric at one stage per chart,
 a panel per program so that one program's spike does not flatten the others, each
@@ -62,6 +62,8 @@ COMPILE_COLUMNS = (
 # The reasons tables of the compile page: title -> the ``what`` of compile_reasons rows they list.
 REASON_TABLES = {"graph_breaks": ("graph_break", "skip", "other"), "recompiles": ("recompile",), "failures": ("failure",)}
 _COMPILE_ID = re.compile(r"^[!\d/]+: ")  # "0/1: tensor 'x' size mismatch...": compile ids are renumbered run to run
+# What a graph-break row that is not a plain graph break says before its reason (torch_trace_graph_breaks.kind).
+WHAT_NOTES = {"skip": "frame skipped", "other": "other"}
 REASON_TEXT = 300  # characters of a reason or its detail shown (a recompile's guard message can run long)
 
 
@@ -287,10 +289,10 @@ def _compile_programs(d: SiteData) -> list[dict]:
     out = []
     for (series,), figures in rows.sort("job", "program", "series").group_by("series", maintain_order=True):
         first = figures.row(0, named=True)
-        cells = {r["metric"]: human_value(r["metric"], r["value"]) + (f" ({human_delta(r['metric'], r['delta'])})" if r["delta"] else "")
-                 for r in figures.iter_rows(named=True)}
-        out.append({"job": first["job"], "program": first["program"], "stage": first["stage"],
-                    "link": d.series_link(series), "cells": cells})
+        cells = {r["metric"]: human_value(r["metric"], r["value"])
+                 + (f" ({human_delta(r['metric'], r['delta'])})" if r["delta"] else "") for r in figures.iter_rows(named=True)}
+        rank = "" if first["stage"] == "trace" else f" ({first['stage']})"  # a rank's log: rank_<n>
+        out.append({"line": f"{first['job']}/{first['program']}{rank}", "link": d.series_link(series), "cells": cells})
     return out
 
 
@@ -301,31 +303,36 @@ def _clip(text: str | None) -> str:
 
 
 def _reasons(d: SiteData, whats: tuple[str, ...], held: list[str]) -> dict:
-    """Each held run's distinct reasons (latest run first), most frequent first: a reason (its
-    first line, a recompile's without its compile id) and its detail, how often it came, from
-    which user frames and programs, and where the log shows its first occurrence; and the
-    held runs with none."""
+    """The distinct reasons of each held run (latest run first; ``runs``) and the held runs with
+    none (``none``): runs no longer held are in neither, so "none" never means "not kept"."""
     rows = None if d.compile_reasons is None else d.compile_reasons.filter(pl.col("what").is_in(whats))
     tables = []
     for run in held:
         found = [] if rows is None else rows.filter(pl.col("run_id") == run).sort("path", "lineno").to_dicts()
-        grouped: dict[tuple, dict] = {}
-        for r in found:
-            reason = _clip(_COMPILE_ID.sub("", r["reason"] or "") if r["what"] == "recompile" else r["reason"])
-            g = grouped.setdefault((r["what"], reason, _clip(r["detail"])), {
-                "what": r["what"].replace("_", " "), "reason": reason, "detail": _clip(r["detail"]), "count": 0,
-                "frames": {}, "programs": {}, "log": dump_link(d, r["path"]),
-                "lines": f"lines {r['lineno']}–{r['end_lineno']}" if (r["end_lineno"] or r["lineno"]) != r["lineno"] else f"line {r['lineno']}"})
-            g["count"] += 1
-            frame = (r["frame_file"], r["frame_line"], r["frame_function"] or "?")  # a failure may have no user frame
-            g["frames"][frame] = g["frames"].get(frame, 0) + 1
-            g["programs"].setdefault(r["program"], d.series_link(r["series"]) if r["series"] else None)
-        for g in grouped.values():
-            g["frames"] = [{"file": f, "line": "?" if line is None else line, "function": fn, "count": n}
-                           for (f, line, fn), n in g["frames"].items()]
-            g["programs"] = [{"name": p, "link": link} for p, link in g["programs"].items()]
-        if grouped:
-            tables.append({"run": run, "latest": run == d.latest, "total": len(found),
-                           "rows": sorted(grouped.values(), key=lambda g: (-g["count"], g["what"], g["reason"], g["detail"]))})
+        if found:
+            tables.append({"run": run, "latest": run == d.latest, "rows": _distinct(d, found)})
     with_rows = {t["run"] for t in tables}
     return {"runs": tables, "none": [r for r in held if r not in with_rows]}
+
+
+def _distinct(d: SiteData, found: list[dict]) -> list[dict]:
+    """One row per distinct reason of one run's compile_reasons rows (in log order), most frequent
+    first: the reason (a recompile's without its compile id) and its detail, each on one line;
+    its count; the user frames and programs it came from; the log lines of its first occurrence."""
+    grouped: dict[tuple, dict] = {}
+    for r in found:
+        reason = _clip(_COMPILE_ID.sub("", r["reason"] or "") if r["what"] == "recompile" else r["reason"])
+        detail = _clip(r["detail"])
+        first, last = r["lineno"], r["end_lineno"] or r["lineno"]
+        g = grouped.setdefault((r["what"], reason, detail), {
+            "note": WHAT_NOTES.get(r["what"]), "reason": reason, "detail": detail, "count": 0, "frames": {},
+            "programs": {}, "log": dump_link(d, r["path"]), "lines": f"lines {first}–{last}" if last != first else f"line {first}"})
+        g["count"] += 1
+        frame = (r["frame_file"], r["frame_line"], r["frame_function"] or "?")  # a failure may have no user frame
+        g["frames"][frame] = g["frames"].get(frame, 0) + 1
+        g["programs"].setdefault(r["program"], d.series_link(r["series"]) if r["series"] else None)
+    for g in grouped.values():
+        g["frames"] = [{"file": f, "line": "?" if line is None else line, "function": fn, "count": n}
+                       for (f, line, fn), n in g["frames"].items()]
+        g["programs"] = [{"name": p, "link": link} for p, link in g["programs"].items()]
+    return sorted(grouped.values(), key=lambda g: (-g["count"], g["note"] or "", g["reason"], g["detail"]))
