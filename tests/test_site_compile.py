@@ -203,13 +203,22 @@ def test_a_hostile_reason_and_frame_are_escaped_for_each_context(tmp_path):
     hostile_file = f"/tmp/{IMG}|{JS_LINK}/m.py"
     log = _rewritten(_log("graph_break"), tmp_path / "logs", {
         "Failed to trace builtin operator": hostile_reason, f"{SRC}:21": f"{hostile_file}:21"})
-    markdown = _compile_markdown(_night(tmp_path, {"hostile": log}))
+    warehouse = _night(tmp_path, {"hostile": log})
+    markdown = _compile_markdown(warehouse)
     row = [line for line in markdown.splitlines() if "alert(31)" in line]
     assert len(row) == 1  # the one break of the rewritten payload, in its table's row
     assert "<img" not in row[0] and "](javascript:" not in row[0] and "{{" not in row[0]
     assert row[0].count("|") == 7  # six cells: the reason's and the path's bars are character references
     cells = _cells(row[0])
     assert cells[1].startswith(hostile_reason) and cells[3] == f"{hostile_file}:21 in forward"
+    # Built by mkdocs: the payloads are text in their cells, no element or link grew from them.
+    from flows.publish.site import build_site
+
+    page = (build_site(warehouse, tmp_path / "site").out / "compile.html").read_text()
+    (table,) = [rows for heading, rows in _tables(page).items() if heading == "Graph-break reasons"]
+    assert [r[1].startswith(hostile_reason) for r in table[1:]] == [False, True]  # {{7*7}} too, as written
+    assert [r[3] for r in table[1:]] == [f"{SRC}:22 in forward", f"{hostile_file}:21 in forward"]
+    assert "<img src=x" not in page and 'href="javascript:' not in page
 
 
 def test_one_reason_from_two_frames_is_one_row_counted_with_each_frame(tmp_path):
