@@ -18,7 +18,7 @@ CSP = ('<meta http-equiv="Content-Security-Policy" content="default-src \'self\'
        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; connect-src 'self'; "
        "worker-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'\">")
 PAGES = {  # one page of each kind -> charts it must draw
-    "index.html": 1, "memory.html": 5, "fusion.html": 3, "kernels.html": 5, "onnx.html": 2, "diff.html": 0,  # kernels: no custom calls chart (all 0 on CPU)
+    "index.html": 1, "memory.html": 5, "fusion.html": 3, "kernels.html": 5, "compile.html": 2, "onnx.html": 2, "diff.html": 0,  # kernels: no custom calls chart (all 0 on CPU)
     "runs/index.html": 0, "runs/2026-11-19.html": 0, "series/index.html": 0, SERIES: 1, "accepts.html": 0,
     "query.html": 0, "metrics.html": 0, "trends.html": 0,
 }
@@ -30,7 +30,7 @@ def site(sample_site):
 
 
 def test_every_page_is_built(site):
-    assert (site.pages, site.charts) == (68, 42)  # 42 + 24 incident pages and their index + docs/site.md
+    assert (site.pages, site.charts) == (69, 44)  # 43 + 24 incident pages and their index + docs/site.md
     built = {p.relative_to(site.out).as_posix() for p in site.out.rglob("*.html")}
     assert set(PAGES) <= built
     assert len([p for p in built if p.startswith("series/")]) == 27  # 26 series and their index
@@ -97,7 +97,7 @@ def test_an_empty_warehouse_still_builds_a_site_that_says_so(tmp_path):
     with Warehouse(tmp_path / "w.duckdb") as con:
         aggregate(con)
     result = build_site(tmp_path / "w.duckdb", tmp_path / "site")
-    assert (result.pages, result.charts) == (14, 0)  # the incidents index and docs/site.md too
+    assert (result.pages, result.charts) == (15, 0)  # the incidents index, the compile page and docs/site.md too
     assert "The warehouse has no runs yet" in (tmp_path / "site" / "index.html").read_text()
 
 

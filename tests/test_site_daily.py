@@ -33,9 +33,9 @@ RUN = "runs/2026-11-20.html"
 MODES = {"wide": (1400, "light"), "phone": (420, "light"), "dark": (1400, "dark")}
 INCIDENT = "incident"  # stands for the page of incident I-f515e5b1 (its file name ends in a hash)
 PAGES = {  # mode -> pages opened in it
-    "wide": ("index.html", INCIDENT, SERIES, RUN, "memory.html", "fusion.html", "kernels.html", "onnx.html",
-             "series/index.html"),
-    "phone": ("index.html", INCIDENT, SERIES, RUN, "kernels.html", "onnx.html"),
+    "wide": ("index.html", INCIDENT, SERIES, RUN, "memory.html", "fusion.html", "kernels.html", "compile.html",
+             "onnx.html", "series/index.html"),
+    "phone": ("index.html", INCIDENT, SERIES, RUN, "kernels.html", "compile.html", "onnx.html"),
     "dark": ("index.html", "kernels.html", "onnx.html"),
 }
 SHOTS = {"index.html": "overview", INCIDENT: "incident", SERIES: "series", RUN: "run"}

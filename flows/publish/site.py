@@ -65,6 +65,29 @@ TREND_COLUMNS = ("run_id", "started_at", "commit", "series", "job", "kind", "sta
 # Metrics whose pages need every run of the window, not only the change points.
 DENSE = ("(metric LIKE 'onnx.step.%' AND kind = 'onnx_report' AND list_contains(?, run_id))"
          " OR (metric = 'fusion.fused_nodes' AND stage = 'post_fusion') OR (metric = 'inductor.nodes' AND stage = 'pre_fusion')")
+# The TORCH_TRACE logs of the window's runs, and whether the records tables still hold their rows.
+TRACE_DUMPS = """SELECT run_id, path, status, dump_id IN (SELECT dump_id FROM records_files) AS held
+                 FROM dumps WHERE kind = 'torch_trace' AND run_id IN (SELECT unnest(?::VARCHAR[]))"""
+# Graph breaks, recompiles and failed compiles of those logs (the records tables: the last
+# keep_records_runs runs), each with its run, dump, program (its series) and user frame.
+COMPILE_REASONS = """
+    WITH traced AS (SELECT run_id, path, dump_id FROM dumps
+                    WHERE kind = 'torch_trace' AND run_id IN (SELECT unnest(?::VARCHAR[]))),
+    found AS (
+        SELECT dump_id, program, CAST(kind AS VARCHAR) AS what, coalesce(reason, CAST(kind AS VARCHAR)) AS reason,
+               explanation AS detail, user_filename AS frame_file, user_lineno AS frame_line,
+               user_function AS frame_function, lineno, end_lineno
+        FROM torch_trace_graph_breaks
+        UNION ALL
+        SELECT dump_id, program, 'recompile', recompile_reason, NULL, co_filename, co_firstlineno, co_name, lineno, lineno
+        FROM torch_trace_compiles WHERE recompile_reason IS NOT NULL
+        UNION ALL
+        SELECT dump_id, program, 'failure', fail_type, fail_reason, fail_user_frame_filename, fail_user_frame_lineno,
+               co_name, lineno, lineno
+        FROM torch_trace_compiles WHERE fail_type IS NOT NULL)
+    SELECT t.run_id, t.path, s.series, coalesce(s.series_program, f.program) AS program, f.what, f.reason, f.detail,
+           f.frame_file, f.frame_line, f.frame_function, f.lineno, f.end_lineno
+    FROM found f JOIN traced t USING (dump_id) LEFT JOIN dump_series s ON s.path = t.path AND s.program = f.program"""
 
 
 def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
@@ -128,6 +151,8 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                 FROM onnx_errors e JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})""", [latest]),
             onnx_ops=q(f"""SELECT s.series_program AS program, o.source, o.op, o.count FROM onnx_op_counts o
                 JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})""", [latest]),
+            trace_dumps=q(TRACE_DUMPS, [shown]),
+            compile_reasons=q(COMPILE_REASONS, [shown]),
             tables=q("""SELECT table_name AS name, 'table' AS type, comment FROM duckdb_tables() WHERE schema_name = 'main'
                         UNION ALL SELECT view_name, 'view', comment FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal
                         ORDER BY name"""),
@@ -295,6 +320,7 @@ def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) ->
     page("memory.md.j2", "memory.md", **sections.memory_page(d))
     page("fusion.md.j2", "fusion.md", **sections.fusion_page(d))
     page("kernels.md.j2", "kernels.md", **sections.kernels_page(d))
+    page("compile.md.j2", "compile.md", **sections.compile_page(d))
     page("onnx.md.j2", "onnx.md", **sections.onnx_page(d))
     page("diff.md.j2", "diff.md", **pages.diff_page(d))
     page("accepts.md.j2", "accepts.md", **pages.accepts_page(d))

@@ -73,6 +73,12 @@ class SiteData:
     # the runs whose records rows the records tables hold, latest first (flows.warehouse.records.held_runs):
     # "whole" (no content compacted), "partial" (some compacted) and "without" (how many runs hold none)
     records_runs: dict[str, list[str] | int] | None = None
+    # the window's TORCH_TRACE logs: run_id, path, status, held (the records tables hold their rows)
+    trace_dumps: pl.DataFrame | None = None
+    # their graph breaks, recompiles and failed compiles (records: the runs held): run_id, path, series, program,
+    # what (graph_break, skip, other, recompile, failure), reason, detail, frame_file, frame_line, frame_function,
+    # lineno, end_lineno
+    compile_reasons: pl.DataFrame | None = None
 
     @cached_property
     def steps(self) -> pl.DataFrame:

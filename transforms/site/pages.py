@@ -35,7 +35,7 @@ HEADLINE = {  # metric -> column title of the overview's headline figures
     "memory.peak_live_bytes": "peak live", "memory.temp_bytes": "temp", "memory.total_bytes": "memory (total)",
     "memory.buffer_bytes": "Inductor buffers", "kernel.collectives": "collectives", "kernel.launches": "kernel launches",
     "kernel.fallback": "fallbacks", "fusion.count": "fusions", "kernel.generated": "generated kernels",
-    "onnx.graph_nodes": "ONNX nodes",
+    "onnx.graph_nodes": "ONNX nodes", "dynamo.compile_seconds": "compile s",
 }
 # The stage each headline figure is read at (a job sums its programs there).
 _HEADLINE_STAGES = ("after_optimizations", "buffer_assignment", "live_ranges", "post_fusion", "export", "output_code")
@@ -62,8 +62,8 @@ def overview_page(d: SiteData) -> dict:
     run = d.latest
     info = d.runs.filter(pl.col("run_id") == run).to_dicts()[0] if run else {}
     headline = []
-    totals = d.totals.filter((pl.col("run_id") == run) & pl.col("metric").is_in(list(HEADLINE))
-                             & pl.col("stage").is_in(_HEADLINE_STAGES))
+    totals = _slowest_rank(d.totals.filter((pl.col("run_id") == run) & pl.col("metric").is_in(list(HEADLINE)) & (
+        pl.col("stage").is_in(_HEADLINE_STAGES) | (pl.col("metric") == "dynamo.compile_seconds"))))
     for job in totals.get_column("job").unique().sort():
         cells = {r["metric"]: _value_cell(r["metric"], r["value"], r["delta"], r["previous_value"])
                  for r in totals.filter(pl.col("job") == job).sort("stage").iter_rows(named=True)}
@@ -78,6 +78,14 @@ def overview_page(d: SiteData) -> dict:
             "headline_metrics": metrics_shown, "headline_labels": HEADLINE, "health": health, "problems": problems,
             "previous": d.previous, "history_chart": _incidents_chart(d), "accepts": d.accepts.height,
             "undelivered": _undelivered(d), "store_repairs": _store_repairs(d)}
+
+
+def _slowest_rank(totals: pl.DataFrame) -> pl.DataFrame:
+    """A job's compile seconds from its TORCH_TRACE logs: those of its slowest stage (``trace``, or a
+    ``rank_<n>`` log each: ranks compile side by side, and the job waits for the slowest)."""
+    seconds = pl.col("metric") == "dynamo.compile_seconds"
+    slowest = totals.filter(seconds).sort("value", "stage", descending=[True, False]).unique("job", keep="first")
+    return pl.concat([totals.filter(~seconds), slowest])
 
 
 def _undelivered(d: SiteData) -> list[dict]:

@@ -1,4 +1,4 @@
-"""The figure pages of the report site: memory, fusion, kernels and ONNX (pure).
+"""The figure pages of the report site: memory, fusion, kernels, compile and ONNX (pure).
 
 Each page is a list of trend sections (``SECTIONS``: one metric at one stage per chart,
 a panel per program so that one program's spike does not flatten the others, each
@@ -9,6 +9,8 @@ figure is called worse or better). Contexts for the templates, as in ``transform
 """
 
 from __future__ import annotations
+
+import re
 
 import polars as pl
 
@@ -43,7 +45,26 @@ ONNX_SECTIONS = (
     ("onnx.graph_nodes", "ONNX graph nodes", pl.col("stage") == "export"),
     ("onnx.max_abs_diff", "Accuracy: max absolute difference (ONNX Runtime vs PyTorch)", pl.col("stage") == "export"),
 )
-SECTIONS = MEMORY_SECTIONS + FUSION_SECTIONS + KERNEL_SECTIONS + ONNX_SECTIONS
+_TRACED = pl.col("kind") == "torch_trace"
+COMPILE_SECTIONS = (
+    ("dynamo.compile_seconds", "Compile seconds (Dynamo's whole frame, Inductor included)", _TRACED),
+    ("dynamo.graph_breaks", "Graph breaks", _TRACED),
+    ("dynamo.recompiles", "Recompiles", _TRACED),
+    ("dynamo.failures", "Failed compiles", _TRACED),
+)
+SECTIONS = MEMORY_SECTIONS + FUSION_SECTIONS + KERNEL_SECTIONS + ONNX_SECTIONS + COMPILE_SECTIONS
+# The compile page's table of the latest run's programs: (metric, column title).
+COMPILE_COLUMNS = (
+    ("dynamo.compiles", "compiles"), ("dynamo.compile_seconds", "compile s"), ("inductor.compile_seconds", "Inductor s"),
+    ("dynamo.graph_breaks", "graph breaks"), ("dynamo.recompiles", "recompiles"), ("dynamo.failures", "failures"),
+    ("dynamo.guards", "guards"), ("inductor.cache_hits", "cache hits"), ("inductor.cache_misses", "cache misses"),
+)
+# The reasons tables of the compile page: title -> the ``what`` of compile_reasons rows they list.
+REASON_TABLES = {"graph_breaks": ("graph_break", "skip", "other"), "recompiles": ("recompile",), "failures": ("failure",)}
+_COMPILE_ID = re.compile(r"^[!\d/]+: ")  # "0/1: tensor 'x' size mismatch...": compile ids are renumbered run to run
+# What a graph-break row that is not a plain graph break says before its reason (torch_trace_graph_breaks.kind).
+WHAT_NOTES = {"skip": "frame skipped", "other": "other"}
+REASON_TEXT = 300  # characters of a reason or its detail shown (a recompile's guard message can run long)
 
 
 def _line(frame: pl.DataFrame) -> pl.DataFrame:
@@ -242,3 +263,76 @@ def onnx_page(d: SiteData, last_runs: int = ONNX_RUNS) -> dict:
                "message": (r["message"] or "").strip()} for r in d.onnx_errors.iter_rows(named=True)]
     return {"matrices": matrices, "sections": sections, "ops": ops.select("program", "source", "op", "count").to_dicts(),
             "errors": errors, "changes": _diff_rows(d, ("onnx_step", "onnx_op", "accuracy")), "run": d.latest}
+
+
+def compile_page(d: SiteData) -> dict:
+    """torch.compile, from TORCH_TRACE logs: compile seconds, graph breaks, recompiles and
+    failures per program over the window, the latest run's programs, and the distinct graph-break,
+    recompile and failure reasons of each run the records tables still hold."""
+    dumps = d.trace_dumps if d.trace_dumps is not None else pl.DataFrame(schema={"run_id": pl.String, "held": pl.Boolean})
+    traced = dumps.height > 0 or d.trends.filter(_TRACED).height > 0
+    if not traced:
+        return {"traced": False, "run": d.latest}
+    order = {r: i for i, r in enumerate(d.runs.get_column("run_id").to_list())}
+    runs = sorted(set(dumps.get_column("run_id").to_list()), key=lambda r: order.get(r, -1), reverse=True)
+    held = [r for r in runs if dumps.filter((pl.col("run_id") == r) & pl.col("held")).height]
+    return {"traced": True, "run": d.latest, "sections": _sections(d, COMPILE_SECTIONS), "columns": COMPILE_COLUMNS,
+            "programs": _compile_programs(d), "held": held, "not_held": [r for r in runs if r not in held],
+            **{name: _reasons(d, whats, held) for name, whats in REASON_TABLES.items()},
+            "changes": _diff_rows(d, ("graph_break", "recompile", "compile_failure"))}
+
+
+def _compile_programs(d: SiteData) -> list[dict]:
+    """The latest run's figures of each program of a TORCH_TRACE log, with its change against its previous run."""
+    metrics = [m for m, _ in COMPILE_COLUMNS]
+    rows = d.trends.filter(_TRACED & (pl.col("run_id") == d.latest) & pl.col("metric").is_in(metrics))
+    out = []
+    for (series,), figures in rows.sort("job", "program", "series").group_by("series", maintain_order=True):
+        first = figures.row(0, named=True)
+        cells = {r["metric"]: human_value(r["metric"], r["value"])
+                 + (f" ({human_delta(r['metric'], r['delta'])})" if r["delta"] else "") for r in figures.iter_rows(named=True)}
+        rank = "" if first["stage"] == "trace" else f" ({first['stage']})"  # a rank's log: rank_<n>
+        out.append({"line": f"{first['job']}/{first['program']}{rank}", "link": d.series_link(series), "cells": cells})
+    return out
+
+
+def _clip(text: str | None) -> str:
+    """A reason on one line (a failure's message starts "backend='x' raised:", its error on the next), clipped."""
+    text = " ".join((text or "").split())
+    return text if len(text) <= REASON_TEXT else text[:REASON_TEXT] + "…"
+
+
+def _reasons(d: SiteData, whats: tuple[str, ...], held: list[str]) -> dict:
+    """The distinct reasons of each held run (latest run first; ``runs``) and the held runs with
+    none (``none``): runs no longer held are in neither, so "none" never means "not kept"."""
+    rows = None if d.compile_reasons is None else d.compile_reasons.filter(pl.col("what").is_in(whats))
+    tables = []
+    for run in held:
+        found = [] if rows is None else rows.filter(pl.col("run_id") == run).sort("path", "lineno").to_dicts()
+        if found:
+            tables.append({"run": run, "latest": run == d.latest, "rows": _distinct(d, found)})
+    with_rows = {t["run"] for t in tables}
+    return {"runs": tables, "none": [r for r in held if r not in with_rows]}
+
+
+def _distinct(d: SiteData, found: list[dict]) -> list[dict]:
+    """One row per distinct reason of one run's compile_reasons rows (in log order), most frequent
+    first: the reason (a recompile's without its compile id) and its detail, each on one line;
+    its count; the user frames and programs it came from; the log lines of its first occurrence."""
+    grouped: dict[tuple, dict] = {}
+    for r in found:
+        reason = _clip(_COMPILE_ID.sub("", r["reason"] or "") if r["what"] == "recompile" else r["reason"])
+        detail = _clip(r["detail"])
+        first, last = r["lineno"], r["end_lineno"] or r["lineno"]
+        g = grouped.setdefault((r["what"], reason, detail), {
+            "note": WHAT_NOTES.get(r["what"]), "reason": reason, "detail": detail, "count": 0, "frames": {},
+            "programs": {}, "log": dump_link(d, r["path"]), "lines": f"lines {first}–{last}" if last != first else f"line {first}"})
+        g["count"] += 1
+        frame = (r["frame_file"], r["frame_line"], r["frame_function"] or "?")  # a failure may have no user frame
+        g["frames"][frame] = g["frames"].get(frame, 0) + 1
+        g["programs"].setdefault(r["program"], d.series_link(r["series"]) if r["series"] else None)
+    for g in grouped.values():
+        g["frames"] = [{"file": f, "line": "?" if line is None else line, "function": fn, "count": n}
+                       for (f, line, fn), n in g["frames"].items()]
+        g["programs"] = [{"name": p, "link": link} for p, link in g["programs"].items()]
+    return sorted(grouped.values(), key=lambda g: (-g["count"], g["note"] or "", g["reason"], g["detail"]))
