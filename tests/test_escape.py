@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 import markdown
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from transforms.escape import (Markup, block_text, code, finalize, html_attr, json_script, md_text, pre, shell_word,
@@ -122,12 +122,15 @@ def test_in_every_markdown_place_a_payload_is_only_text(value):
 
 @settings(max_examples=150, deadline=None)
 @given(TEXT)
+@example("\r \n")  # a line of a space alone (found by hypothesis in a full run)
 def test_block_text_in_a_pre_block_keeps_its_lines(value):
     rendered = _md(f"before\n\n{pre(value, 'text')}\n\nafter *x*\n")
     parsed = tree(rendered)
     assert [t for t, _ in parsed.tags] == ["p", "pre", "code", "p", "em"], rendered
     body = re.search(r"<code class=\"language-text\">(.*)</code></pre>", rendered, re.S).group(1)
     lines = re.sub(r"[\ud800-\udfff]", "\ufffd", value).replace("\r\n", "\n").replace("\r", "\n")
+    # Markdown empties a line of spaces alone before it reads blocks: it shows as the empty line it looks like.
+    lines = "\n".join("" if line.strip(" ") == "" else line for line in lines.split("\n"))
     expected = shown(lines.replace("\n", "\x00NL").replace("\t", "\x00TAB")).replace("␀NL", "\n").replace("␀TAB", "\t")
     assert html.unescape(body) == expected
     assert "<" not in block_text(value) and ">" not in block_text(value)

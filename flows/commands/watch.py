@@ -96,6 +96,7 @@ def serve(*, night: NightOptions, cron: str, settle: float, fail_on: str | None 
         # By module path, not file path: a served run loads the flow by importing flows.nightly
         # (loaded from the file, its postponed annotations such as Path did not resolve, and
         # every run failed its parameter validation).
+        # _sync: the deployment itself, even where an event loop or a run context is about (else a coroutine).
         deployment = nightly.to_deployment(name="dumpscope-nightly", cron=cron, entrypoint_type=EntrypointType.MODULE_PATH,
-                                           parameters={k: v for k, v in parameters.items() if v is not None})
+                                           parameters={k: v for k, v in parameters.items() if v is not None}, _sync=True)
         serve_deployments(deployment)
