@@ -292,10 +292,16 @@ def accepts_logged_by(warehouse: Path) -> str:
 def test_a_pattern_with_no_open_step_is_refused_before_any_work(sample_warehouse, tmp_path):
     """A matching series with dumps there but no open step: refused, nothing logged."""
     w = writable(sample_warehouse, tmp_path)
+    from flows.warehouse import store as wh
+
+    with wh.Warehouse(w):  # a writer in place first: a copy's first writer adopts its records store (a write)
+        pass
     out = invoke("accept", "jax-pmap/*", "2026-11-17", "--note", "intended", "--warehouse", str(w))
     assert (out.exit_code, out.output) == (2, "error: accepting 'jax-pmap/*' at run '2026-11-17' closes nothing: no incident "
                                               "open there has a step on a matching series; open there: none\n")
     assert accepts_logged(w) == 0
+    # It took the writer to decide, and wrote nothing: the next night replays, it does not copy the file.
+    assert not w.with_name(w.name + ".standby.dirty").exists()
 
 
 def test_accept_without_a_note_is_one_line_and_exit_2(sample_warehouse, tmp_path):

@@ -128,6 +128,27 @@ def test_a_failed_night_leaves_the_published_file_and_the_next_writer_copies_it(
     assert _noop_publish(warehouse) == "replay"
 
 
+def test_a_writer_that_gives_up_before_writing_leaves_the_next_a_replay_not_a_copy(tmp_path):
+    """A writer that only read and then gave up (a refused accept) leaves the standby level with
+    the published file: the next writer replays nothing instead of copying the whole file."""
+    warehouse = _filled(tmp_path, 1_000)
+    with wh.Warehouse(warehouse) as con:
+        con.execute("INSERT INTO night VALUES (1, 'one')")
+    before = snapshot(warehouse)
+    with pytest.raises(RuntimeError):
+        with wh.Warehouse(warehouse) as con:
+            con.execute("SELECT count(*) FROM night").fetchall()
+            raise RuntimeError("refused")
+    assert snapshot(warehouse) == before
+    assert not (tmp_path / "wh.duckdb.standby.dirty").exists()
+    w = wh.Warehouse(warehouse)
+    with w as con:
+        con.execute("INSERT INTO night VALUES (2, 'two')")
+    assert w.caught_up == "replay"
+    assert snapshot(warehouse)["night"] == ["(1, 'one')", "(2, 'two')"]
+    assert _noop_publish(warehouse) == "replay"
+
+
 @pytest.mark.integration
 def test_a_reader_holding_the_old_generation_makes_the_writer_copy(tmp_path):
     warehouse = _filled(tmp_path, 1_000)

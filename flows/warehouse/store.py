@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -361,12 +362,31 @@ class Warehouse:
 
     def _discard(self) -> None:
         """A failed night: the published file is untouched; the standby holds part of the
-        night (marked dirty), so the next writer copies the published file instead."""
+        night (marked dirty), so the next writer copies the published file instead. A writer
+        that wrote nothing (a refused ``accept``: its checks read, then it gave up; the schema
+check's transaction was empty) leaves the
+        standby caught up with the published file, and says so in an empty journal naming
+        both: the next writer replays nothing instead of copying the whole file."""
         try:
+            counts = None
+            if (self.con is not None and self.recorder is not None and self.recorder._pending is None
+                    and not self.recorder.broken and all(step == {"tx": []} for step in self.recorder.steps)):
+                try:
+                    counts = table_counts(self.con, every=True)
+                except duckdb.Error:  # the connection is in no state to say: the next writer copies
+                    counts = None
             if self.con is not None:
                 self.con.close()
                 self.con = None
             shutil.rmtree(self.next_journal, ignore_errors=True)
+            if counts is not None:
+                with contextlib.suppress(OSError):  # the standby stays marked dirty: the next writer copies
+                    with open(self.standby, "rb") as f:
+                        os.fsync(f.fileno())
+                    self.next_journal.mkdir(parents=True)
+                    self._install_journal({"format": journal.FORMAT, "steps": [], "counts": counts})
+                    _remove(self.dirty)
+                    _fsync_dir(self.path.parent)
         finally:
             self._unlock()
 
