@@ -51,8 +51,8 @@ TIER_BY_FIXTURE = {
 SLOW_MODULES = {"test_bucket_hostile", "test_evidence", "test_examples", "test_hlo_realworld", "test_hostile_reads",
                 "test_incident_buckets", "test_incident_scenarios", "test_parse_memory", "test_publish",
                 "test_records_heal", "test_records_store", "test_release", "test_scale", "test_siblings_nightly",
-                "test_site_hostile", "test_site_history", "test_sql_writes", "test_status_says_why", "test_warehouse",
-                "test_xla_cuts"}
+                "test_site_compile", "test_site_hostile", "test_site_history", "test_sql_writes", "test_status_says_why",
+                "test_torch_trace_verdict", "test_warehouse", "test_xla_cuts"}
 
 
 @pytest.hookimpl(tryfirst=True)  # the tiers are marked before -m deselects by them
