@@ -70,6 +70,22 @@ def pytest_collection_modifyitems(config, items):
                                     "tier: a test is in one tier")
         if tier not in marked:
             item.add_marker(tier)
+    _schedule(items)
+
+
+def _schedule(items) -> None:
+    """The order pytest-xdist hands tests out in (``make test``: ``--dist loadgroup
+    --no-loadscope-reorder``, a unit at a time to whichever worker is free): the tiers whose tests
+    take seconds to a minute first, the fast tier's last, so the run ends on tests of a fraction
+    of a second instead of one worker finishing a minute-long test while the other idles. The
+    tests of a module that share a module-scoped fixture (a site built and opened in chromium, a
+    night) are one unit, so one worker builds it once."""
+    rank = {tier: i for i, tier in enumerate(TIERS)}  # browser, integration, slow; then the fast tier
+    for item in items:
+        scopes = {d.scope for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs}
+        if scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=lambda item: min((rank[m.name] for m in item.iter_markers() if m.name in rank), default=len(rank)))
 
 
 @pytest.fixture(autouse=True)

@@ -66,9 +66,12 @@ def stored_value(warehouse: Path, run_id: str, series: str, metric: str) -> floa
 
 
 def snapshot(warehouse: Path) -> tuple[str, list[str]]:
-    """The warehouse file's sha256 and the names of every file beside it."""
+    """The warehouse file's sha256 and the names of every file beside it, but for the readers'
+    registrations (``<warehouse>.readers/<pid>...``): the sample warehouse is shared, and a test on
+    another worker that reads it at the same time registers there (flows.warehouse.readers)."""
+    readers = warehouse.with_name(warehouse.name + ".readers")
     return (hashlib.sha256(warehouse.read_bytes()).hexdigest(),
-            sorted(str(p.relative_to(warehouse.parent)) for p in warehouse.parent.rglob("*")))
+            sorted(str(p.relative_to(warehouse.parent)) for p in warehouse.parent.rglob("*") if p.parent != readers))
 
 
 def tree(directory: Path) -> list[tuple[str, int]]:

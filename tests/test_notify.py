@@ -63,8 +63,9 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_new_incidents_are_announced_once(prefect, tmp_path, webhook, monkeypatch):
-    from flows.nightly import nightly
+@pytest.mark.slow  # three nights
+def test_new_incidents_are_announced_once(tmp_path, webhook, monkeypatch):
+    from flows.nightly import night_in_process as nightly  # the night's announce step, not Prefect's orchestration
 
     url, received = webhook
     monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)

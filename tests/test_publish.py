@@ -58,19 +58,19 @@ def _noop_publish(warehouse: Path) -> str:
     return w.caught_up
 
 
-def test_every_night_is_replayed_exactly_onto_the_standby(prefect, tmp_path):
+def test_every_night_is_replayed_exactly_onto_the_standby(tmp_path):
     """Nights, an accept and a re-aggregation: after each, a writer that changes nothing
     catches up by replay alone and publishes the replayed standby — which must be the
     published warehouse row for row (a wrong replay would publish different tables)."""
     from flows.commands.accept import accept
     from transforms.trends.rules import Settings
-    from flows.nightly import nightly
+    from flows.nightly import night_in_process
 
     bucket, warehouse = tmp_path / "bucket", tmp_path / "wh.duckdb"
     nights = sorted(p.name for p in SAMPLE.iterdir() if p.is_dir())
     for i, night in enumerate(nights):
         shutil.copytree(SAMPLE / night, bucket / night)
-        nightly(bucket=str(bucket), warehouse=warehouse, workers=1)
+        night_in_process(bucket=str(bucket), warehouse=warehouse, workers=1)  # the writer's work, not Prefect's
         before = snapshot(warehouse)
         assert _noop_publish(warehouse) == "replay", night
         assert snapshot(warehouse) == before, night
