@@ -29,14 +29,15 @@ run: $(STAMP)
 # The suite in four tiers (tests/conftest.py): fast (in this process only), slow (in process, seconds
 # each), integration (Prefect, subprocesses, S3) and browser. `make test` runs them all on two workers,
 # `make test-fast` the fast tier on two. pytest-xdist hands a unit at a time to the worker that is free,
-# in the order tests/conftest.py (`_schedule`) sorts them: the slow tiers first, the fast tier last, and
-# a module's tests that share a module-scoped fixture as one unit (--dist loadgroup; --dist loadfile
-# built each module's fixtures once, but its last files ran on one worker while the other idled).
+# in the order tests/conftest.py sorts them (`_schedule`, `pytest_xdist_make_scheduler`): the slow tiers
+# first, the fast tier last, and a module's tests that share a module-scoped fixture as one unit
+# (--dist loadfile built each module's fixtures once, but its last files ran on one worker while the
+# other idled, a minute longer).
 # Bytecode is cached (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is set: compiling
 # the tree again costs each worker seconds.
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q
 TEST_WORKERS ?= 2
-WORKERS := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+WORKERS := -n $(TEST_WORKERS)
 
 test: $(STAMP) browser
 	$(PYTEST) $(WORKERS)
