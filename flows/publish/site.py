@@ -2,8 +2,12 @@
 
 ``build_site(warehouse, out)`` reads the derived tables, renders every page into a
 scratch mkdocs project (``<out>.src/``: pages, the metric docs, the assets: the
-vega/vega-lite/vega-embed bundle from vl-convert, the chart loader, the stylesheet; the
-theme override), and runs ``mkdocs build --strict`` into ``out``, replaced atomically. Charts are
+vega/vega-lite/vega-embed bundle from vl-convert, cached by version in ``<out>.src/cache/``, the
+chart loader, the stylesheet; the theme override), and builds it with mkdocs ``--strict`` into
+``out``, replaced atomically: only the pages whose Markdown changed are built again, the others
+carried over from the published site (``flows.publish.site_mkdocs``). What changes every night
+on every page, the status line's build time and latest run, is one small script,
+``assets/status-data.js``, that ``assets/status.js`` writes into each page. Charts are
 Vega-Lite specs with aggregated data in each page; nothing is fetched from the
 internet (no CDN, no Google Fonts).
 
@@ -29,6 +33,7 @@ import jinja2
 import polars as pl
 
 from flows.verdict import incidents as verdict
+from flows.publish import site_mkdocs
 from flows.warehouse import records
 from flows.warehouse.reads import frame_of
 from flows.warehouse.store import connect_readonly
@@ -46,8 +51,10 @@ VEGA_BUNDLE = "assets/vega-bundle.js"
 # forbids inline scripts).
 ASSETS = ("charts.js", "dumpscope.css", "status.js", "moved.js", "material-base.js", "material-palette.js",
           "material-content.js")
+STATUS_DATA = "assets/status-data.js"  # what the pages' status line says (site_status), written each night
+# What every page's HTML depends on besides its Markdown (with mkdocs.yml): a change builds the whole site.
+BUILD_INPUTS = [TEMPLATES, HOOKS, Path(site_mkdocs.__file__)]
 MOVED = "archive/moved.json"  # the pages of archived runs and incidents -> their rows (the 404 page's script reads it)
-STATUS = "status.json"  # next to mkdocs.yml: what the pages' status line says (flows/publish/site_hooks.py reads it)
 
 
 @dataclass
@@ -55,6 +62,9 @@ class SiteResult:
     out: Path
     pages: int = 0
     charts: int = 0
+    pages_built: int = 0  # pages mkdocs built (the others' HTML carried over from the published site)
+    full: bool = True  # every page built (no usable previous site: full_reason says why)
+    full_reason: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -236,7 +246,7 @@ def _environment(data: site_data.SiteData | None = None) -> jinja2.Environment:
         so it must start a line."""
         if not spec:
             return escape.Markup("")
-        counter["n"] += 1
+        counter["n"] += 1  # per page: an id says nothing about other pages (_render_pages resets it)
         return escape.Markup(
             '<div class="ds-chart vega-embed" id="chart-{n}" role="img" aria-label="{label}"></div>\n'
             '<script type="application/json" class="ds-spec" data-for="chart-{n}">{spec}</script>\n'
@@ -263,30 +273,24 @@ def build_site(warehouse: Path, out: Path, settings=None) -> SiteResult:
     result.seconds["read"] = time.perf_counter() - t0
 
     src = out.with_name(out.name + ".src")
-    shutil.rmtree(src, ignore_errors=True)
     docs = src / "docs"
+    for part in (docs, src / "overrides"):  # written anew; src/cache (the Vega bundle) stays
+        shutil.rmtree(part, ignore_errors=True)
     (docs / "assets").mkdir(parents=True)
     env = _environment(data)
-    written = _render_pages(env, data, docs)
+    written, result.charts = _render_pages(env, data, docs)
     result.pages = len(written)
-    result.charts = env.globals["_chart_counter"]["n"]
-    _write_assets(docs)
+    result.seconds["render"] = time.perf_counter() - t0 - result.seconds["read"]
+    t1 = time.perf_counter()
+    _write_assets(docs, src / "cache")
     (src / "mkdocs.yml").write_text(env.get_template("mkdocs.yml.j2").render(
         has_runs=data.runs.height > 0, hooks=Markup(json.dumps(str(HOOKS)))), encoding="utf-8")
-    # JSON, not YAML: run ids and commits are data, and the theme escapes them for HTML.
-    (src / STATUS).write_text(json.dumps(site_status(data, datetime.now(timezone.utc))), encoding="utf-8")
-    result.seconds["render"] = time.perf_counter() - t0 - result.seconds["read"]
+    (docs / STATUS_DATA).write_text(status_script(site_status(data, datetime.now(timezone.utc))), encoding="utf-8")
+    result.seconds["assets"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    staging = out.with_name(out.name + ".next")
-    shutil.rmtree(staging, ignore_errors=True)
-    _mkdocs_build(src / "mkdocs.yml", staging)
-    old = out.with_name(out.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if out.exists():
-        out.rename(old)
-    staging.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    outcome = site_mkdocs.build(src / "mkdocs.yml", out, BUILD_INPUTS)
+    result.pages_built, result.full, result.full_reason = outcome.pages_built, outcome.full, outcome.reason
     result.seconds["mkdocs"] = time.perf_counter() - t1
     return result
 
@@ -303,16 +307,30 @@ def site_status(d: site_data.SiteData, built_at: datetime) -> dict:
     return status
 
 
-def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) -> list[Path]:
+def status_script(status: dict) -> str:
+    """``assets/status-data.js``: ``status`` as a global that ``assets/status.js`` writes into the
+    page's status line as text (a classic script: it loads from ``file://`` too). JSON escaped
+    like a page's chart data; the only file whose bytes change on a night that changed nothing."""
+    return ("// Generated by flows/publish/site.py each night: what every page's status line says.\n"
+            f"window.dumpscopeStatus = {escape.json_script(status)};\n")
+
+
+def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) -> tuple[list[Path], int]:
+    """The pages written, and how many charts they hold."""
     written: list[Path] = []
     seen: set[Path] = set()
+    counter = env.globals["_chart_counter"]
+    charts = 0
 
     def page(template: str, path: str, **context) -> None:
+        nonlocal charts
         target = docs / path
         if target in seen:  # two names with one slug: sha256 prefixes that collide
             raise ValueError(f"two pages would be written to {path}")
         target.parent.mkdir(parents=True, exist_ok=True)
+        counter["n"] = 0
         target.write_text(env.get_template(template).render(**context), encoding="utf-8")
+        charts += counter["n"]
         written.append(target)
         seen.add(target)
 
@@ -345,32 +363,32 @@ def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) ->
     for doc in ("metrics.md", "trends.md", "site.md"):
         shutil.copyfile(DOCS / doc, docs / doc)
         written.append(docs / doc)
-    return written
+    return written, charts
 
 
-def _write_assets(docs: Path) -> None:
+def _write_assets(docs: Path, cache: Path) -> None:
+    """The assets and the theme override into the mkdocs project; the Vega bundle from
+    ``cache`` when vl-convert made it for this Vega-Lite version before (it takes seconds)."""
     import altair as alt
-    import vl_convert
 
     # The bundle matching Altair's Vega-Lite (v6.4.1 -> "v6.4"); it sets window.vegaEmbed.
-    bundle = vl_convert.javascript_bundle(vl_version=alt.SCHEMA_VERSION.rsplit(".", 1)[0])
-    (docs / VEGA_BUNDLE).write_text(bundle, encoding="utf-8")
+    vl_version = alt.SCHEMA_VERSION.rsplit(".", 1)[0]
+    cached = cache / f"vega-bundle-{vl_convert_version()}-{vl_version}.js"
+    if not cached.is_file():
+        import vl_convert
+
+        shutil.rmtree(cache, ignore_errors=True)  # older versions' bundles
+        cache.mkdir(parents=True)
+        partial = cached.with_suffix(".part")
+        partial.write_text(vl_convert.javascript_bundle(vl_version=vl_version), encoding="utf-8")
+        partial.rename(cached)
+    shutil.copyfile(cached, docs / VEGA_BUNDLE)
     for name in ASSETS:
         shutil.copyfile(TEMPLATES / "assets" / name, docs / "assets" / name)
     shutil.copytree(TEMPLATES / "overrides", docs.parent / "overrides")
 
 
-def _mkdocs_build(config: Path, site_dir: Path) -> None:
-    import logging
+def vl_convert_version() -> str:
+    from importlib import metadata
 
-    from mkdocs.commands.build import build
-    from mkdocs.config import load_config
-
-    log = logging.getLogger("mkdocs")
-    log.setLevel(logging.WARNING)
-    if not log.handlers:  # strict mode aborts on a warning: say which
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("mkdocs %(levelname)s: %(message)s"))
-        log.addHandler(handler)
-    cfg = load_config(str(config), site_dir=str(site_dir), strict=True)
-    build(cfg)
+    return metadata.version("vl-convert-python")
