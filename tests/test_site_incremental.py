@@ -1,0 +1,156 @@
+"""The nightly site built at the speed of its change (flows/publish/site_mkdocs.py).
+
+Three nights of the sample bucket (2026-11-17 to 19) make a warehouse and its site, with a
+window of three runs; the fourth night (2026-11-20) is ingested into the same warehouse and
+the site rebuilt over the published one. That incremental build must equal a full build of
+the same warehouse from scratch, file for file, while building only the pages whose Markdown
+changed; the first run has left the window (its page gone, its archive row there, every link
+resolving). A rebuild of an unchanged warehouse builds no page and never writes a file of the
+published site in place. The status line, which changes every night, is one script the pages
+load, not part of their HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.sample_build import SAMPLE_BUCKET
+from tests.site_links import broken_links, ids_of
+from transforms.site.data import run_anchor
+from transforms.trends.rules import parse_settings
+
+pytestmark = pytest.mark.slow  # builds nights and sites (seconds each)
+
+SETTINGS = "[site]\nhistory_runs = 3\n"
+NIGHTS = ("2026-11-17", "2026-11-18", "2026-11-19")
+FOURTH = "2026-11-20"
+ALWAYS_NEW = {"assets/status-data.js"}  # bytes of the build's time: differ between any two builds
+
+
+def _files(site: Path) -> dict[str, Path]:
+    return {p.relative_to(site).as_posix(): p for p in sorted(site.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory):
+    """(warehouse, the site after three nights and its result, the incremental build's result,
+    a full build's result of the four-night warehouse)."""
+    from flows.nightly import night_in_process
+    from flows.publish.site import build_site
+
+    base = tmp_path_factory.mktemp("incremental")
+    bucket, warehouse, settings = base / "bucket", base / "w.duckdb", parse_settings(SETTINGS)
+    for night in NIGHTS:
+        shutil.copytree(SAMPLE_BUCKET / night, bucket / night)
+    night_in_process(bucket=str(bucket), warehouse=warehouse)
+    site = base / "site"
+    first = build_site(warehouse, site, settings)
+    before = {name: path.read_bytes() for name, path in _files(site).items()}
+    shutil.copytree(SAMPLE_BUCKET / FOURTH, bucket / FOURTH)
+    night_in_process(bucket=str(bucket), warehouse=warehouse)
+    incremental = build_site(warehouse, site, settings)
+    full = build_site(warehouse, base / "full" / "site", settings)
+    return warehouse, first, before, incremental, full
+
+
+def test_an_incremental_build_equals_a_full_build(nights):
+    _, first, before, incremental, full = nights
+    assert first.full and first.full_reason == "no previous site" and first.pages_built == first.pages
+    assert full.full and full.pages_built == full.pages == incremental.pages
+    # Built again: the pages the fourth night changed (the overview, the new run's, the indexes...),
+    # not the pages it did not touch.
+    assert not incremental.full and 0 < incremental.pages_built < incremental.pages
+    inc, ful = _files(incremental.out), _files(full.out)
+    assert list(inc) == list(ful)
+    for name in inc:
+        if name == "search/search_index.json":
+            a, b = (json.loads(p.read_text()) for p in (inc[name], ful[name]))
+            assert a["config"] == b["config"]
+            assert {json.dumps(e, sort_keys=True) for e in a["docs"]} == {json.dumps(e, sort_keys=True) for e in b["docs"]}
+            assert len(a["docs"]) == len(b["docs"])
+        elif name not in ALWAYS_NEW and not name.endswith(".gz"):  # the sitemap's gzip header holds the build time
+            assert inc[name].read_bytes() == ful[name].read_bytes(), name
+    # What the incremental build carried over is what the first site had, unchanged.
+    carried = [n for n in inc if n.endswith(".html") and n != "404.html" and n in before and before[n] == inc[n].read_bytes()]
+    assert len(carried) == incremental.pages - incremental.pages_built
+
+
+def test_a_run_leaving_the_window_leaves_an_anchor_and_no_page(nights):
+    _, _, before, incremental, _ = nights
+    site = incremental.out
+    assert "runs/2026-11-17.html" in before and not (site / "runs" / "2026-11-17.html").exists()
+    assert run_anchor("2026-11-17") in ids_of(site / "archive" / "2026-11.html")
+    moved = json.loads((site / "archive" / "moved.json").read_text())
+    assert moved["runs/2026-11-17.html"] == f"archive/2026-11.html#{run_anchor('2026-11-17')}"
+    assert broken_links(site) == []
+
+
+def test_an_unchanged_rebuild_builds_no_page_and_writes_no_published_file(nights, tmp_path):
+    """Readers may hold the published site while the next one is built: every file of it keeps
+    its bytes (hard links from the old site are never written through); pages are carried over
+    as the same files, what changes (status data, search index, sitemap) is a new file."""
+    from flows.publish.site import build_site
+
+    warehouse, _, _, incremental, _ = nights
+    site = tmp_path / "site"
+    shutil.copytree(incremental.out, site, copy_function=shutil.copy2)
+    held = tmp_path / "held"  # a reader's hold on the published files: their inodes
+    published = _files(site)
+    snapshot = {name: path.read_bytes() for name, path in published.items()}
+    inodes = {}
+    for name, path in published.items():
+        (held / name).parent.mkdir(parents=True, exist_ok=True)
+        os.link(path, held / name)
+        inodes[name] = path.stat().st_ino
+
+    again = build_site(warehouse, site, parse_settings(SETTINGS))
+    assert not again.full and again.pages_built == 0
+    assert {name: path.read_bytes() for name, path in _files(held).items()} == snapshot  # none written in place
+    rebuilt = _files(site)
+    assert list(rebuilt) == list(published)
+    pages = [n for n in rebuilt if n.endswith(".html") and n != "404.html"]
+    assert len(pages) == again.pages
+    assert all(rebuilt[n].stat().st_ino == inodes[n] for n in pages)  # carried over: the same files
+    assert rebuilt["assets/status-data.js"].stat().st_ino != inodes["assets/status-data.js"]
+
+
+def test_the_status_line_is_data_every_page_loads(nights):
+    """Every page has the status line's place and loads its data, then the script that writes it
+    (classic scripts, in that order); the data names the latest run and the build time; no page's
+    HTML holds either (or a night would change every page)."""
+    _, _, _, incremental, _ = nights
+    site = incremental.out
+    data = (site / "assets" / "status-data.js").read_text()
+    status = json.loads(re.fullmatch(r"(?s)//[^\n]*\nwindow\.dumpscopeStatus = (\{.*\});\n", data).group(1))
+    assert status["run"] == FOURTH and status["run_href"] == f"runs/{FOURTH}.html" and status["commit"] == "1a8e6b4"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", status["built_at"])
+    pages = [p for p in site.rglob("*.html")]
+    assert len(pages) > 50
+    for page in pages:
+        html = page.read_text()
+        assert '<p class="ds-status"></p>' in html, page
+        data_at, script_at = html.index("assets/status-data.js"), html.index("assets/status.js")
+        assert data_at < script_at and 'type="module" src="' not in html[data_at - 40:script_at], page
+        assert status["built"] not in html and status["built_at"] not in html, page
+
+
+def test_a_damaged_or_foreign_previous_site_means_a_full_build(nights, tmp_path):
+    from flows.publish.site import build_site
+    from flows.publish.site_mkdocs import MANIFEST
+
+    warehouse, _, _, incremental, _ = nights
+    site = tmp_path / "site"
+    shutil.copytree(incremental.out, site)
+    manifest = json.loads((site / MANIFEST).read_text())
+    (site / MANIFEST).write_text(json.dumps(manifest | {"key": "another"}))
+    result = build_site(warehouse, site, parse_settings(SETTINGS))
+    assert result.full and result.pages_built == result.pages and result.full_reason == "templates, theme or settings changed"
+    (site / MANIFEST).write_text("{not json")
+    result = build_site(warehouse, site, parse_settings(SETTINGS))
+    assert result.full and result.pages_built == result.pages and result.full_reason.startswith("no usable manifest")
