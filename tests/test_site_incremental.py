@@ -25,7 +25,7 @@ from tests.site_links import broken_links, ids_of
 from transforms.site.data import run_anchor
 from transforms.trends.rules import parse_settings
 
-pytestmark = pytest.mark.slow  # builds nights and sites (seconds each)
+slow = pytest.mark.slow  # builds nights and sites (seconds each); the browser test is in the browser tier
 
 SETTINGS = "[site]\nhistory_runs = 3\n"
 NIGHTS = ("2026-11-17", "2026-11-18", "2026-11-19")
@@ -59,6 +59,7 @@ def nights(tmp_path_factory):
     return warehouse, first, before, incremental, full
 
 
+@slow
 def test_an_incremental_build_equals_a_full_build(nights):
     _, first, before, incremental, full = nights
     assert first.full and first.full_reason == "no previous site" and first.pages_built == first.pages
@@ -81,6 +82,7 @@ def test_an_incremental_build_equals_a_full_build(nights):
     assert len(carried) == incremental.pages - incremental.pages_built
 
 
+@slow
 def test_a_run_leaving_the_window_leaves_an_anchor_and_no_page(nights):
     _, _, before, incremental, _ = nights
     site = incremental.out
@@ -91,6 +93,7 @@ def test_a_run_leaving_the_window_leaves_an_anchor_and_no_page(nights):
     assert broken_links(site) == []
 
 
+@slow
 def test_an_unchanged_rebuild_builds_no_page_and_writes_no_published_file(nights, tmp_path):
     """Readers may hold the published site while the next one is built: every file of it keeps
     its bytes (hard links from the old site are never written through); pages are carried over
@@ -120,6 +123,7 @@ def test_an_unchanged_rebuild_builds_no_page_and_writes_no_published_file(nights
     assert rebuilt["assets/status-data.js"].stat().st_ino != inodes["assets/status-data.js"]
 
 
+@slow
 def test_the_status_line_is_data_every_page_loads(nights):
     """Every page has the status line's place and loads its data, then the script that writes it
     (classic scripts, in that order); the data names the latest run and the build time; no page's
@@ -140,6 +144,7 @@ def test_the_status_line_is_data_every_page_loads(nights):
         assert status["built"] not in html and status["built_at"] not in html, page
 
 
+@slow
 def test_a_damaged_or_foreign_previous_site_means_a_full_build(nights, tmp_path):
     from flows.publish.site import build_site
     from flows.publish.site_mkdocs import MANIFEST
@@ -154,3 +159,24 @@ def test_a_damaged_or_foreign_previous_site_means_a_full_build(nights, tmp_path)
     (site / MANIFEST).write_text("{not json")
     result = build_site(warehouse, site, parse_settings(SETTINGS))
     assert result.full and result.pages_built == result.pages and result.full_reason.startswith("no usable manifest")
+
+
+def test_the_status_line_is_written_from_file_urls_too(nights, browser):
+    """Opened from the disk (file://, where a module script does not load), a page that was
+    carried over from an earlier night still says the latest run and this build's time."""
+    _, _, before, incremental, _ = nights
+    site = incremental.out
+    carried = next(n for n in ("accepts.html", "runs/2026-11-18.html") if (site / n).read_bytes() == before[n])
+    status = json.loads((site / "assets" / "status-data.js").read_text().split(" = ", 1)[1].rstrip(";\n"))
+    context = browser._browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto((site / carried).as_uri())
+        page.wait_for_selector(".ds-status time", timeout=10_000)
+        text = " ".join(page.inner_text(".ds-status").split())
+        href = page.get_attribute(".ds-status a", "href")
+    finally:
+        context.close()
+    assert re.fullmatch(rf"Latest run {FOURTH}, started {FOURTH} 02:00 UTC \(\d+ days ago\), commit 1a8e6b4 · "
+                        rf"site built {status['built']} \((just now|\d+ min ago)\)", text), text
+    assert href == (site / "runs" / f"{FOURTH}.html").as_uri()
