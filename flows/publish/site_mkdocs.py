@@ -70,8 +70,14 @@ def build_key(config_file: Path, inputs: list[Path]) -> str:
     return h.hexdigest()
 
 
-def _previous(out: Path, key: str) -> tuple[dict[str, str] | None, str]:
-    """The published site's page hashes if it was built with ``key``, else (None, why)."""
+@dataclass
+class _Previous:
+    pages: dict[str, str]  # src_uri -> Markdown sha256
+    search: dict[str, list]  # page URL -> its entries of the search index
+
+
+def _previous(out: Path, key: str) -> tuple[_Previous | None, str]:
+    """What the published site was built from, if it was built with ``key``, else (None, why)."""
     if not out.is_dir():
         return None, "no previous site"
     try:
@@ -83,7 +89,19 @@ def _previous(out: Path, key: str) -> tuple[dict[str, str] | None, str]:
         return None, f"no usable manifest ({type(e).__name__})"
     if manifest.get("key") != key:
         return None, "templates, theme or settings changed"
-    return pages, ""
+    try:
+        search = _by_page(json.loads((out / SEARCH_INDEX).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return None, f"no usable search index ({type(e).__name__})"
+    return _Previous(pages, search), ""
+
+
+def _by_page(index: dict) -> dict[str, list]:
+    """The entries of a search index by the URL of their page."""
+    groups: dict[str, list] = {}
+    for entry in index["docs"]:
+        groups.setdefault(entry["location"].split("#", 1)[0], []).append(entry)
+    return groups
 
 
 def _sha256(path: Path) -> str:
@@ -100,11 +118,12 @@ class _Carry(BasePlugin):
     built, completes the search index, checks no linked file was written and writes the
     manifest (``on_post_build``)."""
 
-    def __init__(self, key: str, previous: Path | None, pages: dict[str, str]):
+    def __init__(self, key: str, previous: Path | None, built_from: _Previous | None):
         super().__init__()
         self.key = key
         self.previous = previous  # the published site, when its pages can be carried over
-        self.pages = pages  # src_uri -> Markdown sha256, of the published site
+        self.built_from = built_from
+        self.pages = built_from.pages if built_from else {}  # src_uri -> Markdown sha256, of the published site
         self.hashes: dict[str, str] = {}  # src_uri -> Markdown sha256, of this build
         self.doc_urls: list[str] = []  # every page's URL, in the site's order
         self.carried_pages: set[str] = set()  # URLs
@@ -159,14 +178,8 @@ class _Carry(BasePlugin):
     def _merge_search_index(self, path: Path) -> None:
         """The built pages' entries and the carried pages' from the published index, page by
         page in the order of the site's pages (a full build's order)."""
-        def by_page(index: dict) -> dict[str, list]:
-            groups: dict[str, list] = {}
-            for entry in index["docs"]:
-                groups.setdefault(entry["location"].split("#", 1)[0], []).append(entry)
-            return groups
-
         new = json.loads(path.read_text(encoding="utf-8"))
-        built, old = by_page(new), by_page(json.loads((self.previous / SEARCH_INDEX).read_text(encoding="utf-8")))
+        built, old = _by_page(new), self.built_from.search
         new["docs"] = [entry for url in self.doc_urls
                        for entry in (old if url in self.carried_pages else built).get(url, [])]
         path.write_text(json.dumps(new, separators=(",", ":"), default=str), encoding="utf-8")
@@ -185,15 +198,13 @@ def build(config_file: Path, out: Path, key_inputs: list[Path]) -> BuildOutcome:
         handler.setFormatter(logging.Formatter("mkdocs %(levelname)s: %(message)s"))
         log.addHandler(handler)
     key = build_key(config_file, key_inputs)
-    pages, reason = _previous(out, key)
-    if pages is not None and not (out / SEARCH_INDEX).is_file():
-        pages, reason = None, "no search index"
+    built_from, reason = _previous(out, key)
     staging = out.with_name(out.name + ".next")
     shutil.rmtree(staging, ignore_errors=True)
     cfg = load_config(str(config_file), site_dir=str(staging), strict=True)
-    carry = _Carry(key, out if pages is not None else None, pages or {})
+    carry = _Carry(key, out if built_from else None, built_from)
     cfg.plugins["dumpscope-carry"] = carry  # after the search plugin: its index is written first
-    dirty = pages is not None
+    dirty = built_from is not None
     build_log = logging.getLogger("mkdocs.commands.build")
     warning_filter = _DirtyWarningFilter()
     build_log.addFilter(warning_filter)
