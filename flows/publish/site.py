@@ -204,7 +204,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
         data.chart_rows = q(f"""SELECT {cols} FROM metric_trends t
                                 JOIN (SELECT unnest(?::VARCHAR[]) AS p_series, unnest(?::VARCHAR[]) AS p_metric) p
                                   ON t.series = p.p_series AND t.metric = p.p_metric
-                                WHERE t.{in_window}""",
+                                WHERE t.{in_window} ORDER BY t.series, t.metric, t.started_at, t.run_id""",
                             [pairs.get_column("series").to_list(), pairs.get_column("metric").to_list(), shown])
         return data
     finally:

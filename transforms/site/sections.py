@@ -112,7 +112,9 @@ def _every_run(d: SiteData, rows: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
     if d.chart_rows is None:
         return rows, False
     names = rows.select("series", "metric", "line").unique(subset=["series", "metric"])
-    return d.with_states(d.chart_rows.join(names, on=["series", "metric"])), True
+    # In chart_rows' order (flows.publish.site orders it): a page's bytes must not change from one
+    # build to the next unless its figures did (only changed pages are built again).
+    return d.with_states(d.chart_rows.join(names, on=["series", "metric"], maintain_order="left")), True
 
 
 def _open_cell(d: SiteData, r: dict, here: str) -> dict | None:
