@@ -103,7 +103,9 @@ COMPILE_REASONS = """
 def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
     """The frames the pages need, read for the last ``settings.site_history_runs`` runs only
     (``[site] history_runs``; 0: every run): the window is a filter in DuckDB, and of
-    metric_trends only the change points come back (``site_data.SiteData.trends``)."""
+    metric_trends only the change points come back (``site_data.SiteData.trends``). Frames a
+    page lists rows of, cut to its first N, are read in a fixed order: a page's bytes change
+    only when what it shows does (only changed pages are built again)."""
     history = getattr(settings, "site_history_runs", site_data.DEFAULT_HISTORY_RUNS)
     con = connect_readonly(warehouse)
     try:
@@ -118,6 +120,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
         latest_dumps = "SELECT path FROM dumps WHERE run_id = ?"  # parameters: [latest]
         with_series = "JOIN dump_series s USING (path)"
         cols = ", ".join(f't."{c}"' for c in TREND_COLUMNS)
+        by_line = "ORDER BY t.series, t.metric, t.started_at, t.run_id"
         # Incidents that matter in the window: open at its end, or opened or closed in it.
         shown_incident = ("closed_run IS NULL OR opened_run IN (SELECT unnest(?::VARCHAR[])) "
                           "OR closed_run IN (SELECT unnest(?::VARCHAR[]))")  # parameters: [shown, shown]
@@ -135,32 +138,32 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                                        FROM metric_trends WHERE {in_window} GROUP BY series, metric),
                          keep AS (SELECT t.rowid AS row FROM metric_trends t JOIN ends USING (series, metric)
                                   WHERE t.{in_window} AND (t.changed OR (t.started_at, t.run_id) IN (ends.first, ends.last)))
-                         SELECT {cols} FROM metric_trends t WHERE rowid IN (SELECT row FROM keep)""",
+                         SELECT {cols} FROM metric_trends t WHERE rowid IN (SELECT row FROM keep) {by_line}""",
                      [shown, shown]),
-            dense=q(f"SELECT {cols} FROM metric_trends t WHERE {in_window} AND ({DENSE})",
+            dense=q(f"SELECT {cols} FROM metric_trends t WHERE {in_window} AND ({DENSE}) {by_line}",
                     [shown, shown[-site_data.ONNX_RUNS:]]),
             series_catalog=q("""SELECT series, any_value(job) AS job, any_value(series_program) AS program,
                                        any_value(kind) AS kind, any_value(stage) AS stage, count(DISTINCT run_id) AS runs,
                                        arg_max(run_id, (r.started_at, run_id)) AS last_run
-                                FROM dump_series JOIN runs r USING (run_id) GROUP BY series"""),
-            events=q(f"SELECT * FROM series_events WHERE {in_window}", [shown]).with_columns(pl.col("event").cast(pl.String)),
-            rollups=q(f"SELECT * FROM run_rollups WHERE {in_window}", [shown]),
+                                FROM dump_series JOIN runs r USING (run_id) GROUP BY series ORDER BY series"""),
+            events=q(f"SELECT * FROM series_events WHERE {in_window} ORDER BY ALL", [shown]).with_columns(pl.col("event").cast(pl.String)),
+            rollups=q(f"SELECT * FROM run_rollups WHERE {in_window} ORDER BY ALL", [shown]),
             run_totals=q("""SELECT run_id, sum(dumps) AS dumps, sum(failed) AS failed, sum(partial) AS partial,
                                    sum(changed_series) AS changed_series
-                            FROM run_rollups GROUP BY run_id"""),
+                            FROM run_rollups GROUP BY run_id ORDER BY run_id"""),
             run_verdicts=verdict.run_verdicts(con),
-            totals=q("SELECT * FROM job_totals WHERE run_id = ?", [latest]),
-            diffs=q(f"SELECT * FROM diffs WHERE {in_window}", [shown]),
+            totals=q("SELECT * FROM job_totals WHERE run_id = ? ORDER BY ALL", [latest]),
+            diffs=q(f"SELECT * FROM diffs WHERE {in_window} ORDER BY ALL", [shown]),
             accepts=q("SELECT * FROM accepts ORDER BY accepted_at"),
             items=q(f"SELECT i.*, s.series, s.job, s.series_program AS program FROM dump_items i {with_series} "
-                    f"WHERE i.path IN ({latest_dumps}) AND i.category <> 'none'", [latest]),
+                    f"WHERE i.path IN ({latest_dumps}) AND i.category <> 'none' ORDER BY i.path, i.category, i.key", [latest]),
             allocations=q(f"""SELECT s.series, s.job, s.series_program AS program, a.kind, a.size_bytes
                 FROM buffer_allocations a JOIN dumps d USING (dump_id) {with_series}
-                WHERE d.path IN ({latest_dumps}) AND d.stage = 'buffer_assignment'""", [latest]),
+                WHERE d.path IN ({latest_dumps}) AND d.stage = 'buffer_assignment' ORDER BY ALL""", [latest]),
             onnx_errors=q(f"""SELECT DISTINCT s.series_program AS program, e.section, e.exception_type, e.message
-                FROM onnx_errors e JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})""", [latest]),
+                FROM onnx_errors e JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps}) ORDER BY ALL""", [latest]),
             onnx_ops=q(f"""SELECT s.series_program AS program, o.source, o.op, o.count FROM onnx_op_counts o
-                JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})""", [latest]),
+                JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps}) ORDER BY ALL""", [latest]),
             trace_dumps=q(TRACE_DUMPS, [shown]),
             compile_reasons=q(COMPILE_REASONS, [shown]),
             tables=q("""SELECT table_name AS name, 'table' AS type, comment FROM duckdb_tables() WHERE schema_name = 'main'
@@ -183,7 +186,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
             incidents_at=_incidents_at(q, shown),
             commit_url=getattr(settings, "commit_url", None), compare_url=getattr(settings, "compare_url", None),
             bucket_url=getattr(settings, "site_bucket_url", None),
-            dump_paths=q(f"SELECT DISTINCT run_id, series, path FROM dump_series WHERE {in_window}", [shown]),
+            dump_paths=q(f"SELECT DISTINCT run_id, series, path FROM dump_series WHERE {in_window} ORDER BY ALL", [shown]),
             undelivered=q(f"""SELECT n.run_id, n.target, n.new_incidents, n.attempts, n.sent_at, n.error
                               FROM notifications n JOIN runs r USING (run_id)
                               WHERE NOT coalesce(n.delivered, false) AND n.{in_window}
