@@ -180,3 +180,51 @@ def test_the_status_line_is_written_from_file_urls_too(nights, browser):
     assert re.fullmatch(rf"Latest run {FOURTH}, started {FOURTH} 02:00 UTC \(\d+ days ago\), commit 1a8e6b4 · "
                         rf"site built {status['built']} \((just now|\d+ min ago)\)", text), text
     assert href == (site / "runs" / f"{FOURTH}.html").as_uri()
+
+
+# ------------------------------------------------------------------ the build on a small mkdocs project (fast)
+
+_PROJECT = """site_name: t
+docs_dir: docs
+strict: true
+use_directory_urls: false
+theme: {name: material, font: false}
+plugins: [search]
+validation: {links: {not_found: warn, anchors: warn, unrecognized_links: warn}}
+nav: [{Home: index.md}]
+"""
+
+
+def _project(root: Path, pages: dict[str, str]) -> Path:
+    docs = root / "docs"
+    shutil.rmtree(docs, ignore_errors=True)
+    docs.mkdir(parents=True)
+    for name, text in pages.items():
+        (docs / name).write_text(text)
+    (root / "mkdocs.yml").write_text(_PROJECT)
+    return root / "mkdocs.yml"
+
+
+def test_strict_still_aborts_an_incremental_build_on_any_other_warning(tmp_path):
+    """Only mkdocs' own warning about dirty builds is filtered: a broken link on a page built
+    again still aborts the build, and the published site stays as it was."""
+    from mkdocs.exceptions import Abort
+
+    from flows.publish.site_mkdocs import build
+
+    out = tmp_path / "site"
+    pages = {"index.md": "# Home\n\n[a](a.md)\n", "a.md": "# A\n\ntext\n", "b.md": "# B\n"}
+    assert build(_project(tmp_path / "src", pages), out, []).full
+    again = build(_project(tmp_path / "src", pages), out, [])
+    assert not again.full and again.pages_built == 0 and again.pages_carried == 3
+    published = {name: p.read_bytes() for name, p in _files(out).items()}
+    with pytest.raises(Abort):
+        build(_project(tmp_path / "src", pages | {"a.md": "# A\n\n[gone](missing.md)\n"}), out, [])
+    assert {name: p.read_bytes() for name, p in _files(out).items()} == published
+    # A page that changed is built, one that left is gone, the rest carried over.
+    changed = build(_project(tmp_path / "src", {"index.md": pages["index.md"], "a.md": "# A\n\nnew text\n"}), out, [])
+    assert not changed.full and changed.pages_built == 1 and changed.pages_carried == 1
+    assert not (out / "b.html").exists() and "new text" in (out / "a.html").read_text()
+    index = json.loads((out / "search" / "search_index.json").read_text())
+    assert sorted({e["location"].split("#")[0] for e in index["docs"]}) == ["a.html", "index.html"]
+    assert any("new text" in e["text"] for e in index["docs"])
