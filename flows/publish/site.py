@@ -32,8 +32,8 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
-from flows.verdict import incidents as verdict
 from flows.publish import site_mkdocs
+from flows.verdict import incidents as verdict
 from flows.warehouse import records
 from flows.warehouse.reads import frame_of
 from flows.warehouse.store import connect_readonly
@@ -146,7 +146,8 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                                        any_value(kind) AS kind, any_value(stage) AS stage, count(DISTINCT run_id) AS runs,
                                        arg_max(run_id, (r.started_at, run_id)) AS last_run
                                 FROM dump_series JOIN runs r USING (run_id) GROUP BY series ORDER BY series"""),
-            events=q(f"SELECT * FROM series_events WHERE {in_window} ORDER BY ALL", [shown]).with_columns(pl.col("event").cast(pl.String)),
+            events=q(f"SELECT * FROM series_events WHERE {in_window} ORDER BY ALL",
+                     [shown]).with_columns(pl.col("event").cast(pl.String)),
             rollups=q(f"SELECT * FROM run_rollups WHERE {in_window} ORDER BY ALL", [shown]),
             run_totals=q("""SELECT run_id, sum(dumps) AS dumps, sum(failed) AS failed, sum(partial) AS partial,
                                    sum(changed_series) AS changed_series
@@ -156,12 +157,14 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
             diffs=q(f"SELECT * FROM diffs WHERE {in_window} ORDER BY ALL", [shown]),
             accepts=q("SELECT * FROM accepts ORDER BY accepted_at"),
             items=q(f"SELECT i.*, s.series, s.job, s.series_program AS program FROM dump_items i {with_series} "
-                    f"WHERE i.path IN ({latest_dumps}) AND i.category <> 'none' ORDER BY i.path, i.category, i.key", [latest]),
+                    f"WHERE i.path IN ({latest_dumps}) AND i.category <> 'none' ORDER BY i.path, i.category, i.key",
+                    [latest]),
             allocations=q(f"""SELECT s.series, s.job, s.series_program AS program, a.kind, a.size_bytes
                 FROM buffer_allocations a JOIN dumps d USING (dump_id) {with_series}
                 WHERE d.path IN ({latest_dumps}) AND d.stage = 'buffer_assignment' ORDER BY ALL""", [latest]),
             onnx_errors=q(f"""SELECT DISTINCT s.series_program AS program, e.section, e.exception_type, e.message
-                FROM onnx_errors e JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps}) ORDER BY ALL""", [latest]),
+                FROM onnx_errors e JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})
+                ORDER BY ALL""", [latest]),
             onnx_ops=q(f"""SELECT s.series_program AS program, o.source, o.op, o.count FROM onnx_op_counts o
                 JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps}) ORDER BY ALL""", [latest]),
             trace_dumps=q(TRACE_DUMPS, [shown]),
@@ -207,7 +210,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
         data.chart_rows = q(f"""SELECT {cols} FROM metric_trends t
                                 JOIN (SELECT unnest(?::VARCHAR[]) AS p_series, unnest(?::VARCHAR[]) AS p_metric) p
                                   ON t.series = p.p_series AND t.metric = p.p_metric
-                                WHERE t.{in_window} ORDER BY t.series, t.metric, t.started_at, t.run_id""",
+                                WHERE t.{in_window} {by_line}""",
                             [pairs.get_column("series").to_list(), pairs.get_column("metric").to_list(), shown])
         return data
     finally:
