@@ -228,3 +228,38 @@ def test_strict_still_aborts_an_incremental_build_on_any_other_warning(tmp_path)
     index = json.loads((out / "search" / "search_index.json").read_text())
     assert sorted({e["location"].split("#")[0] for e in index["docs"]}) == ["a.html", "index.html"]
     assert any("new text" in e["text"] for e in index["docs"])
+
+
+def test_the_status_data_is_inert_text_for_any_run_id():
+    """Run ids and commits are data: in assets/status-data.js they are JSON strings that no
+    ``<``, ``&`` or line separator can end or turn into markup (status.js writes them as text)."""
+    from flows.publish.site import status_script
+
+    hostile = {"run": "</script><img src=x onerror=alert(1)>", "commit": "a\u2028b & 'c\"", "built_at": "x"}
+    script = status_script(hostile)
+    prefix = "window.dumpscopeStatus = "
+    body = script.splitlines()[1]
+    assert body.startswith(prefix) and body.endswith(";") and script.count("\n") == 2
+    assert not any(c in body for c in "<>&\u2028\u2029")
+    assert json.loads(body[len(prefix):-1]) == hostile
+
+
+def test_the_vega_bundle_is_made_once_per_version(tmp_path, monkeypatch):
+    import vl_convert
+
+    from flows.publish import site
+
+    made = []
+    monkeypatch.setattr(vl_convert, "javascript_bundle", lambda vl_version: made.append(vl_version) or f"// {vl_version}")
+    cache = tmp_path / "cache"
+    for night in range(2):
+        docs = tmp_path / f"night{night}" / "docs"
+        (docs / "assets").mkdir(parents=True)
+        site._write_assets(docs, cache)
+        assert (docs / site.VEGA_BUNDLE).read_text() == f"// {made[0]}"
+    assert len(made) == 1
+    monkeypatch.setattr(site, "vl_convert_version", lambda: "another")
+    docs = tmp_path / "night2" / "docs"
+    (docs / "assets").mkdir(parents=True)
+    site._write_assets(docs, cache)
+    assert len(made) == 2 and [p.name for p in cache.iterdir()] == [f"vega-bundle-another-{made[1]}.js"]
