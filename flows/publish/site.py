@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -66,6 +67,7 @@ class SiteResult:
     full: bool = True  # every page built (no usable previous site: full_reason says why)
     full_reason: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 READER_MEMORY = "256MB"  # DuckDB's memory while the site reads (its default: 80 % of the machine)
@@ -270,35 +272,39 @@ def _environment(data: site_data.SiteData | None = None) -> jinja2.Environment:
 
 
 def build_site(warehouse: Path, out: Path, settings=None) -> SiteResult:
-    """Render and build the whole site into ``out`` (``settings``: commit and compare URL
-    templates, ``transforms.trends.rules.Settings``)."""
-    t0 = time.perf_counter()
+    """Render the whole site and build what changed into ``out`` (``settings``: commit and
+    compare URL templates, ``transforms.trends.rules.Settings``)."""
     out = Path(out).resolve()
     result = SiteResult(out=out)
-    data = read_site_data(warehouse, settings)
-    result.seconds["read"] = time.perf_counter() - t0
-
+    with _stage(result, "read"):
+        data = read_site_data(warehouse, settings)
     src = out.with_name(out.name + ".src")
     docs = src / "docs"
-    for part in (docs, src / "overrides"):  # written anew; src/cache (the Vega bundle) stays
-        shutil.rmtree(part, ignore_errors=True)
-    (docs / "assets").mkdir(parents=True)
-    env = _environment(data)
-    written, result.charts = _render_pages(env, data, docs)
-    result.pages = len(written)
-    result.seconds["render"] = time.perf_counter() - t0 - result.seconds["read"]
-    t1 = time.perf_counter()
-    _write_assets(docs, src / "cache")
-    (src / "mkdocs.yml").write_text(env.get_template("mkdocs.yml.j2").render(
-        has_runs=data.runs.height > 0, hooks=Markup(json.dumps(str(HOOKS)))), encoding="utf-8")
-    (docs / STATUS_DATA).write_text(status_script(site_status(data, datetime.now(timezone.utc))), encoding="utf-8")
-    result.seconds["assets"] = time.perf_counter() - t1
-
-    t1 = time.perf_counter()
-    outcome = site_mkdocs.build(src / "mkdocs.yml", out, BUILD_INPUTS)
+    with _stage(result, "render"):
+        for part in (docs, src / "overrides"):  # written anew; src/cache (the Vega bundle) stays
+            shutil.rmtree(part, ignore_errors=True)
+        (docs / "assets").mkdir(parents=True)
+        env = _environment(data)
+        written, result.charts = _render_pages(env, data, docs)
+        result.pages = len(written)
+    with _stage(result, "assets"):
+        _write_assets(docs, src / "cache")
+        (src / "mkdocs.yml").write_text(env.get_template("mkdocs.yml.j2").render(
+            has_runs=data.runs.height > 0, hooks=Markup(json.dumps(str(HOOKS)))), encoding="utf-8")
+        (docs / STATUS_DATA).write_text(status_script(site_status(data, datetime.now(timezone.utc))), encoding="utf-8")
+    with _stage(result, "mkdocs"):
+        outcome = site_mkdocs.build(src / "mkdocs.yml", out, BUILD_INPUTS)
     result.pages_built, result.full, result.full_reason = outcome.pages_built, outcome.full, outcome.reason
-    result.seconds["mkdocs"] = time.perf_counter() - t1
     return result
+
+
+@contextmanager
+def _stage(result: SiteResult, name: str):
+    """Wall seconds into ``result.seconds[name]``, CPU seconds of the process (DuckDB's threads
+    too) into ``result.cpu_seconds[name]``."""
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    yield
+    result.seconds[name], result.cpu_seconds[name] = time.perf_counter() - t0, time.process_time() - cpu0
 
 
 def site_status(d: site_data.SiteData, built_at: datetime) -> dict:
