@@ -153,7 +153,10 @@ class _Carry(BasePlugin):
                 continue  # built or copied anew (a file in site-packages is never touched)
             new = Path(file.abs_dest_path)
             new.parent.mkdir(parents=True, exist_ok=True)
-            os.link(old, new)
+            try:
+                os.link(old, new)
+            except OSError:  # a file system without hard links: a copy, with its mtime, is as good
+                shutil.copy2(old, new)
             self.linked[new] = new.stat()
             if ours:  # File.is_modified: dest older than src -> build. Equal: skip.
                 os.utime(src, ns=(src.stat().st_atime_ns, self.linked[new].st_mtime_ns))
