@@ -27,7 +27,14 @@ PASS/FAIL: each site ≤ 150 MB, ≤ 3,000 files (every file, assets included), 
 ``FEW_PERCENT`` of the shortest's in files, bytes and build CPU seconds (least of the repeats):
 the site follows the window, not the age of the warehouse.
 
+``--incremental`` measures, at each length N, the three builds of a nightly site instead: a full
+build from scratch (no previous site, no cached Vega bundle), an unchanged rebuild over it
+(the same warehouse), and the rebuild after one more synthesised night (the warehouse of N + 1
+runs, whose first N runs are the N-run warehouse's), each in a fresh process: CPU seconds, the
+CPU seconds of each stage (read, render, assets, mkdocs: ``SiteResult.cpu_seconds``) and the pages mkdocs built.
+
     .venv/bin/python benchmarks/bench_site_year.py [--runs 366 730] [--repeat 2] [--history-runs 90] [--rebuild] [--json FILE]
+    .venv/bin/python benchmarks/bench_site_year.py --incremental --runs 366
 """
 
 from __future__ import annotations
@@ -257,10 +264,14 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure_once(history_runs: int, runs: int = RUNS) -> dict:
+def measure_once(history_runs: int, runs: int = RUNS, fresh: bool = False) -> dict:
+    """One build of the site of ``runs`` runs over the one in ``SITE`` (``fresh``: none, no cache)."""
     from flows.publish.site import build_site
     from transforms.trends.rules import parse_settings
 
+    if fresh:
+        for part in (SITE, SITE.with_name(SITE.name + ".src")):
+            shutil.rmtree(part, ignore_errors=True)
     settings = parse_settings(f"[site]\nhistory_runs = {history_runs}\n") if history_runs >= 0 else None
     t0, cpu0 = time.perf_counter(), _cpu_seconds()
     result = build_site(warehouse_for(runs), SITE, settings)
@@ -269,7 +280,8 @@ def measure_once(history_runs: int, runs: int = RUNS) -> dict:
     html = [p for p in files if p.suffix == ".html"]
     return {
         "runs": runs, "history_runs": history_runs, "seconds": seconds, "cpu_seconds": cpu, "stages": result.seconds,
-        "pages": result.pages, "archive_pages": len(list((SITE / "archive").glob("*.html"))),
+        "stages_cpu": getattr(result, "cpu_seconds", {}),
+        "pages": result.pages, "pages_built": getattr(result, "pages_built", result.pages), "archive_pages": len(list((SITE / "archive").glob("*.html"))),
         "charts": result.charts, "files": len(files), "html_pages": len(html),
         "site_mb": sum(p.stat().st_size for p in files) / 1e6,
         "largest_page_kb": max(p.stat().st_size for p in html) / 1e3,
@@ -299,6 +311,25 @@ def targets(results: list[dict]) -> list[tuple[str, bool]]:
     return rows
 
 
+def incremental(lengths: list[int], history_runs: int, rebuild: bool) -> list[dict]:
+    """At each length: a full build, an unchanged rebuild, the rebuild after one more night."""
+    results = []
+    for runs in lengths:
+        for n in (runs, runs + 1):
+            if rebuild or not warehouse_for(n).exists():
+                build(warehouse_for(n), runs=n)
+        for step, n, fresh in (("full", runs, True), ("unchanged", runs, False), ("one more night", runs + 1, False)):
+            r, m = harness.run_json([sys.executable, __file__, "--once", "--history-runs", str(history_runs),
+                                     "--runs", str(n)] + (["--fresh"] if fresh else []))
+            r |= {"step": step, "peak_rss_mib": m["peak_rss_mib"]}
+            results.append(r)
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages_cpu"].items())
+            print(f"{runs} runs, {step}: {r['seconds']:.1f} s, CPU {r['cpu_seconds']:.1f} s (CPU s: {stages}); "
+                  f"{r['pages_built']} of {r['pages']} pages built; {r['files']} files, {r['site_mb']:.1f} MB; "
+                  f"peak RSS {r['peak_rss_mib']:.0f} MiB")
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2)
@@ -306,13 +337,19 @@ def main() -> None:
     ap.add_argument("--history-runs", type=int, default=-1,
                     help="[site] history_runs (0: the whole history; default: the setting's default)")
     ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--incremental", action="store_true",
+                    help="a full build, an unchanged rebuild and the rebuild after one more night, at each length")
     ap.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)
     harness.add_json_option(ap, OUT / "bench_site_year.json")
     args = ap.parse_args()
     if args.once:
-        print(json.dumps(measure_once(args.history_runs, args.runs[0])))
+        print(json.dumps(measure_once(args.history_runs, args.runs[0], args.fresh)))
         return
     OUT.mkdir(parents=True, exist_ok=True)
+    if args.incremental:
+        harness.write_json(args.json, incremental(args.runs, args.history_runs, args.rebuild), indent=2)
+        return
     results = []
     for runs in args.runs:
         if args.rebuild or not warehouse_for(runs).exists():

@@ -74,6 +74,7 @@ import json
 import re
 import shlex
 import unicodedata
+from functools import lru_cache
 from urllib.parse import quote
 
 from markupsafe import Markup
@@ -115,9 +116,14 @@ def md_text(value: object) -> Markup:
     The result holds no ``< > & " '`` except in character references, no character
     Markdown reads as syntax, no line break and no control character.
     """
+    return _md_text(_text(value))
+
+
+@lru_cache(maxsize=1 << 16)  # the site escapes the same names on many pages (~500 k calls at a year)
+def _md_text(text: str) -> Markup:
     # References only replace characters that are not letters or digits, so the underscore
     # rule sees the same neighbours after the translation as before it.
-    text = _UNDERSCORE.sub("&#95;", _text(value).translate(_INLINE))
+    text = _UNDERSCORE.sub("&#95;", text.translate(_INLINE))
     return Markup(_LEADING.sub(_leading, text))
 
 
@@ -212,12 +218,22 @@ def breakable(value: object) -> Markup:
     series or path in a narrow table column wraps there instead of one letter per line. The
     characters follow the escaping: no character reference holds one, and every ``_`` left
     stands between two letters or digits, so it cannot open emphasis."""
-    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", str(md_text(value))))
+    return _breakable(_text(value))
+
+
+@lru_cache(maxsize=1 << 16)
+def _breakable(text: str) -> Markup:
+    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", str(_md_text(text))))
 
 
 def breakable_code(value: object) -> Markup:
     """``breakable`` as inline code."""
-    return Markup("<code>") + breakable(value) + Markup("</code>")
+    return _breakable_code(_text(value))
+
+
+@lru_cache(maxsize=1 << 16)
+def _breakable_code(text: str) -> Markup:
+    return Markup("<code>") + _breakable(text) + Markup("</code>")
 
 
 # ---------------------------------------------------------------- notifications (chats and webhooks)

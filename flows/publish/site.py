@@ -2,8 +2,12 @@
 
 ``build_site(warehouse, out)`` reads the derived tables, renders every page into a
 scratch mkdocs project (``<out>.src/``: pages, the metric docs, the assets: the
-vega/vega-lite/vega-embed bundle from vl-convert, the chart loader, the stylesheet; the
-theme override), and runs ``mkdocs build --strict`` into ``out``, replaced atomically. Charts are
+vega/vega-lite/vega-embed bundle from vl-convert, cached by version in ``<out>.src/cache/``, the
+chart loader, the stylesheet; the theme override), and builds it with mkdocs ``--strict`` into
+``out``, replaced atomically: only the pages whose Markdown changed are built again, the others
+carried over from the published site (``flows.publish.site_mkdocs``). What changes every night
+on every page, the status line's build time and latest run, is one small script,
+``assets/status-data.js``, that ``assets/status.js`` writes into each page. Charts are
 Vega-Lite specs with aggregated data in each page; nothing is fetched from the
 internet (no CDN, no Google Fonts).
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +33,7 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
+from flows.publish import site_mkdocs
 from flows.verdict import incidents as verdict
 from flows.warehouse import records
 from flows.warehouse.reads import frame_of
@@ -46,8 +52,10 @@ VEGA_BUNDLE = "assets/vega-bundle.js"
 # forbids inline scripts).
 ASSETS = ("charts.js", "dumpscope.css", "status.js", "moved.js", "material-base.js", "material-palette.js",
           "material-content.js")
+STATUS_DATA = "assets/status-data.js"  # what the pages' status line says (site_status), written each night
+# What every page's HTML depends on besides its Markdown (with mkdocs.yml): a change builds the whole site.
+BUILD_INPUTS = [TEMPLATES, HOOKS, Path(site_mkdocs.__file__)]
 MOVED = "archive/moved.json"  # the pages of archived runs and incidents -> their rows (the 404 page's script reads it)
-STATUS = "status.json"  # next to mkdocs.yml: what the pages' status line says (flows/publish/site_hooks.py reads it)
 
 
 @dataclass
@@ -55,7 +63,11 @@ class SiteResult:
     out: Path
     pages: int = 0
     charts: int = 0
+    pages_built: int = 0  # pages mkdocs built (the others' HTML carried over from the published site)
+    full: bool = True  # every page built (no usable previous site: full_reason says why)
+    full_reason: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 READER_MEMORY = "256MB"  # DuckDB's memory while the site reads (its default: 80 % of the machine)
@@ -93,7 +105,9 @@ COMPILE_REASONS = """
 def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
     """The frames the pages need, read for the last ``settings.site_history_runs`` runs only
     (``[site] history_runs``; 0: every run): the window is a filter in DuckDB, and of
-    metric_trends only the change points come back (``site_data.SiteData.trends``)."""
+    metric_trends only the change points come back (``site_data.SiteData.trends``). Frames a
+    page lists rows of, cut to its first N, are read in a fixed order: a page's bytes change
+    only when what it shows does (only changed pages are built again)."""
     history = getattr(settings, "site_history_runs", site_data.DEFAULT_HISTORY_RUNS)
     con = connect_readonly(warehouse)
     try:
@@ -108,6 +122,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
         latest_dumps = "SELECT path FROM dumps WHERE run_id = ?"  # parameters: [latest]
         with_series = "JOIN dump_series s USING (path)"
         cols = ", ".join(f't."{c}"' for c in TREND_COLUMNS)
+        by_line = "ORDER BY t.series, t.metric, t.started_at, t.run_id"
         # Incidents that matter in the window: open at its end, or opened or closed in it.
         shown_incident = ("closed_run IS NULL OR opened_run IN (SELECT unnest(?::VARCHAR[])) "
                           "OR closed_run IN (SELECT unnest(?::VARCHAR[]))")  # parameters: [shown, shown]
@@ -125,32 +140,35 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                                        FROM metric_trends WHERE {in_window} GROUP BY series, metric),
                          keep AS (SELECT t.rowid AS row FROM metric_trends t JOIN ends USING (series, metric)
                                   WHERE t.{in_window} AND (t.changed OR (t.started_at, t.run_id) IN (ends.first, ends.last)))
-                         SELECT {cols} FROM metric_trends t WHERE rowid IN (SELECT row FROM keep)""",
+                         SELECT {cols} FROM metric_trends t WHERE rowid IN (SELECT row FROM keep) {by_line}""",
                      [shown, shown]),
-            dense=q(f"SELECT {cols} FROM metric_trends t WHERE {in_window} AND ({DENSE})",
+            dense=q(f"SELECT {cols} FROM metric_trends t WHERE {in_window} AND ({DENSE}) {by_line}",
                     [shown, shown[-site_data.ONNX_RUNS:]]),
             series_catalog=q("""SELECT series, any_value(job) AS job, any_value(series_program) AS program,
                                        any_value(kind) AS kind, any_value(stage) AS stage, count(DISTINCT run_id) AS runs,
                                        arg_max(run_id, (r.started_at, run_id)) AS last_run
-                                FROM dump_series JOIN runs r USING (run_id) GROUP BY series"""),
-            events=q(f"SELECT * FROM series_events WHERE {in_window}", [shown]).with_columns(pl.col("event").cast(pl.String)),
-            rollups=q(f"SELECT * FROM run_rollups WHERE {in_window}", [shown]),
+                                FROM dump_series JOIN runs r USING (run_id) GROUP BY series ORDER BY series"""),
+            events=q(f"SELECT * FROM series_events WHERE {in_window} ORDER BY ALL",
+                     [shown]).with_columns(pl.col("event").cast(pl.String)),
+            rollups=q(f"SELECT * FROM run_rollups WHERE {in_window} ORDER BY ALL", [shown]),
             run_totals=q("""SELECT run_id, sum(dumps) AS dumps, sum(failed) AS failed, sum(partial) AS partial,
                                    sum(changed_series) AS changed_series
-                            FROM run_rollups GROUP BY run_id"""),
+                            FROM run_rollups GROUP BY run_id ORDER BY run_id"""),
             run_verdicts=verdict.run_verdicts(con),
-            totals=q("SELECT * FROM job_totals WHERE run_id = ?", [latest]),
-            diffs=q(f"SELECT * FROM diffs WHERE {in_window}", [shown]),
+            totals=q("SELECT * FROM job_totals WHERE run_id = ? ORDER BY ALL", [latest]),
+            diffs=q(f"SELECT * FROM diffs WHERE {in_window} ORDER BY ALL", [shown]),
             accepts=q("SELECT * FROM accepts ORDER BY accepted_at"),
             items=q(f"SELECT i.*, s.series, s.job, s.series_program AS program FROM dump_items i {with_series} "
-                    f"WHERE i.path IN ({latest_dumps}) AND i.category <> 'none'", [latest]),
+                    f"WHERE i.path IN ({latest_dumps}) AND i.category <> 'none' ORDER BY i.path, i.category, i.key",
+                    [latest]),
             allocations=q(f"""SELECT s.series, s.job, s.series_program AS program, a.kind, a.size_bytes
                 FROM buffer_allocations a JOIN dumps d USING (dump_id) {with_series}
-                WHERE d.path IN ({latest_dumps}) AND d.stage = 'buffer_assignment'""", [latest]),
+                WHERE d.path IN ({latest_dumps}) AND d.stage = 'buffer_assignment' ORDER BY ALL""", [latest]),
             onnx_errors=q(f"""SELECT DISTINCT s.series_program AS program, e.section, e.exception_type, e.message
-                FROM onnx_errors e JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})""", [latest]),
+                FROM onnx_errors e JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})
+                ORDER BY ALL""", [latest]),
             onnx_ops=q(f"""SELECT s.series_program AS program, o.source, o.op, o.count FROM onnx_op_counts o
-                JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps})""", [latest]),
+                JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps}) ORDER BY ALL""", [latest]),
             trace_dumps=q(TRACE_DUMPS, [shown]),
             compile_reasons=q(COMPILE_REASONS, [shown]),
             tables=q("""SELECT table_name AS name, 'table' AS type, comment FROM duckdb_tables() WHERE schema_name = 'main'
@@ -173,7 +191,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
             incidents_at=_incidents_at(q, shown),
             commit_url=getattr(settings, "commit_url", None), compare_url=getattr(settings, "compare_url", None),
             bucket_url=getattr(settings, "site_bucket_url", None),
-            dump_paths=q(f"SELECT DISTINCT run_id, series, path FROM dump_series WHERE {in_window}", [shown]),
+            dump_paths=q(f"SELECT DISTINCT run_id, series, path FROM dump_series WHERE {in_window} ORDER BY ALL", [shown]),
             undelivered=q(f"""SELECT n.run_id, n.target, n.new_incidents, n.attempts, n.sent_at, n.error
                               FROM notifications n JOIN runs r USING (run_id)
                               WHERE NOT coalesce(n.delivered, false) AND n.{in_window}
@@ -194,7 +212,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
         data.chart_rows = q(f"""SELECT {cols} FROM metric_trends t
                                 JOIN (SELECT unnest(?::VARCHAR[]) AS p_series, unnest(?::VARCHAR[]) AS p_metric) p
                                   ON t.series = p.p_series AND t.metric = p.p_metric
-                                WHERE t.{in_window}""",
+                                WHERE t.{in_window} {by_line}""",
                             [pairs.get_column("series").to_list(), pairs.get_column("metric").to_list(), shown])
         return data
     finally:
@@ -236,7 +254,7 @@ def _environment(data: site_data.SiteData | None = None) -> jinja2.Environment:
         so it must start a line."""
         if not spec:
             return escape.Markup("")
-        counter["n"] += 1
+        counter["n"] += 1  # per page: an id says nothing about other pages (_render_pages resets it)
         return escape.Markup(
             '<div class="ds-chart vega-embed" id="chart-{n}" role="img" aria-label="{label}"></div>\n'
             '<script type="application/json" class="ds-spec" data-for="chart-{n}">{spec}</script>\n'
@@ -254,41 +272,39 @@ def _environment(data: site_data.SiteData | None = None) -> jinja2.Environment:
 
 
 def build_site(warehouse: Path, out: Path, settings=None) -> SiteResult:
-    """Render and build the whole site into ``out`` (``settings``: commit and compare URL
-    templates, ``transforms.trends.rules.Settings``)."""
-    t0 = time.perf_counter()
+    """Render the whole site and build what changed into ``out`` (``settings``: commit and
+    compare URL templates, ``transforms.trends.rules.Settings``)."""
     out = Path(out).resolve()
     result = SiteResult(out=out)
-    data = read_site_data(warehouse, settings)
-    result.seconds["read"] = time.perf_counter() - t0
-
+    with _stage(result, "read"):
+        data = read_site_data(warehouse, settings)
     src = out.with_name(out.name + ".src")
-    shutil.rmtree(src, ignore_errors=True)
     docs = src / "docs"
-    (docs / "assets").mkdir(parents=True)
-    env = _environment(data)
-    written = _render_pages(env, data, docs)
-    result.pages = len(written)
-    result.charts = env.globals["_chart_counter"]["n"]
-    _write_assets(docs)
-    (src / "mkdocs.yml").write_text(env.get_template("mkdocs.yml.j2").render(
-        has_runs=data.runs.height > 0, hooks=Markup(json.dumps(str(HOOKS)))), encoding="utf-8")
-    # JSON, not YAML: run ids and commits are data, and the theme escapes them for HTML.
-    (src / STATUS).write_text(json.dumps(site_status(data, datetime.now(timezone.utc))), encoding="utf-8")
-    result.seconds["render"] = time.perf_counter() - t0 - result.seconds["read"]
-
-    t1 = time.perf_counter()
-    staging = out.with_name(out.name + ".next")
-    shutil.rmtree(staging, ignore_errors=True)
-    _mkdocs_build(src / "mkdocs.yml", staging)
-    old = out.with_name(out.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if out.exists():
-        out.rename(old)
-    staging.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
-    result.seconds["mkdocs"] = time.perf_counter() - t1
+    with _stage(result, "render"):
+        for part in (docs, src / "overrides"):  # written anew; src/cache (the Vega bundle) stays
+            shutil.rmtree(part, ignore_errors=True)
+        (docs / "assets").mkdir(parents=True)
+        env = _environment(data)
+        written, result.charts = _render_pages(env, data, docs)
+        result.pages = len(written)
+    with _stage(result, "assets"):
+        _write_assets(docs, src / "cache")
+        (src / "mkdocs.yml").write_text(env.get_template("mkdocs.yml.j2").render(
+            has_runs=data.runs.height > 0, hooks=Markup(json.dumps(str(HOOKS)))), encoding="utf-8")
+        (docs / STATUS_DATA).write_text(status_script(site_status(data, datetime.now(timezone.utc))), encoding="utf-8")
+    with _stage(result, "mkdocs"):
+        outcome = site_mkdocs.build(src / "mkdocs.yml", out, BUILD_INPUTS)
+    result.pages_built, result.full, result.full_reason = outcome.pages_built, outcome.full, outcome.reason
     return result
+
+
+@contextmanager
+def _stage(result: SiteResult, name: str):
+    """Wall seconds into ``result.seconds[name]``, CPU seconds of the process (DuckDB's threads
+    too) into ``result.cpu_seconds[name]``."""
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    yield
+    result.seconds[name], result.cpu_seconds[name] = time.perf_counter() - t0, time.process_time() - cpu0
 
 
 def site_status(d: site_data.SiteData, built_at: datetime) -> dict:
@@ -303,16 +319,30 @@ def site_status(d: site_data.SiteData, built_at: datetime) -> dict:
     return status
 
 
-def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) -> list[Path]:
+def status_script(status: dict) -> str:
+    """``assets/status-data.js``: ``status`` as a global that ``assets/status.js`` writes into the
+    page's status line as text (a classic script: it loads from ``file://`` too). JSON escaped
+    like a page's chart data; the only file whose bytes change on a night that changed nothing."""
+    return ("// Generated by flows/publish/site.py each night: what every page's status line says.\n"
+            f"window.dumpscopeStatus = {escape.json_script(status)};\n")
+
+
+def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) -> tuple[list[Path], int]:
+    """The pages written, and how many charts they hold."""
     written: list[Path] = []
     seen: set[Path] = set()
+    counter = env.globals["_chart_counter"]
+    charts = 0
 
     def page(template: str, path: str, **context) -> None:
+        nonlocal charts
         target = docs / path
         if target in seen:  # two names with one slug: sha256 prefixes that collide
             raise ValueError(f"two pages would be written to {path}")
         target.parent.mkdir(parents=True, exist_ok=True)
+        counter["n"] = 0
         target.write_text(env.get_template(template).render(**context), encoding="utf-8")
+        charts += counter["n"]
         written.append(target)
         seen.add(target)
 
@@ -345,32 +375,32 @@ def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) ->
     for doc in ("metrics.md", "trends.md", "site.md"):
         shutil.copyfile(DOCS / doc, docs / doc)
         written.append(docs / doc)
-    return written
+    return written, charts
 
 
-def _write_assets(docs: Path) -> None:
+def _write_assets(docs: Path, cache: Path) -> None:
+    """The assets and the theme override into the mkdocs project; the Vega bundle from
+    ``cache`` when vl-convert made it for this Vega-Lite version before (it takes seconds)."""
     import altair as alt
-    import vl_convert
 
     # The bundle matching Altair's Vega-Lite (v6.4.1 -> "v6.4"); it sets window.vegaEmbed.
-    bundle = vl_convert.javascript_bundle(vl_version=alt.SCHEMA_VERSION.rsplit(".", 1)[0])
-    (docs / VEGA_BUNDLE).write_text(bundle, encoding="utf-8")
+    vl_version = alt.SCHEMA_VERSION.rsplit(".", 1)[0]
+    cached = cache / f"vega-bundle-{vl_convert_version()}-{vl_version}.js"
+    if not cached.is_file():
+        import vl_convert
+
+        shutil.rmtree(cache, ignore_errors=True)  # older versions' bundles
+        cache.mkdir(parents=True)
+        partial = cached.with_suffix(".part")
+        partial.write_text(vl_convert.javascript_bundle(vl_version=vl_version), encoding="utf-8")
+        partial.rename(cached)
+    shutil.copyfile(cached, docs / VEGA_BUNDLE)
     for name in ASSETS:
         shutil.copyfile(TEMPLATES / "assets" / name, docs / "assets" / name)
     shutil.copytree(TEMPLATES / "overrides", docs.parent / "overrides")
 
 
-def _mkdocs_build(config: Path, site_dir: Path) -> None:
-    import logging
+def vl_convert_version() -> str:
+    from importlib import metadata
 
-    from mkdocs.commands.build import build
-    from mkdocs.config import load_config
-
-    log = logging.getLogger("mkdocs")
-    log.setLevel(logging.WARNING)
-    if not log.handlers:  # strict mode aborts on a warning: say which
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("mkdocs %(levelname)s: %(message)s"))
-        log.addHandler(handler)
-    cfg = load_config(str(config), site_dir=str(site_dir), strict=True)
-    build(cfg)
+    return metadata.version("vl-convert-python")

@@ -8,26 +8,17 @@ block out before Markdown reads the page, leaving a comment in its place, and
 HTML tag by tag (twice, with mkdocs' anchor scan): the tables of a thousand series pages
 were most of a build. Links and anchors stay in Markdown, where ``--strict`` checks them.
 
-``on_config`` reads ``status.json`` next to mkdocs.yml (``flows.publish.site.site_status``: when the
-site was built, the latest run) into ``config.extra.dumpscope``, for the status line the theme
-override (``overrides/main.html``) writes on every page. JSON, not the YAML of mkdocs.yml:
-a run id is data, and the theme escapes it for HTML.
+Nothing here may depend on the night: a page whose Markdown did not change keeps the HTML
+of the night it was built (``flows.publish.site_mkdocs``). The status line, which changes
+every night, is ``assets/status-data.js``, not part of any page's HTML.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 _BLOCK = re.compile(r"^<!--ds-raw-->\n(.*?)^<!--/ds-raw-->$", re.S | re.M)
 _stash: dict[str, list[str]] = {}
-
-
-def on_config(config, **_):
-    status = Path(config.config_file_path).with_name("status.json")
-    config.extra["dumpscope"] = json.loads(status.read_text(encoding="utf-8")) if status.exists() else {}
-    return config
 
 
 def on_page_markdown(markdown: str, page, **_) -> str:

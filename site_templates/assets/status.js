@@ -1,18 +1,50 @@
-// The status line of every page (overrides/main.html): each <time> of it gets its age beside
-// it ("2 days ago"), reckoned when the page is read, so a site that stopped being rebuilt says so.
-const ago = (ms) => {
-  const minutes = Math.round(ms / 60000);
-  if (minutes < 1) return "just now";
-  if (minutes < 90) return `${minutes} min ago`;
-  const hours = Math.round(minutes / 60);
-  if (hours < 36) return `${hours} h ago`;
-  return `${Math.round(hours / 24)} days ago`;
-};
-for (const el of document.querySelectorAll(".ds-status time[datetime]")) {
-  const at = Date.parse(el.getAttribute("datetime"));
-  if (Number.isNaN(at)) continue;
-  const age = document.createElement("span");
-  age.className = "ds-age";
-  age.textContent = ` (${ago(Date.now() - at)})`;
-  el.after(age);
-}
+// The status line of every page (overrides/main.html): when the site was built and the latest
+// run, from window.dumpscopeStatus (assets/status-data.js, written each night by
+// flows/publish/site.py), so that a night changes that one file and not every page's HTML.
+// Written as text nodes and attributes, never as markup: the run id and the commit are data.
+// Each time gets its age beside it ("2 days ago"), reckoned when the page is read, so a site that
+// stopped being rebuilt says so. A classic script (loads from file:// too): the site's root is
+// the directory above this file.
+(() => {
+  const status = window.dumpscopeStatus;
+  const line = document.querySelector(".ds-status");
+  if (!line || !status || typeof status !== "object" || typeof status.built_at !== "string") return;
+  const root = new URL("..", document.currentScript.src);
+  const ago = (ms) => {
+    const minutes = Math.round(ms / 60000);
+    if (minutes < 1) return "just now";
+    if (minutes < 90) return `${minutes} min ago`;
+    const hours = Math.round(minutes / 60);
+    if (hours < 36) return `${hours} h ago`;
+    return `${Math.round(hours / 24)} days ago`;
+  };
+  const element = (tag, text, attributes = {}) => {
+    const el = document.createElement(tag);
+    el.textContent = String(text);
+    for (const [name, value] of Object.entries(attributes)) el.setAttribute(name, String(value));
+    return el;
+  };
+  const time = (at, text) => {
+    const el = element("time", text, {datetime: at});
+    const when = Date.parse(at);
+    const age = element("span", Number.isNaN(when) ? "" : ` (${ago(Date.now() - when)})`, {class: "ds-age"});
+    return [el, age];
+  };
+  const parts = [];
+  if (typeof status.run === "string") {
+    const run = element("a", "");
+    run.append(element("strong", status.run));
+    // A page of the site, from its root ("runs/2026-11-20.html"): nothing else becomes a link.
+    if (typeof status.run_href === "string" && /^[a-z0-9][\w./-]*(#[\w-]+)?$/.test(status.run_href)
+        && !status.run_href.includes("..")) {
+      run.setAttribute("href", new URL(status.run_href, root).href);
+    }
+    parts.push("Latest run ", run, ", started ", ...time(status.run_at, status.run_started));
+    if (status.commit) parts.push(", commit ", element("code", status.commit));
+    parts.push(" · ");
+  } else {
+    parts.push("No run yet · ");
+  }
+  parts.push("site built ", ...time(status.built_at, status.built));
+  line.replaceChildren(...parts);
+})();

@@ -263,12 +263,13 @@ def small_multiples_by(rows: pl.DataFrame, key: str, *, panel: str = "metric", c
         pl.col("started_at").min().alias("lo"), pl.col("started_at").max().alias("hi")).iter_rows())
     points = pl.concat([rows.select(key), _points(rows, "_panel", pl.col("_scale"), pl.col("_unit"))], how="horizontal")
     out = {}
+    rows_of = rows.partition_by(key, as_dict=True, maintain_order=True)  # one pass, not a filter a series
     for (name,), part in points.partition_by(key, as_dict=True, maintain_order=True).items():
         first, last = span[name]
         opened, open_ = _layers(part)
         spec = json.loads(_small_multiples_spec(columns, _is_daily(first, last), steps, opened, open_))
         spec["title"] = name
-        _set_time_domain(spec, _time_domain(first, last, right=0.05), _run_ticks(rows.filter(pl.col(key) == name)))
+        _set_time_domain(spec, _time_domain(first, last, right=0.05), _run_ticks(rows_of[(name,)]))
         out[name] = _with_data(spec, part.drop(key))
     return out
 

@@ -112,7 +112,9 @@ def _every_run(d: SiteData, rows: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
     if d.chart_rows is None:
         return rows, False
     names = rows.select("series", "metric", "line").unique(subset=["series", "metric"])
-    return d.with_states(d.chart_rows.join(names, on=["series", "metric"])), True
+    # In chart_rows' order (flows.publish.site orders it): a page's bytes must not change from one
+    # build to the next unless its figures did (only changed pages are built again).
+    return d.with_states(d.chart_rows.join(names, on=["series", "metric"], maintain_order="left")), True
 
 
 def _open_cell(d: SiteData, r: dict, here: str) -> dict | None:
@@ -150,14 +152,14 @@ def _top_programs(kinds: pl.DataFrame, most: int = 9) -> pl.Series:
     last = _last_of_lines(kinds)
     programs = (last.group_by("job", "program").agg(pl.col("step").is_in(["regression", "failure"]).any().alias("_reg"),
                                                     pl.col("value").abs().sum().alias("_size"))
-                .sort("_reg", "_size", "job", "program", descending=[True, True, False, False]).head(most))
+                .sort("_reg", "_size", "job", "program", descending=[True, True, False, False], maintain_order=True).head(most))
     return last.join(programs.select("job", "program"), on=["job", "program"]).get_column("line")
 
 
 def _top_lines(latest: pl.DataFrame, title: str) -> tuple[pl.Series, str]:
     """A chart of a hundred panels reads as noise: it draws the programs with an incident open
     in the latest run, then the largest (``latest``: the last row of each line); tables list them all."""
-    shown = (latest.sort(pl.col("step").is_not_null(), pl.col("value").abs(), descending=True, nulls_last=True)
+    shown = (latest.sort(pl.col("step").is_not_null(), pl.col("value").abs(), descending=True, nulls_last=True, maintain_order=True)
              .head(MAX_LINES).get_column("line"))
     return shown, title if shown.len() == latest.height else f"{title} ({shown.len()} of {latest.height}: with an open incident, then largest)"
 
@@ -178,11 +180,13 @@ def _sections(d: SiteData, specs: tuple) -> list[dict]:
 
 def memory_page(d: SiteData) -> dict:
     sections = _sections(d, MEMORY_SECTIONS)
-    alloc = d.allocations.group_by("program", "kind").agg(pl.col("size_bytes").sum()).sort("program", "size_bytes", descending=[False, True])
+    alloc = d.allocations.group_by("program", "kind").agg(pl.col("size_bytes").sum()).sort(
+        "program", "size_bytes", "kind", descending=[False, True, False])
     breakdown = charts.bar_chart(alloc.with_columns(pl.format("{} · {}", "program", "kind").alias("allocation")),
                                  x="size_bytes", y="allocation", color="kind", title=f"Allocations by kind, run {d.latest}",
                                  bytes_axis=True) if alloc.height else None
-    peak = d.items.filter(pl.col("category") == "peak_value").sort("bytes", descending=True, nulls_last=True).head(20)
+    peak = d.items.filter(pl.col("category") == "peak_value").sort("bytes", descending=True, nulls_last=True,
+                                                                   maintain_order=True).head(20)
     top = [{"program": r["program"], "value": r["label"], "bytes": human_bytes(r["bytes"]), "source": r["detail"] or "",
             "dump": dump_link(d, r.get("path"))} for r in peak.iter_rows(named=True)]
     return {"sections": sections, "breakdown": breakdown, "allocation_table": [
@@ -205,7 +209,7 @@ def fusion_page(d: SiteData) -> dict:
                 .otherwise(pl.col("metric").str.strip_prefix("fusion.count.")).alias("fusion kind")),
             title=title, facet="line", color="fusion kind", metric_label="fusions")
     ratio = _fused_ratio(d)
-    groups = d.items.filter(pl.col("category") == "fused_group").sort("count", descending=True).head(20)
+    groups = d.items.filter(pl.col("category") == "fused_group").sort("count", descending=True, maintain_order=True).head(20)
     return {"kinds_chart": kinds_chart, "sections": _sections(d, FUSION_SECTIONS),
             "ratio_chart": ratio, "groups": [{"program": r["program"], "group": r["label"], "count": r["count"],
                                              "bytes": human_bytes(r["bytes"]) if r["bytes"] is not None else ""}
@@ -227,7 +231,8 @@ def _fused_ratio(d: SiteData) -> dict | None:
     both = _line(both.sort("started_at", "run_id").with_columns(
         ratio.alias("value"), pl.lit("fusion.fused_node_ratio").alias("metric"), pl.lit(None, pl.Float64).alias("delta"),
         moved.fill_null(True).alias("changed")))
-    shown = both.group_by("line").agg(pl.col("value").last()).sort("value", descending=True).head(MAX_LINES).get_column("line")
+    shown = (both.group_by("line").agg(pl.col("value").last()).sort("value", "line", descending=[True, False])
+             .head(MAX_LINES).get_column("line"))
     title = "Fused-node ratio (Inductor: fused members / nodes before fusion)"
     return charts.panels(marked(d, both.filter(pl.col("line").is_in(shown.implode())), ""), title=title)
 
@@ -240,7 +245,7 @@ def kernels_page(d: SiteData) -> dict:
     collectives = latest.filter(pl.col("metric").str.starts_with("kernel.collective.") & (pl.col("value") > 0))
     pick = lambda f, prefix: [{"program": r["program"], "stage": r["stage"], "name": r["metric"].removeprefix(prefix),  # noqa: E731
                                "count": human_value("n", r["value"]), "change": human_delta("n", r["delta"]) if r["delta"] else ""}
-                              for r in f.sort("value", descending=True).iter_rows(named=True)]
+                              for r in f.sort("value", descending=True, maintain_order=True).iter_rows(named=True)]
     return {"sections": sections, "fallbacks": pick(fallbacks, "kernel.fallback."),
             "targets": pick(targets, "kernel.custom_call."), "collectives": pick(collectives, "kernel.collective."),
             "changes": _diff_rows(d, ("custom_call", "collective", "fallback_kernel", "kernel_category", "extern_kernel")),
@@ -258,7 +263,7 @@ def onnx_page(d: SiteData, last_runs: int = ONNX_RUNS) -> dict:
         matrices.append({"program": program, "runs": runs, "rows": [
             {"step": s, "cells": [STEP_CELL.get(cells.get((s, r)), STEP_CELL[None]) for r in runs]} for s in names]})
     sections = _sections(d, ONNX_SECTIONS)
-    ops = d.onnx_ops.sort("count", descending=True).head(25)
+    ops = d.onnx_ops.sort("count", descending=True, maintain_order=True).head(25)
     errors = [{"program": r["program"], "title": f"{r['exception_type'] or 'error'} ({r['section']})",
                "message": (r["message"] or "").strip()} for r in d.onnx_errors.iter_rows(named=True)]
     return {"matrices": matrices, "sections": sections, "ops": ops.select("program", "source", "op", "count").to_dicts(),
