@@ -96,7 +96,7 @@ SHARED_FIXTURE_MODULES = {"test_bad_input", "test_browser_harness", "test_bucket
                           "test_evidence", "test_hostile_reads", "test_incident_scenarios", "test_one_verdict",
                           "test_onnx_report", "test_parse_memory", "test_records_heal", "test_records_store",
                           "test_s3_dask", "test_scale", "test_site", "test_site_daily", "test_site_history",
-                          "test_site_hostile", "test_sql_records", "test_warehouse"}
+                          "test_site_hostile", "test_site_incremental", "test_sql_records", "test_warehouse"}
 
 
 @pytest.hookimpl(optionalhook=True)
