@@ -71,7 +71,7 @@ def snapshot(warehouse: Path) -> tuple[str, list[str]]:
     another worker that reads it at the same time registers there (flows.warehouse.readers)."""
     readers = warehouse.with_name(warehouse.name + ".readers")
     return (hashlib.sha256(warehouse.read_bytes()).hexdigest(),
-            sorted(str(p.relative_to(warehouse.parent)) for p in warehouse.parent.rglob("*") if p.parent != readers))
+            sorted(str(p.relative_to(warehouse.parent)) for p in warehouse.parent.rglob("*") if readers not in (p, p.parent)))
 
 
 def tree(directory: Path) -> list[tuple[str, int]]:
