@@ -99,6 +99,10 @@ MISTAKES = {
                                "error: --warehouse notes.txt/wh.duckdb: {cwd}/notes.txt is a file, not a directory"),
     "settings file missing": (["--settings", "nope.toml"], None),
     "notify URL": (["--notify", "nonsense"], None),
+    "summary JSON in no directory": (["--summary-json", "nope/summary.json"],
+                                     "error: --summary-json nope/summary.json: {cwd}/nope does not exist"),
+    "summary JSON under a file": (["--summary-json", "notes.txt/summary.json"],
+                                  "error: --summary-json notes.txt/summary.json: {cwd}/notes.txt is a file, not a directory"),
 }
 
 
