@@ -279,6 +279,8 @@ def test_the_payloads_read_as_text(visited, hostile_site):
     assert series_page.probe["title"].startswith(f"{MODULE} · xla_hlo")  # the <title> did not end early
     pmap = [p for p in visited if p.startswith("series/jax-pmap")]
     assert pmap and all(SERIES.split("\n")[-1] in visited[p].probe["text"] for p in pmap)
+    # status.js found each page's entry in series-data.js (by its page's slug, whatever its name) and wrote it as text.
+    assert all(re.search(r", seen in \d+ runs?\.\s+Its dump in the latest run, ", visited[p].probe["text"]) for p in pmap)
     # The error text (in collapsed <details>, so not in innerText) stays inside its code block.
     onnx = (hostile_site.out / "onnx.html").read_text()
     blocks = re.findall(r'<pre><code class="language-text">(.*?)</code></pre>', onnx, re.S)

@@ -123,6 +123,62 @@ def test_an_unchanged_rebuild_builds_no_page_and_writes_no_published_file(nights
     assert rebuilt["assets/status-data.js"].stat().st_ino != inodes["assets/status-data.js"]
 
 
+def _copy_night(bucket: Path, day: str) -> None:
+    """The fourth night's files again as run ``day`` (the same contents, another start)."""
+    night = bucket / day
+    shutil.copytree(SAMPLE_BUCKET / FOURTH, night)
+    run = json.loads((night / "run.json").read_text())
+    (night / "run.json").write_text(json.dumps({**run, "started_at": f"{day}T02:00:00+00:00"}))
+
+
+@pytest.fixture(scope="module")
+def unchanged_night(tmp_path_factory):
+    """The four nights, then the fourth's files again as 2026-11-21 and -22, and the site with a
+    window of two runs (both unchanged nights); then once more as -23, the site built over the
+    published one: the window moved by one run, no figure moved. (The site before, its files'
+    inodes, the incremental result, a full build's.)"""
+    from flows.nightly import night_in_process
+    from flows.publish.site import build_site
+
+    base = tmp_path_factory.mktemp("unchanged")
+    bucket, warehouse, settings = base / "bucket", base / "w.duckdb", parse_settings("[site]\nhistory_runs = 2\n")
+    for night in (*NIGHTS, FOURTH):
+        shutil.copytree(SAMPLE_BUCKET / night, bucket / night)
+    for day in ("2026-11-21", "2026-11-22"):
+        _copy_night(bucket, day)
+    night_in_process(bucket=str(bucket), warehouse=warehouse)
+    first = build_site(warehouse, base / "site", settings)
+    inodes = {name: path.stat().st_ino for name, path in _files(first.out).items()}
+    _copy_night(bucket, "2026-11-23")
+    night_in_process(bucket=str(bucket), warehouse=warehouse)
+    again = build_site(warehouse, base / "site", settings)
+    full = build_site(warehouse, base / "full" / "site", settings)
+    return first, inodes, again, full
+
+
+@slow
+def test_a_night_that_moved_no_figure_builds_no_series_page(unchanged_night):
+    """A series page says nothing that moves with the window alone (its chart's ends, the latest
+    run, how many runs saw it and its dump there come from the nightly data scripts), so a night
+    that changed no content builds none of them again, and the site equals a full build."""
+    first, inodes, again, full = unchanged_night
+    rebuilt = _files(again.out)
+    series = [n for n in rebuilt if n.startswith("series/") and n != "series/index.html"]
+    assert series and all(n in inodes for n in series)  # no new series page
+    assert [n for n in series if rebuilt[n].stat().st_ino != inodes[n]] == []  # each carried, not built
+    # Built again: what says "last night" (the overview and its seven sections: memory, fusion, kernels,
+    # compile, onnx, diff, query), the new run's page, the runs, series and incidents indexes, and the
+    # month's archive page the run leaving the window went to: 13 of 63, however many series.
+    assert not again.full and (again.pages, again.pages_built) == (63, 13) and len(series) == 23
+    ful = _files(full.out)
+    assert list(rebuilt) == list(ful)
+    for name in rebuilt:
+        if name not in {*ALWAYS_NEW, "search/search_index.json"} and not name.endswith(".gz"):
+            assert rebuilt[name].read_bytes() == ful[name].read_bytes(), name
+    data = rebuilt["assets/series-data.js"].read_text()
+    assert '"runs":7' in data and "2026-11-23/jax-pmap/" in data  # seen in seven runs, its dump in the last
+
+
 @slow
 def test_the_status_line_is_data_every_page_loads(nights):
     """Every page has the status line's place and loads its data, then the script that writes it

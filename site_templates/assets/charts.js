@@ -34,13 +34,70 @@ function withRows(spec) {
   return { ...spec, data: { ...data, values: csvRows(data.values), format } };
 }
 
+// The series pages' charts leave the window's ends to this script (transforms/site/charts.py,
+// small_multiples_by with ends): a row with b "s" stands for its line at the window's first run,
+// b "n" at the latest run. Which runs those are, window.dumpscopeStatus says (assets/status-data.js,
+// written each night), so a night that moved none of a series' figures leaves its page as it was.
+// The time axis is then reckoned from the rows as charts.py reckons it for the other charts
+// (_time_domain, _run_ticks, _is_daily), with the constants the spec's usermeta carries.
+const DAY = 864e5;
+const sitePath = (href) => typeof href === "string" && /^[a-z0-9][\w./-]*(#[\w-]+)?$/.test(href) && !href.includes("..");
+
+function localTime(t) {  // "2026-11-20T02:00", as polars writes the rows and Vega reads them: local time
+  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})$/.exec(t);
+  return m ? new Date(+m[1], m[2] - 1, +m[3], +m[4], +m[5]).getTime() : NaN;
+}
+
+function dateTime(ms) {  // a Vega-Lite DateTime, to the minute (charts.py's _datetime)
+  const at = new Date(ms);
+  return { year: at.getFullYear(), month: at.getMonth() + 1, date: at.getDate(), hours: at.getHours(), minutes: at.getMinutes() };
+}
+
+function setTimeAxis(node, axis) {  // every temporal x encoding of the spec (charts.py's _set_time_domain)
+  if (Array.isArray(node)) { node.forEach((n) => setTimeAxis(n, axis)); return; }
+  if (!node || typeof node !== "object") return;
+  const x = node.encoding && node.encoding.x;
+  if (x && x.type === "temporal") {
+    if (axis.domain) x.scale = { ...(x.scale || {}), domain: axis.domain };
+    const { tickCount, ...rest } = x.axis || {};
+    x.axis = axis.values ? { ...rest, values: axis.values } : axis.daily ? { ...rest, tickCount: { interval: "day", step: 1 } } : rest;
+  }
+  for (const [key, value] of Object.entries(node)) if (key !== "data") setTimeAxis(value, axis);
+}
+
+function withEnds(spec) {
+  const meta = spec.usermeta && spec.usermeta.dumpscopeEnds;
+  if (!meta || !spec.data || !Array.isArray(spec.data.values)) return spec;
+  const status = window.dumpscopeStatus;
+  const ends = status && typeof status === "object" && status.window_ends || {};
+  const values = [];
+  for (const row of spec.data.values) {
+    const run = row.b ? ends[row.b] : null;
+    if (!row.b) values.push(row);
+    else if (run && typeof run.run === "string" && Number.isFinite(localTime(run.t))) {
+      const href = sitePath(run.href) ? meta.root + run.href : "";
+      values.push({ ...row, t: run.t, r: run.run, c: typeof run.commit === "string" ? run.commit : "", h: href, i: href });
+    }  // else no status data: the line keeps the runs where it moved
+  }
+  const times = [...new Set(values.map((r) => localTime(r.t)).filter(Number.isFinite))].sort((a, b) => a - b);
+  if (times.length) {
+    const first = times[0], last = times[times.length - 1], span = Math.max(last - first, DAY);
+    setTimeAxis(spec, {
+      domain: [dateTime(first - span * meta.left), dateTime(last + span * meta.right)],
+      values: times.length <= meta.maxTicks ? times.map(dateTime) : null,
+      daily: Math.floor((last - first) / DAY) <= meta.dailyDays,
+    });
+  }
+  return { ...spec, data: { ...spec.data, values } };
+}
+
 function draw() {
   for (const spec of document.querySelectorAll("script.ds-spec")) {
     const el = document.getElementById(spec.dataset.for);
     if (!el) continue;
     const options = { actions: { export: true, source: false, compiled: false, editor: false },
                       theme: dark() ? "dark" : undefined, renderer: "svg", ast: true };
-    window.vegaEmbed(el, withRows(JSON.parse(spec.textContent)), options).catch((err) => {
+    window.vegaEmbed(el, withEnds(withRows(JSON.parse(spec.textContent))), options).catch((err) => {
       el.textContent = "chart failed: " + err;
       console.error(err);
     });

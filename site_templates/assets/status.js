@@ -1,6 +1,8 @@
 // The status line of every page (overrides/main.html): when the site was built and the latest
 // run, from window.dumpscopeStatus (assets/status-data.js, written each night by
 // flows/publish/site.py), so that a night changes that one file and not every page's HTML.
+// Likewise on a series page (series.md.j2): the latest run, and from window.dumpscopeSeries
+// (assets/series-data.js, loaded here) how many runs saw the series and its dump in the latest run.
 // Written as text nodes and attributes, never as markup: the run id and the commit are data.
 // Each time gets its age beside it ("2 days ago"), reckoned when the page is read, so a site that
 // stopped being rebuilt says so. A classic script (loads from file:// too): the site's root is
@@ -10,6 +12,8 @@
   const line = document.querySelector(".ds-status");
   if (!line || !status || typeof status !== "object" || typeof status.built_at !== "string") return;
   const root = new URL("..", document.currentScript.src);
+  // A page of the site, from its root ("runs/2026-11-20.html"): nothing else becomes a link.
+  const isSitePath = (href) => typeof href === "string" && /^[a-z0-9][\w./-]*(#[\w-]+)?$/.test(href) && !href.includes("..");
   const ago = (ms) => {
     const minutes = Math.round(ms / 60000);
     if (minutes < 1) return "just now";
@@ -34,9 +38,7 @@
   if (typeof status.run === "string") {
     const run = element("a", "");
     run.append(element("strong", status.run));
-    // A page of the site, from its root ("runs/2026-11-20.html"): nothing else becomes a link.
-    if (typeof status.run_href === "string" && /^[a-z0-9][\w./-]*(#[\w-]+)?$/.test(status.run_href)
-        && !status.run_href.includes("..")) {
+    if (isSitePath(status.run_href)) {
       run.setAttribute("href", new URL(status.run_href, root).href);
     }
     parts.push("Latest run ", run, ", started ", ...time(status.run_at, status.run_started));
@@ -47,4 +49,41 @@
   }
   parts.push("site built ", ...time(status.built_at, status.built));
   line.replaceChildren(...parts);
+
+  const latestRun = () => {
+    const a = element("a", status.run);
+    if (isSitePath(status.run_href)) a.setAttribute("href", new URL(status.run_href, root).href);
+    return a;
+  };
+  if (typeof status.run === "string") {
+    for (const cell of document.querySelectorAll(".ds-latest-run")) cell.replaceChildren(latestRun());
+  }
+  // A series page (series.md.j2) loads the series' data: not every page needs its few hundred kB.
+  const fill = () => {
+    const series = window.dumpscopeSeries;
+    if (!series || typeof series !== "object") return;
+    const entryOf = (span) => Object.hasOwn(series, span.dataset.series) ? series[span.dataset.series] : null;
+    for (const span of document.querySelectorAll(".ds-series-runs")) {
+      const entry = entryOf(span);
+      if (entry && Number.isInteger(entry.runs)) span.textContent = `, seen in ${entry.runs} run${entry.runs === 1 ? "" : "s"}`;
+    }
+    for (const span of document.querySelectorAll(".ds-series-dump")) {
+      const entry = entryOf(span);
+      if (!entry || typeof entry.dump !== "string" || typeof status.run !== "string") continue;
+      const path = element("code", entry.dump);
+      let dump = path;
+      // The bucket's URL (the settings' bucket_url, the path percent-encoded): a web or file link only.
+      if (typeof entry.dump_href === "string" && /^(https?|file):/i.test(entry.dump_href)) {
+        dump = element("a", "", {class: "ds-dump", href: entry.dump_href});
+        dump.append(path);
+      }
+      span.replaceChildren("Its dump in the latest run, ", latestRun(), ": ", dump, ".");
+    }
+  };
+  if (document.querySelector(".ds-series-runs, .ds-series-dump")) {
+    const script = document.createElement("script");
+    script.addEventListener("load", fill);
+    script.src = new URL("assets/series-data.js", root).href;
+    document.body.append(script);
+  }
 })();

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 from functools import lru_cache
+from typing import NamedTuple
 
 import altair as alt
 import polars as pl
@@ -69,6 +70,7 @@ MAX_RUN_TICKS = 10  # this many runs or fewer: a tick at each run
 Y_PAD = 14  # pixels above the highest point and below the lowest: a point is never cut in half
 _PAD_RIGHT = 0.16  # share of the runs' span added after the last run: room for its label
 _PAD_LEFT = 0.02
+_PAD_RIGHT_PANELS = 0.05  # small panels: a label sits left of its point, less room needed
 
 
 def byte_unit(max_value: float) -> tuple[str, int]:
@@ -132,7 +134,7 @@ def _points(rows: pl.DataFrame, key: str, scale: pl.Expr | float, unit: pl.Expr 
         return (pl.col(name) if name in columns else pl.lit(None, pl.String)).fill_null("")
 
     last = pl.col("last") if "last" in columns else pl.lit(False)
-    return rows.select(
+    points = rows.select(
         pl.col("started_at").dt.strftime("%Y-%m-%dT%H:%M").alias("t"), pl.col("run_id").alias("r"),
         pl.col("commit").fill_null("").alias("c"), pl.col(key).alias("k"),
         (pl.col("value") / scale).round_sig_figs(6).alias("y"), (pl.col("delta") / scale).round_sig_figs(6).alias("d"),
@@ -142,7 +144,12 @@ def _points(rows: pl.DataFrame, key: str, scale: pl.Expr | float, unit: pl.Expr 
         .otherwise(pl.lit("")).alias("l"),
         text("mark").alias("m"),
         (pl.col("mark_href") if "mark_href" in columns else text("href")).fill_null("").alias("i"),
-        text("open").alias("o"), text("open_href").alias("j"))
+        text("open").alias("o"), text("open_href").alias("j"),
+        *([pl.col("_end").alias("b")] if "_end" in columns else []))
+    if "_end" in columns:  # an end's run is the page script's to fill (small_multiples_by)
+        at_end = pl.col("b") != ""
+        points = points.with_columns(pl.when(at_end).then(pl.lit("")).otherwise(pl.col(c)).alias(c) for c in "trchi")
+    return points
 
 
 def _tooltip(value_title: str) -> list[alt.Tooltip]:
@@ -216,7 +223,7 @@ def faceted_trend_chart(rows: pl.DataFrame, *, title: str, facet: str, color: st
     the panels; each panel has its own y scale (programs differ by orders of magnitude)."""
     first, last = rows.get_column("started_at").min(), rows.get_column("started_at").max()
     x = alt.X("t:T", title=None, axis=_axis(_is_daily(first, last), "%m-%d"),
-              scale=alt.Scale(domain=_time_domain(first, last, right=0.05)))
+              scale=alt.Scale(domain=_time_domain(first, last, right=_PAD_RIGHT_PANELS)))
     base = alt.Chart().encode(x=x, y=alt.Y("y:Q", title=None, scale=alt.Scale(zero=False, padding=Y_PAD)),
                               color=alt.Color("k:N", title=None))
     points = pl.concat([rows.select(pl.col(facet).alias("p")), _points(rows, color, 1, "")], how="horizontal")
@@ -240,13 +247,31 @@ def panels(rows: pl.DataFrame, *, title: str, panel: str = "line", columns: int 
                               columns=columns, steps=False)[title]
 
 
+class WindowEnds(NamedTuple):
+    """The runs at the window's ends, for charts that leave them to the page's script: ``first``
+    (the window's first run), ``latest`` (the latest run) and ``root`` (the site's root from the
+    chart's page, ``"../"``)."""
+    first: str | None
+    latest: str | None
+    root: str
+
+
 def small_multiples_by(rows: pl.DataFrame, key: str, *, panel: str = "metric", columns: int = 3,
-                       steps: bool = True) -> dict[str, dict]:
+                       steps: bool = True, ends: WindowEnds | None = None) -> dict[str, dict]:
     """``small_multiples`` of each value of ``key`` (a series), titled by it, in one pass: a panel
     per ``panel`` value, its bytes in the unit its largest value reaches. ``steps``: ``rows`` are
-    change points (drawn as steps); else a row per run (straight lines)."""
+    change points (drawn as steps); else a row per run (straight lines).
+
+    ``ends`` (with ``steps``): a line's first row at the window's first run and its last at the
+    latest run, where nothing moved or opened, stand for "the window's start" and "now" (``b``
+    is "s" or "n", their run, time, commit and page empty), and the time axis is left out:
+    ``assets/charts.js`` fills both from ``assets/status-data.js``. So a series whose figures did
+    not move has the same chart whichever runs the window holds, and its page is not built again
+    (``flows/publish/site_mkdocs.py``)."""
     if steps:
         rows = change_points(rows, [key, panel])
+        if ends is not None:
+            rows = _floating_ends(rows, [key, panel], ends)
     if rows.is_empty():
         return {}
     units = rows.group_by(key, panel).agg(pl.col("value").abs().max().alias("_max"),
@@ -267,11 +292,32 @@ def small_multiples_by(rows: pl.DataFrame, key: str, *, panel: str = "metric", c
     for (name,), part in points.partition_by(key, as_dict=True, maintain_order=True).items():
         first, last = span[name]
         opened, open_ = _layers(part)
-        spec = json.loads(_small_multiples_spec(columns, _is_daily(first, last), steps, opened, open_))
+        if ends is not None and steps:
+            spec = json.loads(_small_multiples_spec(columns, False, steps, opened, open_))
+            # What charts.js needs to draw the axis as _time_domain, _run_ticks and _is_daily would.
+            spec["usermeta"] = {"dumpscopeEnds": {"root": ends.root, "left": _PAD_LEFT, "right": _PAD_RIGHT_PANELS,
+                                                  "dailyDays": DAILY_DAYS, "maxTicks": MAX_RUN_TICKS}}
+        else:
+            spec = json.loads(_small_multiples_spec(columns, _is_daily(first, last), steps, opened, open_))
+            _set_time_domain(spec, _time_domain(first, last, right=_PAD_RIGHT_PANELS), _run_ticks(rows_of[(name,)]))
         spec["title"] = name
-        _set_time_domain(spec, _time_domain(first, last, right=0.05), _run_ticks(rows_of[(name,)]))
         out[name] = _with_data(spec, part.drop(key))
     return out
+
+
+def _floating_ends(rows: pl.DataFrame, keys: list[str], ends: WindowEnds) -> pl.DataFrame:
+    """Change points (sorted, ``change_points``) with ``_end``: "s" on a line's first row when it
+    is the window's first run and nothing moved or opened there, "n" on its last when it is the
+    latest run and likewise, else "". A row where a figure moved keeps its run: it is the chart's
+    content, not one of its ends."""
+    index = pl.int_range(pl.len()).over(keys)
+    moved = pl.col("changed").fill_null(True) if "changed" in rows.columns else pl.lit(True)
+    opened = pl.col("mark").is_not_null() if "mark" in rows.columns else pl.lit(False)
+    plain = ~moved & ~opened
+    return rows.with_columns(
+        pl.when(plain & (index == pl.len().over(keys) - 1) & (pl.col("run_id") == (ends.latest or ""))).then(pl.lit("n"))
+        .when(plain & (index == 0) & (pl.col("run_id") == (ends.first or ""))).then(pl.lit("s"))
+        .otherwise(pl.lit("")).alias("_end"))
 
 
 @lru_cache(maxsize=32)

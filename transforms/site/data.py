@@ -58,7 +58,7 @@ class SiteData:
     compare_url: str | None = None  # settings: "{base}", "{head}" -> a compare page
     history_runs: int = DEFAULT_HISTORY_RUNS  # the window: the last N runs (0: every run)
     dense: pl.DataFrame | None = None  # every run of the window: ONNX steps (last ONNX_RUNS runs), fused-ratio inputs
-    series_catalog: pl.DataFrame | None = None  # every series ever seen: series, job, program, kind, stage, runs, last_run
+    series_catalog: pl.DataFrame | None = None  # every series ever seen: series, job, program, kind, stage, runs, first_run, last_run
     run_totals: pl.DataFrame | None = None  # every run: dumps, failed, partial, changed_series
     # incidents closed before the window (no page: a row on their month's archive page), in opened order
     archived_incidents: pl.DataFrame | None = None
@@ -286,8 +286,12 @@ def dump_link(d: SiteData, path: str | None) -> Markup:
     if not d.bucket_url:
         return breakable_code(path)
     # An HTML link (it also stands in the raw HTML tables); Markup.format escapes the URL for the attribute.
-    return Markup('<a class="ds-dump" href="{}">{}</a>').format(
-        d.bucket_url.format(path=url_path(*path.split("/"))), breakable_code(path))
+    return Markup('<a class="ds-dump" href="{}">{}</a>').format(dump_href(d, path), breakable_code(path))
+
+
+def dump_href(d: SiteData, path: str) -> str | None:
+    """The URL of a dump in the bucket (``[site] bucket_url``, each path segment percent-encoded), or None."""
+    return d.bucket_url.format(path=url_path(*path.split("/"))) if d.bucket_url else None
 
 
 def paths_by(d: SiteData, run_id: str | None = None) -> dict[tuple[str, str], str]:

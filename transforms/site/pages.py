@@ -22,9 +22,9 @@ import polars as pl
 
 from transforms.escape import Markup
 from transforms.site import archive, charts
-from transforms.site.data import (MAX_RUN_ROWS, SiteData, commit_link, commit_range, dump_link, html_href, incident_link,
-                                  marked, program_anchor, run_info, run_link, series_anchor, series_link,
-                                  state_text)
+from transforms.site.data import (MAX_RUN_ROWS, SiteData, commit_link, commit_range, dump_href, dump_link, html_href,
+                                  incident_link, marked, program_anchor, run_info, run_link, series_anchor, series_file,
+                                  series_link, state_text)
 from transforms.trends.diffs import change_entries
 from transforms.trends.headlines import IMPACT_TEXT
 from transforms.trends.incident_rule import NOT_RUN
@@ -300,14 +300,20 @@ def accepts_page(d: SiteData) -> dict:
 def series_pages(d: SiteData):
     """(series, context) of each series page (``SiteData.series_pages``), in name order:
     every metric over the window, the latest value of each with the incident open on it,
-    and the incidents of the series."""
+    and the incidents of the series.
+
+    A page says nothing that moves with the window alone, so that a night that moved none of
+    its figures leaves it as it was (``flows/publish/site_mkdocs.py`` then does not build it):
+    its chart's ends are drawn by ``assets/charts.js`` (``charts.WindowEnds``), and for a
+    series seen in the latest run, that run, how many runs it was seen in and its dump there
+    are written by ``assets/status.js`` from ``series_data`` (``assets/series-data.js``)."""
     rows = d.states.filter(pl.col("series").is_in(list(d.series_pages)))
     latest = rows.sort("started_at", "run_id").group_by("series", "metric").agg(pl.all().last()).sort("series", "metric")
-    specs = charts.small_multiples_by(marked(d, rows, "series"), "series")
-    last_dump = {} if d.dump_paths is None else dict(
-        d.dump_paths.join(latest.sort("started_at").group_by("series").agg(pl.col("run_id").last()), on=["series", "run_id"])
-        .group_by("series").agg(pl.col("path").min()).iter_rows())
-    seen = {} if d.series_catalog is None else dict(d.series_catalog.select("series", "runs").iter_rows())
+    ends = charts.WindowEnds(first=d.window.get_column("run_id")[0] if d.window.height else None, latest=d.latest,
+                             root="../")
+    specs = charts.small_multiples_by(marked(d, rows, "series"), "series", ends=ends)
+    last_dump = _last_dumps(d, latest)
+    catalog = _catalog(d)
     patterns = [a for a in d.accepts.iter_rows(named=True) if a.get("series") is not None]
     status = _status_at_latest(d)
     incidents = {} if d.incidents is None else {r["incident_id"]: r for r in d.incidents.iter_rows(named=True)}
@@ -318,9 +324,13 @@ def series_pages(d: SiteData):
             archived.setdefault(s, []).append({**r, "link": d.incident_link(r["incident_id"], "series")})
     for (series,), part in sorted(latest.partition_by("series", as_dict=True).items()):
         first = part.row(0, named=True)
+        last_run = part.sort("started_at").get_column("run_id")[-1]
+        seen = catalog.get(series, {})
+        current = last_run == d.latest  # seen in the latest run: that run's facts come from series-data.js
         yield series, {
             "series": series, "job": first["job"], "program": first["program"], "kind": first["kind"], "stage": first["stage"],
-            "table": [{"metric": r["metric"], "value": human_value(r["metric"], r["value"]), "run": r["run_id"],
+            "table": [{"metric": r["metric"], "value": human_value(r["metric"], r["value"]),
+                       "run": None if r["run_id"] == d.latest else r["run_id"],
                        "change": human_delta(r["metric"], r["delta"]) if r["delta"] else "",
                        "baseline": human_value(r["metric"], r["baseline"]) if r["step"] else "",
                        "incident": {"text": state_text(r["step"], r["incident_id"]),
@@ -330,11 +340,48 @@ def series_pages(d: SiteData):
             "incidents": [{**incidents[i], "link": incident_link(i, "series"), "status": status.get(i, "open")}
                           for i in by_series.get(series, []) if i in incidents],
             "archived": [a for a in archived.get(series, []) if a["link"] is not None],
-            "metrics_chart": specs.get(series), "runs": seen.get(series, 0), "history_runs": d.history_runs,
-            "dump": dump_link(d, last_dump.get(series)), "last_run": part.sort("started_at").get_column("run_id")[-1],
-            "window_runs": d.window.height,
+            "metrics_chart": specs.get(series), "history_runs": d.history_runs, "window_runs": d.window.height,
+            "first_run": seen.get("first_run"), "current": current, "key": series_key(series),
+            "runs": None if current else seen.get("runs", 0),
+            "last_run": None if current else last_run, "dump": None if current else dump_link(d, last_dump.get(series)),
             "accepts": [a for a in patterns if fnmatch.fnmatchcase(series, a["series"])],  # its own and its patterns'
         }
+
+
+def series_data(d: SiteData) -> dict[str, dict]:
+    """``assets/series-data.js``: for each series with a page that the latest run saw (by
+    ``series_key``), what its page says of that run and changes with every night: how many
+    runs it was seen in, and its dump there (its bucket path, and the link to it when ``[site] bucket_url`` says
+    where). ``assets/status.js`` writes them into the page as text."""
+    names = sorted(s for s, r in _catalog(d).items() if s in d.series_pages and r["last_run"] == d.latest)
+    if not names:
+        return {}
+    latest = d.states.filter(pl.col("series").is_in(names) & (pl.col("run_id") == d.latest))
+    paths = _last_dumps(d, latest)
+    catalog = _catalog(d)
+    return {series_key(s): {"runs": catalog[s]["runs"], "dump": paths.get(s),
+                            "dump_href": dump_href(d, paths[s]) if s in paths else None} for s in names}
+
+
+def series_key(series: str) -> str:
+    """The key of a series in ``series_data`` and on its page: its page's file name (a slug), not
+    its name, which a page can only hold escaped."""
+    return series_file(series).removeprefix("series/").removesuffix(".md")
+
+
+def _catalog(d: SiteData) -> dict[str, dict]:
+    """series -> its catalog row (runs seen, first and last run)."""
+    if d.series_catalog is None:
+        return {}
+    return {r["series"]: r for r in d.series_catalog.select("series", "runs", "first_run", "last_run").iter_rows(named=True)}
+
+
+def _last_dumps(d: SiteData, latest: pl.DataFrame) -> dict[str, str]:
+    """series -> its dump's bucket path (the first by name) in the last run of ``latest``'s rows."""
+    if d.dump_paths is None:
+        return {}
+    last = latest.sort("started_at").group_by("series").agg(pl.col("run_id").last())
+    return dict(d.dump_paths.join(last, on=["series", "run_id"]).group_by("series").agg(pl.col("path").min()).iter_rows())
 
 
 def series_index(d: SiteData) -> dict:
