@@ -72,6 +72,20 @@ def test_pages_say_something_without_javascript(site):
     assert "The incident whose step is open on this figure at this run" in query  # a view's column comment, from the warehouse
 
 
+def test_the_kernels_page_breaks_down_the_latest_runs_collectives(site):
+    """Raw HTML that Markdown skips (a big night's custom calls and collectives are thousands of
+    rows): cells escaped as text, numbers right-aligned. jit__fun's all-reduces in 2026-11-20:
+    nine before XLA's optimizations, combined into one after."""
+    page = (site.out / "kernels.html").read_text()
+    section = page[page.index('id="collectives-run-2026-11-20"'):page.index('id="what-changed-since-the-previous-run"')]
+    rows = [[html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)]
+            for row in re.findall(r"<tr>(.*?)</tr>", section)]
+    assert rows == [["program", "stage", "name", "count", "change"],
+                    ["jit__fun", "before_optimizations", "all-reduce", "9", ""],
+                    ["jit__fun", "after_optimizations", "all-reduce", "1", ""]]
+    assert '<td class="ds-num">9</td>' in section
+
+
 def test_each_kind_of_page_renders_in_chromium(site, browser):
     ARTIFACTS.mkdir(exist_ok=True)
     shots = {"index.html": "site_overview.png", SERIES: "site_series.png"}

@@ -256,13 +256,16 @@ def _environment(data: site_data.SiteData | None = None) -> jinja2.Environment:
 
     def chart(spec: dict | None, caption: str = "") -> escape.Markup:
         """A chart container and its spec as a JSON data block (charts.js draws it); raw HTML,
-        so it must start a line."""
+        so it must start a line. The spec (most of a section page's bytes: a window of runs'
+        rows) is a raw block Markdown does not read (``site_hooks``): it holds no link or anchor
+        mkdocs checks, and JSON escaped for a script element has no line break."""
         if not spec:
             return escape.Markup("")
         counter["n"] += 1  # per page: an id says nothing about other pages (_render_pages resets it)
         return escape.Markup(
             '<div class="ds-chart vega-embed" id="chart-{n}" role="img" aria-label="{label}"></div>\n'
-            '<script type="application/json" class="ds-spec" data-for="chart-{n}">{spec}</script>\n'
+            '<!--ds-raw-->\n<script type="application/json" class="ds-spec" data-for="chart-{n}">{spec}</script>\n'
+            '<!--/ds-raw-->\n'
         ).format(n=counter["n"], label=escape.html_attr(caption), spec=escape.json_script(spec))
 
     for name in _UNSAFE_FILTERS:
