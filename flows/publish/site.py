@@ -164,8 +164,8 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
             diffs=q(f"SELECT * FROM diffs WHERE {in_window} ORDER BY ALL", [shown]),
             accepts=q("SELECT * FROM accepts ORDER BY accepted_at"),
             items=q(f"SELECT i.*, s.series, s.job, s.series_program AS program FROM dump_items i {with_series} "
-                    f"WHERE i.path IN ({latest_dumps}) AND i.category <> 'none' ORDER BY i.path, i.category, i.key",
-                    [latest]),
+                    f"WHERE i.path IN ({latest_dumps}) AND i.category IN (SELECT unnest(?::VARCHAR[])) "
+                    "ORDER BY i.path, i.category, i.key", [latest, list(site_data.ITEM_CATEGORIES)]),
             allocations=q(f"""SELECT s.series, s.job, s.series_program AS program, a.kind, a.size_bytes
                 FROM buffer_allocations a JOIN dumps d USING (dump_id) {with_series}
                 WHERE d.path IN ({latest_dumps}) AND d.stage = 'buffer_assignment' ORDER BY ALL""", [latest]),

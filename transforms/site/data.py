@@ -27,6 +27,9 @@ from transforms.trends.incident_rule import figure_states
 
 MAX_LINES = 12  # lines (or panels) drawn in one trend chart
 MAX_RUN_ROWS = 60  # figures and structural changes listed on a run's page
+# The structural items the pages list (the memory page's values at peak, the fusion page's fused
+# groups): of a big night's ~50,000 items (fusions, collectives...), the few hundred a page shows.
+ITEM_CATEGORIES = ("peak_value", "fused_group")
 DEFAULT_HISTORY_RUNS = 90  # [site] history_runs (transforms.trends.rules.Settings.site_history_runs)
 ONNX_RUNS = 14  # runs in the ONNX step matrix
 # What a figure's open step is called on the pages: one word per kind, as everywhere.
@@ -43,7 +46,7 @@ class SiteData:
     totals: pl.DataFrame  # job_totals of the latest run
     diffs: pl.DataFrame
     accepts: pl.DataFrame
-    items: pl.DataFrame  # dump_items of the latest run's dumps, with series
+    items: pl.DataFrame  # dump_items of the latest run's dumps in ITEM_CATEGORIES, with series
     allocations: pl.DataFrame  # latest run: series, kind, size_bytes
     onnx_errors: pl.DataFrame  # latest run: series, exception_type, message
     onnx_ops: pl.DataFrame  # latest run: series, source, op, count
