@@ -208,7 +208,8 @@ def render_site(warehouse: Path, site_dir: Path, settings_path: Path | None = No
     from flows.publish.site import build_site
 
     result = build_site(warehouse, site_dir, load_settings(settings_path))
-    return f"site {result.out}: {result.pages} pages, {result.charts} charts"
+    built = f"all built: {result.full_reason}" if result.full else f"{result.pages_built} built, the others unchanged"
+    return f"site {result.out}: {result.pages} pages ({built}), {result.charts} charts"
 
 
 @task
