@@ -420,6 +420,10 @@ def _reporting(*, fail_on, fail_on_regression, wait, dask_address, summary_json,
     if summary_json is not None and not summary_json.parent.is_dir():  # found before the night, not after it
         problem = "is a file, not a directory" if summary_json.parent.exists() else "does not exist"
         raise CommandError(f"--summary-json {summary_json}: {summary_json.parent.absolute()} {problem}", exit_code=2)
+    if dask_address is not None:
+        from flows.commands import preflight
+
+        preflight.dask_scheduler(dask_address)
     return dict(fail_on=fail_on or ("new" if fail_on_regression else None), wait_for_lock=wait, dask_address=dask_address,
                 summary_json=summary_json, verbose=verbose, log_level=log_level.upper() if log_level else None)
 

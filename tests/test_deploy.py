@@ -52,14 +52,18 @@ def test_a_served_night_gets_the_options_run_would_give_its_flow(tmp_path, monke
     served = []
     monkeypatch.setattr("prefect.serve", lambda *deployments: served.append(
         (deployments, os.environ.get(storage_secrets.DASK_VAR))))
-    out = CliRunner().invoke(app, ["serve", "--bucket", str(SAMPLE), "--warehouse", "w.duckdb", "--summary-json",
-                                   "night.json", "--no-wait", "--dask-address", "tcp://127.0.0.1:8786",
-                                   "--fail-on-regression", "--log-level", "error"])
+    with socket.socket() as scheduler:  # serve checks that the scheduler answers before anything else
+        scheduler.bind(("127.0.0.1", 0))
+        scheduler.listen()
+        address = f"tcp://127.0.0.1:{scheduler.getsockname()[1]}"
+        out = CliRunner().invoke(app, ["serve", "--bucket", str(SAMPLE), "--warehouse", "w.duckdb", "--summary-json",
+                                       "night.json", "--no-wait", "--dask-address", address,
+                                       "--fail-on-regression", "--log-level", "error"])
     assert out.exit_code == 0, out.output
     [((deployment,), dask_env)] = served
-    assert dask_env == "tcp://127.0.0.1:8786" and storage_secrets.DASK_VAR not in os.environ
+    assert dask_env == address and storage_secrets.DASK_VAR not in os.environ
     assert {k: deployment.parameters[k] for k in ("summary_path", "wait_for_lock", "dask_address", "fail_on")} == {
-        "summary_path": str(tmp_path / "night.json"), "wait_for_lock": False, "dask_address": "tcp://127.0.0.1:8786",
+        "summary_path": str(tmp_path / "night.json"), "wait_for_lock": False, "dask_address": address,
         "fail_on": "new"}
 
 

@@ -103,7 +103,34 @@ MISTAKES = {
                                      "error: --summary-json nope/summary.json: {cwd}/nope does not exist"),
     "summary JSON under a file": (["--summary-json", "notes.txt/summary.json"],
                                   "error: --summary-json notes.txt/summary.json: {cwd}/notes.txt is a file, not a directory"),
+    "Dask address no address": (["--dask-address", "scheduler"],
+                                 "error: --dask-address scheduler: not a scheduler's address: give tcp://HOST:PORT"),
+    # Port 9 (discard): nothing listens there. On main the night started and failed at its parse tasks.
+    "no Dask scheduler there": (["--dask-address", "tcp://127.0.0.1:9"],
+                                "error: --dask-address tcp://127.0.0.1:9: no scheduler answers there (Connection refused)"),
 }
+
+
+def test_a_dask_address_is_checked_by_connecting_to_it():
+    """--dask-address: a scheduler's address that accepts a connection, or exit 2 in one line."""
+    import socket
+
+    from flows.commands import preflight
+    from flows.errors import CommandError
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        for address in (f"tcp://127.0.0.1:{port}", f"127.0.0.1:{port}", f"tls://localhost:{port}/"):
+            preflight.dask_scheduler(address)
+    for address in ("tcp://127.0.0.1", "http://127.0.0.1:8786", "tcp://127.0.0.1:99999", "tcp://:8786",
+                    "tcp://127.0.0.1:8786/x", "tcp://user@127.0.0.1:8786", "ucx://127.0.0.1:8786"):
+        with pytest.raises(CommandError, match="not a scheduler's address: give tcp://HOST:PORT") as raised:
+            preflight.dask_scheduler(address)
+        assert raised.value.exit_code == 2 and str(raised.value).startswith(f"--dask-address {address}: ")
+    with pytest.raises(CommandError, match=r"tcp://127\.0\.0\.1:\d+: no scheduler answers there \(Connection refused\)"):
+        preflight.dask_scheduler(f"tcp://127.0.0.1:{port}")  # closed now
 
 
 @pytest.mark.integration

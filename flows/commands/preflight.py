@@ -3,7 +3,8 @@ in one line (a ``CommandError``): the settings file and the memory limit (exit 2
 notification targets and the ``--publish`` destination (exit 2), the warehouse a night writes (exit 2: a directory, a file
 that is no warehouse, a place this user cannot write), and the warehouse's one writer (exit 1
 when the file is no warehouse, 3 when another writer holds it). The bucket's check is ``flows.ingest.bucket.check_bucket``
-(exit 2), the warehouse file's ``flows.warehouse.inspect.check_warehouse`` (exit 1).
+(exit 2), the warehouse file's ``flows.warehouse.inspect.check_warehouse`` (exit 1). The Dask
+scheduler of ``--dask-address`` must answer before the night starts (exit 2).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from flows.resources import MemoryBudget
 from transforms.trends.rules import Settings
 
 BAD_ARGUMENT = 2
+DASK_CONNECT_SECONDS = 5.0  # a scheduler answers in milliseconds; a typo must not hold the night up for long
 
 
 def settings(path: Path | None) -> Settings:
@@ -60,6 +62,31 @@ def notify_targets() -> None:
         if isinstance(exc, CommandError):
             raise
         raise CommandError(str(exc), exit_code=BAD_ARGUMENT) from None
+
+
+def dask_scheduler(address: str) -> None:
+    """Exit 2 with one line unless ``address`` (``--dask-address``) is a scheduler's address,
+    ``tcp://HOST:PORT``, ``tls://HOST:PORT`` or ``HOST:PORT`` (Dask's default, tcp), that
+    accepts a connection within ``DASK_CONNECT_SECONDS``: a typo is found before any work,
+    not when the night's parse tasks start."""
+    import socket
+    from urllib.parse import urlsplit
+
+    where = f"--dask-address {address}"
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = None
+    if (parts.scheme not in ("tcp", "tls") or not parts.hostname or port is None or parts.path not in ("", "/")
+            or parts.query or parts.fragment or parts.username is not None):
+        raise CommandError(f"{where}: not a scheduler's address: give tcp://HOST:PORT", exit_code=BAD_ARGUMENT)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=DASK_CONNECT_SECONDS):
+            pass
+    except OSError as exc:  # refused, unknown host, unreachable, timed out
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise CommandError(f"{where}: no scheduler answers there ({reason})", exit_code=BAD_ARGUMENT) from None
 
 
 def publish_destination(dest: str) -> None:
