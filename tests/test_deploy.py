@@ -4,6 +4,7 @@ bucket and notifies; then a pull request's `check` against the published snapsho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -46,13 +47,14 @@ def test_a_served_night_gets_the_options_run_would_give_its_flow(tmp_path, monke
     flows.nightly in); the environment is put back when serve returns."""
     from flows import storage_secrets
 
-    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
     monkeypatch.delenv(storage_secrets.DASK_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
     served = []
     monkeypatch.setattr("prefect.serve", lambda *deployments: served.append(
         (deployments, os.environ.get(storage_secrets.DASK_VAR))))
-    with socket.socket() as scheduler:  # serve checks that the scheduler answers before anything else
+    # serve checks that the scheduler and the Prefect server answer before anything else
+    with socket.socket() as scheduler, _answering_server() as api:
+        monkeypatch.setenv("PREFECT_API_URL", api)
         scheduler.bind(("127.0.0.1", 0))
         scheduler.listen()
         address = f"tcp://127.0.0.1:{scheduler.getsockname()[1]}"
@@ -86,6 +88,29 @@ def test_serve_and_watch_refuse_a_mistake_in_one_line_before_prefect_starts(tmp_
         out = CliRunner().invoke(app, [command, "--bucket", str(SAMPLE), "--warehouse", str(tmp_path / "w.duckdb"),
                                        "--notify", "nosuchscheme://x"])
         assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, (command, out.output)
+
+
+@contextlib.contextmanager
+def _answering_server():
+    """A stand-in for a Prefect server's API URL: its health check answers, nothing else runs."""
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"true")
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_port}/api"
+        finally:
+            server.shutdown()
 
 
 def _free_port() -> int:

@@ -82,10 +82,11 @@ _PROBE = ("import sys\nfrom flows.cli import main\ntry:\n    main()\nfinally:\n"
           "    print('prefect imported' if 'prefect' in sys.modules else 'prefect not imported', file=sys.stderr)\n")
 
 
-def _dumpscope(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PREFECT_HOME": str(cwd / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
-    env.pop("DUMPSCOPE_NOTIFY", None)
+def _dumpscope(args: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {**os.environ, "PREFECT_HOME": str(cwd / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    base.pop("PREFECT_API_URL", None)
+    base.pop("DUMPSCOPE_NOTIFY", None)
+    env = base | (env or {})
     return subprocess.run([sys.executable, "-c", _PROBE, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -148,6 +149,47 @@ def test_an_operators_mistake_is_one_line_exit_2_before_prefect(mistake, tmp_pat
     if said:
         assert lines == [said.format(cwd=tmp_path)]
     assert not (tmp_path / "data" / "warehouse.duckdb").exists() or (ROOT / "data" / "warehouse.duckdb").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("url, said", [
+    ("http://127.0.0.1:9/api", "no Prefect server answers there (Connection refused)"),  # port 9: nothing listens
+    ("127.0.0.1:4200/api", "not an http(s) URL: e.g. http://127.0.0.1:4200/api"),
+])
+def test_a_prefect_server_that_is_not_there_is_one_line_exit_2_before_prefect(url, said, tmp_path):
+    """On main: Prefect's traceback once the night began (PREFECT_API_URL with a typo, a server not started)."""
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    done = _dumpscope(["run"], tmp_path, timeout=60, env={"PREFECT_API_URL": url})
+    *lines, probe = done.stderr.splitlines()
+    assert (done.returncode, done.stdout, probe) == (2, "", "prefect not imported"), done.stderr
+    assert lines == [f"error: PREFECT_API_URL {url}: {said}"]
+
+
+def test_any_http_answer_at_the_prefect_url_is_a_server(monkeypatch):
+    """Prefect Cloud's workspace URLs may answer 401 without a key: a server is there all the same."""
+    import http.server
+    import threading
+
+    from flows.commands import preflight
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200 if self.path == "/api/health" else 401)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            for path in ("/api", "/api/", "/api/accounts/a/workspaces/w"):
+                monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{server.server_port}{path}")
+                preflight.prefect_api()
+        finally:
+            server.shutdown()
+    monkeypatch.delenv("PREFECT_API_URL")
+    preflight.prefect_api()  # unset: the command starts its own
 
 
 @pytest.mark.integration

@@ -60,6 +60,7 @@ def prepare(options: NightOptions) -> dict:
         check_bucket(options.bucket, storage_secrets.resolve(None))
     if options.publish_to:
         preflight.publish_destination(options.publish_to)
+    preflight.prefect_api()  # last: the other mistakes are found without a network call
     limits = {k: v for k, v in (("max_line_bytes", options.max_line_bytes), ("max_dump_bytes", options.max_dump_bytes),
                                 ("parse_seconds", options.parse_seconds)) if v is not None}
     return dict(bucket=options.bucket, warehouse=options.warehouse, storage_secret=options.storage_secret,

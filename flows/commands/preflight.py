@@ -4,7 +4,8 @@ notification targets and the ``--publish`` destination (exit 2), the warehouse a
 that is no warehouse, a place this user cannot write), and the warehouse's one writer (exit 1
 when the file is no warehouse, 3 when another writer holds it). The bucket's check is ``flows.ingest.bucket.check_bucket``
 (exit 2), the warehouse file's ``flows.warehouse.inspect.check_warehouse`` (exit 1). The Dask
-scheduler of ``--dask-address`` must answer before the night starts (exit 2).
+scheduler of ``--dask-address``, and the Prefect server ``PREFECT_API_URL`` names when it is
+set, must answer before the night starts (exit 2).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from transforms.trends.rules import Settings
 
 BAD_ARGUMENT = 2
 DASK_CONNECT_SECONDS = 5.0  # a scheduler answers in milliseconds; a typo must not hold the night up for long
+PREFECT_ANSWER_SECONDS = 10.0  # a server's health check, likewise
 
 
 def settings(path: Path | None) -> Settings:
@@ -87,6 +89,32 @@ def dask_scheduler(address: str) -> None:
     except OSError as exc:  # refused, unknown host, unreachable, timed out
         reason = exc.strerror or str(exc) or type(exc).__name__
         raise CommandError(f"{where}: no scheduler answers there ({reason})", exit_code=BAD_ARGUMENT) from None
+
+
+def prefect_api() -> None:
+    """Exit 2 with one line when ``PREFECT_API_URL`` is set and nothing answers there within
+    ``PREFECT_ANSWER_SECONDS`` (a typo in its host or port, a server not started): found here,
+    not as Prefect's traceback once the night begins. Any HTTP answer to ``<url>/health`` is
+    a server (Prefect Cloud's workspace URLs may answer 401 without a key); unset, the command
+    starts its own temporary server."""
+    import urllib.error
+    import urllib.request
+
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
+        return
+    where = f"PREFECT_API_URL {url}"
+    if not url.startswith(("http://", "https://")):
+        raise CommandError(f"{where}: not an http(s) URL: e.g. http://127.0.0.1:4200/api", exit_code=BAD_ARGUMENT)
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=PREFECT_ANSWER_SECONDS):
+            return
+    except urllib.error.HTTPError:  # an answer, if not a welcome one: a server is there
+        return
+    except (OSError, ValueError) as exc:  # refused, unknown host, timed out, a malformed URL
+        reason = getattr(exc, "reason", None) or exc
+        reason = getattr(reason, "strerror", None) or str(reason) or type(exc).__name__
+        raise CommandError(f"{where}: no Prefect server answers there ({reason})", exit_code=BAD_ARGUMENT) from None
 
 
 def publish_destination(dest: str) -> None:
