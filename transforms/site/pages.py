@@ -351,14 +351,14 @@ def series_pages(d: SiteData):
 def series_data(d: SiteData) -> dict[str, dict]:
     """``assets/series-data.js``: for each series with a page that the latest run saw (by
     ``series_key``), what its page says of that run and changes with every night: how many
-    runs it was seen in, and its dump there (its bucket path, and the link to it when ``[site] bucket_url`` says
-    where). ``assets/status.js`` writes them into the page as text."""
-    names = sorted(s for s, r in _catalog(d).items() if s in d.series_pages and r["last_run"] == d.latest)
+    runs it was seen in, and its dump there (its bucket path, and the link to it when
+    ``[site] bucket_url`` says where). ``assets/status.js`` writes them into the page as text."""
+    catalog = _catalog(d)
+    names = sorted(s for s, r in catalog.items() if s in d.series_pages and r["last_run"] == d.latest)
     if not names:
         return {}
     latest = d.states.filter(pl.col("series").is_in(names) & (pl.col("run_id") == d.latest))
     paths = _last_dumps(d, latest)
-    catalog = _catalog(d)
     return {series_key(s): {"runs": catalog[s]["runs"], "dump": paths.get(s),
                             "dump_href": dump_href(d, paths[s]) if s in paths else None} for s in names}
 
