@@ -43,7 +43,9 @@ def command(name: str | None = None) -> Callable:
             try:
                 status = fn(*args, **kwargs)
             except CommandError as exc:
-                typer.echo(f"error: {exc}", err=True)
+                from transforms.escape import plain_text  # a name in the message may hold a line break
+
+                typer.echo(f"error: {plain_text(exc)}", err=True)
                 raise typer.Exit(exc.exit_code) from None
             if status:
                 raise typer.Exit(status)

@@ -112,6 +112,20 @@ MISTAKES = {
 }
 
 
+def test_a_mistake_is_one_line_whatever_the_name_holds(tmp_path):
+    """A name with a line break (a bucket path, an address) is said on one line, as spaces."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    for args, said in ((["--bucket", "/typo\nsecond line"], "error: no bucket at /typo second line"),
+                       (["--dask-address", "tcp://127.0.0.1:9\n<img src=x>"],
+                        "error: --dask-address tcp://127.0.0.1:9 <img src=x>: not a scheduler's address: "
+                        "give tcp://HOST:PORT")):
+        out = CliRunner().invoke(app, ["run", "--warehouse", str(tmp_path / "w.duckdb"), *args])
+        assert (out.exit_code, out.output.splitlines()) == (2, [said]), out.output
+
+
 def test_a_dask_address_is_checked_by_connecting_to_it():
     """--dask-address: a scheduler's address that accepts a connection, or exit 2 in one line."""
     import socket
