@@ -284,20 +284,22 @@ def small_multiples_by(rows: pl.DataFrame, key: str, *, panel: str = "metric", c
                          pl.when(is_bytes).then(size).otherwise(1).cast(pl.Float64).alias("_scale"))
     rows = rows.join(units, on=[key, panel], how="left", maintain_order="left").with_columns(
         pl.when(pl.col("_unit") == "").then(pl.col(panel)).otherwise(pl.format("{} ({})", panel, "_unit")).alias("_panel"))
-    span = dict((name, (lo, hi)) for name, lo, hi in rows.group_by(key).agg(
-        pl.col("started_at").min().alias("lo"), pl.col("started_at").max().alias("hi")).iter_rows())
     points = pl.concat([rows.select(key), _points(rows, "_panel", pl.col("_scale"), pl.col("_unit"))], how="horizontal")
     out = {}
-    rows_of = rows.partition_by(key, as_dict=True, maintain_order=True)  # one pass, not a filter a series
+    floating = ends is not None and steps  # the axis is the page script's (its rows' runs are not all here)
+    if not floating:
+        span = dict((name, (lo, hi)) for name, lo, hi in rows.group_by(key).agg(
+            pl.col("started_at").min().alias("lo"), pl.col("started_at").max().alias("hi")).iter_rows())
+        rows_of = rows.partition_by(key, as_dict=True, maintain_order=True)  # one pass, not a filter a series
     for (name,), part in points.partition_by(key, as_dict=True, maintain_order=True).items():
-        first, last = span[name]
         opened, open_ = _layers(part)
-        if ends is not None and steps:
+        if floating:
             spec = json.loads(_small_multiples_spec(columns, False, steps, opened, open_))
             # What charts.js needs to draw the axis as _time_domain, _run_ticks and _is_daily would.
             spec["usermeta"] = {"dumpscopeEnds": {"root": ends.root, "left": _PAD_LEFT, "right": _PAD_RIGHT_PANELS,
                                                   "dailyDays": DAILY_DAYS, "maxTicks": MAX_RUN_TICKS}}
         else:
+            first, last = span[name]
             spec = json.loads(_small_multiples_spec(columns, _is_daily(first, last), steps, opened, open_))
             _set_time_domain(spec, _time_domain(first, last, right=_PAD_RIGHT_PANELS), _run_ticks(rows_of[(name,)]))
         spec["title"] = name

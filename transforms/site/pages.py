@@ -312,7 +312,7 @@ def series_pages(d: SiteData):
     ends = charts.WindowEnds(first=d.window.get_column("run_id")[0] if d.window.height else None, latest=d.latest,
                              root="../")
     specs = charts.small_multiples_by(marked(d, rows, "series"), "series", ends=ends)
-    last_dump = _last_dumps(d, latest)
+    last_dump = _last_dumps(d, latest)  # named in the page for a series the latest run did not see
     catalog = _catalog(d)
     patterns = [a for a in d.accepts.iter_rows(named=True) if a.get("series") is not None]
     status = _status_at_latest(d)
