@@ -43,9 +43,7 @@ def command(name: str | None = None) -> Callable:
             try:
                 status = fn(*args, **kwargs)
             except CommandError as exc:
-                from transforms.escape import plain_text  # a name in the message may hold a line break
-
-                typer.echo(f"error: {plain_text(exc)}", err=True)
+                typer.echo(f"error: {exc.line()}", err=True)
                 raise typer.Exit(exc.exit_code) from None
             if status:
                 raise typer.Exit(status)

@@ -2,7 +2,8 @@
 
 Any layer raises it (or a subclass: a bucket that cannot be used, a busy warehouse, a run
 that does not exist...); ``flows.cli`` turns it into one line on stderr (``error: ...``)
-and that exit status, in one place. Imports nothing of ``flows``: every layer may import it.
+and that exit status, in one place (``CommandError.line``). Imports nothing of ``flows``: every
+layer may import it.
 
 A subclass states its status on its ``class`` line, beside its other bases::
 
@@ -34,3 +35,10 @@ class CommandError(Exception):
         super().__init__(*args)
         if exit_code is not None:
             self.exit_code = exit_code
+
+    def line(self) -> str:
+        """The message on one line, as plain text: a name in it (a bucket path, an address) may
+        hold a line break or a control character."""
+        from transforms.escape import plain_text
+
+        return plain_text(str(self))
