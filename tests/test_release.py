@@ -62,7 +62,7 @@ def test_the_snapshot_holds_its_records_and_names_no_store(sample_warehouse, sam
     for table in ("incidents", "dumps", "runs"):
         assert sorted(_query(copied, f"SELECT * FROM {table}")) == sorted(_query(sample_warehouse, f"SELECT * FROM {table}"))
     [(documented,)] = _query(copied, "SELECT comment FROM duckdb_tables() WHERE table_name = 'hlo_instructions'")
-    [(as_view,)] = _query(sample_warehouse, "SELECT comment FROM duckdb_views() WHERE view_name = 'hlo_instructions'")
+    [(as_view,)] = _query(sample_warehouse, "SELECT comment FROM duckdb_views() WHERE view_name = 'hlo_instructions' AND schema_name = 'main'")
     assert documented == as_view and documented.startswith("One row per HLO instruction.")
 
 

@@ -55,11 +55,13 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | Non
             con.execute(sql)
         # Views and comments (hundreds of statements) only when they would change: every
         # writer runs this, and each statement is journaled and replayed.
-        documents = ws.views_sql() + ws.comments_sql(all_tables(), all_table_docs())
+        documents = (ws.records_views_sql(all_tables()) + ws.views_sql()
+                     + ws.comments_sql(all_tables(), all_table_docs()))
         digest = hashlib.sha256("\n".join(documents).encode()).hexdigest()
         stored = con.execute("SELECT value FROM schema_info WHERE key = 'documented_with'").fetchall()
-        views = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-        if steps or more or stored != [(digest,)] or not set(ws.VIEWS) <= views:
+        views = {v for (v,) in con.execute(
+            "SELECT view_name FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal").fetchall()}
+        if steps or more or stored != [(digest,)] or not set(ws.VIEWS) | set(all_tables()) <= views:
             for sql in documents:
                 con.execute(sql)
             con.execute("INSERT OR REPLACE INTO schema_info VALUES ('documented_with', ?)", [digest])

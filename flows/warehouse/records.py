@@ -16,7 +16,11 @@ links of the staged Parquet files (a copy across file systems), or frames writte
 - ``records_files`` (a core table) lists the files of each content; it is the truth.
 - Each records table is a view reading exactly the files listed (``refresh_views``, by
   absolute path under ``schema_info.records_root``), so a reader of one generation of
-  the warehouse sees that generation's records, never a night in progress.
+  the warehouse sees that generation's records, never a night in progress. The view a
+  reader queries (``main.<table>``, with its comments) selects from
+  ``records_store.<table>``, which names the files: a night that lists other files
+  replaces only that inner view (a statement per table, where a replaced commented view
+  needed one per column, each journaled and replayed onto the standby).
 - A file no listing names any more (a content re-parsed, dropped, or compacted) is
   unlinked by ``sweep``, which the writer runs once both generations of the file are
   level (no reader can still hold the old one's list).
@@ -48,9 +52,12 @@ import pyarrow.parquet as pq
 from flows.warehouse import schema as ws
 from flows.warehouse.reads import LATEST_RUN_FIRST, registered
 from transforms.escape import sql_literal
-from transforms.parsers.formats import all_table_docs, all_tables
+from transforms.parsers.formats import all_tables
 
 ROOT_KEY = "records_root"
+STORE_SCHEMA = ws.RECORDS_STORE_SCHEMA  # the inner views, which name the files
+INNER_VIEW_DOC = ("The store files records_files lists for {table}, read by absolute path; redefined when that"
+                  " listing changes. Query {table} (its columns documented) instead.")
 _CONTENT = re.compile(r"[0-9a-f]{64}\Z")
 _STORE_FILE = re.compile(r"[0-9a-f]{64}\.v\d+\.\d+\.parquet\Z")
 
@@ -160,9 +167,10 @@ def listed(con, tables: Iterable[str] | None = None) -> dict[str, list[str]]:
 
 
 def view_sql(table: str, columns: dict[str, str], files: list[str], present: dict[str, str]) -> str:
-    """The view of ``table``: its declared ``columns`` (name -> DuckDB type) read from
-    ``files`` (absolute paths); a column no file has (``present``) reads as NULL."""
-    return f"CREATE OR REPLACE VIEW {ws.quote_ident(table)} AS {rows_sql(columns, files, present)}"
+    """The inner view of ``table`` (``records_store.<table>``): its declared ``columns`` (name ->
+    DuckDB type) read from ``files`` (absolute paths); a column no file has (``present``) reads as NULL."""
+    return (f"CREATE OR REPLACE VIEW {ws.quote_ident(STORE_SCHEMA)}.{ws.quote_ident(table)} AS "
+            f"{rows_sql(columns, files, present)}")
 
 
 def rows_sql(columns: dict[str, str], files: list[str], present: dict[str, str]) -> str:
@@ -198,11 +206,12 @@ def _reading(files: list[str]) -> str:
 
 
 def refresh_views(con, tables: Iterable[str] | None = None) -> None:
-    """(Re)define the views of ``tables`` (every records table: None) from ``records_files``,
-    with their comments (a replaced view loses them)."""
+    """(Re)define the inner views of ``tables`` (every records table: None) from
+    ``records_files``. The commented views readers query select from them
+    (``schema.records_views_sql``, made with the other views and comments by ``migrate``)."""
     declared = all_tables()
-    docs = all_table_docs()
     root = root_of(con)
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {ws.quote_ident(STORE_SCHEMA)}")
     for table, names in listed(con, tables).items():
         files = [str(root / n) for n in names]
         columns = ws.records_columns(declared[table])
@@ -210,8 +219,9 @@ def refresh_views(con, tables: Iterable[str] | None = None) -> None:
         if files:
             present = {name: kind for name, kind, *_ in con.execute(f"DESCRIBE SELECT * FROM {_reading(files)}").fetchall()}
         con.execute(view_sql(table, columns, files, present))
-        for sql in ws.records_comments_sql(table, declared[table], docs.get(table, {})):
-            con.execute(sql)
+        # Its own comment (a replaced view loses it); the columns' are on the view readers query.
+        con.execute(f"COMMENT ON VIEW {ws.quote_ident(STORE_SCHEMA)}.{ws.quote_ident(table)} IS "
+                    f"{ws.quote_literal(INNER_VIEW_DOC.format(table=table))}")
 
 
 def refresh_changed(con, before: dict[str, list[str]]) -> None:
@@ -262,8 +272,9 @@ def adopt(con, root: Path) -> None:
         _bring_over(con, before, root)
     if before != root:
         con.execute("INSERT OR REPLACE INTO schema_info VALUES (?, ?)", [ROOT_KEY, str(root)])
-    views = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    if legacy or before != root or not set(all_tables()) <= views:
+    inner = {v for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE schema_name = ? AND NOT internal",
+                                        [STORE_SCHEMA]).fetchall()}
+    if legacy or before != root or not set(all_tables()) <= inner:
         refresh_views(con)
 
 
@@ -423,5 +434,5 @@ def allowed_files(con) -> list[str]:
     return [str(root / n) for (n,) in con.execute("SELECT file FROM records_files ORDER BY file").fetchall()]
 
 
-__all__ = ["HeldRuns", "REPAIR_HINT", "ROOT_KEY", "add_rows", "adopt", "allowed_files", "damaged", "damaged_contents", "heal", "held_runs", "missing_root", "drop_contents", "files_sql", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for",
+__all__ = ["HeldRuns", "REPAIR_HINT", "ROOT_KEY", "add_rows", "adopt", "allowed_files", "damaged", "damaged_contents", "heal", "held_runs", "missing_root", "drop_contents", "files_sql", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for", "STORE_SCHEMA",
            "root_of", "rows_sql", "stored_root", "store_name", "sweep", "view_sql"]

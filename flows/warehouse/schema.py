@@ -119,7 +119,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         },
     ),
     "records_files": (
-        "The Parquet files holding the records rows (docs/scale.md): one row per file, one file per content, records table and part, under <warehouse>.records/ (schema_info.records_root). Each records table is a view reading exactly the files listed here.",
+        "The Parquet files holding the records rows (docs/scale.md): one row per file, one file per content, records table and part, under <warehouse>.records/ (schema_info.records_root). Each records table is a view reading exactly the files listed here (through its inner view, records_store.<table>).",
         {
             "dump_id": ("VARCHAR NOT NULL", "The content (dumps.dump_id) whose rows the file holds."),
             "table_name": ("VARCHAR NOT NULL", "The records table (view) the file belongs to."),
@@ -489,6 +489,22 @@ RECORDS_HELD_DOC = (" Holds the rows of the contents of the last [warehouse] kee
                     " a content shared by runs is stored once); older contents are compacted (compacted_contents), their"
                     " metrics, items and diffs kept. Rows are Parquet files under schema_info.records_root (records_files):"
                     " a copy of the warehouse file needs that directory too.")
+
+
+# The schema of the records tables' inner views: each names its table's listed files and is
+# replaced when the listing changes (``flows.warehouse.records.refresh_views``); ``main.<table>``,
+# commented, selects from it and changes only with the declared columns.
+RECORDS_STORE_SCHEMA = "records_store"
+
+
+def records_views_sql(tables: Mapping[str, pl.Schema]) -> list[str]:
+    """The views readers query for the records tables: their declared columns, from the inner views."""
+    out = []
+    for table, schema in tables.items():
+        cols = ", ".join(quote_ident(c) for c in records_columns(schema))
+        out.append(f"CREATE OR REPLACE VIEW {quote_ident(table)} AS SELECT {cols} "
+                   f"FROM {quote_ident(RECORDS_STORE_SCHEMA)}.{quote_ident(table)}")
+    return out
 
 
 def records_comments_sql(table: str, schema: pl.Schema, tdocs: Mapping[str, str]) -> list[str]:

@@ -46,7 +46,8 @@ def write_snapshot(warehouse: Path, out: Path) -> int:
         try:
             con.execute(f"COPY FROM DATABASE {quote_ident(source)} TO snapshot")
             views = {v for (v,) in con.execute(
-                "SELECT view_name FROM duckdb_views() WHERE database_name = 'snapshot' AND NOT internal").fetchall()}
+                "SELECT view_name FROM duckdb_views() WHERE database_name = 'snapshot' AND schema_name = 'main' "
+                "AND NOT internal").fetchall()}
             docs = all_table_docs()
             con.execute("USE snapshot")
             for table, schema in all_tables().items():
@@ -57,6 +58,8 @@ def write_snapshot(warehouse: Path, out: Path) -> int:
                 con.execute(f"CREATE TABLE {quote_ident(table)} AS SELECT * FROM {quote_ident(source)}.main.{quote_ident(table)}")
                 for statement in records_comments_sql(table, schema, docs.get(table, {})):
                     con.execute(statement.replace("COMMENT ON VIEW", "COMMENT ON TABLE", 1))
+            # The inner views name the store's files by absolute path: the snapshot's records are its tables.
+            con.execute(f"DROP SCHEMA IF EXISTS {quote_ident(records.STORE_SCHEMA)} CASCADE")
             con.execute("DELETE FROM records_files")
             con.execute("DELETE FROM schema_info WHERE key = ?", [records.ROOT_KEY])  # it has no store
             taken = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
