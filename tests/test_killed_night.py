@@ -37,8 +37,11 @@ def test_only_the_work_directories_of_gone_processes_are_swept(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_night_killed_in_the_items_step_leaves_no_process_and_the_next_removes_its_work(tmp_path):
-    """Ephemeral mode (no PREFECT_API_URL): the night starts its own temporary server."""
+def test_a_night_killed_in_the_items_step_leaves_no_process_and_the_next_removes_its_work(prefect, tmp_path):
+    """Ephemeral mode (no PREFECT_API_URL): the killed night starts its own temporary server. The
+    next night talks to the session's server (its own start-up is not what this test is about)."""
+    from prefect.settings import PREFECT_API_URL
+
     bucket, warehouse = tmp_path / "bucket", tmp_path / "w.duckdb"
     shutil.copytree(SAMPLE / "2026-11-17", bucket / "2026-11-17")
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(tmp_path / "prefect")}
@@ -53,7 +56,8 @@ def test_a_night_killed_in_the_items_step_leaves_no_process_and_the_next_removes
     _no_process_left_from("items-killed")
     left = [p.name for p in tmp_path.glob(".items-*")]
     assert len(left) == 1 and any((tmp_path / left[0]).iterdir()), left
-    again = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    again = subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT,
+                           env=env | {"PREFECT_API_URL": PREFECT_API_URL.value()}, capture_output=True, text=True,
                            timeout=300)
     assert again.returncode == 0, (again.stdout[-2000:], again.stderr[-2000:])
     assert f"removed {left[0]}, left by a killed night" in again.stdout + again.stderr
