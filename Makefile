@@ -27,8 +27,9 @@ run: $(STAMP)
 	@echo "report site: $(SITE)/index.html (browse it: $(BIN)/python -m http.server -d $(SITE) 8000 --bind 127.0.0.1)"
 
 # The suite in four tiers (tests/conftest.py): fast (in this process only), slow (in process, seconds
-# each), integration (Prefect, subprocesses, S3) and browser. `make test` runs them all on two workers,
-# `make test-fast` the fast tier on two. pytest-xdist hands a unit at a time to the worker that is free,
+# each), integration (Prefect, subprocesses, S3) and browser. `make test` runs them all on three workers,
+# `make test-fast` the fast tier on three: on two cores, since ~40 % of a worker's time is spent waiting
+# (subprocesses, servers, locks), a third worker fills it (docs/speed.md). pytest-xdist hands a unit at a time to the worker that is free,
 # in the order tests/conftest.py sorts them (`_schedule`, `pytest_xdist_make_scheduler`): the slow tiers
 # first, the fast tier last, and a module's tests that share a module-scoped fixture as one unit
 # (--dist loadfile built each module's fixtures once, but its last files ran on one worker while the
@@ -36,7 +37,7 @@ run: $(STAMP)
 # Bytecode is cached (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is set: compiling
 # the tree again costs each worker seconds.
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 WORKERS := -n $(TEST_WORKERS)
 
 test: $(STAMP) browser
