@@ -212,16 +212,105 @@ def seeds() -> Path:
     return SEEDS
 
 
+PREFECT_STARTUP_SECONDS = 90  # the CLI's start-up limit (flows.cli): a loaded 2-core machine passes the default 30 s
+
+
 @pytest.fixture(scope="session")
 def prefect(tmp_path_factory):
-    """One Prefect test harness (a temporary API server, ~9 s to start) for the whole session."""
+    """One Prefect API server (a temporary one, ~12 CPU s to start, ~1.5 CPU s a minute idle) for
+    the whole test run. Alone, Prefect's test harness. Under pytest-xdist the first worker that
+    needs it starts it for every worker (``_shared_prefect_server``) and the controller stops it
+    when the run ends (``pytest_unconfigure``)."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
-    from prefect.testing.utilities import prefect_test_harness
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        from prefect.testing.utilities import prefect_test_harness
 
-    # The CLI's start-up limit (flows.cli: 90 s): a loaded 2-core machine passes the default 30 s.
-    with prefect_test_harness(server_startup_timeout=90):
+        with prefect_test_harness(server_startup_timeout=PREFECT_STARTUP_SECONDS):
+            yield
+        return
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    url = _shared_prefect_server(tmp_path_factory.getbasetemp().parent / SHARED_PREFECT)
+    with temporary_settings(updates={PREFECT_API_URL: url}), \
+            prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
         yield
+        _drain_prefect_workers()
+
+
+SHARED_PREFECT = "prefect-server"  # in the run's temporary directory: the shared server's home, URL and pid
+
+
+def _shared_prefect_server(home: Path) -> str:
+    """The API URL of the run's shared Prefect server, started here if no worker has yet: the
+    command Prefect's harness runs (``SubprocessASGIServer``), in a session of its own so it
+    outlives this worker, on a SQLite database in ``home``."""
+    import socket
+    import time
+    import urllib.request
+
+    with open(f"{home}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        url_file = home / "url"
+        if url_file.exists():
+            return url_file.read_text()
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+        env |= {"PREFECT_HOME": str(home), "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+                "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}"}
+        with open(home / "server.log", "w") as log:
+            server = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
+                                       "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
+                                      env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (home / "pid").write_text(str(server.pid))
+        url = f"http://127.0.0.1:{port}/api"
+        deadline = time.monotonic() + PREFECT_STARTUP_SECONDS
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"the shared Prefect server exited: {(home / 'server.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the shared Prefect server did not answer in {PREFECT_STARTUP_SECONDS} s")
+                time.sleep(0.2)
+        url_file.write_text(url)
+        return url
+
+
+def _drain_prefect_workers() -> None:
+    """This worker's queued logs and events sent before it ends, as the harness does at its end
+    (``drain_all`` may hand back an awaitable: awaited on the loop that made it)."""
+    import inspect
+
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        for worker in (APILogWorker, EventsWorker):
+            with contextlib.suppress(RuntimeError):  # a worker that never started
+                result = worker.drain_all()
+                if inspect.isawaitable(result):
+                    await result
+
+    run_coro_as_sync(drain())
+
+
+def pytest_unconfigure(config):
+    """The controller of a pytest-xdist run stops the workers' shared Prefect server."""
+    if hasattr(config, "workerinput") or not hasattr(config, "_tmp_path_factory"):
+        return
+    with contextlib.suppress(Exception):
+        pid = int((config._tmp_path_factory.getbasetemp() / SHARED_PREFECT / "pid").read_text())
+        os.killpg(pid, 15)
 
 
 @pytest.fixture(scope="session")
