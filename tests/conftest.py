@@ -27,6 +27,7 @@ import multiprocessing.util
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -310,7 +311,7 @@ def pytest_unconfigure(config):
         return
     with contextlib.suppress(Exception):
         pid = int((config._tmp_path_factory.getbasetemp() / SHARED_PREFECT / "pid").read_text())
-        os.killpg(pid, 15)
+        os.killpg(pid, signal.SIGTERM)
 
 
 @pytest.fixture(scope="session")
