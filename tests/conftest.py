@@ -42,6 +42,7 @@ TIERS = ("browser", "integration", "slow")  # a test in several is in the first:
 TIER_BY_FIXTURE = {
     "browser": "browser",
     "prefect": "integration",
+    "prefect_home": "integration",  # migrates a Prefect database in a subprocess
     "nightly_sample_warehouse": "integration",
     "s3": "integration",  # a moto S3 server (tests/moto_s3.py)
 }
@@ -223,7 +224,7 @@ def prefect(tmp_path_factory):
     needs it starts it for every worker (``_shared_prefect_server``) and the controller stops it
     when the run ends (``pytest_unconfigure``)."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
+    os.environ["PREFECT_HOME"] = str(_migrated_prefect_home(tmp_path_factory, tmp_path_factory.mktemp("prefect-home")))
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         from prefect.testing.utilities import prefect_test_harness
 
@@ -233,17 +234,46 @@ def prefect(tmp_path_factory):
     import prefect.context
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    url = _shared_prefect_server(tmp_path_factory.getbasetemp().parent / SHARED_PREFECT)
+    url = _shared_prefect_server(tmp_path_factory, tmp_path_factory.getbasetemp().parent / SHARED_PREFECT)
     with temporary_settings(updates={PREFECT_API_URL: url}), \
             prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
         yield
         _drain_prefect_workers()
 
 
+PREFECT_DATABASE = "prefect.db"  # in PREFECT_HOME: Prefect's default database URL
+
+
+def _migrate_prefect_home(home: Path) -> Path:
+    """A Prefect home whose SQLite database holds Prefect's schema (``prefect server database upgrade``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    subprocess.run([sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"], env=env, check=True,
+                   stdout=subprocess.DEVNULL, timeout=PREFECT_STARTUP_SECONDS)
+    return home / PREFECT_DATABASE
+
+
+def _migrated_prefect_home(tmp_path_factory, home: Path) -> Path:
+    """``home`` made a Prefect home whose database already holds Prefect's schema, copied from one
+    migrated once per test run: a server started on a new database migrates it first, ~7 CPU s
+    and ~12 s of each test that starts one (a temporary server, ``prefect server start``)."""
+    template = _built_once(tmp_path_factory, "prefect-home-template", _migrate_prefect_home)
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, home / PREFECT_DATABASE)
+    return home
+
+
+@pytest.fixture(scope="session")
+def prefect_home(tmp_path_factory):
+    """``prefect_home(path)``: ``path`` made a Prefect home with a migrated database (``_migrated_prefect_home``),
+    for a test whose process starts a Prefect server of its own; returns it."""
+    return lambda home: _migrated_prefect_home(tmp_path_factory, Path(home))
+
+
 SHARED_PREFECT = "prefect-server"  # in the run's temporary directory: the shared server's home, URL and pid
 
 
-def _shared_prefect_server(home: Path) -> str:
+def _shared_prefect_server(tmp_path_factory, home: Path) -> str:
     """The API URL of the run's shared Prefect server, started here if no worker has yet: the
     command Prefect's harness runs (``SubprocessASGIServer``), in a session of its own so it
     outlives this worker, on a SQLite database in ``home``."""
@@ -257,14 +287,14 @@ def _shared_prefect_server(home: Path) -> str:
         if url_file.exists():
             return url_file.read_text()
         shutil.rmtree(home, ignore_errors=True)
-        home.mkdir()
+        _migrated_prefect_home(tmp_path_factory, home)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
         env |= {"PREFECT_HOME": str(home), "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
                 "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}"}
+                "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / PREFECT_DATABASE}"}
         with open(home / "server.log", "w") as log:
             server = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
                                        "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],

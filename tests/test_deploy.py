@@ -142,7 +142,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.integration
-def test_a_served_night_publishes_the_site_and_snapshot_to_s3_and_notifies(tmp_path):
+def test_a_served_night_publishes_the_site_and_snapshot_to_s3_and_notifies(prefect_home, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -157,7 +157,7 @@ def test_a_served_night_publishes_the_site_and_snapshot_to_s3_and_notifies(tmp_p
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DUMPSCOPE_"))}
-    base_env |= {"PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    base_env |= {"PREFECT_HOME": str(prefect_home(tmp_path / "prefect-home")), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     server_log, serve_log = tmp_path / "server.log", tmp_path / "serve.log"
     with moto_s3("site") as (endpoint, client), receiver() as (hook, received):
         aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",

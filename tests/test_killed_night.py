@@ -37,14 +37,14 @@ def test_only_the_work_directories_of_gone_processes_are_swept(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_night_killed_in_the_items_step_leaves_no_process_and_the_next_removes_its_work(prefect, tmp_path):
+def test_a_night_killed_in_the_items_step_leaves_no_process_and_the_next_removes_its_work(prefect, prefect_home, tmp_path):
     """Ephemeral mode (no PREFECT_API_URL): the killed night starts its own temporary server. The
     next night talks to the session's server (its own start-up is not what this test is about)."""
     from prefect.settings import PREFECT_API_URL
 
     bucket, warehouse = tmp_path / "bucket", tmp_path / "w.duckdb"
     shutil.copytree(SAMPLE / "2026-11-17", bucket / "2026-11-17")
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(tmp_path / "prefect")}
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(prefect_home(tmp_path / "prefect"))}
     # --log-level INFO: Prefect's own lines (its temporary server's start) are what this test reads.
     args = ["run", "--workers", "1", "--bucket", str(bucket), "--warehouse", str(warehouse), "--log-level", "INFO"]
     with (tmp_path / "killed.log").open("w") as log:  # a file, not a pipe: orphans would hold a pipe open

@@ -207,12 +207,13 @@ def test_any_http_answer_at_the_prefect_url_is_a_server(monkeypatch):
 
 
 @pytest.mark.integration
-def test_run_on_the_sample_prints_plain_text_and_no_prefect_log(sample_warehouse, tmp_path):
+def test_run_on_the_sample_prints_plain_text_and_no_prefect_log(sample_warehouse, prefect_home, tmp_path):
     """A re-run of the sample's night through the CLI and its Prefect flow: on main ~180 lines of
     Prefect log lines holding the counter table and the report's Markdown."""
     shutil.copyfile(sample_warehouse, tmp_path / "wh.duckdb")
     done = _dumpscope(["run", "--bucket", str(ROOT / "data" / "sample_bucket"), "--warehouse", "wh.duckdb",
-                       "--workers", "1"], tmp_path, timeout=300)
+                       "--workers", "1"], tmp_path, timeout=300,
+                     env={"PREFECT_HOME": str(prefect_home(tmp_path / "prefect-home"))})
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[:3] == ["Nothing new in the bucket (184 dump(s) loaded already, 0 still settling).", "", VERDICT]

@@ -32,10 +32,10 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.integration
-def test_sigterm_stops_watch_and_its_temporary_prefect_server(tmp_path):
+def test_sigterm_stops_watch_and_its_temporary_prefect_server(prefect_home, tmp_path):
     bucket, warehouse = tmp_path / "bucket", tmp_path / "w.duckdb"
     shutil.copytree(SAMPLE / "2026-11-20" / "jax-pmap", bucket / "2026-11-20" / "jax-pmap")
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    env = {**os.environ, "PREFECT_HOME": str(prefect_home(tmp_path / "prefect-home"))}
     env.pop("PREFECT_API_URL", None)  # ephemeral mode: watch starts its own temporary API server
     log = (tmp_path / "watch.log").open("w")
     watch = subprocess.Popen([sys.executable, "-m", "flows.cli", "watch", "--bucket", str(bucket), "--warehouse",
