@@ -319,3 +319,23 @@ def test_the_vega_bundle_is_made_once_per_version(tmp_path, monkeypatch):
     (docs / "assets").mkdir(parents=True)
     site._write_assets(docs, cache)
     assert len(made) == 2 and [p.name for p in cache.iterdir()] == [f"vega-bundle-another-{made[1]}.js"]
+
+
+def test_compiled_templates_are_kept_for_the_next_build_and_a_changed_template_is_compiled_again(tmp_path):
+    import jinja2
+
+    from flows.publish.site_mkdocs import CompiledTemplates
+
+    (tmp_path / "templates").mkdir()
+    template = tmp_path / "templates" / "page.md.j2"
+    template.write_text("one {{ x }}")
+
+    def render() -> str:  # a new environment, as each build makes
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(tmp_path / "templates"),
+                                 bytecode_cache=CompiledTemplates(tmp_path / "cache"))
+        return env.get_template("page.md.j2").render(x=1)
+
+    assert render() == "one 1"
+    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".cache"]  # on disk, for the next night's process
+    template.write_text("two {{ x }}")
+    assert render() == "two 1"

@@ -289,10 +289,11 @@ def build_site(warehouse: Path, out: Path, settings=None) -> SiteResult:
     src = out.with_name(out.name + ".src")
     docs = src / "docs"
     with _stage(result, "render"):
-        for part in (docs, src / "overrides"):  # written anew; src/cache (the Vega bundle) stays
+        for part in (docs, src / "overrides"):  # written anew; src/cache (the Vega bundle) and the compiled templates stay
             shutil.rmtree(part, ignore_errors=True)
         (docs / "assets").mkdir(parents=True)
         env = _environment(data)
+        env.bytecode_cache = site_mkdocs.template_cache(src / "mkdocs.yml")
         written, result.charts = _render_pages(env, data, docs)
         result.pages = len(written)
     with _stage(result, "assets"):
