@@ -237,3 +237,24 @@ def test_doctor_repair_with_the_bucket_parses_the_damaged_content_again(prefect,
     assert fixed.exit_code == 0, fixed.output
     assert f"repaired: ran a night on {bucket}" in fixed.output
     assert _state(warehouse) == undamaged[False]
+
+
+def test_a_footer_is_read_once_per_file_identity_and_a_file_damaged_since_is_read_again(tmp_path, hlo, monkeypatch):
+    """A night checks the store at discovery and again when the writer enters: the second check
+    reads no footer of a file it already read, unless the file changed in between."""
+    import pyarrow.parquet as pq
+
+    db = warehouse_with(tmp_path / "wh.duckdb", hlo[0])
+    read = []
+    real = pq.read_metadata
+    monkeypatch.setattr(records.pq, "read_metadata", lambda path, *a, **k: read.append(Path(path).name) or real(path, *a, **k))
+    with wh.connect_readonly(db) as con:
+        assert records.damaged(con) == {} and len(read) == len(_listed_files(db)) > 0
+        read.clear()
+        assert records.damaged(con) == {} and read == []
+        hlo_file = _hlo_file(db)
+        hlo_file.write_bytes(b"x" * hlo_file.stat().st_size)  # written over in place, same size: another ctime
+        found = records.damaged(con)
+        assert list(found) == [f"hlo_instructions/{hlo_file.name}"], found
+        assert found[f"hlo_instructions/{hlo_file.name}"].startswith("not a readable Parquet file (")
+        assert read == [hlo_file.name]
