@@ -219,7 +219,7 @@ PREFECT_STARTUP_SECONDS = 90  # the CLI's start-up limit (flows.cli): a loaded 2
 
 @pytest.fixture(scope="session")
 def prefect(tmp_path_factory):
-    """One Prefect API server (a temporary one, ~12 CPU s to start, ~1.5 CPU s a minute idle) for
+    """One Prefect API server (a temporary one, ~4.5 CPU s to start on a migrated database, ~1.5 CPU s a minute idle) for
     the whole test run. Alone, Prefect's test harness. Under pytest-xdist the first worker that
     needs it starts it for every worker (``_shared_prefect_server``) and the controller stops it
     when the run ends (``pytest_unconfigure``)."""

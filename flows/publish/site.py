@@ -2,7 +2,8 @@
 
 ``build_site(warehouse, out)`` reads the derived tables, renders every page into a
 scratch mkdocs project (``<out>.src/``: pages, the metric docs, the assets: the
-vega/vega-lite/vega-embed bundle from vl-convert, cached by version in ``<out>.src/cache/``, the
+vega/vega-lite/vega-embed bundle from vl-convert, cached by version in ``<out>.src/cache/``; the
+compiled templates in ``<out>.src/templates-cache/``, ``site_mkdocs.CompiledTemplates``; the
 chart loader, the stylesheet; the theme override), and builds it with mkdocs ``--strict`` into
 ``out``, replaced atomically: only the pages whose Markdown changed are built again, the others
 carried over from the published site (``flows.publish.site_mkdocs``). What changes every night
