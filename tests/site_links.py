@@ -3,8 +3,8 @@
 ``broken_links(site)`` parses each ``*.html`` of the site with the stdlib's ``html.parser``:
 the ids of its elements (and ``<a name>``), and every ``href``/``src`` of its ``a``, ``link``,
 ``script``, ``img`` and ``iframe`` elements, plus the links charts carry in their data (the
-``h``, ``i`` and ``j`` columns of each ``ds-spec`` block: a point's run, a mark's incident, an
-open incident: Vega follows them, mkdocs never sees them). A link with a scheme or a host
+``h``, ``i`` and ``j`` columns of each spec in the page's chart file, ``<page>.charts.js``: a
+point's run, a mark's incident, an open incident: Vega follows them, mkdocs never sees them). A link with a scheme or a host
 is external and skipped (nothing is fetched); every other one must name a file of the site
 and, with a fragment, an id on that page. ``mkdocs build --strict`` checks the Markdown links
 only: not the raw HTML tables, the theme's links or the charts'.
@@ -25,6 +25,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 _LINKING = {"a": "href", "link": "href", "script": "src", "img": "src", "iframe": "src"}
+CHARTS_SUFFIX = ".charts.js"  # flows.publish.site.CHARTS_SUFFIX
+_ASSIGNMENT = "window.dumpscopeCharts = "
 _CHART_LINKS = ("h", "i", "j")  # transforms.site.charts: a point's href, a mark's, an open incident's
 
 
@@ -34,7 +36,7 @@ class _Page(HTMLParser):
         self.ids: set[str] = set()
         self.links: list[str] = []
         self.text: list[str] = []
-        self._spec: list[str] | None = None
+        self.chart_files: list[str] = []  # the page's chart file (flows.publish.site.chart_file), as linked
         self._hidden = 0  # inside a script or a style: not text a reader sees
 
     def handle_starttag(self, tag, attrs):
@@ -45,30 +47,44 @@ class _Page(HTMLParser):
             self.ids.add(a["name"])
         if (key := _LINKING.get(tag)) and a.get(key) is not None:
             self.links.append(a[key])
-        if tag == "script" and "ds-spec" in (a.get("class") or "").split():
-            self._spec = []
+        if tag == "script" and (a.get("src") or "").endswith(CHARTS_SUFFIX):
+            self.chart_files.append(a["src"])
         self._hidden += tag in ("script", "style")
 
     def handle_data(self, data):
-        if self._spec is not None:
-            self._spec.append(data)
-        elif not self._hidden:
+        if not self._hidden:
             self.text.append(data)
 
     def handle_endtag(self, tag):
         self._hidden -= tag in ("script", "style") and self._hidden > 0
-        if tag == "script" and self._spec is not None:
-            values = json.loads("".join(self._spec)).get("data", {}).get("values")
-            if isinstance(values, str):  # the charts' data is CSV text
-                for row in csv.DictReader(io.StringIO(values)):
-                    self.links += [row[c] for c in _CHART_LINKS if row.get(c)]
-            self._spec = None
 
 
-def _parsed(path: Path) -> _Page:
+def chart_specs(page: Path) -> dict[str, dict]:
+    """A built page's chart specs by container id, from the chart file it loads (none: {})."""
+    specs: dict[str, dict] = {}
+    for src in _parsed_html(page).chart_files:
+        lines = (page.parent / unquote(src)).read_text(encoding="utf-8").splitlines()
+        assignment = lines[1]  # flows.publish.site.charts_script: a comment, then the assignment
+        assert assignment.startswith(_ASSIGNMENT) and assignment.endswith(";"), (page, src)
+        specs.update(json.loads(assignment.removeprefix(_ASSIGNMENT).removesuffix(";")))
+    return specs
+
+
+def _parsed_html(path: Path) -> _Page:
     page = _Page()
     page.feed(path.read_text(encoding="utf-8"))
     page.close()
+    return page
+
+
+def _parsed(path: Path) -> _Page:
+    """The page, with the links of its charts' rows (resolved from the page, as Vega resolves them)."""
+    page = _parsed_html(path)
+    for spec in chart_specs(path).values():
+        values = spec.get("data", {}).get("values")
+        if isinstance(values, str):  # the charts' data is CSV text
+            for row in csv.DictReader(io.StringIO(values)):
+                page.links += [row[c] for c in _CHART_LINKS if row.get(c)]
     return page
 
 

@@ -77,7 +77,7 @@ def test_the_kernels_page_breaks_down_the_latest_runs_collectives(site):
     rows): cells escaped as text, numbers right-aligned. jit__fun's all-reduces in 2026-11-20:
     nine before XLA's optimizations, combined into one after."""
     page = (site.out / "kernels.html").read_text()
-    section = page[page.index('id="collectives-run-2026-11-20"'):page.index('id="what-changed-since-the-previous-run"')]
+    section = page[page.index('id="collectives-in-the-latest-run"'):page.index('id="what-changed-since-the-previous-run"')]
     rows = [[html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row)]
             for row in re.findall(r"<tr>(.*?)</tr>", section)]
     assert rows == [["program", "stage", "name", "count", "change"],

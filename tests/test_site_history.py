@@ -14,7 +14,6 @@ import functools
 import http.server
 import io
 import json
-import re
 import threading
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import duckdb
 import polars as pl
 import pytest
 
-from tests.site_links import broken_links, ids_of, links_of, unlinked_incidents
+from tests.site_links import broken_links, chart_specs, ids_of, links_of, unlinked_incidents
 from transforms.escape import slug
 from transforms.site.data import run_anchor, run_file, series_anchor, series_file
 from transforms.trends.rules import parse_settings
@@ -129,8 +128,7 @@ def test_every_series_has_a_page_or_a_row_links_lead_to(site, data):
 
 
 def _chart_points(page: Path) -> list[list[dict]]:
-    specs = re.findall(r'<script type="application/json" class="ds-spec"[^>]*>(.*?)</script>', page.read_text(), re.S)
-    return [list(csv.DictReader(io.StringIO(json.loads(s)["data"]["values"]))) for s in specs]
+    return [list(csv.DictReader(io.StringIO(s["data"]["values"]))) for s in chart_specs(page).values()]
 
 
 def test_charts_hold_the_window_only(site, data):

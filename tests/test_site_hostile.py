@@ -212,7 +212,8 @@ def test_every_name_gets_its_own_page_under_a_safe_file_name(hostile_site, hosti
 def test_the_markdown_sources_carry_no_live_markup(hostile_site):
     docs = hostile_site.out.with_name(hostile_site.out.name + ".src") / "docs"
     for source in docs.rglob("*.md"):
-        text = re.sub(r'<script type="application/json" class="ds-spec"[^>]*>[^<]*</script>', "", source.read_text())
+        # The page's own chart loader (flows.publish.site.chart_file: a name the site made) is the one script.
+        text = re.sub(r'<script src="[a-z0-9][a-z0-9.-]*\.charts\.js"></script>', "", source.read_text())
         for live in ("<img", "<script", "](javascript", "{:", "{%", "{{", "|a|b"):
             assert live not in text, (source.name, live)
 

@@ -12,16 +12,17 @@ on every page, the status line's build time and latest run, is one small script,
 night on a series page (the latest run, its chart's ends, how many runs saw it, its dump
 there) comes from it and ``assets/series-data.js`` (``transforms.site.pages.series_pages``), so a
 night that moved no figure builds the pages that speak of last night and no other. Charts are
-Vega-Lite specs with aggregated data in each page; nothing is fetched from the
-internet (no CDN, no Google Fonts).
+Vega-Lite specs with aggregated data in each page's chart file (``<page>.charts.js``, beside it:
+``chart_file``), which moves with the window while the page does not; nothing is fetched from
+the internet (no CDN, no Google Fonts).
 
 Every value from the warehouse is data: the Jinja environment escapes each ``{{ value }}``
 for Markdown (``transforms.escape``, through ``finalize``) unless a helper of that module
 already made it ``Markup``, and templates are only ever loaded from ``site_templates/``,
 never built from data. Each page carries a Content-Security-Policy (the theme override in
 ``site_templates/overrides/``): scripts only from the site itself, no inline script or
-event handler; the charts' specs sit in ``<script type="application/json">`` blocks that
-``assets/charts.js`` reads.
+event handler; the charts' specs are JSON in each page's chart file, a classic script that
+sets ``window.dumpscopeCharts``, which ``assets/charts.js`` reads.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ VEGA_BUNDLE = "assets/vega-bundle.js"
 ASSETS = ("charts.js", "dumpscope.css", "status.js", "moved.js", "material-base.js", "material-palette.js",
           "material-content.js")
 STATUS_DATA = "assets/status-data.js"  # what the pages' status line says (site_status), written each night
+CHARTS_SUFFIX = ".charts.js"  # a page's chart file, beside it (chart_file)
 SERIES_DATA = "assets/series-data.js"  # what the series pages say of the latest run (pages.series_data), likewise
 # What every page's HTML depends on besides its Markdown (with mkdocs.yml): a change builds the whole site.
 BUILD_INPUTS = [TEMPLATES, HOOKS, Path(site_mkdocs.__file__)]
@@ -253,21 +255,22 @@ def _environment(data: site_data.SiteData | None = None) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              autoescape=True, finalize=escape.finalize,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-    counter = {"n": 0}
+    counter = {"n": 0, "specs": {}, "file": ""}  # the page being rendered: its charts and their file's name
 
     def chart(spec: dict | None, caption: str = "") -> escape.Markup:
-        """A chart container and its spec as a JSON data block (charts.js draws it); raw HTML,
-        so it must start a line. The spec (most of a section page's bytes: a window of runs'
-        rows) is a raw block Markdown does not read (``site_hooks``): it holds no link or anchor
-        mkdocs checks, and JSON escaped for a script element has no line break."""
+        """A chart container (charts.js draws it); raw HTML, so it must start a line. Its spec
+        goes into the page's chart file (``chart_file``, written by ``_render_pages``), which the
+        page's first chart loads: the spec holds a window of runs' rows, which move every night,
+        and a page whose figures did not move keeps its HTML (only changed pages are built again)."""
         if not spec:
             return escape.Markup("")
         counter["n"] += 1  # per page: an id says nothing about other pages (_render_pages resets it)
+        n = counter["n"]
+        counter["specs"][f"chart-{n}"] = spec
+        loader = "" if n > 1 else '<!--ds-raw-->\n<script src="{src}"></script>\n<!--/ds-raw-->\n'
         return escape.Markup(
-            '<div class="ds-chart vega-embed" id="chart-{n}" role="img" aria-label="{label}"></div>\n'
-            '<!--ds-raw-->\n<script type="application/json" class="ds-spec" data-for="chart-{n}">{spec}</script>\n'
-            '<!--/ds-raw-->\n'
-        ).format(n=counter["n"], label=escape.html_attr(caption), spec=escape.json_script(spec))
+            '<div class="ds-chart vega-embed" id="chart-{n}" role="img" aria-label="{label}"></div>\n' + loader
+        ).format(n=n, label=escape.html_attr(caption), src=escape.html_attr(counter["file"]))
 
     for name in _UNSAFE_FILTERS:
         env.filters.pop(name, None)
@@ -351,6 +354,19 @@ def series_script(series: dict) -> str:
             f"window.dumpscopeSeries = {escape.json_script(series)};\n")
 
 
+def chart_file(page: str) -> str:
+    """The chart file of the page ``page`` (``kernels.md`` -> ``kernels.charts.js``), beside it."""
+    return page.removesuffix(".md") + CHARTS_SUFFIX
+
+
+def charts_script(page: str, specs: dict[str, dict]) -> str:
+    """A page's chart file: its charts' Vega-Lite specs by container id, as a global that
+    ``assets/charts.js`` draws (a classic script: it loads from ``file://`` too), JSON escaped as
+    ``status_script``. The second line is the assignment, whole (``tests/site_links.py`` reads it)."""
+    return (f"// Generated by flows/publish/site.py each night: the charts of {json.dumps(page)}.\n"
+            f"window.dumpscopeCharts = {escape.json_script(specs)};\n")
+
+
 def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) -> tuple[list[Path], int]:
     """The pages written, and how many charts they hold."""
     written: list[Path] = []
@@ -364,8 +380,10 @@ def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) ->
         if target in seen:  # two names with one slug: sha256 prefixes that collide
             raise ValueError(f"two pages would be written to {path}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        counter["n"] = 0
+        counter.update(n=0, specs={}, file=chart_file(path).rsplit("/", 1)[-1])
         target.write_text(env.get_template(template).render(**context), encoding="utf-8")
+        if counter["specs"]:
+            (docs / chart_file(path)).write_text(charts_script(path, counter["specs"]), encoding="utf-8")
         charts += counter["n"]
         written.append(target)
         seen.add(target)

@@ -1,5 +1,7 @@
-// Draws every chart of the page: each .ds-chart has its Vega-Lite spec in the
-// <script type="application/json" class="ds-spec"> after it (a data block: never executed).
+// Draws every chart of the page: each .ds-chart's Vega-Lite spec is window.dumpscopeCharts[its id],
+// set by the page's chart file (<page>.charts.js beside it, a classic script loaded by the page's
+// first chart: flows/publish/site.py), so a night that moved a chart's rows and nothing else
+// rewrites that small file, not the page.
 // vegaEmbed comes from assets/vega-bundle.js (vl-convert's offline bundle), loaded as a module
 // before this. The site's Content-Security-Policy allows no eval, so Vega evaluates its
 // expressions with its interpreter (ast: true), and the specs' inline CSV is parsed here:
@@ -92,12 +94,15 @@ function withEnds(spec) {
 }
 
 function draw() {
-  for (const spec of document.querySelectorAll("script.ds-spec")) {
-    const el = document.getElementById(spec.dataset.for);
-    if (!el) continue;
+  const specs = window.dumpscopeCharts;
+  if (!specs || typeof specs !== "object") return;
+  for (const el of document.querySelectorAll(".ds-chart[id]")) {
+    const spec = Object.hasOwn(specs, el.id) ? specs[el.id] : null;
+    if (!spec || typeof spec !== "object") continue;
     const options = { actions: { export: true, source: false, compiled: false, editor: false },
                       theme: dark() ? "dark" : undefined, renderer: "svg", ast: true };
-    window.vegaEmbed(el, withEnds(withRows(JSON.parse(spec.textContent))), options).catch((err) => {
+    // A copy: withRows and withEnds make new objects, and a redraw starts from the file's spec.
+    window.vegaEmbed(el, withEnds(withRows(structuredClone(spec))), options).catch((err) => {
       el.textContent = "chart failed: " + err;
       console.error(err);
     });

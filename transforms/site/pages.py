@@ -389,13 +389,15 @@ def series_index(d: SiteData) -> dict:
     others (unchanged in the window, or not seen in it), each with an anchor links lead to."""
     catalog = d.series_catalog if d.series_catalog is not None else d.trends.group_by("series").agg(
         pl.col("job", "program", "kind", "stage").first(), pl.col("run_id").n_unique().alias("runs"),
-        pl.col("run_id").last().alias("last_run"))
+        pl.col("run_id").first().alias("first_run"), pl.col("run_id").last().alias("last_run"))
     open_now = (d.steps.filter(pl.col("closed_run").is_null()).group_by("series")
                 .agg(pl.col("incident_id").n_unique().alias("open_incidents")))
     rows = catalog.join(open_now, on="series", how="left").with_columns(pl.col("open_incidents").fill_null(0))
     paged, unchanged, older = [], [], []
     for r in rows.sort("series").iter_rows(named=True):
-        row = {**r, "stage": r["stage"] or ""}
+        # The latest run is None: its cell is filled in the browser, so that a night leaves the page as it
+        # was unless a series came, went, or changed its incidents (the count of runs is on its page).
+        row = {**r, "stage": r["stage"] or "", "last_run": None if r["last_run"] == d.latest else r["last_run"]}
         if r["series"] in d.series_pages:
             paged.append({**row, "link": series_link(r["series"], "series")})
         else:

@@ -130,7 +130,9 @@ def _trend_section(d: SiteData, metric: str, title: str, where: pl.Expr, here: s
     if rows.is_empty():
         return None
     latest = _last_of_lines(rows)
-    table = [{"line": r["line"], "series": d.series_link(r["series"], here), "run": r["run_id"],
+    # The latest run's cell is filled in the browser (None): the page's Markdown moves only with its figures.
+    table = [{"line": r["line"], "series": d.series_link(r["series"], here),
+              "run": None if r["run_id"] == d.latest else r["run_id"],
               "value": human_value(metric, r["value"]), "change": human_delta(metric, r["delta"]) if r["delta"] else "",
               "incident": _open_cell(d, r, here)} for r in latest.iter_rows(named=True)]
     if charts.is_empty(rows):  # a flat line at 0 says nothing: the sentence says why there is no chart
