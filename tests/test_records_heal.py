@@ -240,17 +240,29 @@ def test_doctor_repair_with_the_bucket_parses_the_damaged_content_again(prefect,
 
 
 def test_a_footer_is_read_once_per_file_identity_and_a_file_damaged_since_is_read_again(tmp_path, hlo, monkeypatch):
-    """A night checks the store at discovery and again when the writer enters: the second check
-    reads no footer of a file it already read, unless the file changed in between."""
+    """A night checks the store at discovery and again when the writer enters, and the next night
+    again: a check reads no footer of a file already read (in this process, or by an earlier one:
+    the store's footers file), unless the file changed since. A footers file that is not one
+    (garbage, a symlink) is ignored: every footer is read."""
     import pyarrow.parquet as pq
 
+    from flows.warehouse import footers
+
     db = warehouse_with(tmp_path / "wh.duckdb", hlo[0])
+    store = records.root_for(db)
     read = []
     real = pq.read_metadata
     monkeypatch.setattr(records.pq, "read_metadata", lambda path, *a, **k: read.append(Path(path).name) or real(path, *a, **k))
+    monkeypatch.setattr(footers, "_in_process", {})  # a new process
+    (store / footers.FILE).unlink(missing_ok=True)
+    listed = len(_listed_files(db))
     with wh.connect_readonly(db) as con:
-        assert records.damaged(con) == {} and len(read) == len(_listed_files(db)) > 0
+        assert records.damaged(con) == {} and len(read) == listed > 0
         read.clear()
+        assert records.damaged(con) == {} and read == []
+    monkeypatch.setattr(footers, "_in_process", {})  # the next night's process: the saved footers
+    assert (store / footers.FILE).is_file()
+    with wh.connect_readonly(db) as con:
         assert records.damaged(con) == {} and read == []
         hlo_file = _hlo_file(db)
         hlo_file.write_bytes(b"x" * hlo_file.stat().st_size)  # written over in place, same size: another ctime
@@ -258,3 +270,15 @@ def test_a_footer_is_read_once_per_file_identity_and_a_file_damaged_since_is_rea
         assert list(found) == [f"hlo_instructions/{hlo_file.name}"], found
         assert found[f"hlo_instructions/{hlo_file.name}"].startswith("not a readable Parquet file (")
         assert read == [hlo_file.name]
+    for bad in (b"\x00garbage", b'[["/etc/passwd", 1, 2, 3, 4, 5, 6, "k"], 7]', None):
+        monkeypatch.setattr(footers, "_in_process", {})
+        (store / footers.FILE).unlink()
+        if bad is None:
+            (tmp_path / "elsewhere.json").write_text("[]")
+            (store / footers.FILE).symlink_to(tmp_path / "elsewhere.json")
+        else:
+            (store / footers.FILE).write_bytes(bad)
+        read.clear()
+        with wh.connect_readonly(db) as con:
+            assert list(records.damaged(con)) == [f"hlo_instructions/{hlo_file.name}"]
+        assert len(read) == listed, bad

@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pytest
 
 from flows.warehouse import records
 from flows.warehouse.loading import StagedDump, load_dumps
+from flows.warehouse.reads import frame_of
 from flows.warehouse.store import Warehouse, connect_readonly
 from transforms.parse import parse_dump
 
@@ -247,3 +249,30 @@ def test_a_reader_holding_connect_readonly_across_three_nights_reads_its_records
     with writer:
         pass
     assert writer.swept == len(first_files) and not first_files & store_files(db)
+
+
+def test_a_view_reads_each_group_of_same_columned_files_from_one_footer_and_the_rest_by_name(tmp_path, hlo):
+    """A table's files are read in groups of the same columns, each bound from its first file's
+    footer (``union_by_name = false``): at a year one group of 1,636 files, where binding by name
+    read every footer. Files of another schema (an older parser's, without a later column) are a
+    group of their own, whose missing column reads as NULL; every row is read once either way."""
+    db = warehouse_with(tmp_path / "wh.duckdb", hlo[0])
+    with Warehouse(db) as con:
+        before = con.execute("SELECT count(*), count(opcode) FROM hlo_instructions").fetchall()[0]
+        view = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = ? AND view_name = 'hlo_instructions'",
+                           [records.STORE_SCHEMA]).fetchall()[0][0]
+        assert view.count("read_parquet(") == 1 and "union_by_name = false" in view
+        older = frame_of(con, "SELECT * EXCLUDE (opcode) FROM hlo_instructions").with_columns(
+            dump_id=pl.lit("b" * 64), parser_version=pl.lit(1))
+        assert records.add_rows(con, "hlo_instructions", older) == 1
+        view = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = ? AND view_name = 'hlo_instructions'",
+                           [records.STORE_SCHEMA]).fetchall()[0][0]
+        assert view.count("read_parquet(") == 2 and view.count("union_by_name = false") == 2
+        assert con.execute("SELECT count(*), count(opcode), count(*) FILTER (dump_id = ?) FROM hlo_instructions",
+                           ["b" * 64]).fetchall()[0] == (2 * before[0], before[1], before[0])
+        # A file whose footer cannot be read (the writer heals such a file before it defines views):
+        # read by name, as one group, DuckDB's error names the file.
+        broken = records.root_for(db) / "hlo_instructions" / f"{'b' * 64}.v1.0.parquet"
+        broken.write_bytes(b"not parquet")
+        with pytest.raises(duckdb.Error, match=f"{'b' * 64}.v1.0.parquet' too small to be a Parquet file"):
+            records.refresh_views(con, ["hlo_instructions"])

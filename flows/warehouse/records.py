@@ -33,7 +33,7 @@ links of the staged Parquet files (a copy across file systems), or frames writte
   that saw the damage at discovery stages that content's dumps again (``flows.nightly``),
   which brings its records back as for any compacted content.
 
-May import: duckdb, polars, pyarrow, ``flows.warehouse.schema`` and ``reads``, ``transforms``.
+May import: duckdb, polars, pyarrow, ``flows.warehouse.footers``, ``schema`` and ``reads``, ``transforms``.
 """
 
 from __future__ import annotations
@@ -46,11 +46,12 @@ import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import polars as pl
 import pyarrow.parquet as pq
 
+from flows.warehouse import footers
 from flows.warehouse import schema as ws
 from flows.warehouse.reads import LATEST_RUN_FIRST, registered
 from transforms.escape import sql_literal
@@ -168,25 +169,33 @@ def listed(con, tables: Iterable[str] | None = None) -> dict[str, list[str]]:
     return out
 
 
-def view_sql(table: str, columns: dict[str, str], files: list[str], present: dict[str, str]) -> str:
+class FileGroup(NamedTuple):
+    """Store files of one table read together by a records view: ``files`` (absolute paths, in
+    order), the columns they have (``present``: name -> DuckDB type), and whether they all have
+    exactly those (``same``: their footers say so), so that DuckDB binds them from one footer."""
+    files: list[str]
+    present: dict[str, str]
+    same: bool = False
+
+
+def view_sql(table: str, columns: dict[str, str], groups: list[FileGroup]) -> str:
     """The inner view of ``table`` (``records_store.<table>``): its declared ``columns`` (name ->
-    DuckDB type) read from ``files`` (absolute paths); a column no file has (``present``) reads as NULL."""
+    DuckDB type) read from ``groups`` (``rows_sql``)."""
     return (f"CREATE OR REPLACE VIEW {ws.quote_ident(STORE_SCHEMA)}.{ws.quote_ident(table)} AS "
-            f"{rows_sql(columns, files, present)}")
+            f"{rows_sql(columns, groups)}")
 
 
-def rows_sql(columns: dict[str, str], files: list[str], present: dict[str, str]) -> str:
-    """The SELECT a records view is: ``columns`` (name -> DuckDB type) read from ``files``
-    (absolute paths, in order), NULL where no file has a column (``present``); no row
-    without files."""
-    def column(name: str, sql_type: str) -> str:
-        source = ws.quote_ident(name) if name in present else "NULL"
-        return f"CAST({source} AS {sql_type}) AS {ws.quote_ident(name)}"
+def rows_sql(columns: dict[str, str], groups: list[FileGroup]) -> str:
+    """The SELECT a records view is: ``columns`` (name -> DuckDB type) read from each group of
+    files, one group after the other, NULL where no file of a group has a column; no row
+    without files. A group of the same columns is read by position (``union_by_name = false``),
+    bound from its first file's footer; any other by name, every footer read to bind."""
+    def select(present: dict[str, str]) -> str:
+        return ", ".join(f"CAST({ws.quote_ident(c) if c in present else 'NULL'} AS {t}) AS {ws.quote_ident(c)}"
+                         for c, t in columns.items())
 
-    select = ", ".join(column(c, t) for c, t in columns.items())
-    if not files:
-        return f"SELECT {select} LIMIT 0"
-    return f"SELECT {select} FROM {_reading(files)}"
+    parts = [f"SELECT {select(g.present)} FROM {_reading(g.files, g.same)}" for g in groups if g.files]
+    return " UNION ALL ".join(parts) if parts else f"SELECT {select({})} LIMIT 0"
 
 
 def files_sql(con, table: str, names: list[str], root: Path | None = None) -> str:
@@ -199,28 +208,52 @@ def files_sql(con, table: str, names: list[str], root: Path | None = None) -> st
     present: dict[str, str] = {}
     if files:
         present = {name: kind for name, kind, *_ in con.execute(f"DESCRIBE SELECT * FROM {_reading(files)}").fetchall()}
-    return rows_sql(ws.records_columns(all_tables()[table]), files, present)
+    return rows_sql(ws.records_columns(all_tables()[table]), [FileGroup(files, present)])
 
 
-def _reading(files: list[str]) -> str:
-    """The table function reading ``files`` (absolute paths, as SQL literals)."""
-    return "read_parquet([" + ", ".join(sql_literal(f) for f in files) + "], union_by_name = true)"
+def _reading(files: list[str], same: bool = False) -> str:
+    """The table function reading ``files`` (absolute paths, as SQL literals): by name, unless
+    they all have the same columns (``same``)."""
+    listed_files = "[" + ", ".join(sql_literal(f) for f in files) + "]"
+    return f"read_parquet({listed_files}, union_by_name = {'false' if same else 'true'})"
+
+
+def _by_columns(root: Path, names: list[str], known: footers.Footers) -> list[list[str]] | None:
+    """The files ``names`` (absolute paths) in groups of the same columns, each in listing
+    order, the groups in the order of their first file; None when a footer cannot be read."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        path = root / name
+        try:
+            _, key = known.read(path, path.stat())
+        except Exception:  # noqa: BLE001 - missing, unreadable, not Parquet: every footer by name
+            return None
+        groups.setdefault(key, []).append(str(path))
+    return list(groups.values())
 
 
 def refresh_views(con, tables: Iterable[str] | None = None) -> None:
     """(Re)define the inner views of ``tables`` (every records table: None) from
     ``records_files``. The commented views readers query select from them
-    (``schema.records_views_sql``, made with the other views and comments by ``migrate``)."""
+    (``schema.records_views_sql``, made with the other views and comments by ``migrate``).
+    A table's files are read in groups of the same columns (``_by_columns``: a parser version
+    writes one schema, so at a year a group is every file), each bound from one footer: a
+    view by name over 1,636 files read every footer at each bind (0.2 s a table, twice a
+    night, and again on the standby)."""
     declared = all_tables()
     root = root_of(con)
+    known = footers.Footers(root)
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {ws.quote_ident(STORE_SCHEMA)}")
     for table, names in listed(con, tables).items():
-        files = [str(root / n) for n in names]
         columns = ws.records_columns(declared[table])
-        present: dict[str, str] = {}
-        if files:
-            present = {name: kind for name, kind, *_ in con.execute(f"DESCRIBE SELECT * FROM {_reading(files)}").fetchall()}
-        con.execute(view_sql(table, columns, files, present))
+        by_columns = _by_columns(root, names, known)
+        groups = [FileGroup(files, {}, same) for files, same in
+                  ([(g, True) for g in by_columns] if by_columns is not None else [([str(root / n) for n in names], False)])]
+        for g in groups:
+            if g.files:
+                g.present.update((name, kind) for name, kind, *_ in
+                                 con.execute(f"DESCRIBE SELECT * FROM {_reading(g.files, g.same)}").fetchall())
+        con.execute(view_sql(table, columns, groups))
         # Its own comment (a replaced view loses it); the columns' are on the view readers query.
         con.execute(f"COMMENT ON VIEW {ws.quote_ident(STORE_SCHEMA)}.{ws.quote_ident(table)} IS "
                     f"{ws.quote_literal(INNER_VIEW_DOC.format(table=table))}")
@@ -330,50 +363,39 @@ REPAIR_HINT = ("repair with `dumpscope doctor --warehouse {warehouse} --repair -
                "(or the next `dumpscope run` heals it)")
 
 
-# Footers already read in this process, by the file's identity (device, inode, size, mtime,
-# ctime): a night checks the store at discovery and again when the writer enters (5,740
-# files at a year, ~0.8 s each time). A file written, cut, replaced or removed since has
-# another identity and is read again. Holds the last check's files only.
-_footer_rows: dict[tuple, int] = {}
-
-
 def damaged(con) -> dict[str, str]:
     """Listed store files that are missing or unreadable: store name -> why. Cheap: a
-    stat and the Parquet footer of each file (``pq.read_metadata`` reads only the footer;
-    once per file identity in a process), and the footer's row count against the listing."""
+    stat of each file and its Parquet footer's row count against the listing; a footer is
+    read once per file identity (``flows.warehouse.footers``: in this process and across
+    nights), so a night pays for the files placed since the last check."""
     root = root_of(con)
     out: dict[str, str] = {}
-    verified: dict[tuple, int] = {}
+    known = footers.Footers(root)
     for name, rows in con.execute("SELECT file, rows FROM records_files ORDER BY file").fetchall():
-        why = _file_damage(root / name, rows, verified)
+        why = _file_damage(root / name, rows, known)
         if why:
             out[name] = why
-    _footer_rows.clear()
-    _footer_rows.update(verified)
+    known.save()
     return out
 
 
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF)  # what ``Path.is_file`` takes for "no file"
 
 
-def _file_damage(path: Path, rows: int, verified: dict[tuple, int]) -> str | None:
+def _file_damage(path: Path, rows: int, known: footers.Footers) -> str | None:
     try:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode):
             return "missing"
         if st.st_size == 0:
             return "empty (0 bytes)"
-        identity = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        found = _footer_rows.get(identity)
-        if found is None:
-            found = pq.read_metadata(path).num_rows
+        found, _ = known.read(path, st)
     except OSError as exc:
         if exc.errno in _MISSING:
             return "missing"
         return f"unreadable ({exc.strerror or type(exc).__name__})"
     except Exception as exc:  # noqa: BLE001 - pyarrow's ArrowInvalid and kin: not a Parquet file any more
         return f"not a readable Parquet file ({' '.join(str(exc).split())[:120]})"
-    verified[identity] = found
     if found != rows:
         return f"cut short ({found} rows, {rows} listed)"
     return None
