@@ -314,3 +314,26 @@ def test_a_held_content_is_recognised_by_hashing_alone_and_anything_else_is_left
     _put(bucket, SAMPLE_GZ, data + b"more")  # the object grew after it was listed
     assert staging.recognise_held(bucket[1], obj, tmp_path, held) is None
     assert housekeeping.staged_contents(tmp_path) == set()  # nothing staged
+
+
+def test_a_held_content_under_the_file_name_it_was_held_under_is_not_sniffed_again(bucket, tmp_path, monkeypatch):
+    """Its kind is the one the warehouse holds it as (``kind_of`` reads the file name and the
+    head, and the same bytes have the same head); under another file name it is sniffed."""
+    data = _seed_gz()
+    sha = hashlib.sha256(data).hexdigest()
+    obj = _put(bucket, SAMPLE_GZ, data)
+    name = SAMPLE_GZ.rsplit("/", 1)[-1]
+    held = {sha: staging.held_summary("xla_hlo", "after_optimizations", "jit_train_step", "ok", None,
+                                      parser_version(DumpKind.XLA_HLO), first_path=f"2026-01-01/other-job/{name}")}
+    sniffed = []
+    real = staging._kind
+    monkeypatch.setattr(staging, "_kind", lambda o, head: sniffed.append(o.path) or real(o, head))
+    got = staging.recognise_held(bucket[1], obj, tmp_path, held)
+    assert got is not None and got.sha256 == sha and sniffed == []
+    assert got == stage_object(bucket[1], obj, tmp_path, held=held)
+    elsewhere = {sha: held[sha] | {"first_path": "2026-01-01/other-job/module_0001.other.txt.gz"}}
+    sniffed.clear()  # stage_object sniffs: its threads' shortcut is recognise_held's
+    again = staging.recognise_held(bucket[1], obj, tmp_path, elsewhere)
+    assert (again.sha256, again.summary["kind"], sniffed) == (sha, "xla_hlo", [obj.path])
+    # A kind this version does not know: sniffed, and then not held as that.
+    assert staging.recognise_held(bucket[1], obj, tmp_path, {sha: held[sha] | {"kind": "xla_buffers"}}) is None
