@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 FILE = ".footers.json"  # in the store's root: the sweep only looks inside the tables' directories
 MAX_BYTES = 64 << 20  # ~150 bytes an entry: far more files than a store of years holds
 _in_process: dict[tuple, tuple[int, str]] = {}  # identity -> (rows, columns key), every store read here
+_loaded: dict[str, tuple[tuple, dict]] = {}  # footers file -> (its identity, what it held): parsed once per write
 
 
 def columns_key(schema) -> str:
@@ -72,6 +73,7 @@ class Footers:
         try:
             tmp.write_text(json.dumps(entries, separators=(",", ":")), encoding="utf-8")
             os.replace(tmp, target)
+            _loaded[str(target)] = (identity(target, target.stat()), dict(self.used))
         except OSError:
             tmp.unlink(missing_ok=True)
         self.saved = dict(self.used)
@@ -86,6 +88,9 @@ class Footers:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
                 return {}
+            seen = identity(path, st)
+            if seen in (cached := _loaded.get(str(path), ((), {})))[:1]:
+                return dict(cached[1])
             with os.fdopen(fd, "rb", closefd=False) as f:
                 entries = json.loads(f.read(MAX_BYTES + 1))
         except (OSError, ValueError):
@@ -95,6 +100,7 @@ class Footers:
         out: dict[tuple, tuple[int, str]] = {}
         for e in entries if isinstance(entries, list) else ():
             if (isinstance(e, list) and len(e) == 8 and isinstance(e[0], str) and isinstance(e[7], str)
-                    and all(isinstance(v, int) and not isinstance(v, bool) for v in e[1:7])):
+                    and all(type(v) is int for v in e[1:7])):
                 out[tuple(e[:6])] = (e[6], e[7])
-        return out
+        _loaded[str(path)] = (seen, out)
+        return dict(out)
