@@ -239,3 +239,25 @@ def test_the_accepts_page_links_the_incidents_each_accept_closed(sample_warehous
     row = next(r for r in re.findall(r"<tr>.*?</tr>", page, re.S) if "new sharding" in r)
     links = re.findall(r'<a href="([^"]+)">(I-[0-9a-f]{8})</a>', row)
     assert links == [(incident_file(i).replace(".md", ".html"), i) for i in closed]
+
+
+def test_the_cells_naming_the_latest_run_say_it_once_the_status_script_has_run(site, browser):
+    """A figure's last run, when it is the latest run, is "latest" in the page's HTML (so that the
+    page does not change with every night) and the run, linked to its page, once
+    ``assets/status.js`` has read the status data: the numbers tables of the figure pages and
+    the series index."""
+    for name in ("kernels.html", "memory.html", "series/index.html"):
+        assert (site.out / name).read_text().count('<span class="ds-latest-run">latest</span>') >= 3, name
+    context = browser._browser.new_context()
+    try:
+        with serve_directory(site.out) as base:
+            for name in ("kernels.html", "series/index.html"):
+                page = context.new_page()
+                page.goto(f"{base}/{name}")
+                page.wait_for_selector(".ds-latest-run a", state="attached", timeout=10_000)
+                cells = page.eval_on_selector_all(
+                    ".ds-latest-run", "els => els.map((e) => [e.textContent, e.querySelector('a')?.href || ''])")
+                assert len(cells) >= 3 and all(text == "2026-11-20" and href == f"{base}/runs/2026-11-20.html"
+                                               for text, href in cells), (name, cells[:3])
+    finally:
+        context.close()
