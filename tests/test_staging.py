@@ -335,5 +335,8 @@ def test_a_held_content_under_the_file_name_it_was_held_under_is_not_sniffed_aga
     sniffed.clear()  # stage_object sniffs: its threads' shortcut is recognise_held's
     again = staging.recognise_held(bucket[1], obj, tmp_path, elsewhere)
     assert (again.sha256, again.summary["kind"], sniffed) == (sha, "xla_hlo", [obj.path])
-    # A kind this version does not know: sniffed, and then not held as that.
+    # A kind this version does not know, or held as unknown (a format learnt since would know it): sniffed.
+    sniffed.clear()
     assert staging.recognise_held(bucket[1], obj, tmp_path, {sha: held[sha] | {"kind": "xla_buffers"}}) is None
+    assert staging.recognise_held(bucket[1], obj, tmp_path, {sha: held[sha] | {"kind": "unknown", "parser_version": 0}}) is None
+    assert sniffed == [obj.path, obj.path]

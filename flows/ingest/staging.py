@@ -146,14 +146,16 @@ def _named_as(obj: BucketObject, known: dict) -> DumpKind | None:
     """The kind the warehouse holds this content as, when it holds it under a path of the
     same file name (``.gz`` aside), else None. ``kind_of`` reads only the file name and the
     bytes' head, and the same sha256 is the same head: sniffing it again (~0.4 ms a dump,
-    under the GIL) was most of a night of held contents under new run directories."""
+    under the GIL) was most of a night of held contents under new run directories. Not for a
+    content held as unknown: a format learnt since is found by sniffing it again."""
     first = known.get("first_path")
     if not first or strip_gz(PurePosixPath(first).name) != strip_gz(PurePosixPath(obj.path).name):
         return None
     try:
-        return DumpKind(known["kind"])
+        kind = DumpKind(known["kind"])
     except (KeyError, ValueError):
         return None
+    return None if kind is DumpKind.UNKNOWN else kind
 
 
 class _Head:
