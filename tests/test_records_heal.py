@@ -5,6 +5,7 @@ which parses its content again from the bucket and ends as if nothing had happen
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -282,3 +283,19 @@ def test_a_footer_is_read_once_per_file_identity_and_a_file_damaged_since_is_rea
         with wh.connect_readonly(db) as con:
             assert list(records.damaged(con)) == [f"hlo_instructions/{hlo_file.name}"]
         assert len(read) == listed, bad
+
+def test_the_writers_sweep_removes_a_footers_file_a_killed_process_left_half_written(tmp_path, hlo):
+    """``Footers.save`` writes ``.footers.json.<pid>.tmp`` and renames it: a process killed in
+    between leaves it, and the writer's sweep removes it; a live process's is left alone."""
+    from flows.warehouse import footers
+
+    db = warehouse_with(tmp_path / "wh.duckdb", hlo[0])
+    store = records.root_for(db)
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    gone = next(pid for pid in range(pid_max - 1, 1, -1) if not Path(f"/proc/{pid}").exists())  # no such process
+    dead, alive = store / f"{footers.FILE}.{gone}.tmp", store / f"{footers.FILE}.{os.getpid()}.tmp"
+    dead.write_text("[")
+    alive.write_text("[")
+    assert records.sweep(store, set(_listed_files(db))) == 1
+    assert not dead.exists() and alive.exists()
+    assert [p.name for p in store.iterdir() if p.name.startswith(footers.FILE)] == [alive.name]

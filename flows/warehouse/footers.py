@@ -12,6 +12,8 @@ back). ``Footers`` keeps the footers read in this process and in ``<store>/.foot
 (``FILE``), for the store files listed when it was saved; an entry whose file's identity
 moved is read again. The file is a cache: unreadable, oversized or malformed, it is
 ignored; a reader that cannot write it (a read-only store) reads every footer, as before.
+It is written under a temporary name and renamed; the temporary file of a process killed in
+between is removed by the writer's sweep (``is_leftover``, ``records.sweep``).
 
 May import: pyarrow, the standard library.
 """
@@ -21,15 +23,32 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 FILE = ".footers.json"  # in the store's root: the sweep only looks inside the tables' directories
+_TMP = re.compile(re.escape(FILE) + r"\.(\d+)\.tmp")  # Footers.save writes here, then renames
 MAX_BYTES = 64 << 20  # ~150 bytes an entry: far more files than a store of years holds
 _in_process: dict[tuple, tuple[int, str]] = {}  # identity -> (rows, columns key), every store read here
 _loaded: dict[str, tuple[tuple, dict]] = {}  # footers file -> (its identity, what it held): parsed once per write
+
+
+def is_leftover(path: Path) -> bool:
+    """A footers file a process was writing when it was killed (``Footers.save``'s temporary
+    name, its pid gone): ``records.sweep`` removes it. A live process's is not one."""
+    match = _TMP.fullmatch(path.name)
+    if not match or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        os.kill(int(match.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
 
 
 def columns_key(schema) -> str:

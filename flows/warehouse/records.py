@@ -282,6 +282,10 @@ def sweep(root: Path, keep: set[str]) -> int:
     if not root.is_dir():
         return 0
     for table_dir in root.iterdir():
+        if footers.is_leftover(table_dir):  # a killed process's footers file, half written
+            table_dir.unlink(missing_ok=True)
+            removed += 1
+            continue
         if not table_dir.is_dir() or table_dir.name not in all_tables():
             continue
         for f in table_dir.iterdir():
