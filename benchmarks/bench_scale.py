@@ -368,8 +368,9 @@ def synthesise_year(records_runs: int) -> dict:
     path) get night 2's rows of the changed file under each new version's id: as many
     rows as a year of nights with 10 % of their files changed leaves, under the code's
     retention (``records_runs``: the versions of the last N nights; 0: every night's).
-    Left alone: schema_info, incidents, incident_steps, accepts, notifications, and tables
-    with none of run_id, path and dump_id (content_items, keyed by content).
+    ``content_item_rows`` (keyed by content) gets night 2's items under the key of each version
+    the last synthetic night holds (what night 365 compares with). Left alone: schema_info,
+    incidents, incident_steps, accepts, notifications.
     """
     import pyarrow as pa
 
@@ -439,6 +440,14 @@ def synthesise_year(records_runs: int) -> dict:
                       f"FROM {_q(t)} x JOIN _vers v ON x.dump_id = v.old_id WHERE v.records "
                       # each content's rows together, in their order, as a night's load leaves them
                       "ORDER BY v.new_id, x.rowid")
+        # The structural items of the contents the last synthetic night holds, as the nights before
+        # would have left them (keyed by content: night 2's items under each such version's key), so
+        # that night 365 computes items for its own new contents only, as any night at a year does.
+        # Older versions' items are not made: no night after the synthesis reads them.
+        timed("""INSERT INTO content_item_rows SELECT ci.* REPLACE (replace(ci.items_key, v.old_id, v.new_id) AS items_key)
+                  FROM content_item_rows ci JOIN _vers v ON contains(ci.items_key, v.old_id)
+                  WHERE v.night_to = ? AND replace(ci.items_key, v.old_id, v.new_id) NOT IN (SELECT items_key FROM content_item_rows)""",
+              [SYNTH_NIGHTS.stop - 1])
         con.unregister("_synth")
         con.unregister("_vers")
         started = time.perf_counter()
