@@ -38,6 +38,7 @@ May import: duckdb, polars, pyarrow, ``flows.warehouse.footers``, ``schema`` and
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -286,13 +287,15 @@ def sweep(root: Path, keep: set[str]) -> int:
             table_dir.unlink(missing_ok=True)
             removed += 1
             continue
-        if not table_dir.is_dir() or table_dir.name not in all_tables():
+        if not table_dir.is_dir() or table_dir.is_symlink() or table_dir.name not in all_tables():
             continue
-        for f in table_dir.iterdir():
-            stray_tmp = f.name.startswith(".") and f.name.endswith(".tmp")
-            if (stray_tmp or _STORE_FILE.match(f.name)) and f"{table_dir.name}/{f.name}" not in keep:
-                f.unlink(missing_ok=True)
-                removed += 1
+        with os.scandir(table_dir) as entries:  # names only: 5,740 files at a year, a stat each with Path
+            for f in entries:
+                stray_tmp = f.name.startswith(".") and f.name.endswith(".tmp")
+                if (stray_tmp or _STORE_FILE.match(f.name)) and f"{table_dir.name}/{f.name}" not in keep:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(f.path)
+                    removed += 1
     return removed
 
 
