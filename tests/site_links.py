@@ -59,10 +59,11 @@ class _Page(HTMLParser):
         self._hidden -= tag in ("script", "style") and self._hidden > 0
 
 
-def chart_specs(page: Path) -> dict[str, dict]:
-    """A built page's chart specs by container id, from the chart file it loads (none: {})."""
+def chart_specs(page: Path, chart_files: list[str] | None = None) -> dict[str, dict]:
+    """A built page's chart specs by container id, from the chart file it loads (none: {});
+    ``chart_files``: the page's, when it was parsed already."""
     specs: dict[str, dict] = {}
-    for src in _parsed_html(page).chart_files:
+    for src in _parsed_html(page).chart_files if chart_files is None else chart_files:
         lines = (page.parent / unquote(src)).read_text(encoding="utf-8").splitlines()
         assignment = lines[1]  # flows.publish.site.charts_script: a comment, then the assignment
         assert assignment.startswith(_ASSIGNMENT) and assignment.endswith(";"), (page, src)
@@ -80,7 +81,7 @@ def _parsed_html(path: Path) -> _Page:
 def _parsed(path: Path) -> _Page:
     """The page, with the links of its charts' rows (resolved from the page, as Vega resolves them)."""
     page = _parsed_html(path)
-    for spec in chart_specs(path).values():
+    for spec in chart_specs(path, page.chart_files).values():
         values = spec.get("data", {}).get("values")
         if isinstance(values, str):  # the charts' data is CSV text
             for row in csv.DictReader(io.StringIO(values)):

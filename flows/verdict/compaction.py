@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import duckdb
+import psutil
 
 from flows.warehouse import records
 from flows.warehouse.reads import LATEST_RUN_FIRST, read_with, registered, strings
@@ -68,7 +69,7 @@ def leftover_work_dirs(base: Path) -> list[Path]:
     found = []
     for d in sorted(Path(base).glob(f"{WORK_PREFIX}*")):
         pid = d.name.removeprefix(WORK_PREFIX).partition("-")[0]
-        if d.is_dir() and not d.is_symlink() and not (pid.isdigit() and _alive(int(pid))):
+        if d.is_dir() and not d.is_symlink() and not (pid.isdigit() and psutil.pid_exists(int(pid))):
             found.append(d)
     return found
 
@@ -80,15 +81,3 @@ def sweep_work_dirs(base: Path) -> list[Path]:
     for d in removed:
         shutil.rmtree(d, ignore_errors=True)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True

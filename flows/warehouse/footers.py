@@ -15,7 +15,7 @@ ignored; a reader that cannot write it (a read-only store) reads every footer, a
 It is written under a temporary name and renamed; the temporary file of a process killed in
 between is removed by the writer's sweep (``is_leftover``, ``records.sweep``).
 
-May import: pyarrow, the standard library.
+May import: pyarrow, psutil, the standard library.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import re
 import stat
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 
 FILE = ".footers.json"  # in the store's root: the sweep only looks inside the tables' directories
@@ -40,15 +41,7 @@ def is_leftover(path: Path) -> bool:
     """A footers file a process was writing when it was killed (``Footers.save``'s temporary
     name, its pid gone): ``records.sweep`` removes it. A live process's is not one."""
     match = _TMP.fullmatch(path.name)
-    if not match or path.is_symlink() or not path.is_file():
-        return False
-    try:
-        os.kill(int(match.group(1)), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # alive, another user's
-        return False
-    return False
+    return bool(match) and not path.is_symlink() and path.is_file() and not psutil.pid_exists(int(match.group(1)))
 
 
 def columns_key(schema) -> str:
@@ -108,7 +101,8 @@ class Footers:
             if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
                 return {}
             seen = identity(path, st)
-            if seen in (cached := _loaded.get(str(path), ((), {})))[:1]:
+            cached = _loaded.get(str(path))
+            if cached is not None and cached[0] == seen:  # this process parsed this very write
                 return dict(cached[1])
             with os.fdopen(fd, "rb", closefd=False) as f:
                 entries = json.loads(f.read(MAX_BYTES + 1))

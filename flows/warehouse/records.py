@@ -282,8 +282,8 @@ def sweep(root: Path, keep: set[str]) -> int:
     removed = 0
     if not root.is_dir():
         return 0
-    for table_dir in root.iterdir():
-        if footers.is_leftover(table_dir):  # a killed process's footers file, half written
+    for table_dir in root.iterdir():  # the tables' directories, and the footers file beside them
+        if footers.is_leftover(table_dir):  # not a directory: a killed process's footers file, half written
             table_dir.unlink(missing_ok=True)
             removed += 1
             continue
