@@ -189,7 +189,7 @@ def test_a_locked_down_reader_reads_the_records_views_and_no_other_file(tmp_path
     db = warehouse_with(tmp_path / "w.duckdb", first)
     (tmp_path / "secret.csv").write_text("a\n1\n")
     other = records.root_for(db) / "hlo_instructions" / ("0" * 64 + ".v1.0.parquet")
-    with connect_readonly(db, locked=True) as con:
+    with connect_readonly(db, spill=False) as con:
         assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(rows_of(first, "hlo_instructions"),)]
         for sql in (f"SELECT * FROM read_csv('{tmp_path / 'secret.csv'}')",
                     f"COPY (SELECT 1) TO '{other}' (FORMAT parquet)",
@@ -211,8 +211,8 @@ def test_store_names_are_made_from_declared_tables_and_content_hashes_only():
 def test_a_warehouse_path_with_quotes_and_markup_is_a_literal_in_the_views(tmp_path, hlo):
     first, _ = hlo
     db = warehouse_with(tmp_path / "x'; DROP TABLE dumps; -- <img src=x onerror=alert(1)> {%x%}" / "w.duckdb", first)
-    for locked in (False, True):
-        with connect_readonly(db, locked=locked) as con:
+    for spill in (False, True):
+        with connect_readonly(db, spill=spill) as con:
             assert con.execute("SELECT count(*) FROM hlo_instructions").fetchall() == [(rows_of(first, "hlo_instructions"),)]
             assert con.execute("SELECT count(*) FROM dumps").fetchall() == [(1,)]
 

@@ -44,10 +44,10 @@ from flows.commands.parse import json_value, number
 from flows.errors import CommandError
 from flows.ingest.bucket import BucketReadError, read_runs
 from flows.ingest.staging import StagedResult, stage_object
-from flows.publish.release import BadDestination, fetched
 from flows.resources import MemoryBudget, parse_memory
 from flows.verdict import candidate as judged
 from flows.verdict.settings import load_settings
+from flows.warehouse.fetch import fetched, is_url
 from flows.warehouse.reads import NoSuchRun
 from flows.warehouse.siblings import told_by_siblings
 from flows.warehouse.store import connect_readonly
@@ -72,16 +72,17 @@ class BadDirectory(CheckError, exit_code=2):
 
 
 def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, settings: Settings | None = None,
-              limits: ParseLimits = DEFAULT_LIMITS, budget: MemoryBudget | None = None) -> CheckResult:
+              limits: ParseLimits = DEFAULT_LIMITS, budget: MemoryBudget | None = None,
+              foreign: bool = False) -> CheckResult:
     """Compare the dumps under ``directory`` with the warehouse's run ``against`` (default: the
-    latest). The history is read a group of the candidate's jobs at a time, each group of at
+    latest); ``foreign``: a snapshot fetched from elsewhere (read with no file access). The history is read a group of the candidate's jobs at a time, each group of at
     most ``budget.incidents_batch_rows`` stored figures (an incident is one program's, and a
     program one job's): memory follows the group, not the history."""
     settings = settings if settings is not None else load_settings(None)
     budget = budget or MemoryBudget(parse_memory(settings.memory_limit))
     files = _list_dir(directory, judged.CANDIDATE_RUN)  # DIR's shape is checked before the warehouse is opened
     try:
-        con = connect_readonly(warehouse, budget=budget)
+        con = connect_readonly(warehouse, budget=budget, foreign=foreign)
     except (FileNotFoundError, duckdb.Error) as exc:
         raise CheckError(str(exc)) from None
     work = Path(tempfile.mkdtemp(prefix="dumpscope-check-"))
@@ -131,11 +132,13 @@ def main(*, directory: Path, against: str | None, warehouse: str, fmt: str, fail
     except ValueError as exc:
         raise CommandError(str(exc), exit_code=preflight.BAD_ARGUMENT) from None
     conf, budget = preflight.settings_and_budget(settings, memory_limit)
-    try:
-        with fetched(warehouse, storage_options) as local:  # a published snapshot's URL: downloaded first
-            result = check_dir(directory, local, against=against, settings=conf, budget=budget)
-    except BadDestination as exc:
-        raise CommandError(str(exc), exit_code=preflight.BAD_ARGUMENT) from None
+    if is_url(warehouse):  # a published snapshot: downloaded within the settings' bounds, read as foreign
+        max_bytes = preflight.size_setting(conf.check_max_download, "[check] max_download", settings)
+        with fetched(warehouse, storage_options, max_bytes=max_bytes, seconds=conf.check_download_seconds) as local:
+            result = check_dir(directory, local, against=against, settings=conf, budget=budget, foreign=True)
+    else:
+        result = check_dir(directory, Path(warehouse.removeprefix("file://")), against=against, settings=conf,
+                           budget=budget)
     typer.echo(render(result, str(directory), fmt))
     if fail_on and result.failing:
         typer.echo(f"{len(result.failing)} new incident(s) (regressions or failures)", err=True)

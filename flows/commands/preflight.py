@@ -46,6 +46,20 @@ def memory_limit(flag: str | None, loaded: Settings, settings_path: Path | None)
         raise CommandError(f"{where}: {exc}", exit_code=BAD_ARGUMENT) from None
 
 
+def size_setting(value: str | int, key: str, settings_path: Path | None) -> int:
+    """Bytes of a size in the settings file (\"4GB\", a number of bytes), or exit 2 naming it."""
+    from pydantic import ByteSize, TypeAdapter
+
+    try:
+        size = int(TypeAdapter(ByteSize).validate_python(value))
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise CommandError(f"{settings_path or 'dumpscope.toml'}: {key} {value!r}: use a size such as 4GB",
+                           exit_code=BAD_ARGUMENT)
+    return size
+
+
 def settings_and_budget(path: Path | None, flag: str | None) -> tuple[Settings, MemoryBudget]:
     """The settings and the memory budget of a command taking ``--settings`` and ``--memory-limit``."""
     conf = settings(path)
@@ -132,6 +146,7 @@ def warehouse_to_write(path: Path) -> None:
     user may write, or a new one in a directory this user may create or write (its writer
     keeps its lock and journal files beside it)."""
     from flows.warehouse.inspect import check_warehouse
+    from flows.warehouse.records import root_for
     from transforms.escape import plain_text
 
     shown = plain_text(path)
@@ -151,6 +166,10 @@ def warehouse_to_write(path: Path) -> None:
     if not os.access(place, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise CommandError(f"--warehouse {shown}: this user may not write there ({plain_text(place)})",
                            exit_code=BAD_ARGUMENT)
+    store = root_for(path)
+    if store.exists() and not store.is_dir():
+        raise CommandError(f"--warehouse {shown}: {plain_text(store)} is not a directory, and the warehouse keeps its "
+                           "records store there: move it away", exit_code=BAD_ARGUMENT)
 
 
 @contextmanager

@@ -43,7 +43,7 @@ def answer(warehouse: Path, query: str) -> tuple[list[str], list[tuple], str | N
     """Column names and rows of ``query``, and a note for people when it read the records
     tables and found nothing (which runs they hold); raises QueryError."""
     try:
-        con = connect_readonly(warehouse, locked=True)
+        con = connect_readonly(warehouse, spill=False)
     except (FileNotFoundError, duckdb.Error) as exc:
         raise QueryError(_one_line(exc)) from None
     try:

@@ -24,8 +24,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -139,24 +137,3 @@ def _upload_order(rel: str) -> tuple:
     if not rel.endswith(".html"):
         return (0, rel)
     return (1, -rel.count("/"), rel.rsplit("/", 1)[-1] == "index.html", rel)
-
-
-@contextmanager
-def fetched(warehouse: str, storage_options: dict | None = None) -> Iterator[Path]:
-    """The warehouse file to read: ``warehouse`` itself when it is a path, else a published
-    snapshot (``https://…/warehouse.duckdb``, ``s3://…``: any fsspec URL) downloaded whole into
-    a temporary directory that is removed afterwards. Raises ``BadDestination`` naming the URL
-    when it cannot be fetched."""
-    if is_local(warehouse):
-        yield local_path(warehouse)
-        return
-    import fsspec
-
-    with tempfile.TemporaryDirectory(prefix="dumpscope-snapshot-") as tmp:
-        target = Path(tmp) / SNAPSHOT_NAME
-        try:
-            fs, path = fsspec.core.url_to_fs(warehouse, **(storage_options or {}))
-            fs.get_file(path, str(target))
-        except (OSError, ValueError, ImportError) as exc:  # FileNotFoundError, PermissionError, HTTP errors
-            raise BadDestination(f"--warehouse {warehouse}: cannot fetch it ({type(exc).__name__}: {exc})") from None
-        yield target

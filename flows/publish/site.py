@@ -116,10 +116,9 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
     page lists rows of, cut to its first N, are read in a fixed order: a page's bytes change
     only when what it shows does (only changed pages are built again)."""
     history = getattr(settings, "site_history_runs", site_data.DEFAULT_HISTORY_RUNS)
-    con = connect_readonly(warehouse)
+    con = connect_readonly(warehouse, memory_limit=READER_MEMORY)  # a cache, mostly: the window's queries stream
     try:
         verdict.check_schema(con)
-        con.execute(f"SET memory_limit = '{READER_MEMORY}'")  # a cache, mostly: the window's queries stream
         q = lambda sql, params=None: frame_of(con, sql, params)  # noqa: E731
         runs = q('SELECT run_id, started_at, "commit", tags FROM runs ORDER BY started_at, run_id').with_row_index("run_seq")
         window = runs.tail(history) if history else runs

@@ -3,7 +3,8 @@
 - ``schema`` declares it (DDL, comments, views, migrations: pure SQL text built from the
   parsers' and trends' declared schemas); ``migrations`` brings a file up to it.
 - ``store`` opens it: one locked writer that publishes atomically (``journal`` levels its
-  standby), read-only readers (``readers`` leases the files they see).
+  standby); ``readonly`` its readers, locked down whoever wrote the file (``readers`` leases
+  the files they see); ``fetch`` downloads a published snapshot within bounds.
 - ``loading`` writes a night's staged dumps into it; ``discovery`` reads what it already holds
   of a night's objects; ``siblings`` checks XLA side files against the compiles it holds.
 - ``records`` keeps the records rows as Parquet files beside it, one per content and table.

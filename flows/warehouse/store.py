@@ -8,8 +8,8 @@
   publish writes follow the night, not the history. On an exception (or a kill) the
   published file is untouched. Its schema is brought up to date on entry
   (``flows.warehouse.migrations``); what it loads, ``flows.warehouse.loading`` writes.
-- ``connect_readonly(path)`` for readers: they see the last published file and never
-  block the writer (the swap replaces the directory entry; open readers keep theirs).
+- Readers (``flows.warehouse.readonly.connect_readonly``) see the last published file and
+  never block the writer (the swap replaces the directory entry; open readers keep theirs).
 - Files are written with storage compatibility v1.5.0, so the DuckDB 1.5 shell
   (``duckdb-cli``) opens them (``storage_version_number`` <= ``MAX_STORAGE_VERSION_1_5``).
 """
@@ -30,7 +30,8 @@ from flows.errors import CommandError
 from flows.resources import MemoryBudget
 from flows.warehouse import journal, readers, records
 from flows.warehouse.loading import table_counts
-from flows.warehouse.migrations import has_table, migrate
+from flows.warehouse.migrations import migrate
+from flows.warehouse.readonly import connect_readonly  # the readers' side of opening a warehouse
 
 STORAGE_COMPATIBILITY = "v1.5.0"
 MAX_STORAGE_VERSION_1_5 = 68  # the DuckDB 1.5 shell reads storage versions 64..68
@@ -46,69 +47,6 @@ BLOCK_SIZE = 64 * 1024
 
 class WarehouseBusy(CommandError, RuntimeError, exit_code=3):
     """Another writer holds the warehouse lock."""
-
-
-
-# ---------------------------------------------------------------- connections
-
-# For SQL typed by people (``dumpscope sql``): DuckDB's own guards, not a statement filter.
-# With external access off no statement reaches a file, an extension, another database or
-# the network (COPY TO, ATTACH, EXPORT, read_text('/proc/self/environ'), glob...); the
-# locked configuration keeps SET/RESET/PRAGMA from turning that back on.
-LOCKED_DOWN = {"enable_external_access": False, "autoinstall_known_extensions": False,
-               "autoload_known_extensions": False, "lock_configuration": True}
-
-
-def connect_readonly(path: Path | str, *, locked: bool = False, budget: MemoryBudget | None = None) -> duckdb.DuckDBPyConnection:
-    """A reader of the published file; ``locked``: also reach nothing but it (``LOCKED_DOWN``);
-    ``budget``: DuckDB's share of the memory limit."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no warehouse at {path} (run `dumpscope run` first)")
-    config = budget.duckdb_config() if budget else {}
-    # Taken before the open: the writer's sweep spares the files of the generation this
-    # reader sees for as long as the connection lives (``flows.warehouse.readers``).
-    lease = readers.take(path)
-    for attempt in range(_OPEN_ATTEMPTS):
-        try:
-            con = duckdb.connect(str(path), read_only=True, config=config)
-            con = _lock_down(con) if locked else con
-            readers.hold(con, lease)
-            return con
-        except duckdb.IOException as exc:
-            # Opened the generation a publish had just replaced, as the writer took it to
-            # level it: the path names the new file now.
-            if "lock" not in str(exc).lower() or attempt == _OPEN_ATTEMPTS - 1:
-                readers.drop(lease)
-                raise
-            time.sleep(0.05 * (attempt + 1))
-        except BaseException:
-            readers.drop(lease)
-            raise
-    raise AssertionError("unreachable")
-
-
-_OPEN_ATTEMPTS = 5
-
-
-def _lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """``LOCKED_DOWN``, except that the records views may read their own files (exactly
-    those: DuckDB checks ``allowed_paths`` by the whole path, for reads and writes)."""
-    try:
-        files = records.allowed_files(con) if has_table(con, "records_files") else []
-        if files:
-            con.execute("SET allowed_paths = ?", [files])
-        # DuckDB always lets a connection write into its temporary directory
-        # (``<warehouse>.tmp/``), even with external access off: COPY TO could land there.
-        # No temporary directory: a query too big for memory fails instead of spilling.
-        con.execute("SET temp_directory = ''")
-        for name, value in LOCKED_DOWN.items():
-            con.execute(f"SET {name} = {'true' if value else 'false'}")  # names and values: the constant above
-    except BaseException:
-        con.close()
-        raise
-    return con
-
 
 
 

@@ -32,6 +32,10 @@ Settings file (TOML, ``dumpscope.toml``)::
     [warehouse]
     keep_records_runs = 7             # records rows kept for the contents of the last N runs (0: all)
 
+    [check]                           # dumpscope check --warehouse URL: the snapshot's download
+    max_download = "4GB"              # at most this many bytes (a bigger or endless body is refused)
+    download_seconds = 300            # within this many seconds
+
     [[rule]]
     metric = "memory.*"               # required: a pattern on metric names
     series = "jax-pmap/*"             # optional: a pattern on series ids
@@ -154,6 +158,9 @@ class Settings:
     site_bucket_url: str | None = field(default=None, repr=False, compare=False)
     # [site] url: where the published site is read (notifications, summaries and check link to its pages).
     site_url: str | None = field(default=None, repr=False, compare=False)
+    # [check] max_download, download_seconds: bounds of check's download of a published snapshot.
+    check_max_download: str | int = field(default="4GB", repr=False, compare=False)
+    check_download_seconds: int = field(default=300, repr=False, compare=False)
 
     def rule_for(self, series: str, metric: str) -> Rule:
         for rule in self.rules:
@@ -192,7 +199,7 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{source}: {e}") from None
     unknown = set(data) - {"baseline_runs", "series", "rule", "commit_url", "compare_url", "floors", "memory_limit",
-                           "warehouse", "site"}
+                           "warehouse", "site", "check"}
     if unknown:
         raise ValueError(f"{source}: unknown setting(s) {', '.join(sorted(unknown))}")
     urls = {}
@@ -217,6 +224,14 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
         raise ValueError(f"{source}: [site] takes history_runs, an integer >= 0 (0: every run), bucket_url and url")
     bucket_url = _url_template(site["bucket_url"], "[site] bucket_url", ("path",), source) if "bucket_url" in site else None
     site_url = _site_url(site["url"], source) if "url" in site else None
+    check = data.get("check", {})
+    max_download = check.get("max_download", "4GB") if isinstance(check, dict) else None
+    seconds = check.get("download_seconds", 300) if isinstance(check, dict) else None
+    if (not isinstance(check, dict) or set(check) - {"max_download", "download_seconds"}
+            or isinstance(max_download, bool) or not isinstance(max_download, (str, int))
+            or isinstance(seconds, bool) or not isinstance(seconds, int) or not 1 <= seconds <= 86400):
+        raise ValueError(f"{source}: [check] takes max_download, a size such as \"4GB\", and download_seconds, "
+                         "an integer from 1 to 86400")
     # baseline_runs sized the rolling median the trends used before incidents were the one
     # verdict (issue 26): a settings file that still has it keeps working; it changes nothing.
     n = data.get("baseline_runs", 7)
@@ -229,7 +244,8 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
                     rules=tuple(_rule(entry, source, i) for i, entry in enumerate(data.get("rule", []), 1)),
                     **urls, floor_bytes=float(floors.get("bytes", 1024)), floor_count=float(floors.get("count", 1)),
                     memory_limit=memory, keep_records_runs=keep,
-                    site_history_runs=history, site_bucket_url=bucket_url, site_url=site_url)
+                    site_history_runs=history, site_bucket_url=bucket_url, site_url=site_url,
+                    check_max_download=max_download, check_download_seconds=seconds)
 
 
 def _site_url(value: Any, source: str) -> str:
