@@ -299,3 +299,78 @@ def test_the_writers_sweep_removes_a_footers_file_a_killed_process_left_half_wri
     assert records.sweep(store, set(_listed_files(db))) == 1
     assert not dead.exists() and alive.exists()
     assert [p.name for p in store.iterdir() if p.name.startswith(footers.FILE)] == [alive.name]
+
+
+def _copied(sample_warehouse: Path, where: Path, *, with_store: bool) -> Path:
+    """A copy of the sample warehouse file (which names the sample's store), with a copy of the store beside it."""
+    where.mkdir()
+    db = where / "warehouse.duckdb"
+    shutil.copyfile(sample_warehouse, db)
+    if with_store:
+        shutil.copytree(records.root_for(sample_warehouse), records.root_for(db))
+    return db
+
+
+def _doctor(*args: str):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    return CliRunner().invoke(app, ["doctor", *args])
+
+
+def _problems(out) -> list[str]:
+    return [line for line in out.output.splitlines() if line.startswith("problem: ")]
+
+
+def test_doctor_checks_the_store_beside_the_warehouse_it_is_given(sample_warehouse, tmp_path):
+    """A copied or restored file names its original's store; the original is healthy, its own is not."""
+    bare = _copied(sample_warehouse, tmp_path / "bare", with_store=False)
+    out = _doctor("--warehouse", str(bare))
+    assert out.exit_code == 1
+    assert _problems(out) == [f"problem: the records store {records.root_for(bare)} is missing "
+                              f"({len(_listed_files(sample_warehouse))} files listed): its next writer adopts the files "
+                              "of the store the file names, where they still are"]
+    restored = _copied(sample_warehouse, tmp_path / "restored", with_store=True)
+    gone = records.root_for(restored) / _listed_files(sample_warehouse)[0]
+    gone.unlink()
+    out = _doctor("--warehouse", str(restored))
+    assert out.exit_code == 1 and _problems(out) == [f"problem: records file {gone} is missing"]
+    assert f"the file names the records store {records.root_for(sample_warehouse)}" in out.output
+    assert _doctor("--warehouse", str(sample_warehouse)).exit_code == 0  # the original is whole
+
+
+def test_a_records_file_put_in_another_contents_place_is_damage(sample_warehouse, tmp_path):
+    import pyarrow.parquet as pq
+
+    db = _copied(sample_warehouse, tmp_path / "w", with_store=True)
+    store = records.root_for(db)
+    by_rows: dict[int, list[str]] = {}
+    for name in sorted(n for n in _listed_files(sample_warehouse) if n.startswith("hlo_instructions/")):
+        by_rows.setdefault(pq.read_metadata(store / name).num_rows, []).append(name)
+    victim, other = next(names for names in by_rows.values() if len(names) > 1)[:2]
+    shutil.copyfile(store / other, store / victim)  # the same table and row count, another content's rows
+    out = _doctor("--warehouse", str(db))
+    assert out.exit_code == 1
+    assert _problems(out) == [f"problem: records file {store / victim} is another content's file (its rows are of "
+                              f"{other.split('/')[1][:12]}, the listing's of {victim.split('/')[1][:12]})"]
+    fixed = _doctor("--warehouse", str(db), "--repair")
+    assert fixed.exit_code == 0, fixed.output
+    assert _doctor("--warehouse", str(db)).exit_code == 0
+
+
+def test_a_file_where_the_records_store_goes_is_one_line_and_never_removed(sample_warehouse, tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    db = _copied(sample_warehouse, tmp_path / "w", with_store=False)
+    records.root_for(db).write_text("someone's notes\n")
+    out = _doctor("--warehouse", str(db))
+    assert out.exit_code == 1 and _problems(out)[0].startswith(f"problem: {records.root_for(db)} is not a directory")
+    out = _doctor("--warehouse", str(db), "--repair")
+    assert out.exit_code == 1 and out.output.count("\n") == 1
+    assert out.output.startswith(f"error: cannot repair: {records.root_for(db)} is not a directory")
+    out = CliRunner().invoke(app, ["run", "--bucket", str(SAMPLE), "--warehouse", str(db)])
+    assert out.exit_code == 2 and out.output.count("\n") == 1 and "is not a directory" in out.output
+    assert records.root_for(db).read_text() == "someone's notes\n"

@@ -29,6 +29,7 @@ from pathlib import Path
 import duckdb
 import typer
 
+from flows.errors import CommandError
 from flows.commands.signals import prefect_defaults
 from flows.ingest import staging
 from flows.ingest import housekeeping
@@ -51,6 +52,7 @@ class Findings:
     damaged: dict[str, str] = field(default_factory=dict)  # records file -> why
     orphans: list[Path] = field(default_factory=list)
     leftovers: list[Path] = field(default_factory=list)
+    unusable_store: Path | None = None  # something not a directory where the records store goes
 
     def lines(self) -> list[str]:
         return [f"ok: {plain_text(n)}" for n in self.notes] + [f"problem: {plain_text(p)}" for p in self.problems]
@@ -83,7 +85,7 @@ def examine(warehouse: Path, staging_dir: Path | None = None) -> Findings:
         else:
             found.problems.append(f"schema version {version} is newer than this code's ({ws.SCHEMA_VERSION}): upgrade dumpscope")
         if migrations.has_records_store(con):
-            _records_state(con, found)
+            _records_state(con, warehouse, found)
     finally:
         con.close()
     _leftovers(warehouse, staging_dir or warehouse.with_suffix(".staging"), found)
@@ -111,17 +113,30 @@ def _writer_state(warehouse: Path, found: Findings) -> None:
             found.notes.append("the journal does not match the files: the next writer copies the published file")
 
 
-def _records_state(con, found: Findings) -> None:
-    root = records.root_of(con)
+def _records_state(con, warehouse: Path, found: Findings) -> None:
+    """The store beside ``warehouse`` (the one its next writer keeps), whatever store the file
+    names: a copied or restored file names its original's, which is not this warehouse's."""
+    root = records.root_for(warehouse)
+    named = records.stored_root(con)
+    if named is not None and named != root:
+        found.notes.append(f"the file names the records store {named} (it was copied or restored from there): "
+                           f"checked the one beside it, {root}, which its next writer adopts")
     listed = {n for names in records.listed(con).values() for n in names}
-    found.damaged = records.damaged(con)
+    if root.exists() and not root.is_dir():
+        found.problems.append(f"{root} is not a directory: the records store must be one (move it away; "
+                              "doctor removes nothing it did not make)")
+        found.unusable_store = root
+        return
+    if listed and not root.is_dir():
+        found.problems.append(f"the records store {root} is missing ({len(listed)} files listed): its next writer "
+                              "adopts the files of the store the file names, where they still are")
+        return
+    found.damaged = records.damaged(con, root) if listed else {}
     for name, why in found.damaged.items():
         found.problems.append(f"records file {root / name} is {why}")
-    if not root.is_dir():
-        found.problems.append(f"the records store {root} is missing")
     found.notes.append(f"{len(listed) - len(found.damaged)} of {len(listed)} listed records files present and readable")
     for table_dir in sorted(root.iterdir()) if root.is_dir() else ():
-        if not table_dir.is_dir() or table_dir.name not in all_tables():
+        if not table_dir.is_dir() or table_dir.is_symlink() or table_dir.name not in all_tables():
             continue
         for f in sorted(table_dir.iterdir()):
             stray = f.name.startswith(".") and f.name.endswith(_TEMP_STORE_FILE)
@@ -153,7 +168,11 @@ def repair(warehouse: Path, bucket: str | None = None, staging_dir: Path | None 
     warehouse = Path(warehouse)
     staging_dir = staging_dir or warehouse.with_suffix(".staging")
     done: list[str] = []
-    if bucket is not None and examine(warehouse, staging_dir).damaged:
+    found = examine(warehouse, staging_dir)
+    if found.unusable_store is not None:
+        raise CommandError(f"cannot repair: {found.unusable_store} is not a directory, and the records store goes "
+                           "there: move it away first (doctor removes nothing it did not make)")
+    if bucket is not None and found.damaged:
         from flows.nightly import run_nightly
 
         night = run_nightly(bucket=bucket, warehouse=warehouse, staging_dir=staging_dir, wait_for_lock=True)

@@ -1,5 +1,5 @@
-"""What the Parquet footer of each records store file says (its row count and its columns),
-read once per file identity and remembered across nights.
+"""What the Parquet footer of each records store file says (its row count, its columns and the
+content its rows belong to), read once per file identity and remembered across nights.
 
 A night reads the footers of every store file twice: the damage check at discovery and
 again when the writer enters (``records.damaged``), and the records views group the files
@@ -8,7 +8,10 @@ of a table by their columns (``records.refresh_views``). At a year that is 5,740
 after it is placed (``records.place`` renames it in; compaction unlinks it), so what its
 footer says holds while the file keeps its identity: device, inode, size, mtime and ctime
 (a write, a truncation, a replacement or a chmod moves the ctime, which no one can set
-back). ``Footers`` keeps the footers read in this process and in ``<store>/.footers.json``
+back). The content is the ``dump_id`` every row carries, read from the column statistics
+(min = max in every row group); a file whose statistics do not say reads the column once. A
+file put in another's place (the same table, even the same size) names another content: the
+damage check (``records.damaged``) compares it with the listing. ``Footers`` keeps the footers read in this process and in ``<store>/.footers.json``
 (``FILE``), for the store files listed when it was saved; an entry whose file's identity
 moved is read again. The file is a cache: unreadable, oversized or malformed, it is
 ignored; a reader that cannot write it (a read-only store) reads every footer, as before.
@@ -33,7 +36,8 @@ import pyarrow.parquet as pq
 FILE = ".footers.json"  # in the store's root: the sweep only looks inside the tables' directories
 _TMP = re.compile(re.escape(FILE) + r"\.(\d+)\.tmp")  # Footers.save writes here, then renames
 MAX_BYTES = 64 << 20  # ~150 bytes an entry: far more files than a store of years holds
-_in_process: dict[tuple, tuple[int, str]] = {}  # identity -> (rows, columns key), every store read here
+Footer = tuple[int, str, str]  # rows, columns key, content (the rows' one dump_id; "" when none or several)
+_in_process: dict[tuple, Footer] = {}  # identity -> footer, every store read here
 _loaded: dict[str, tuple[tuple, dict]] = {}  # footers file -> (its identity, what it held): parsed once per write
 
 
@@ -55,21 +59,21 @@ def identity(path: Path, st: os.stat_result) -> tuple:
 
 
 class Footers:
-    """The footers of the store at ``root``: ``read(path, st)`` -> (rows, columns key), from
-    memory when the file's identity is known, else from the file (raising what pyarrow and
-    the OS raise); ``save()`` writes those of the files read since loading."""
+    """The footers of the store at ``root``: ``read(path, st)`` -> ``Footer`` (rows, columns key,
+    content), from memory when the file's identity is known, else from the file (raising what
+    pyarrow and the OS raise); ``save()`` writes those of the files read since loading."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
-        self.used: dict[tuple, tuple[int, str]] = {}
+        self.used: dict[tuple, Footer] = {}
         self.saved = self._load()
 
-    def read(self, path: Path, st: os.stat_result) -> tuple[int, str]:
+    def read(self, path: Path, st: os.stat_result) -> Footer:
         key = identity(path, st)
         found = self.saved.get(key) or _in_process.get(key)
         if found is None:
             meta = pq.read_metadata(path)
-            found = (meta.num_rows, columns_key(meta.schema.to_arrow_schema()))
+            found = (meta.num_rows, columns_key(meta.schema.to_arrow_schema()), _content(path, meta))
         _in_process[key] = self.used[key] = found
         return found
 
@@ -90,7 +94,7 @@ class Footers:
             tmp.unlink(missing_ok=True)
         self.saved = dict(self.used)
 
-    def _load(self) -> dict[tuple, tuple[int, str]]:
+    def _load(self) -> dict[tuple, Footer]:
         path = self.root / FILE
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
@@ -110,10 +114,27 @@ class Footers:
             return {}
         finally:
             os.close(fd)
-        out: dict[tuple, tuple[int, str]] = {}
+        out: dict[tuple, Footer] = {}
         for e in entries if isinstance(entries, list) else ():
-            if (isinstance(e, list) and len(e) == 8 and isinstance(e[0], str) and isinstance(e[7], str)
-                    and all(type(v) is int for v in e[1:7])):
-                out[tuple(e[:6])] = (e[6], e[7])
+            if (isinstance(e, list) and len(e) == 9 and isinstance(e[0], str) and isinstance(e[7], str)
+                    and isinstance(e[8], str) and all(type(v) is int for v in e[1:7])):
+                out[tuple(e[:6])] = (e[6], e[7], e[8])
         _loaded[str(path)] = (seen, out)
         return dict(out)
+
+
+def _content(path: Path, meta) -> str:
+    """The one ``dump_id`` of the file's rows ("" when it has none, or several): from the column
+    statistics of each row group, else from the column itself."""
+    names = meta.schema.names
+    if "dump_id" not in names or meta.num_rows == 0:
+        return ""
+    column = names.index("dump_id")
+    seen: set[str] = set()
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(column).statistics
+        if stats is None or not stats.has_min_max or stats.null_count:
+            seen = set(pq.read_table(path, columns=["dump_id"]).column(0).unique().to_pylist())
+            break
+        seen |= {stats.min, stats.max}
+    return next(iter(seen)) if len(seen) == 1 and isinstance(next(iter(seen)), str) else ""

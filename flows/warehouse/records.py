@@ -226,7 +226,7 @@ def _by_columns(root: Path, names: list[str], known: footers.Footers) -> list[li
     for name in names:
         path = root / name
         try:
-            _, key = known.read(path, path.stat())
+            _, key, _ = known.read(path, path.stat())
         except Exception:  # noqa: BLE001 - missing, unreadable, not Parquet: every footer by name
             return None
         groups.setdefault(key, []).append(str(path))
@@ -370,16 +370,18 @@ REPAIR_HINT = ("repair with `dumpscope doctor --warehouse {warehouse} --repair -
                "(or the next `dumpscope run` heals it)")
 
 
-def damaged(con) -> dict[str, str]:
-    """Listed store files that are missing or unreadable: store name -> why. Cheap: a
-    stat of each file and its Parquet footer's row count against the listing; a footer is
-    read once per file identity (``flows.warehouse.footers``: in this process and across
-    nights), so a night pays for the files placed since the last check."""
-    root = root_of(con)
+def damaged(con, root: Path | None = None) -> dict[str, str]:
+    """Listed store files that are missing, unreadable or not what the listing says: store name
+    -> why. Cheap: a stat of each file and its Parquet footer's row count and content (the
+    ``dump_id`` of its rows) against the listing; a footer is read once per file identity
+    (``flows.warehouse.footers``: in this process and across nights), so a night pays for the
+    files placed since the last check. ``root``: the store to check (default: the one the
+    warehouse names)."""
+    root = root_of(con) if root is None else root
     out: dict[str, str] = {}
     known = footers.Footers(root)
-    for name, rows in con.execute("SELECT file, rows FROM records_files ORDER BY file").fetchall():
-        why = _file_damage(root / name, rows, known)
+    for name, content, rows in con.execute("SELECT file, dump_id, rows FROM records_files ORDER BY file").fetchall():
+        why = _file_damage(root / name, content, rows, known)
         if why:
             out[name] = why
     known.save()
@@ -389,14 +391,14 @@ def damaged(con) -> dict[str, str]:
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF)  # what ``Path.is_file`` takes for "no file"
 
 
-def _file_damage(path: Path, rows: int, known: footers.Footers) -> str | None:
+def _file_damage(path: Path, content: str, rows: int, known: footers.Footers) -> str | None:
     try:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode):
             return "missing"
         if st.st_size == 0:
             return "empty (0 bytes)"
-        found, _ = known.read(path, st)
+        found, _, holds = known.read(path, st)
     except OSError as exc:
         if exc.errno in _MISSING:
             return "missing"
@@ -405,6 +407,9 @@ def _file_damage(path: Path, rows: int, known: footers.Footers) -> str | None:
         return f"not a readable Parquet file ({' '.join(str(exc).split())[:120]})"
     if found != rows:
         return f"cut short ({found} rows, {rows} listed)"
+    if rows and holds != content:
+        return (f"another content's file (its rows are of {holds[:12] or 'several or no contents'}, "
+                f"the listing's of {content[:12]})")
     return None
 
 
@@ -480,9 +485,17 @@ def held_runs(con) -> HeldRuns:
 
 
 def allowed_files(con) -> list[str]:
-    """Absolute paths of every file the views read (what a locked-down reader may open)."""
-    root = root_of(con)
-    return [str(root / n) for (n,) in con.execute("SELECT file FROM records_files ORDER BY file").fetchall()]
+    """Absolute paths of every file the views read (what a locked-down reader may open): only
+    names of the store's own shape (``<table>/<sha256>.v<N>.<part>.parquet``, a declared table),
+    whatever ``records_files`` lists: the listing of a file someone else wrote is data too."""
+    root, tables = root_of(con), all_tables()
+    names = (n for (n,) in con.execute("SELECT file FROM records_files ORDER BY file").fetchall())
+    return [str(root / n) for n in names if _is_store_name(n, tables)]
+
+
+def _is_store_name(name: object, tables) -> bool:
+    table, _, file = name.partition("/") if isinstance(name, str) else ("", "", "")
+    return table in tables and _STORE_FILE.match(file) is not None
 
 
 __all__ = ["HeldRuns", "REPAIR_HINT", "ROOT_KEY", "add_rows", "adopt", "allowed_files", "damaged", "damaged_contents", "heal", "held_runs", "missing_root", "drop_contents", "files_sql", "list_files", "listed", "place", "refresh_changed", "refresh_views", "root_for", "STORE_SCHEMA",
