@@ -179,27 +179,39 @@ def test_a_prefect_server_that_is_not_there_is_one_line_exit_2_before_prefect(ur
     assert lines == [f"error: PREFECT_API_URL {url}: {said}"]
 
 
-def test_any_http_answer_at_the_prefect_url_is_a_server(monkeypatch):
-    """Prefect Cloud's workspace URLs may answer 401 without a key: a server is there all the same."""
+def test_a_prefect_api_or_a_server_asking_for_a_key_passes_and_another_web_server_is_one_line(monkeypatch):
+    """Prefect's /health says true; Prefect Cloud's workspace URLs may answer 401 without a key: a
+    server is there all the same. Another web server at the address (a typo of the port) was
+    taken for one, and the night ended in Prefect's 81-line traceback."""
     import http.server
     import threading
 
     from flows.commands import preflight
+    from flows.errors import CommandError
 
     class Answer(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's name)
-            self.send_response(200 if self.path == "/api/health" else 401)
+            prefect = self.path == "/api/health"
+            self.send_response(200 if prefect or self.path.startswith("/web") else 404 if "nginx" in self.path else 401)
             self.end_headers()
+            self.wfile.write(b"true" if prefect else b"<html>welcome</html>")
 
         def log_message(self, *args):
             pass
 
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{server.server_port}"
         try:
             for path in ("/api", "/api/", "/api/accounts/a/workspaces/w"):
-                monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{server.server_port}{path}")
+                monkeypatch.setenv("PREFECT_API_URL", base + path)
                 preflight.prefect_api()
+            for path, said in (("/web", "did not say true"), ("/nginx/api", "HTTP 404")):
+                monkeypatch.setenv("PREFECT_API_URL", base + path)
+                with pytest.raises(CommandError) as refused:
+                    preflight.prefect_api()
+                assert refused.value.exit_code == 2 and said in str(refused.value)
+                assert str(refused.value).startswith(f"PREFECT_API_URL {base}{path}: answers, but not as a Prefect API")
         finally:
             server.shutdown()
     monkeypatch.delenv("PREFECT_API_URL")

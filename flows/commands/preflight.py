@@ -106,11 +106,12 @@ def dask_scheduler(address: str) -> None:
 
 
 def prefect_api() -> None:
-    """Exit 2 with one line when ``PREFECT_API_URL`` is set and nothing answers there within
-    ``PREFECT_ANSWER_SECONDS`` (a typo in its host or port, a server not started): found here,
-    not as Prefect's traceback once the night begins. Any HTTP answer to ``<url>/health`` is
-    a server (Prefect Cloud's workspace URLs may answer 401 without a key); unset, the command
-    starts its own temporary server."""
+    """Exit 2 with one line when ``PREFECT_API_URL`` is set and no Prefect API answers there
+    within ``PREFECT_ANSWER_SECONDS`` (a typo in its host or port, a server not started, another
+    web server at that address): found here, not as Prefect's traceback once the night begins.
+    A Prefect server answers ``<url>/health`` with ``true``; Prefect Cloud's workspace URLs may
+    answer 401 or 403 without a key, which counts as a server (Prefect says what the key lacks).
+    Unset, the command starts its own temporary server."""
     import urllib.error
     import urllib.request
 
@@ -120,15 +121,22 @@ def prefect_api() -> None:
     where = f"PREFECT_API_URL {url}"
     if not url.startswith(("http://", "https://")):
         raise CommandError(f"{where}: not an http(s) URL: e.g. http://127.0.0.1:4200/api", exit_code=BAD_ARGUMENT)
+    health = url.rstrip("/") + "/health"
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=PREFECT_ANSWER_SECONDS):
+        with urllib.request.urlopen(health, timeout=PREFECT_ANSWER_SECONDS) as answer:
+            body = answer.read(64)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):  # a server that wants a key
             return
-    except urllib.error.HTTPError:  # an answer, if not a welcome one: a server is there
-        return
+        raise CommandError(f"{where}: answers, but not as a Prefect API (GET {health}: HTTP {exc.code}): "
+                           "give the server's API URL, e.g. http://127.0.0.1:4200/api", exit_code=BAD_ARGUMENT) from None
     except (OSError, ValueError) as exc:  # refused, unknown host, timed out, a malformed URL
         reason = getattr(exc, "reason", None) or exc
         reason = getattr(reason, "strerror", None) or str(reason) or type(exc).__name__
         raise CommandError(f"{where}: no Prefect server answers there ({reason})", exit_code=BAD_ARGUMENT) from None
+    if body.strip() != b"true":
+        raise CommandError(f"{where}: answers, but not as a Prefect API (GET {health} did not say true): give the "
+                           "server's API URL, e.g. http://127.0.0.1:4200/api", exit_code=BAD_ARGUMENT)
 
 
 def publish_destination(dest: str) -> None:
