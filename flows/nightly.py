@@ -373,17 +373,22 @@ def _night(orchestrated: bool, *, bucket, warehouse, staging_dir, settle_seconds
     if publish_to and site_dir is None:  # a release is a site: built beside the warehouse
         site_dir = Path(warehouse).with_suffix(".site")
     if site_dir is not None and Path(warehouse).exists():
-        t4 = time.perf_counter()
-        print(step(render_site)(warehouse, Path(site_dir), settings_path))
-        summary.seconds["site"] = time.perf_counter() - t4
-        if publish_to:
-            t5 = time.perf_counter()
-            # The bucket's storage options serve a destination on the same kind of store only.
-            same_store = "://" in bucket and publish_to.split("://", 1)[0] == bucket.split("://", 1)[0]
-            done = step(publish_release)(Path(site_dir), warehouse, publish_to, storage_options if same_store else None)
-            summary.published = f"{done.dest} ({done.files} files, {done.bytes / (1 << 20):.1f} MiB; snapshot {done.snapshot})"
-            print(f"published {summary.published}")
-            summary.seconds["publish_release"] = time.perf_counter() - t5
+        from flows.publish.site import one_builder
+
+        with one_builder(Path(site_dir), wait=wait_for_lock):  # two runs at once: one site build, one publish at a time
+            t4 = time.perf_counter()
+            print(step(render_site)(warehouse, Path(site_dir), settings_path))
+            summary.seconds["site"] = time.perf_counter() - t4
+            if publish_to:
+                t5 = time.perf_counter()
+                # The bucket's storage options serve a destination on the same kind of store only.
+                same_store = "://" in bucket and publish_to.split("://", 1)[0] == bucket.split("://", 1)[0]
+                done = step(publish_release)(Path(site_dir), warehouse, publish_to,
+                                             storage_options if same_store else None)
+                summary.published = (f"{done.dest} ({done.files} files, {done.bytes / (1 << 20):.1f} MiB; "
+                                     f"snapshot {done.snapshot})")
+                print(f"published {summary.published}")
+                summary.seconds["publish_release"] = time.perf_counter() - t5
     summary.seconds["total"] = time.perf_counter() - t0
     if summary_path is not None:  # the operator's --summary-json (a served night's too: written here)
         Path(summary_path).write_text(summary.json(), encoding="utf-8")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import duckdb
 import polars as pl
 
 from flows.verdict import items
@@ -28,7 +29,9 @@ def test_a_batch_export_reads_only_the_store_files_of_its_own_contents(sample_wa
     shutil.copyfile(sample_warehouse, copy)
     with wh.Warehouse(copy):  # its first writer makes a store of its own (linked over)
         pass
-    with wh.connect_readonly(copy) as con:
+    # The export writes Parquet (the writer's connection does, at night): a full session on the copy, not
+    # a locked-down reader (flows.warehouse.readonly), which reaches no file.
+    with duckdb.connect(str(copy), read_only=True) as con:
         latest = frame_of(con, """SELECT DISTINCT s.items_key, d.kind, d.stage, d.dump_id FROM dump_series s
                                   JOIN dumps d USING (path)
                                   WHERE s.items_key IS NOT NULL AND d.run_id = (SELECT max(run_id) FROM runs)""")

@@ -16,14 +16,15 @@ from flows.commands import preflight
 from flows.errors import CommandError
 
 
-def main(*, warehouse: Path, out: Path, settings: Path | None) -> None:
-    from flows.publish.site import build_site
+def main(*, warehouse: Path, out: Path, settings: Path | None, wait: bool = True) -> None:
+    from flows.publish.site import build_site, one_builder
     from flows.warehouse.inspect import check_warehouse, damaged_store
 
     conf = preflight.settings(settings)
     check_warehouse(warehouse)
     if (damage := damaged_store(warehouse)):
         raise CommandError(damage)
-    result = build_site(warehouse, out, conf)
+    with one_builder(out, wait=wait):  # a night building the same site at once: after it
+        result = build_site(warehouse, out, conf)
     typer.echo(f"site: {result.out} ({result.pages} pages, {result.charts} charts; "
                + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()) + ")")

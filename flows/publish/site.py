@@ -38,6 +38,8 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
+from flows.errors import CommandError
+from flows.locks import exclusive
 from flows.publish import site_mkdocs
 from flows.verdict import incidents as verdict
 from flows.warehouse import records
@@ -63,6 +65,20 @@ SERIES_DATA = "assets/series-data.js"  # what the series pages say of the latest
 # What every page's HTML depends on besides its Markdown (with mkdocs.yml): a change builds the whole site.
 BUILD_INPUTS = [TEMPLATES, HOOKS, Path(site_mkdocs.__file__)]
 MOVED = "archive/moved.json"  # the pages of archived runs and incidents -> their rows (the 404 page's script reads it)
+
+
+class SiteBusy(CommandError, exit_code=3):
+    """Another process is building (or publishing) this site."""
+
+
+def one_builder(out: Path, *, wait: bool):
+    """Held while a process builds the site at ``out`` and publishes it (``<out>.lock``): two
+    runs at once build one after the other, or the second exits 3 (``SiteBusy``) without ``wait``."""
+    out = Path(out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = out.with_name(out.name + ".lock")
+    return exclusive(lock, wait=wait, busy=lambda holder: SiteBusy(
+        f"site {out} is being built by another process (pid {holder}, lock {lock}); try again later, or --wait"))
 
 
 @dataclass

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import struct
@@ -27,6 +26,7 @@ from pathlib import Path
 import duckdb
 
 from flows.errors import CommandError
+from flows.locks import exclusive
 from flows.resources import MemoryBudget
 from flows.warehouse import journal, readers, records
 from flows.warehouse.loading import table_counts
@@ -277,24 +277,16 @@ class Warehouse:
         _fsync_dir(self.path.parent)
 
     def _lock(self) -> None:
-        f = open(self.lock_path, "a+")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "unknown"
-            f.close()
-            raise WarehouseBusy(f"warehouse {self.path} is being written by another process (pid {holder}, lock {self.lock_path}); try again later") from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        self._lock_file = f
+        def busy(holder: str) -> WarehouseBusy:
+            return WarehouseBusy(f"warehouse {self.path} is being written by another process (pid {holder}, lock "
+                                 f"{self.lock_path}); try again later")
+
+        held = contextlib.ExitStack()
+        held.enter_context(exclusive(self.lock_path, wait=self.wait, busy=busy))
+        self._lock_file = held
 
     def _unlock(self) -> None:
         if self._lock_file is not None:
-            self._lock_file.truncate(0)
-            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
             self._lock_file = None
 
