@@ -6,9 +6,20 @@ snapshot of the published warehouse (``flows.warehouse.snapshot``) that ``dumpsc
 
 - **A directory** (a path, or ``file://``): ``DEST`` is a symbolic link to the latest release,
   ``DEST.releases/<id>/``, switched with one ``rename`` once the release is whole: a web server
-  serving ``DEST`` (nginx ``root``) shows the old site or the new one, never half of each. The
-  previous release is kept (a reader in the middle of it keeps working); older ones are removed.
-  A ``DEST`` that exists and is not such a link is refused, never overwritten.
+  serving ``DEST`` (nginx ``root``) shows the old site or the new one, never half of each. A
+  ``DEST`` that exists and is not such a link, or a ``DEST.releases`` that is not a directory
+  of its own (a symbolic link), is refused before any work, never overwritten or entered.
+
+  A publish deletes only what a publish made: a release directory is one when it holds the
+  marker written into it before anything else (``MARKER``: its id and DEST's name, so a release
+  copied under another name or from another DEST's releases is not one), never by its name or
+  its place in a listing. It removes its own kind only inside ``DEST.releases``, never through a
+  symbolic link, and keeps the release DEST resolves to when it looks (a publish racing it may
+  have switched DEST), the one DEST resolved to when it began (a reader may be in the middle of
+  it) and every release newer than that one (a racing publish's, which it may be about to
+  switch to). What a killed publish left (its ``.<id>.<pid>.tmp`` copy, marked, or its
+  ``.<id>.<pid>.link``) goes once that process is gone. Anything else there is left untouched
+  and named in one warning line (``Released.warning``).
 - **Any other fsspec URL** (``s3://bucket/prefix``, ``gs://``...): object stores replace one
   object at a time and have no atomic rename of many. Each file is uploaded whole (a reader never
   gets a cut file), the new pages before the pages that link to them (assets, then pages, the
@@ -22,16 +33,24 @@ Nothing here chooses a path from the dumps: the release id is the time of the pu
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
+
 from flows.warehouse.snapshot import write_snapshot
+from transforms.escape import plain_text
 
 SNAPSHOT_NAME = "warehouse.duckdb"
-KEEP_RELEASES = 2  # the latest and the one before it (a reader may be in the middle of it)
+MARKER = ".dumpscope-release"  # in each release directory, written first (release_marker)
+_RELEASE_ID = r"\d{8}T\d{12}Z"  # _release_id: the time of the publish, UTC, to the microsecond
+_AT_WORK = re.compile(rf"\.(?P<id>{_RELEASE_ID})\.(?P<pid>\d+)\.(?P<kind>tmp|link)")  # a publish's copy, its new link
+_NAMED_FOREIGN = 10  # the warning names this many entries, then counts the rest
 
 
 class BadDestination(ValueError):
@@ -44,6 +63,7 @@ class Released:
     files: int  # files of the release (site and snapshot)
     bytes: int
     snapshot: str  # where the snapshot is read from
+    warning: str = ""  # one line naming what a directory's releases hold that no publish made
 
 
 def is_local(dest: str) -> bool:
@@ -54,15 +74,25 @@ def local_path(dest: str) -> Path:
     return Path(dest.removeprefix("file://")).absolute()
 
 
+def releases_dir(dest: Path) -> Path:
+    """Where a directory DEST's releases are: ``DEST.releases``, beside it."""
+    return dest.with_name(dest.name + ".releases")
+
+
 def check_destination(dest: str, storage_options: dict | None = None) -> None:
     """Raise ``BadDestination`` when ``dest`` cannot take a release (before any work)."""
     if is_local(dest):
         path = local_path(dest)
+        releases = releases_dir(path)
         if not path.parent.is_dir():
             raise BadDestination(f"--publish {dest}: {path.parent} is not a directory")
         if (path.exists() or path.is_symlink()) and not _is_release_link(path):
             raise BadDestination(f"--publish {dest}: {path} exists and is not a link to a release made by "
                                  f"--publish ({path.name}.releases/...); give a new path, it becomes that link")
+        if releases.is_symlink() or (releases.exists() and not releases.is_dir()):
+            what = "a symbolic link" if releases.is_symlink() else "not a directory"
+            raise BadDestination(f"--publish {dest}: {releases} is {what}; releases are written into a "
+                                 f"directory of their own there: move it away, or give another path")
         return
     import fsspec
 
@@ -81,30 +111,108 @@ def release(site_dir: Path, warehouse: Path, dest: str, storage_options: dict | 
     return _release_to_store(site_dir, warehouse, dest.rstrip("/"), storage_options or {})
 
 
+def _linked_release(dest: Path) -> str | None:
+    """The name of the release ``dest`` links to (an entry of ``DEST.releases``), if it is such a link."""
+    try:
+        target = os.readlink(dest)
+    except OSError:  # not there, or not a link
+        return None
+    entry = Path(os.path.normpath(dest.parent / target))
+    return entry.name if entry.parent == releases_dir(dest) else None
+
+
 def _is_release_link(path: Path) -> bool:
-    return path.is_symlink() and Path(os.readlink(path)).parent.name == path.name + ".releases"
+    return _linked_release(path) is not None
 
 
 def _release_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
 
 
+def release_marker(dest: Path, release_id: str) -> bytes:
+    """What the marker of ``dest``'s release ``release_id`` holds (``MARKER``, in the release)."""
+    return os.fsencode(f"Dumpscope release {release_id} of {dest.name}\n")
+
+
+def _is_marked(path: Path, dest: Path, release_id: str) -> bool:
+    """``path`` is a directory (not a link to one) holding the marker of ``dest``'s release ``release_id``."""
+    expected = release_marker(dest, release_id)
+    try:
+        if not stat.S_ISDIR(path.lstat().st_mode) or not stat.S_ISREG((path / MARKER).lstat().st_mode):
+            return False
+        with open(path / MARKER, "rb") as marker:
+            return marker.read(len(expected) + 1) == expected
+    except OSError:
+        return False
+
+
 def _release_to_directory(site_dir: Path, warehouse: Path, dest: Path) -> Released:
-    releases = dest.with_name(dest.name + ".releases")
+    releases = releases_dir(dest)
     releases.mkdir(exist_ok=True)
+    before = _linked_release(dest)  # what readers are on: kept, as every release after it
     name = _release_id()
     building = releases / f".{name}.{os.getpid()}.tmp"  # two runs publishing at once never share it
-    shutil.copytree(site_dir, building)
-    write_snapshot(warehouse, building / SNAPSHOT_NAME)
+    building.mkdir()
+    try:
+        (building / MARKER).write_bytes(release_marker(dest, name))  # first: a copy killed midway is known as ours
+        shutil.copytree(site_dir, building, dirs_exist_ok=True)
+        write_snapshot(warehouse, building / SNAPSHOT_NAME)
+    except BaseException:  # a full disk, an unreadable site: this process lives on (serve), its pid too
+        shutil.rmtree(building, ignore_errors=True)
+        raise
     ready = releases / name
     building.rename(ready)
     link = releases / f".{name}.{os.getpid()}.link"
     link.symlink_to(Path(releases.name) / name)  # relative: the pair can be moved together
     os.replace(link, dest)  # the switch: one rename
-    files = [f for f in ready.rglob("*") if f.is_file()]
-    for old in sorted(r for r in releases.iterdir() if not r.name.startswith("."))[:-KEEP_RELEASES]:
-        shutil.rmtree(old, ignore_errors=True)
-    return Released(str(dest), len(files), sum(f.stat().st_size for f in files), str(dest / SNAPSHOT_NAME))
+    files = [f for f in ready.rglob("*") if f.is_file() and f != ready / MARKER]
+    foreign = _sweep(dest, keep={name, before}, before=before)
+    return Released(str(dest), len(files), sum(f.stat().st_size for f in files), str(dest / SNAPSHOT_NAME),
+                    _foreign_warning(releases, foreign))
+
+
+def _sweep(dest: Path, keep: set[str | None], before: str | None) -> list[str]:
+    """Remove from ``DEST.releases`` the releases no reader needs (marked, older than ``before``, not in
+    ``keep``, not the one DEST resolves to now) and what killed publishes left; returns the names of
+    the entries no publish made, left untouched."""
+    releases = releases_dir(dest)
+    keep = keep | {_linked_release(dest)}  # read now: a publish racing this one may have switched DEST
+    foreign = []
+    with os.scandir(releases) as listing:
+        entries = sorted(listing, key=lambda e: e.name)
+    for entry in entries:
+        path = Path(entry.path)
+        if work := _AT_WORK.fullmatch(entry.name):
+            if psutil.pid_exists(int(work["pid"])):
+                continue  # a publish at work
+            if work["kind"] == "link" and entry.is_symlink() and os.readlink(path) == str(Path(releases.name) / work["id"]):
+                path.unlink()  # the link itself, never what it names
+            elif work["kind"] == "tmp" and _is_marked(path, dest, work["id"]):
+                shutil.rmtree(path, ignore_errors=True)
+            elif work["kind"] == "tmp" and entry.is_dir(follow_symlinks=False) and not any(path.iterdir()):
+                path.rmdir()  # killed between its mkdir and its marker
+            else:
+                foreign.append(entry.name)
+        elif _is_marked(path, dest, entry.name):
+            if entry.name not in keep and _older(entry.name, before):
+                shutil.rmtree(path, ignore_errors=True)
+        else:
+            foreign.append(entry.name)
+    return foreign
+
+
+def _older(name: str, before: str | None) -> bool:
+    """Release ``name`` was made before release ``before`` (their ids are the times of their publishes)."""
+    return before is not None and all(re.fullmatch(_RELEASE_ID, n) for n in (name, before)) and name < before
+
+
+def _foreign_warning(releases: Path, foreign: list[str]) -> str:
+    if not foreign:
+        return ""
+    named = ", ".join(plain_text(name) for name in foreign[:_NAMED_FOREIGN])
+    more = f" and {len(foreign) - _NAMED_FOREIGN} more" if len(foreign) > _NAMED_FOREIGN else ""
+    entries = "1 entry" if len(foreign) == 1 else f"{len(foreign)} entries"
+    return f"{plain_text(releases)} holds {entries} no publish made (no {MARKER} marker), left untouched: {named}{more}"
 
 
 def _release_to_store(site_dir: Path, warehouse: Path, dest: str, storage_options: dict) -> Released:
