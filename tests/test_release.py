@@ -10,15 +10,21 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import fsspec
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.publish import release as release_module
-from flows.publish.release import MARKER, SNAPSHOT_NAME, BadDestination, release
+from flows.publish.release import MARKER, PUBLISHING, SNAPSHOT_NAME, BadDestination, release
+from flows.publish.site import build_site
 from flows.warehouse import store as wh
+from tests.sample_build import build_sample_warehouse
+from tests.site_links import links_by_file
 
 ROOT = Path(__file__).parents[1]
 LAST_NIGHT = ROOT / "data" / "sample_bucket" / "2026-11-20"
@@ -240,6 +246,128 @@ def test_check_against_a_snapshot_served_over_http_says_what_the_warehouse_says(
         assert out.exit_code == 2 and out.output.count("\n") == 1 and "cannot fetch it" in out.output
     finally:
         server.shutdown()
+
+
+@pytest.fixture
+def night_before_site(tmp_path_factory) -> Path:
+    """The site of the sample bucket's first three runs: what DEST holds when its last night publishes."""
+    out = tmp_path_factory.mktemp("night-before")
+    for night in sorted(LAST_NIGHT.parent.iterdir())[:-1]:
+        shutil.copytree(night, out / "bucket" / night.name)
+    return build_site(build_sample_warehouse(out, out / "bucket"), out / "site").out
+
+
+def _reached(links: dict[str, dict[str, set[str]]], version: dict[str, str]) -> tuple[set[str], list[str]]:
+    """A store holding each path of ``version`` in that version (a key of ``links``: its files ->
+    the files each links to, ``links_by_file``): the files a reader reaches from its front page,
+    and ``"file: target"`` for each of their links to a file the store lacks."""
+    reached, todo, broken = set(), ["index.html"] if "index.html" in version else [], []
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            for target in sorted(links[version[name]].get(name, ())):
+                if target in version:
+                    todo.append(target)
+                else:
+                    broken.append(f"{name}: {target}")
+    return reached, broken
+
+
+_PUT_FILE = MemoryFileSystem.put_file  # fsspec's own, whatever a test patched in
+
+
+class _Killed(Exception):
+    """The publish's process, killed before an upload."""
+
+
+def _uploads(monkeypatch, root: str, killed_after: int | None = None) -> list[str]:
+    """The files publishes to ``memory://{root}`` upload from now on, in order; with ``killed_after``,
+    the upload after that many raises ``_Killed``."""
+    uploads = []
+
+    def put(self, lpath, rpath, *args, **kwargs):
+        if len(uploads) == killed_after:
+            raise _Killed(rpath)
+        uploads.append(rpath.removeprefix(root + "/"))
+        return _PUT_FILE(self, lpath, rpath, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryFileSystem, "put_file", put)
+    return uploads
+
+
+@pytest.fixture
+def memory_root(tmp_path) -> Iterator[str]:
+    """A path of its own in fsspec's memory:// store (one per process), emptied afterwards."""
+    root = f"/{tmp_path.name}"
+    yield root
+    fs = fsspec.filesystem("memory")
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+def _store_files(root: str) -> dict[str, bytes]:
+    fs = fsspec.filesystem("memory")
+    return {path.removeprefix(root + "/"): fs.cat_file(path) for path in fs.find(root)}
+
+
+def test_a_store_publish_stopped_after_any_upload_leaves_no_reachable_link_broken(
+        sample_warehouse, sample_site_dir, night_before_site, memory_root, monkeypatch):
+    """Issue 43, item 2: uploads went assets first, then pages by depth and name, the front page last;
+    incident pages went up before the run page they link to. Stopped after any upload, the store
+    must show a reader who comes in at the front page no link to a file it lacks."""
+    for rel, data in _files(night_before_site).items():
+        fsspec.filesystem("memory").pipe_file(f"{memory_root}/{rel}", data)
+    uploads = _uploads(monkeypatch, memory_root)
+    release(sample_site_dir, sample_warehouse, f"memory://{memory_root}")
+    published = _store_files(memory_root)
+    assert published == _files(sample_site_dir) | {SNAPSHOT_NAME: published[SNAPSHOT_NAME]}  # no record left
+    links = {"old": links_by_file(night_before_site), "new": links_by_file(sample_site_dir)}
+    new_files = sorted(set(links["new"]) - set(links["old"]))
+    assert len(new_files) == 8 and "runs/2026-11-20.html" in new_files  # and 7 incident pages
+    version, broken = dict.fromkeys(links["old"], "old"), {}
+    for k, rel in enumerate(uploads, start=1):
+        version[rel] = "new"
+        broken[k] = _reached(links, version)[1]
+    assert {k: b for k, b in broken.items() if b} == {} and len(uploads) == 161  # the site's 160 files, the snapshot
+    assert len(_reached(links, version)[0]) == 114  # pages, their chart files and assets (of 160 files)
+
+
+def test_a_store_publish_killed_among_new_pages_lists_them_and_the_next_uploads_them_first(
+        sample_warehouse, memory_root, tmp_path, monkeypatch):
+    """A page a killed publish left may link to one it never uploaded (n1.html to n2.html): the killed
+    one leaves it unreachable, and the next one must not take it as whole, or it would upload a
+    page linking to it (a.html) first and show a reader the link to n2.html, which never comes."""
+    def site(name: str, pages: dict[str, list[str]]) -> Path:
+        for page, targets in pages.items():
+            links = "".join(f'<a href="{t}">{t}</a>' for t in targets)
+            (tmp_path / name).mkdir(exist_ok=True)
+            (tmp_path / name / page).write_text(f"<html><body>{links}</body></html>")
+        return tmp_path / name
+
+    sites = {"at DEST": site("a", {"index.html": ["a.html"], "a.html": ["index.html"]}),
+             "killed": site("b", {"index.html": ["a.html"], "a.html": ["index.html", "n1.html"],
+                                  "n1.html": ["n2.html"], "n2.html": ["n1.html", "a.html"]}),
+             "next": site("c", {"index.html": ["a.html"], "a.html": ["index.html", "n1.html"], "n1.html": ["a.html"]})}
+    links = {name: links_by_file(path) for name, path in sites.items()}
+    for rel, data in _files(sites["at DEST"]).items():
+        fsspec.filesystem("memory").pipe_file(f"{memory_root}/{rel}", data)
+    version = dict.fromkeys(links["at DEST"], "at DEST")
+
+    uploads = _uploads(monkeypatch, memory_root, killed_after=1)
+    with pytest.raises(_Killed):
+        release(sites["killed"], sample_warehouse, f"memory://{memory_root}")
+    assert uploads == ["n1.html"] and _store_files(memory_root)[PUBLISHING] == b'["n1.html", "n2.html"]'
+    version["n1.html"] = "killed"
+    assert _reached(links, version) == ({"index.html", "a.html"}, [])
+
+    uploads = _uploads(monkeypatch, memory_root)
+    release(sites["next"], sample_warehouse, f"memory://{memory_root}")
+    assert uploads == ["n1.html", "a.html", "index.html", SNAPSHOT_NAME]
+    for rel in uploads:
+        version[rel] = "next"
+        assert _reached(links, version)[1] == [], rel
+    assert sorted(_store_files(memory_root)) == ["a.html", "index.html", "n1.html", SNAPSHOT_NAME]
 
 
 @pytest.mark.integration

@@ -22,16 +22,20 @@ snapshot of the published warehouse (``flows.warehouse.snapshot``) that ``dumpsc
   and named in one warning line (``Released.warning``).
 - **Any other fsspec URL** (``s3://bucket/prefix``, ``gs://``...): object stores replace one
   object at a time and have no atomic rename of many. Each file is uploaded whole (a reader never
-  gets a cut file), the new pages before the pages that link to them (assets, then pages, the
-  snapshot, the front page last), then the objects the new site no longer has are deleted: a
-  reader never follows a link to a page that is not there yet, and for the seconds of the upload
-  may see some pages of the night before.
+  gets a cut file), in the order of the site's own links (``flows.publish.upload_order``: no page
+  a reader can reach from the front page links to an object not there yet, wherever the upload
+  stops), then the objects the new site no longer has are deleted. While the new objects of a
+  component of pages that link to each other go up, ``PUBLISHING`` at DEST lists them: they may
+  lack a link until all are up, so a publish killed then leaves objects the next one does not
+  take as whole (it uploads them as new ones). For the seconds of the upload a reader may see
+  some pages of the night before.
 
 Nothing here chooses a path from the dumps: the release id is the time of the publish.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -43,6 +47,7 @@ from pathlib import Path
 
 import psutil
 
+from flows.publish.upload_order import site_links, upload_order
 from flows.warehouse.snapshot import write_snapshot
 from transforms.escape import plain_text
 
@@ -50,6 +55,8 @@ SNAPSHOT_NAME = "warehouse.duckdb"
 MARKER = ".dumpscope-release"  # in each release directory, written first (release_marker)
 _RELEASE_ID = r"\d{8}T\d{12}Z"  # _release_id: the time of the publish, UTC, to the microsecond
 _AT_WORK = re.compile(rf"\.(?P<id>{_RELEASE_ID})\.(?P<pid>\d+)\.(?P<kind>tmp|link)")  # a publish's copy, its new link
+PUBLISHING = ".dumpscope-publishing.json"  # at a store's root: the objects that may lack a link (_Publishing)
+_MAX_PUBLISHING_BYTES = 16 << 20
 _NAMED_FOREIGN = 10  # the warning names this many entries, then counts the rest
 
 
@@ -225,23 +232,48 @@ def _release_to_store(site_dir: Path, warehouse: Path, dest: str, storage_option
         write_snapshot(warehouse, snapshot)
         local = {f.relative_to(site_dir).as_posix(): f for f in sorted(site_dir.rglob("*")) if f.is_file()}
         local[SNAPSHOT_NAME] = snapshot
-        before = {p[len(root) + 1:] for p in fs.find(root)} if fs.exists(root) else set()
-        for rel in sorted(local, key=_upload_order):
-            fs.put_file(str(local[rel]), f"{root}/{rel}")
-        stale = sorted(before - set(local))
+        at_dest = {p[len(root) + 1:] for p in fs.find(root)} - {PUBLISHING} if fs.exists(root) else set()
+        publishing = _Publishing(fs, f"{root}/{PUBLISHING}")
+        for component in upload_order(site_links(local), trusted=at_dest - publishing.listed):
+            if len(component.fresh) + len(component.others) > 1:  # its new objects may name each other until all are up
+                publishing.list(publishing.listed | set(component.fresh))
+            for rel in component.fresh:
+                fs.put_file(str(local[rel]), f"{root}/{rel}")
+            publishing.list(publishing.listed - set(component.fresh))  # whole now: before anything links to them
+            for rel in component.others:
+                fs.put_file(str(local[rel]), f"{root}/{rel}")
+        stale = sorted(at_dest - set(local))
         if stale:
             fs.rm([f"{root}/{rel}" for rel in stale])
+        publishing.list(set())
         size = sum(f.stat().st_size for f in local.values())
     return Released(dest, len(local), size, f"{dest}/{SNAPSHOT_NAME}")
 
 
-def _upload_order(rel: str) -> tuple:
-    """Assets first, then pages (the deepest first, a section's index after its pages), the
-    snapshot, and the front page last: what links comes after what it links to."""
-    if rel == "index.html":
-        return (3,)
-    if rel == SNAPSHOT_NAME:
-        return (2,)
-    if not rel.endswith(".html"):
-        return (0, rel)
-    return (1, -rel.count("/"), rel.rsplit("/", 1)[-1] == "index.html", rel)
+class _Publishing:
+    """``PUBLISHING`` at a store's root: the objects there that may lack a link (the new objects of a
+    component going up), which no page there links to. A publish killed meanwhile leaves it, and the
+    next one takes those objects as new, not as whole ones (``upload_order``'s ``trusted``). It only
+    orders uploads: one unreadable, oversized or not a list of paths is taken as empty."""
+
+    def __init__(self, fs, path: str) -> None:
+        self.fs, self.path = fs, path
+        self.there = fs.exists(path)
+        self.listed: set[str] = set()
+        try:
+            text = fs.cat_file(path, start=0, end=_MAX_PUBLISHING_BYTES + 1) if self.there else b"[]"
+            listed = json.loads(text) if len(text) <= _MAX_PUBLISHING_BYTES else []
+        except (OSError, ValueError):  # unreadable, not JSON, not UTF-8
+            listed = []
+        if isinstance(listed, list) and all(isinstance(rel, str) for rel in listed):
+            self.listed = set(listed)
+
+    def list(self, objects: set[str]) -> None:
+        """Make the record say ``objects`` (none: no record), writing only a change."""
+        if objects == self.listed and self.there == bool(objects):
+            return
+        if objects:
+            self.fs.pipe_file(self.path, json.dumps(sorted(objects)).encode())
+        elif self.there:
+            self.fs.rm_file(self.path)
+        self.listed, self.there = set(objects), bool(objects)
