@@ -43,6 +43,7 @@ class NightSummary:
     peak_mib: dict[str, float] = field(default_factory=dict)  # the flow process's peak RSS after each stage
     written_mib: dict[str, float] = field(default_factory=dict)  # MiB the writer had written at each stage's end
     published: str = ""  # where the site and the warehouse snapshot were published (--publish), what and how much
+    publish_warning: str = ""  # what a directory DEST's releases hold that no publish made (left untouched)
 
     def exit_status(self, fail_on: str | None) -> tuple[int, str]:
         """(status, why) for a scheduler: ``FAILING`` when ``fail_on`` (``new``: opened by the
@@ -55,6 +56,11 @@ class NightSummary:
             return UNDELIVERED, f"{len(self.undelivered)} notification(s) not delivered (retried by the next run)"
         return 0, ""
 
+    def warnings(self) -> list[str]:
+        """What the terminal and a served run's log show as warnings: notifications owed, and what
+        a publish found in DEST's releases that no publish made."""
+        return self.undelivered + ([self.publish_warning] if self.publish_warning else [])
+
     def json(self) -> str:
         return json.dumps(asdict(self), indent=2)
 
@@ -65,11 +71,11 @@ class NightSummary:
         lines = ["| | |", "| --- | ---: |"] + [
             f"| {label.get(k, k)} | {v} |" for k, v in asdict(self).items()
             if k not in ("failures", "seconds", "run_errors", "incidents", "caught_up", "leveled", "peak_mib", "written_mib",
-                         "undelivered", "published")
+                         "undelivered", "published", "publish_warning")
         ] + [f"| latest run: incidents {k.replace('_', ' ')} | {v} |" for k, v in self.incidents.items()]
         lines += [f"| {k} seconds | {v:.2f} |" for k, v in self.seconds.items()]
         if self.published:
-            lines += ["", f"Published: {self.published}"]
+            lines += ["", f"Published: {self.published}"] + ([f"Warning: {self.publish_warning}"] if self.publish_warning else [])
         if self.failures:
             lines += ["", "Failures:", ""] + [f"- {f}" for f in self.failures]
         if self.run_errors:

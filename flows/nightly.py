@@ -387,13 +387,14 @@ def _night(orchestrated: bool, *, bucket, warehouse, staging_dir, settle_seconds
                                              storage_options if same_store else None)
                 summary.published = (f"{done.dest} ({done.files} files, {done.bytes / (1 << 20):.1f} MiB; "
                                      f"snapshot {done.snapshot})")
+                summary.publish_warning = done.warning
                 print(f"published {summary.published}")
                 summary.seconds["publish_release"] = time.perf_counter() - t5
     summary.seconds["total"] = time.perf_counter() - t0
     if summary_path is not None:  # the operator's --summary-json (a served night's too: written here)
         Path(summary_path).write_text(summary.json(), encoding="utf-8")
     logger = get_run_logger() if orchestrated else logging.getLogger("dumpscope.nightly")
-    for line in summary.undelivered:  # a scheduled run's log shows it as a warning (the CLI exits 5)
+    for line in summary.warnings():  # a scheduled run's log shows them as warnings (the CLI prints them)
         logger.warning(line)
     if orchestrated:
         create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")

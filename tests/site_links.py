@@ -11,6 +11,11 @@ only: not the raw HTML tables, the theme's links or the charts'.
 
 ``unlinked_incidents(site, ids)``: the pages that name an incident (its id in their text) without
 being its page, holding its anchor or linking to either.
+
+``links_by_file(site)``: each file of the site -> the files a browser showing it fetches or may
+follow (a page's links, a chart file's, the status line's): what a reader can reach, for the
+checks of a store publish stopped midway (``tests/test_release.py``). It reads each kind of file
+as the site writes it, not as ``flows.publish.upload_order`` scans them, so it checks that scan.
 """
 
 from __future__ import annotations
@@ -64,11 +69,26 @@ def chart_specs(page: Path, chart_files: list[str] | None = None) -> dict[str, d
     ``chart_files``: the page's, when it was parsed already."""
     specs: dict[str, dict] = {}
     for src in _parsed_html(page).chart_files if chart_files is None else chart_files:
-        lines = (page.parent / unquote(src)).read_text(encoding="utf-8").splitlines()
-        assignment = lines[1]  # flows.publish.site.charts_script: a comment, then the assignment
-        assert assignment.startswith(_ASSIGNMENT) and assignment.endswith(";"), (page, src)
-        specs.update(json.loads(assignment.removeprefix(_ASSIGNMENT).removesuffix(";")))
+        specs.update(_chart_file_specs(page.parent / unquote(src)))
     return specs
+
+
+def _chart_file_specs(chart_file: Path) -> dict[str, dict]:
+    lines = chart_file.read_text(encoding="utf-8").splitlines()
+    assignment = lines[1]  # flows.publish.site.charts_script: a comment, then the assignment
+    assert assignment.startswith(_ASSIGNMENT) and assignment.endswith(";"), chart_file
+    return json.loads(assignment.removeprefix(_ASSIGNMENT).removesuffix(";"))
+
+
+def _chart_links(specs: dict[str, dict]) -> list[str]:
+    """The links the charts' rows carry, as written (Vega resolves them from the page)."""
+    links = []
+    for spec in specs.values():
+        values = spec.get("data", {}).get("values")
+        if isinstance(values, str):  # the charts' data is CSV text
+            for row in csv.DictReader(io.StringIO(values)):
+                links += [row[c] for c in _CHART_LINKS if row.get(c)]
+    return links
 
 
 def _parsed_html(path: Path) -> _Page:
@@ -81,12 +101,21 @@ def _parsed_html(path: Path) -> _Page:
 def _parsed(path: Path) -> _Page:
     """The page, with the links of its charts' rows (resolved from the page, as Vega resolves them)."""
     page = _parsed_html(path)
-    for spec in chart_specs(path, page.chart_files).values():
-        values = spec.get("data", {}).get("values")
-        if isinstance(values, str):  # the charts' data is CSV text
-            for row in csv.DictReader(io.StringIO(values)):
-                page.links += [row[c] for c in _CHART_LINKS if row.get(c)]
+    page.links += _chart_links(chart_specs(path, page.chart_files))
     return page
+
+
+def _target(name: str, link: str) -> str | None:
+    """The file of the site the link ``link`` on the page ``name`` names (None: an external link)."""
+    parts = urlsplit(link)
+    if parts.scheme or parts.netloc:
+        return None  # external (no network here), data: and mailto: too
+    path = unquote(parts.path)
+    if not path:
+        return name
+    if path.startswith("/"):  # the 404 page links from the site's root
+        return posixpath.normpath(path.lstrip("/"))
+    return posixpath.normpath(posixpath.join(posixpath.dirname(name), path))
 
 
 def broken_links(site: Path) -> list[str]:
@@ -95,16 +124,9 @@ def broken_links(site: Path) -> list[str]:
     broken = []
     for name, page in pages.items():
         for link in page.links:
+            if (target := _target(name, link)) is None:
+                continue
             parts = urlsplit(link)
-            if parts.scheme or parts.netloc:
-                continue  # external (no network here), data: and mailto: too
-            path = unquote(parts.path)
-            if not path:
-                target = name
-            elif path.startswith("/"):  # the 404 page links from the site's root
-                target = posixpath.normpath(path.lstrip("/"))
-            else:
-                target = posixpath.normpath(posixpath.join(posixpath.dirname(name), path))
             if target.startswith("..") or not (site / target).exists():
                 broken.append(f"{name}: {link} (no file {target})")
             elif (site / target).is_dir():
@@ -143,3 +165,29 @@ def ids_of(page: Path) -> set[str]:
 def links_of(page: Path) -> list[str]:
     """Every link of a built page, charts' included, as written."""
     return _parsed(page).links
+
+
+STATUS_DATA = "assets/status-data.js"  # flows.publish.site.STATUS_DATA
+_STATUS_ASSIGNMENT = "window.dumpscopeStatus = "
+
+
+def links_by_file(site: Path) -> dict[str, set[str]]:
+    """Each file of the site -> the files of the site a browser showing it fetches or may follow:
+    a page's ``href``s and ``src``s, a chart file's rows' links (from its page, beside it), the
+    status line's links (``assets/status-data.js``: the latest run and the charts' ends, from
+    the site's root). Other files link to nothing here."""
+    links: dict[str, set[str]] = {}
+    for path in sorted(p for p in site.rglob("*") if p.is_file()):
+        name = path.relative_to(site).as_posix()
+        if name.endswith(".html"):
+            written = _parsed_html(path).links
+        elif name.endswith(CHARTS_SUFFIX):
+            written = _chart_links(_chart_file_specs(path))
+        elif name == STATUS_DATA:
+            status = json.loads(path.read_text(encoding="utf-8").splitlines()[1].removeprefix(_STATUS_ASSIGNMENT).removesuffix(";"))
+            hrefs = [status.get("run_href")] + [end.get("href") for end in status.get("window_ends", {}).values()]
+            written = ["/" + href for href in hrefs if href]
+        else:
+            written = []
+        links[name] = {t for link in written if (t := _target(name, link)) is not None and t != name}
+    return links

@@ -46,7 +46,7 @@ def main(*, night: NightOptions, fail_on: str | None, summary_json: Path | None,
                               dask_address=dask_address, summary_path=summary_json,
                               state_path=night.warehouse.with_suffix(".settle.json") if settle_seconds else None)
     typer.echo("\n".join(summary_lines(summary, night, verbose)))
-    for line in summary.undelivered:
+    for line in summary.warnings():
         typer.echo(f"warning: {line}", err=True)
     status, why = summary.exit_status(fail_on)
     if status == FAILING:

@@ -52,7 +52,7 @@ def watch(*, night: NightOptions, interval: float, settle: float, iterations: in
                 status, why = summary.exit_status(fail_on)
                 if status:  # told, and watched on: the next look may fix it (a message owed is retried)
                     typer.echo(f"warning: {why} (exit status {status} for `dumpscope run`)", err=True)
-                for line in summary.undelivered:
+                for line in summary.warnings():
                     typer.echo(f"warning: {line}", err=True)
             except BucketUnusable as exc:
                 if not done:  # at the first look: a wrong --bucket, said once, like `run`

@@ -5,6 +5,9 @@
   what was delivered and what is still owed.
 - ``site``: the mkdocs-material site rendered from ``site_templates/``, and ``site_hooks`` (its
   mkdocs hooks).
+- ``release``: the site and a warehouse snapshot published where readers get them (``--publish``):
+  a directory's releases (what a publish deletes: only what it made), or an object store's objects,
+  uploaded in ``upload_order`` (the site's links, leaves first).
 
 May import ``flows.resources``, ``flows.storage_secrets``, ``flows.ingest``, ``flows.warehouse``, ``flows.verdict`` and
 ``transforms``.
