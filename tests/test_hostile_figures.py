@@ -1,0 +1,198 @@
+"""Figures no format can mean (issue 43, items 3 and 4), on real dumps edited the way a damaged or
+hostile one is: each is checked before it is stored, and a bad record costs only itself.
+
+- A TORCH_TRACE compile time of 1e308 s (or NaN, negative, a text) is an error naming its line and
+  its compile counts nowhere; a sum past its bound is dropped by the driver's last guard.
+- A JSON nesting bomb on one TORCH_TRACE line, or a record of odd types, is skipped alone.
+- The driver's last guard, for every format: an Inductor IR sum of bytes past 64 bits is not stored.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from transforms.parse import parse_dump
+
+FIX = Path(__file__).parent / "fixtures"
+SRC = "/tmp/dumpscope-torch-trace/src/dumpscope_model.py"
+FORWARD = f"forward at {SRC}:19"
+
+
+def log_lines(case: str) -> list[bytes]:
+    [log] = (FIX / "torch_trace" / case).glob("dedicated_log_torch_trace_*.log.gz")
+    return gzip.decompress(log.read_bytes()).splitlines(keepends=True)
+
+
+def parsed(lines: list[bytes], name: str):
+    return parse_dump(io.BytesIO(b"".join(lines)), name)
+
+
+def torch_compiles(case: str) -> list[dict]:
+    """torch's own get_compilation_metrics() of the fixture's run (never read from the log)."""
+    [figures] = json.loads((FIX / "torch_trace" / case / "torch_figures.json").read_text()).values()
+    return [m for m in figures["compilation_metrics"] if not m["is_runtime"]]
+
+
+FIGURES = ("dynamo.compiles", "dynamo.compile_seconds", "dynamo.guards", "dynamo.graph_breaks", "inductor.compile_seconds")
+
+
+def torch_figures(compiles: list[dict], graph_breaks: int) -> dict:
+    """The figures docs/metrics.md gives these compiles (backwards included), from torch's own numbers."""
+    forwards = [m for m in compiles if m["is_forward"]]
+    return {"dynamo.compiles": len(forwards), "dynamo.guards": sum(m["guard_count"] for m in forwards),
+            "dynamo.compile_seconds": round(sum(m["entire_frame_compile_time_s"] for m in forwards), 6),
+            "dynamo.graph_breaks": graph_breaks,
+            "inductor.compile_seconds": round(sum(m["inductor_compile_time_s"] for m in compiles), 6)}
+
+
+# graph_break: compiles 0/0 (forward), 1/0 and 2/0 (its resume functions), one program. Line 7035 is
+# 1/0's compilation_metrics record; the graph break at line 3855 and the output code at 5135 are 1/0's.
+GRAPH_BREAK = "graph_break"
+RESUME_METRICS_LINE = 7035
+NAME = "night/torch-trace/dedicated_log_torch_trace_p9d42glu.log"
+
+
+def with_field(lines: list[bytes], lineno: int, field: str, json_value: str) -> list[bytes]:
+    line = lines[lineno - 1].decode()
+    edited, n = re.subn(rf'"{field}": [^,]*,', f'"{field}": {json_value},', line)
+    assert n == 1, field
+    return [*lines[:lineno - 1], edited.encode(), *lines[lineno:]]
+
+
+@pytest.mark.parametrize(("field", "value", "why"), [
+    ("entire_frame_compile_time_s", "1e308", "is 1e+308, above a week (604,800 s)"),
+    ("entire_frame_compile_time_s", "NaN", "is NaN, not a finite number"),
+    ("entire_frame_compile_time_s", "-0.5", "is -0.5, negative"),
+    ("entire_frame_compile_time_s", '"0.9"', "is the text '0.9', not a number"),
+    ("inductor_compile_time_s", "Infinity", "is inf, not a finite number"),
+    ("guard_count", "-8", "is -8, negative"),
+    ("guard_count", "1099511627776", "is 1,099,511,627,776, above 2^31 - 1 (what a 32-bit count holds)"),
+    ("guard_count", "8.5", "is 8.5, not a whole number"),
+    ("guard_count", "true", "is a bool, not a number"),
+], ids=lambda v: v if len(v) < 30 else v[:12])
+def test_a_figure_no_compile_can_have_is_an_error_and_its_compile_counts_nowhere(field, value, why):
+    """Issue 43 item 3: 1e308 s was summed into dynamo.compile_seconds (and crashed the site for every
+    later night), NaN blanked the log's total, a negative guard count or a text were figures. Now the
+    record's line is named, its row keeps the field null, and its compile counts nowhere, exactly as a
+    compile the log ends inside (its record missing); the other compiles keep torch's own figures."""
+    lines = log_lines(GRAPH_BREAK)
+    got = parsed(with_field(lines, RESUME_METRICS_LINE, field, value), NAME)
+    assert got.summary.errors == [
+        f"{NAME}: line {RESUME_METRICS_LINE}: compilation_metrics of compile 1/0: {field} {why}: stored as null, "
+        "and the compile's figures are not counted"]
+    assert got.status.value == "partial"
+
+    without = parsed([*lines[:RESUME_METRICS_LINE - 1], *lines[RESUME_METRICS_LINE:]], NAME).summary
+    assert (got.summary.metrics, got.summary.programs) == (without.metrics, without.programs)
+    others = [m for m in torch_compiles(GRAPH_BREAK) if m["compile_id"] != "1/0"]  # 0/0 and 2/0, with backwards
+    assert {k: got.summary.metrics[k] for k in FIGURES} == torch_figures(others, graph_breaks=1)
+    assert got.summary.metrics["dynamo.compiles"] == 2
+
+    row = got.tables["torch_trace_compiles"].filter(pl.col("lineno") == RESUME_METRICS_LINE).row(0, named=True)
+    assert row[field] is None and row["program"] == FORWARD
+    assert row["guard_count" if field != "guard_count" else "entire_frame_compile_time_s"] is not None
+
+
+def test_nothing_of_that_compile_counts_its_lazy_backward_included():
+    """Compile 0/0 (line 3717) has a graph break, output codes and a backward compiled lazily (its
+    bwd_compilation_metrics at line 15238, a whole record): none of them counts; the other two
+    compiles keep torch's own figures, and resume functions keep their program."""
+    lines = log_lines(GRAPH_BREAK)
+    got = parsed(with_field(lines, 3717, "entire_frame_compile_time_s", "1e308"), NAME)
+    assert got.summary.errors == [f"{NAME}: line 3717: compilation_metrics of compile 0/0: entire_frame_compile_time_s "
+                                  "is 1e+308, above a week (604,800 s): stored as null, and the compile's figures are "
+                                  "not counted"]
+    others = [m for m in torch_compiles(GRAPH_BREAK) if m["compile_id"] != "0/0"]  # 1/0, 2/0 and 2/0's backward
+    assert list(got.summary.programs) == [FORWARD]
+    assert {k: got.summary.programs[FORWARD][k] for k in FIGURES} == torch_figures(others, graph_breaks=1)
+
+
+def test_a_sum_past_its_bound_is_not_stored():
+    """Two compiles of 400,000 s each: both within a week, their program's sum (with 0/0's 13.48 s) is not. The driver's
+    guard (every format passes it) drops the figure, says so naming metric, program and dump, and
+    keeps the rest."""
+    lines = log_lines(GRAPH_BREAK)
+    whole = parsed(lines, NAME).summary
+    edited = with_field(with_field(lines, RESUME_METRICS_LINE, "entire_frame_compile_time_s", "400000"),
+                        10437, "entire_frame_compile_time_s", "400000")  # 2/0's record
+    got = parsed(edited, NAME)
+    assert got.summary.errors == [f"{NAME}: metric dynamo.compile_seconds (program {FORWARD}) is 800013, above a "
+                                  "week (604,800 s): not stored"]
+    assert got.status.value == "partial"
+    kept = {k: v for k, v in whole.metrics.items() if k != "dynamo.compile_seconds"}
+    assert got.summary.metrics == kept and got.summary.programs == {FORWARD: kept}
+
+
+# recompile: compile 0/0 closes at line 3554 (its compilation_metrics), 0/1 opens at 3619.
+RECOMPILE_NAME = "night/torch-trace/dedicated_log_torch_trace_0_wskx8r.log"
+PREFIX = b"V1127 10:54:19.740000 26398 torch/_dynamo/utils.py:2009] "
+
+
+@pytest.mark.parametrize("bomb", [
+    b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"a":' + b'{"a":' * 5_000 + b"1" + b"}" * 5_000 + b"}",
+    b'{"dynamo_start": ' + b"[" * 40 + b"]" * 40 + b', "frame_id": 0, "frame_compile_id": 1, "attempt": 0}',
+], ids=["lists", "objects", "just-past-the-bound"])
+def test_a_nesting_bomb_costs_its_line_only(bomb):
+    """Issue 43 item 4: a record nested thousands deep raised RecursionError past the record handler
+    and the whole log failed, losing its good compiles. It is refused before json.loads (deeper than
+    32 levels: torch's records nest 4 deep) and every compile before and after it keeps its figures."""
+    lines = log_lines("recompile")
+    whole = parsed(lines, RECOMPILE_NAME).summary
+    got = parsed([*lines[:3554], PREFIX + bomb + b"\n", *lines[3554:]], RECOMPILE_NAME)
+    assert got.summary.errors == [f"{RECOMPILE_NAME}: line 3555: record nests deeper than 32 levels (torch's nest "
+                                  "4 deep); it and its payload are skipped"]
+    assert (got.summary.metrics, got.summary.programs) == (whole.metrics, whole.programs)
+    assert got.summary.metrics["dynamo.compiles"] == 2 and got.summary.metrics["dynamo.recompiles"] == 1
+    assert got.tables["torch_trace_compiles"].height == 2
+
+
+def test_brackets_inside_a_string_are_no_nesting():
+    """The depth bound counts structure, not text: a record whose string holds 100,000 brackets is read."""
+    lines = log_lines("recompile")
+    whole = parsed(lines, RECOMPILE_NAME).summary
+    text = PREFIX + b'{"a_newer_record": {"text": "' + b"[{" * 100_000 + b'\\"]"}}\n'
+    got = parsed([*lines[:3554], text, *lines[3554:]], RECOMPILE_NAME)
+    assert (got.status.value, got.summary.metrics) == ("ok", whole.metrics)
+    records = got.tables["torch_trace_records"]
+    assert records.filter(pl.col("record") == "a_newer_record").select("records", "first_lineno").row(0) == (1, 3555)
+
+
+def test_a_record_that_fails_costs_itself_and_its_payload_only():
+    """A record whose compiled_autograd_id is a list made the compile key unhashable: TypeError, and
+    the log failed. Any failure while one record is read skips that record and its payload."""
+    lines = log_lines("recompile")
+    whole = parsed(lines, RECOMPILE_NAME).summary
+    odd = PREFIX + (b'{"inductor_output_code": {"filename": "x.py"}, "compiled_autograd_id": [1], "frame_id": 0, '
+                    b'"frame_compile_id": 1, "attempt": 0, "has_payload": "0"}\n\tdef call(args):\n\t    pass\n')
+    got = parsed([*lines[:3554], odd, *lines[3554:]], RECOMPILE_NAME)
+    [error] = got.summary.errors
+    assert re.fullmatch(rf"{re.escape(RECOMPILE_NAME)}: line 3555: record unreadable \(TypeError: unhashable type: "
+                        r"'list', at torch_trace\.py:\d+\); it and its payload are skipped", error), error
+    assert (got.summary.metrics, got.summary.programs) == (whole.metrics, whole.programs)
+
+
+# --- Inductor IR: a sum past its bound ---
+
+IR = FIX / "inductor_ir" / "mlp" / "model__0_forward_1.0" / "ir_post_fusion.txt"
+IR_NAME = "night/torch-inductor/model__0_forward_1.0/ir_post_fusion.txt"
+BUF0 = "size=[8, 64], stride=[64, 1])"  # buf0's layout at line 12 (and buf3's at line 100): 2,048 bytes each
+
+
+def test_buffer_bytes_summed_past_64_bits_are_not_stored():
+    """Two buffers of 2^62 bytes each: each a size a column holds, their sum (memory.buffer_bytes) is not."""
+    text = IR.read_text().replace(BUF0, "size=[1152921504606846976], stride=[1])")  # float32: 2^62 bytes
+    got = parse_dump(io.BytesIO(text.encode()), IR_NAME)
+    assert got.summary.errors == [f"{IR_NAME}: metric memory.buffer_bytes is 9,223,372,036,854,776,396, above "
+                                  "2^63 - 1 (what a signed 64-bit size holds): not stored"]
+    assert "memory.buffer_bytes" not in got.summary.metrics
+    buffers = got.tables["inductor_buffers"].filter(pl.col("name").is_in(["buf0", "buf3"]))
+    assert buffers["bytes"].to_list() == [2**62] * 2
+
