@@ -4,7 +4,8 @@ hostile one is: each is checked before it is stored, and a bad record costs only
 - A TORCH_TRACE compile time of 1e308 s (or NaN, negative, a text) is an error naming its line and
   its compile counts nowhere; a sum past its bound is dropped by the driver's last guard.
 - A JSON nesting bomb on one TORCH_TRACE line, or a record of odd types, is skipped alone.
-- The driver's last guard, for every format: an Inductor IR sum of bytes past 64 bits is not stored.
+- Inductor IR layouts and ONNX report numbers past their columns are errors, not failed dumps; a
+  line whose reading raises costs that line only.
 """
 
 from __future__ import annotations
@@ -179,11 +180,31 @@ def test_a_record_that_fails_costs_itself_and_its_payload_only():
     assert (got.summary.metrics, got.summary.programs) == (whole.metrics, whole.programs)
 
 
-# --- Inductor IR: a sum past its bound ---
+# --- Inductor IR and ONNX reports: numbers past their columns ---
 
 IR = FIX / "inductor_ir" / "mlp" / "model__0_forward_1.0" / "ir_post_fusion.txt"
 IR_NAME = "night/torch-inductor/model__0_forward_1.0/ir_post_fusion.txt"
 BUF0 = "size=[8, 64], stride=[64, 1])"  # buf0's layout at line 12 (and buf3's at line 100): 2,048 bytes each
+
+
+@pytest.mark.parametrize(("size", "why"), [
+    ("size=[-8, 64], stride=[64, 1])", "size [-8, 64] holds a negative size or one past 64 bits"),
+    ("size=[4294967296, 4294967296, 4294967296], stride=[64, 1])",
+     "its byte size is 316,912,650,057,057,350,374,175,801,344, above 2^63 - 1 (what a signed 64-bit size holds)"),
+    ("size=[9223372036854775808], stride=[1])", "size [9223372036854775808] holds a negative size or one past 64 bits"),
+], ids=["negative", "bytes-past-64-bits", "size-past-64-bits"])
+def test_an_impossible_buffer_layout_is_an_error_and_its_buffer_is_not_counted(size, why):
+    """A negative size was summed into memory.buffer_bytes (588 instead of 4,684: the dump read ok); a
+    size past 64 bits made the whole dump fail at the Int64 column. Now the layout's line is named."""
+    text = IR.read_text()
+    whole = parse_dump(io.BytesIO(text.encode()), IR_NAME)
+    got = parse_dump(io.BytesIO(text.replace(BUF0, size, 1).encode()), IR_NAME)
+    assert got.summary.errors == [f"{IR_NAME}: line 12: layout of buf0: {why}; its sizes, strides and bytes are "
+                                  "stored as null and it is not counted"]
+    assert got.summary.metrics == {**whole.summary.metrics,
+                                   "memory.buffer_bytes": whole.summary.metrics["memory.buffer_bytes"] - 2048}
+    buf0 = got.tables["inductor_buffers"].filter(pl.col("name") == "buf0").row(0, named=True)
+    assert (buf0["size"], buf0["stride"], buf0["bytes"], buf0["layout_kind"]) == (None, None, None, "FixedLayout")
 
 
 def test_buffer_bytes_summed_past_64_bits_are_not_stored():
@@ -195,4 +216,91 @@ def test_buffer_bytes_summed_past_64_bits_are_not_stored():
     assert "memory.buffer_bytes" not in got.summary.metrics
     buffers = got.tables["inductor_buffers"].filter(pl.col("name").is_in(["buf0", "buf3"]))
     assert buffers["bytes"].to_list() == [2**62] * 2
+
+
+[REPORT] = (FIX / "onnx_report" / "mlp").glob("onnx_export_*.md")
+REPORT_NAME = f"night/torch-onnx/{REPORT.name}"
+
+
+@pytest.mark.parametrize(("was", "now", "metric", "error"), [
+    ("The model has 16986 parameters", "The model has 99999999999999999999 parameters", "onnx.parameters",
+     "line 127: the model's parameters is 99,999,999,999,999,999,999, above 2^53 (the whole numbers a double holds "
+     "exactly); stored as null"),
+    ("The FX graph has 22 nodes", "The FX graph has 9999999999 nodes", "onnx.fx_nodes",
+     "line 143: the FX graph's nodes is 9,999,999,999, above 2^31 - 1 (what a 32-bit count holds); stored as null"),
+    ("ir_version=10,", "ir_version=9999999999,", "onnx.ir_version",
+     "line 76: ir_version 9999999999 is no count a 32-bit column holds; stored as null"),
+    ("opset_imports={'': 20}", "opset_imports={'': 99999999999}", "onnx.opset",
+     "line 77: opset 99999999999 of domain '' is no count a 32-bit column holds; left out"),
+    ("max_abs_diff=1.490116e-08", "max_abs_diff=-1.5", "onnx.max_abs_diff",
+     "line 173: verification of softmax: max_abs_diff is -1.5, negative; stored as null and not counted"),
+], ids=["parameters", "fx-nodes", "ir-version", "opset", "negative-difference"])
+def test_an_onnx_number_no_report_can_hold_is_an_error_naming_its_line(was, now, metric, error):
+    """Counts past their Int32/Int64 columns made the whole report fail (OverflowError at the batch); a
+    negative difference was a figure. Now each is an error naming its line, and the rest is kept."""
+    text = REPORT.read_text()
+    whole = parse_dump(io.BytesIO(text.encode()), REPORT_NAME).summary
+    got = parse_dump(io.BytesIO(text.replace(was, now, 1).encode()), REPORT_NAME)
+    assert (got.status.value, got.summary.errors) == ("partial", [f"{REPORT_NAME}: {error}"])
+    assert got.summary.metrics == {k: v for k, v in whole.metrics.items() if k != metric}
+
+
+def test_a_nan_difference_is_kept_in_its_row_and_no_figure():
+    """torch prints nan when an output does not compare: the row keeps it (it is what the report says);
+    onnx.max_abs_diff, the largest difference, is then no number and is absent, not a NaN figure."""
+    text = REPORT.read_text().replace("max_abs_diff=1.490116e-08", "max_abs_diff=nan", 1)
+    got = parse_dump(io.BytesIO(text.encode()), REPORT_NAME)
+    assert (got.status.value, got.summary.errors) == ("ok", [])
+    assert "onnx.max_abs_diff" not in got.summary.metrics and got.summary.metrics["onnx.max_rel_diff"] == 1.668918e-07
+    assert got.tables["onnx_verification"]["max_abs_diff"].is_nan().to_list() == [True]
+
+
+# --- a line whose reading raises, in the line parsers ---
+
+OUTPUT_CODE = FIX / "inductor_output_code" / "mlp" / "model__0_forward_1.0" / "output_code.py"
+
+
+def _raising_once(real, when, exc: BaseException):
+    """``real``, raising ``exc`` on the first call whose arguments ``when`` accepts: a parser's bug, or a
+    stack or memory exhausted, while one line is read (no input of ours makes these parsers raise)."""
+    raised = []
+
+    def wrapper(*args):
+        if not raised and when(*args):
+            raised.append(exc)
+            raise exc
+        return real(*args)
+    return wrapper
+
+
+@pytest.mark.parametrize("parser", ["inductor_ir", "inductor_code", "onnx_report"])
+def test_a_line_whose_reading_raises_costs_that_line_only(parser, monkeypatch):
+    """The line parsers read on after a line whose handling raises (at no cost per line: the loop
+    resumes on the same iterator): an error names the line and the exception, the rest is read.
+    Before, the exception failed the dump and every figure was lost."""
+    from transforms.parsers import inductor_code, inductor_ir, onnx_report
+
+    path, name = {"inductor_ir": (IR, IR_NAME), "onnx_report": (REPORT, REPORT_NAME),
+                  "inductor_code": (OUTPUT_CODE, "night/torch-inductor/output_code.py")}[parser]
+    whole = parse_dump(io.BytesIO(path.read_bytes()), name).summary.metrics
+    if parser == "inductor_ir":  # buf0's layout (line 12): buf0 is then a buffer without a layout
+        monkeypatch.setattr(inductor_ir, "_layout", _raising_once(
+            inductor_ir._layout, lambda text: "size=[8, 64]" in text, MemoryError("injected")))
+        line, expected = 12, {**whole, "memory.buffer_bytes": whole["memory.buffer_bytes"] - 2048}
+    elif parser == "inductor_code":  # the first kernel, when its source closes
+        first = "cpp_fused_gelu_mean_pow_relu_sum_0"
+        monkeypatch.setattr(inductor_code, "_category", _raising_once(
+            inductor_code._category, lambda name, *_: name == first, RecursionError("injected")))
+        line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if i > 33 and t.startswith("'''"))
+        expected = {**whole, "kernel.generated": whole["kernel.generated"] - 1,
+                    "kernel.generated.cpp": whole["kernel.generated.cpp"] - 1}
+    else:  # the step line "✅ Decompose operators for ONNX compatibility"
+        monkeypatch.setattr(onnx_report.sec, "slug", _raising_once(
+            onnx_report.sec.slug, lambda text: text.startswith("Decompose"), TypeError("injected")))
+        line, expected = 7, {k: v for k, v in whole.items() if k != "onnx.step.decompose"}
+    got = parse_dump(io.BytesIO(path.read_bytes()), name)
+    [error] = got.summary.errors
+    assert re.fullmatch(rf"{re.escape(name)}: line {line}: line unreadable \((MemoryError|RecursionError|TypeError): "
+                        r"injected, at test_hostile_figures\.py:\d+\); skipped", error), error
+    assert got.summary.metrics == expected
 
