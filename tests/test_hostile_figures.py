@@ -1,25 +1,33 @@
 """Figures no format can mean (issue 43, items 3 and 4), on real dumps edited the way a damaged or
-hostile one is: each is checked before it is stored, and a bad record costs only itself.
+hostile one is: each is checked before it is stored, a bad record costs only itself, and a
+warehouse that already holds such a figure still builds every page.
 
 - A TORCH_TRACE compile time of 1e308 s (or NaN, negative, a text) is an error naming its line and
   its compile counts nowhere; a sum past its bound is dropped by the driver's last guard.
 - A JSON nesting bomb on one TORCH_TRACE line, or a record of odd types, is skipped alone.
 - Inductor IR layouts and ONNX report numbers past their columns are errors, not failed dumps; a
   line whose reading raises costs that line only.
+- 1e308, NaN, -inf written straight into a sample warehouse's metrics build a site that shows them.
 """
 
 from __future__ import annotations
 
 import gzip
+import html
 import io
 import json
 import re
+import shutil
+from datetime import datetime
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 
 from transforms.parse import parse_dump
+from transforms.site import charts
+from transforms.units import human_bytes, human_delta, human_value
 
 FIX = Path(__file__).parent / "fixtures"
 SRC = "/tmp/dumpscope-torch-trace/src/dumpscope_model.py"
@@ -304,3 +312,113 @@ def test_a_line_whose_reading_raises_costs_that_line_only(parser, monkeypatch):
                         r"injected, at test_hostile_figures\.py:\d+\); skipped", error), error
     assert got.summary.metrics == expected
 
+
+# --- what reads a stored figure: units and charts ---
+
+
+def test_a_value_no_figure_can_be_reads_as_what_it_is():
+    """A warehouse written before figures were checked may hold these: they read as themselves (1e308
+    was 309 digits with commas; NaN and infinities were a dash, the sign of an absent figure)."""
+    nan, inf = float("nan"), float("inf")
+    assert [human_value("dynamo.compile_seconds", v) for v in (1e308, nan, -inf, 11.975338, None)] == [
+        "1e+308", "NaN", "-inf", "12", "–"]
+    assert [human_value("fusion.count", v) for v in (-5.0, 1234567.0, 1e15)] == ["-5", "1,234,567", "1e+15"]
+    assert [human_bytes(v) for v in (nan, inf, 1e20, 2.0**60 - 2**40)] == ["NaN", "inf B", "1e+20 B", "1024.0 PiB"]
+    assert [human_delta("dynamo.compile_seconds", v) for v in (1e308, inf, nan)] == ["+1e+308", "+inf", "NaN"]
+
+
+def test_a_chart_of_values_no_figure_can_be_is_drawn():
+    """The polars cast of the last point's label (``strict_cast(Int64)``) failed on 1e308 and NaN: the
+    site crashed for that night and every later one. The label now reads as polars prints the value."""
+    at = [datetime(2026, 11, d, 2) for d in (18, 19, 20)]
+    rows = pl.DataFrame({"started_at": at * 2, "run_id": [f"2026-11-{d}" for d in (18, 19, 20)] * 2, "commit": "c",
+                         "metric": ["dynamo.compile_seconds"] * 3 + ["memory.temp_bytes"] * 3,
+                         "value": [11.9, 13.6, 1e308, 1024.0, 2048.0, float("nan")],
+                         "delta": [None, 1.7, 1e308, None, 1024.0, float("nan")], "changed": True,
+                         "last": [False, False, True] * 2})
+    spec = charts.small_multiples(rows, title="forward")
+    last = [r.split(",") for r in spec["data"]["values"].splitlines() if r.startswith("2026-11-20")]
+    assert sorted(r[8] for r in last) == ["1e+308", "NaN KiB"]  # the label column (l) of each panel's last point
+
+
+# --- a warehouse that already holds them ---
+
+
+def _cells(page: Path, first_cell: str) -> list[str]:
+    """The text of the cells of the table row whose first cell reads ``first_cell``."""
+    for row in re.findall(r"<tr>(.*?)</tr>", page.read_text(), re.S):
+        cells = [html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+                 for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        if cells and cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no row {first_cell} on {page}")
+
+
+@pytest.mark.slow  # aggregates a warehouse and builds a site: seconds
+def test_a_warehouse_holding_values_no_figure_can_be_builds_every_page(sample_warehouse, tmp_path):
+    """Issue 43 item 3: a warehouse written before figures were checked may hold 1e308, NaN, -inf or a
+    negative count; the first made ``dumpscope site`` fail for good (a polars cast in the charts). With
+    those written straight into the sample warehouse's metrics and aggregated again, every page builds
+    and shows each value as what it is."""
+    from flows.publish.site import build_site
+    from flows.verdict.aggregate import aggregate
+    from flows.warehouse import store
+    from transforms.site.data import series_file
+
+    warehouse = tmp_path / "warehouse.duckdb"
+    shutil.copyfile(sample_warehouse, warehouse)
+    shutil.copytree(f"{sample_warehouse}.records", f"{warehouse}.records")
+    hostile = [("torch-trace", "dynamo.compile_seconds", 1e308), ("jax-jit", "memory.temp_bytes", float("nan")),
+               ("torch-trace", "inductor.compile_seconds", float("-inf")), ("torch-inductor", "fusion.count", -5.0)]
+    with duckdb.connect(str(warehouse)) as con:
+        for job, metric, value in hostile:
+            con.execute("UPDATE metrics SET value = ? WHERE job = ? AND metric = ? AND run_id = '2026-11-20'",
+                        [value, job, metric])
+        con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # as after an upgrade: every run again
+    with store.Warehouse(warehouse) as con:
+        aggregate(con)
+
+    site = build_site(warehouse, tmp_path / "site")
+    built = {p.relative_to(site.out).as_posix() for p in site.out.rglob("*.html")}
+    assert {"index.html", "compile.html", "memory.html", "fusion.html", "kernels.html", "onnx.html", "diff.html",
+            "runs/2026-11-20.html", "series/index.html"} <= built
+    assert site.pages >= 69  # the sample site's (tests/test_site.py), and an incident a step of these opened
+
+    def page(series: str) -> Path:
+        return site.out / series_file(series).replace(".md", ".html")
+
+    trace = page("torch-trace/forward at dumpscope_model.py:19/torch_trace/trace")
+    assert _cells(trace, "dynamo.compile_seconds")[2:4] == ["1e+308", "+1e+308"]  # value, change
+    assert _cells(trace, "inductor.compile_seconds")[2] == "-inf"
+    memory = page("jax-jit/jit_train_step/xla_buffer_assignment/buffer_assignment")
+    assert _cells(memory, "memory.temp_bytes")[2] == "NaN"
+    fusion = page("torch-inductor/model__forward/inductor_ir/post_fusion")
+    assert _cells(fusion, "fusion.count")[2] == "-5"
+    assert not re.search(r"\d{1,3}(,\d{3}){20}", "".join(p.read_text() for p in site.out.rglob("*.html")))
+
+
+@pytest.mark.slow  # a night over the sample bucket and its site: seconds
+def test_a_night_whose_log_says_a_compile_took_1e308_seconds_publishes_its_site(tmp_path):
+    """Issue 43 item 3 as found: one TORCH_TRACE log whose compilation_metrics says 1e308 s made
+    ``dumpscope site`` fail with a polars cast, that night and every later one. The night now stores
+    the log as partial, names the line, stores no such figure, and the site builds."""
+    from flows.publish.site import build_site
+    from tests.sample_build import SAMPLE_BUCKET, build_sample_warehouse
+
+    bucket = tmp_path / "bucket"
+    shutil.copytree(SAMPLE_BUCKET, bucket)
+    [log] = (bucket / "2026-11-20" / "torch-trace").glob("*.log.gz")
+    text = gzip.decompress(log.read_bytes())
+    field = b'"entire_frame_compile_time_s": '
+    log.write_bytes(gzip.compress(text.replace(field + b"11.975338", field + b"1e308")))
+    warehouse = build_sample_warehouse(tmp_path / "night", bucket)
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        assert con.execute("SELECT status, error FROM dumps WHERE path = ?",
+                           [log.relative_to(bucket).as_posix()]).fetchall() == [(
+            "partial", f"{log.relative_to(bucket).as_posix()}: line 3818: compilation_metrics of compile 0/0: "
+            "entire_frame_compile_time_s is 1e+308, above a week (604,800 s): stored as null, and the compile's "
+            "figures are not counted")]
+        assert con.execute("SELECT count(*) FROM metrics WHERE metric LIKE '%compile_seconds' "
+                           "AND NOT value BETWEEN 0 AND 604800").fetchall() == [(0,)]
+    site = build_site(warehouse, tmp_path / "site")
+    assert (site.out / "compile.html").exists()
