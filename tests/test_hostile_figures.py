@@ -163,6 +163,20 @@ def test_a_nesting_bomb_costs_its_line_only(bomb):
     assert got.tables["torch_trace_compiles"].height == 2
 
 
+def test_a_bomb_whose_strings_hide_its_depth_costs_its_line_only():
+    """Each level opens after a string holding "]", so the brackets seem to close as they open and
+    the cheap pre-scan lets the record through: the decoder's RecursionError costs that record
+    alone, as any failure of a record does."""
+    lines = log_lines("recompile")
+    whole = parsed(lines, RECOMPILE_NAME).summary
+    bomb = b'{"a":' + b'["]",' * 5_000 + b"1" + b"]" * 5_000 + b"}"
+    got = parsed([*lines[:3554], PREFIX + bomb + b"\n", *lines[3554:]], RECOMPILE_NAME)
+    [error] = got.summary.errors
+    assert re.fullmatch(rf"{re.escape(RECOMPILE_NAME)}: line 3555: record unreadable \(RecursionError: maximum "
+                        r"recursion depth exceeded .*\); it and its payload are skipped", error), error
+    assert (got.summary.metrics, got.summary.programs) == (whole.metrics, whole.programs)
+
+
 def test_brackets_inside_a_string_are_no_nesting():
     """The depth bound counts structure, not text: a record whose string holds 100,000 brackets is read."""
     lines = log_lines("recompile")

@@ -77,7 +77,7 @@ _MAX_ERRORS, _TEXT, _SMALL_BATCH, _HASH_BLOCK = 50, 1000, 4096, 1 << 20
 # them, and what it took would reach code that recurses again (str() of a reason).
 _MAX_DEPTH = 32
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\[\s\S])*+(?:"|\\?\Z)')  # linear: an unclosed one runs to the end
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")  # bytes.translate drops them, in C
 _LONG_ROWS = ("torch_trace_compiles", "torch_trace_graph_breaks", "torch_trace_kernels", "torch_trace_extern_calls")
 _METRICS = {"compilation_metrics": "forward", "bwd_compilation_metrics": "backward",
             "compilation_metrics_runtime": "forward_runtime", "bwd_compilation_metrics_runtime": "backward_runtime"}
@@ -251,14 +251,23 @@ def _line_number(text: str) -> int | None:
 
 
 def _nests_deeper(text: str, most: int) -> bool:
-    """Whether the JSON ``text`` nests more than about ``most`` levels deep (brackets inside strings
-    do not count; a pass may peel two levels, so up to twice that is let through). Linear in the
-    text, in C: each pass drops the innermost pairs. Brackets that do not pair are json.loads' to tell."""
+    """Whether the JSON ``text`` nests more than about ``most`` levels deep, brackets inside its
+    strings not counted (a pass may peel two levels, so up to twice that is let through). Linear,
+    in C: the brackets are counted, then peeled with their strings (cheap: a long record of torch
+    nests 4 deep), and only a text that looks deeper is peeled again without its strings. Strings
+    of brackets can hide depth from the first peel: the decoder's RecursionError then costs the
+    record alone (``OneRecord``), as any failure of a record does."""
     if text.count("[") + text.count("{") <= most:
         return False
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return _peels_past(text, most) and _peels_past(_JSON_STRING.sub("", text), most)
+
+
+def _peels_past(text: str, most: int) -> bool:
+    """Whether the brackets of ``text`` still hold pairs after ``most`` passes that each drop the
+    innermost ones (those that do not pair are json.loads' to tell)."""
+    brackets = text.encode().translate(None, _NOT_BRACKETS)
     for _ in range(most):
-        inner = brackets.replace("[]", "").replace("{}", "")
+        inner = brackets.replace(b"[]", b"").replace(b"{}", b"")
         if not inner or inner == brackets:
             return False
         brackets = inner
