@@ -86,7 +86,8 @@ TABLE_DOCS: dict[str, dict[str, str]] = {
         "size": "Sizes when all are integers; null when any is symbolic (see size_text).",
         "size_text": "Sizes as printed, e.g. [s77, 64].",
         "stride": "Strides when all are integers, else null.",
-        "bytes": "prod(size) * itemsize of dtype when both are known, else null.",
+        "bytes": "prod(size) * itemsize of dtype when both are known, else null (null too, with size and stride, when "
+        "the layout is one no buffer can have: a negative size, bytes past 2^63 - 1; dumps.error names its line).",
         "users": "Names of the nodes using the buffer (OUTPUT for graph outputs).",
         "mutations": "Buffers this buffer mutates (`<buf>.mutations`), else empty.",
         "lineno": "Line of the `<buf>: <type>` line (1-based).",

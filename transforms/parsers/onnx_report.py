@@ -110,7 +110,8 @@ TABLES = {"onnx_reports": REPORTS, "onnx_steps": STEPS, "onnx_op_counts": OP_COU
 _SET_WHEN_COMPLETE = "Null unless its section is complete in the file."
 TABLE_DOCS: dict[str, dict[str, str]] = {
     "onnx_reports": {
-        "": "One row per PyTorch ONNX export report (torch.onnx.export(..., report=True)).",
+        "": "One row per PyTorch ONNX export report (torch.onnx.export(..., report=True)). A count past what its "
+        "column holds is null, and the report's error (dumps.error) names its line.",
         "title": "The report's title line without '# '.",
         "report_kind": "'report' (a graph was captured) or 'error_report' (every capture strategy failed).",
         "outcome": "Postfix torch gives the file name, recomputed from the steps: success, strategies "
@@ -159,7 +160,8 @@ TABLE_DOCS: dict[str, dict[str, str]] = {
     "onnx_verification": {
         "": "Verification results: one row per output compared between PyTorch and ONNX Runtime.",
         "name": "Output (value) name, e.g. add_76.",
-        "max_abs_diff": "Largest absolute difference.",
+        "max_abs_diff": "Largest absolute difference (NaN when the output did not compare; null when negative, "
+        "which no difference is).",
         "max_rel_diff": "Largest relative difference.",
         "abs_diff_hist": "Histogram counts of absolute differences.",
         "rel_diff_hist": "Histogram counts of relative differences.",

@@ -145,7 +145,9 @@ _PHASE_DOC = ("forward (compilation_metrics: Dynamo's compile of a frame, Induct
               "forward_runtime / backward_runtime (the *_runtime records: work done when the code runs).")
 TABLE_DOCS: dict[str, dict[str, str]] = {
     "torch_trace_compiles": {
-        "": "One row per compilation metrics record of a TORCH_TRACE log (torch._dynamo.utils.CompilationMetrics).",
+        "": "One row per compilation metrics record of a TORCH_TRACE log (torch._dynamo.utils.CompilationMetrics). A "
+        "field holding a value no compile can have (a time negative, NaN or above a week, a count past 32 bits: "
+        "docs/metrics.md) is null, and the record's error (dumps.error) names its line.",
         **_ID_DOCS, "phase": _PHASE_DOC,
         "program": "'<co_name> at <co_filename>:<co_firstlineno>' of the compiled function; resume functions and "
         "backward phases take the program of the frame they belong to (module docstring).",
