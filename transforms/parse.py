@@ -14,6 +14,12 @@ a stream cut short makes it ``partial``. Status and errors agree: every ``partia
 and ``failed`` dump carries at least one error, each naming the file, and the line
 where there is one; a dump cut short (``truncated``) always has one naming its last line.
 
+The last guard of every format: a metric whose value is not a finite number within the bounds
+its name declares (``transforms.records.FIGURE_BOUNDS``) is left out of the summary (its
+program's figures and the totals alike), with an error naming the metric and the dump: the
+dump is ``partial`` and its other figures are kept. The parsers check the values they read
+where they know their meaning (and name the line); this catches what any of them let through.
+
 Limits (``ParseLimits``) bound what one dump may cost, whatever its bytes: the
 reader never holds a line longer than ``max_line_bytes`` nor reads more than
 ``max_dump_bytes`` of text, and stops after ``max_seconds``. The time limit is
@@ -35,7 +41,7 @@ import polars as pl
 from transforms.parsers.formats import classify, describe, is_binary, kind_from_name, module_for, parser_version
 from transforms.naming import program_from_path
 from transforms.reading import LineReader, ReadLimitError, strip_gz
-from transforms.records import DumpKind, DumpSummary, ParseError, Status, TableBatch
+from transforms.records import DumpKind, DumpSummary, ParseError, Status, TableBatch, figure_problem
 
 IDENTITY_COLUMNS = pl.Schema({"dump_id": pl.String, "parser_version": pl.Int16})
 
@@ -116,6 +122,7 @@ def iter_dump(raw: BinaryIO, name: str, *, dump_id: str = "",
         summary = DumpSummary(kind, failed=True, errors=[f"{name}: parser ended without a summary"])
     elif not summary.failed:
         summary.errors = [f"{name}: {e}" for e in summary.errors]
+    summary.errors += _impossible_figures(summary, name)
 
     if reader.error:  # the parser saw a clean end, but the bytes were cut short
         summary.errors.append(f"{name}: {reader.error}")
@@ -164,6 +171,28 @@ def _unreadable(reader: LineReader, kind: DumpKind) -> str | None:
     if is_binary(reader.head):
         return f"line 1: the file is binary, not {describe(kind)} (NUL bytes at its start)"
     return None
+
+
+_MAX_FIGURE_ERRORS = 20
+
+
+def _impossible_figures(summary: DumpSummary, name: str) -> list[str]:
+    """Drop every metric no figure can be (``figure_problem``) from ``summary``; the errors that say so
+    (a program's; the totals' only for a metric no program's error names)."""
+    errors: list[str] = []
+    named: set[str] = set()
+    for program, metrics in [*summary.programs.items(), (None, summary.metrics)]:
+        for metric, value in list(metrics.items()):
+            if (why := figure_problem(metric, value)) is None:
+                continue
+            del metrics[metric]
+            if program is not None or metric not in named:
+                named.add(metric)
+                of = f" (program {program})" if program is not None else ""
+                errors.append(f"{name}: metric {metric}{of} {why}: not stored")
+    if len(errors) > _MAX_FIGURE_ERRORS:
+        errors[_MAX_FIGURE_ERRORS:] = [f"{name}: {len(errors) - _MAX_FIGURE_ERRORS} more metrics not stored"]
+    return errors
 
 
 def _names_line(errors: list[str], lineno: int) -> bool:

@@ -17,14 +17,23 @@ only when nothing usable can be read; damage they can step over (a truncated tai
 a line they do not understand) goes into ``DumpSummary.errors`` and makes the
 status ``partial``. ``dump_id`` and ``parser_version`` columns are added by the
 caller (``transforms.parse``), not by each parser.
+
+A figure is checked before it is stored (``FIGURE_BOUNDS``: docs/metrics.md, "What a figure
+may be"): a parser checks each value where it knows what the value means and leaves a record
+holding one no format can mean out of its figures, with an error naming the line; the driver
+checks every metric once more. A record a parser cannot read (too deep, too big, an odd type)
+costs that record only (``record_failure``).
 """
 
 from __future__ import annotations
 
 import enum
+import fnmatch
+import math
+import sys
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Iterable, Iterator, Protocol
+from functools import cache, lru_cache
+from typing import Callable, Iterable, Iterator, Protocol
 
 import polars as pl
 import pyarrow as pa
@@ -79,6 +88,123 @@ class ParseError(ValueError):
 
     def at(self, path: str) -> "ParseError":
         return ParseError(self.msg, self.lineno, path)
+
+
+# ------------------------------------------------------------------ what a figure may be
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """The values a figure of one kind can mean: a finite number from ``low`` to ``high``
+    (``high_text`` says it in words), whole when ``whole``. A value outside is no measurement
+    of any compiler: a damaged or hostile dump."""
+
+    high: float
+    high_text: str
+    low: float = 0
+    whole: bool = True
+
+    def problem(self, value: object) -> str | None:
+        """Why ``value`` cannot be such a figure, as the end of a sentence naming it (None: it can)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"is {_shown(value)}, not a number"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"is {'NaN' if math.isnan(value) else value}, not a finite number"
+        if value < self.low:
+            return f"is {_number(value)}, " + ("negative" if self.low == 0 else f"below {self.low:g}")
+        if value > self.high:
+            return f"is {_number(value)}, above {self.high_text}"
+        if self.whole and isinstance(value, float) and not value.is_integer():
+            return f"is {value:g}, not a whole number"
+        return None
+
+
+def _number(value: int | float) -> str:
+    if isinstance(value, int) and value.bit_length() > 14_000:  # str() refuses past 4,300 digits
+        return f"a whole number of {value.bit_length():,} bits"
+    return f"{value:.6g}" if isinstance(value, float) else f"{value:,}"
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+WEEK = 7 * 24 * 3600
+SECONDS = Bounds(WEEK, f"a week ({WEEK:,} s)", whole=False)  # one compile, or a log's sum of them
+BYTES = Bounds(2**63 - 1, "2^63 - 1 (what a signed 64-bit size holds)")
+COUNT = Bounds(2**31 - 1, "2^31 - 1 (what a 32-bit count holds)")
+ELEMENTS = Bounds(2**53, "2^53 (the whole numbers a double holds exactly)")  # a model's parameters
+FLAG = Bounds(1, "1 (passed: 1, failed: 0)")
+DIFFERENCE = Bounds(sys.float_info.max, "the largest double", whole=False)
+
+# Metric name patterns -> their bounds, the first match wins (docs/metrics.md, "What a figure may
+# be"): the one place a figure's range is declared. Everything not named is a count.
+FIGURE_BOUNDS: tuple[tuple[str, Bounds], ...] = (
+    ("onnx.step.*", FLAG),
+    ("onnx.max_abs_diff", DIFFERENCE),
+    ("onnx.max_rel_diff", DIFFERENCE),
+    ("onnx.parameters", ELEMENTS),
+    ("dynamo.compile_seconds", SECONDS),
+    ("inductor.compile_seconds", SECONDS),
+    ("memory.*_bytes", BYTES),
+    ("*", COUNT),
+)
+
+
+@lru_cache(maxsize=4096)
+def bounds_of(metric: str) -> Bounds:
+    return next(b for pattern, b in FIGURE_BOUNDS if fnmatch.fnmatchcase(metric, pattern))
+
+
+def figure_problem(metric: str, value: object) -> str | None:
+    """Why ``value`` cannot be stored as ``metric`` (None: it can)."""
+    return bounds_of(metric).problem(value)
+
+
+# What one record of a dump can make a parser raise, however odd its bytes: nested too deep
+# (RecursionError), too big (MemoryError), a number or type no code expects (TypeError,
+# ValueError, OverflowError, ...). Not a ParseError (the dump is unreadable as a whole) nor the
+# reader's limits (transforms.reading.ReadLimitError): those stop the dump.
+RECORD_FAILURES = (RecursionError, MemoryError, TypeError, ValueError, ArithmeticError, LookupError)
+
+
+def record_failure(exc: BaseException) -> str | None:
+    """What a record whose reading raised ``exc`` says of itself ("unreadable (TypeError: ..., at
+    torch_trace.py:496)": where it was raised, so that a parser's bug is found from the message),
+    or None when ``exc`` is not one record's (a ParseError, a limit): the parse must stop.
+
+    A line parser costs nothing per line for it: ``while True: try: for ... in <one iterator>:
+    ...; break; except RECORD_FAILURES as exc: <raise when None, else report>`` goes on from the
+    line after. A parser of records (several lines each) enters ``OneRecord`` around each."""
+    if isinstance(exc, ParseError) or not isinstance(exc, RECORD_FAILURES):
+        return None
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f", at {tb.tb_frame.f_code.co_filename.rpartition('/')[2]}:{tb.tb_lineno}" if tb is not None else ""
+    return f"unreadable ({type(exc).__name__}: {str(exc)[:200]}{where})"
+
+
+class OneRecord:
+    """``with guard:`` around the handling of one record: when it raises one of
+    ``RECORD_FAILURES``, ``report(record_failure(exc))`` says so (the parser names the record's
+    line) and the parse goes on with the next record. One instance per parse."""
+
+    __slots__ = ("report",)
+
+    def __init__(self, report: Callable[[str], None]):
+        self.report = report
+
+    def __enter__(self) -> "OneRecord":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or (why := record_failure(exc)) is None:
+            return False
+        self.report(why)
+        return True
 
 
 def line_error(lineno: int, msg: str) -> str:

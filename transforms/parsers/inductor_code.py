@@ -16,8 +16,9 @@ source, mid-way through a top-level line, or before ``async_compile.wait(globals
 or the ``__main__`` guard (so a module written with ``config.benchmark_harness=False``
 also reads as truncated). A last line without its newline is read when it is indented
 or kernel source (its calls are those of the whole line's start), so a complete file
-that only lacks its final newline is ok. Raises ``ParseError`` only
-for empty input or when no Inductor marker appears in the first lines.
+that only lacks its final newline is ok. A line that cannot be read (``records.record_failure``)
+is an error and skipped. Raises ``ParseError`` only for empty input or when no Inductor
+marker appears in the first lines.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import Iterable
 
 import polars as pl
 
-from transforms.records import DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error
+from transforms.records import (RECORD_FAILURES, DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error,
+                                record_failure)
 
 PARSER_VERSION = 2  # 2: every cut is an error; a last line without newline is read when safe
 
@@ -116,71 +118,79 @@ def parse(lines: Iterable[str]) -> ParserOutput:
         bump(f"kernel.generated.{cat}")
         return kernels.add((k["name"], cat, k["backend"], k["heuristic"], k["aten"], k["n"], k["lineno"]))
 
-    for raw in lines:
-        lineno += 1
-        if raw[-1:] == "\n":
-            any_newline = True
-            line = raw[:-2] if raw[-2:-1] == "\r" else raw[:-1]
-        elif any_newline and kernel is None and raw[:1] not in (" ", "\t"):
-            cut = True  # a line cut mid-way is not trusted (kernel source and indented lines are:
-            break  # a cut there gives no row, or the same calls as the start of the whole line)
-        else:
-            line = raw.rstrip("\r")
-        if kernel is not None:
-            if line.startswith(close):
-                if (b := finish()) is not None:
-                    yield b
-            else:
-                kernel["n"] += 1
-                if line[:1] == "@" and (m := _HEURISTIC.match(line)) and kernel["heuristic"] is None:
-                    kernel["heuristic"] = m[1]
-            continue
-        if not marker:
-            marker = any(line.startswith(mk) for mk in _MARKERS)
-            if not marker and lineno >= MAX_HEAD_LINES:
-                raise ParseError("not an Inductor output_code.py: no Inductor import or AsyncCompile", lineno)
-        stripped = line.lstrip()
-        if not stripped:
-            continue
-        if stripped[0] == "#":
-            if (m := _ORIGIN.match(line)):
-                aten_ops = [p.strip() for p in m[1].split(",") if p.strip()]
-            continue
-        if line[0] != " " and (m := _DEF.match(line)):
-            rest = line[m.end():]
-            opened = sorted((i, q) for q in ("'''", '"""') if (i := rest.find(q)) >= 0)
-            quote = opened[0][1] if opened else None
-            backend = BACKEND.get(m[2], m[2])
-            kernel = {"name": m[1], "backend": backend, "heuristic": None, "aten": aten_ops, "n": 0,
-                      "lineno": lineno}
-            aten_ops = None
-            if quote is None or rest.count(quote) >= 2:
-                if quote is None:
-                    errors.append(line_error(lineno, f"kernel {m[1]} without an inline source"))
-                if (b := finish()) is not None:
-                    yield b
-            else:
-                close = quote
-            continue
-        if line.startswith("async_compile.wait("):
-            saw_wait = True
-            continue
-        if line.startswith("if __name__ == "):
-            saw_main = True
-            continue
-        if "extern_kernels." in line:
-            for name in _EXTERN.findall(line):
-                bump("kernel.extern_calls")
-                bump(f"kernel.extern_calls.{name}")
-                if (b := calls.add((f"extern_kernels.{name}", "extern_kernels", lineno))) is not None:
-                    yield b
-        if "aten." in line:
-            for op, overload in _ATEN.findall(line):
-                callee = f"aten.{op}.{overload}"
-                bump("kernel.fallback_calls")
-                bump(f"kernel.fallback_calls.{callee}")
-                if (b := calls.add((callee, "aten_fallback", lineno))) is not None:
-                    yield b
+    unread = iter(lines)  # one iterator: after a line that raises, the loop goes on from the next
+    while True:  # a line that raises costs itself only: the loop goes on after it (no cost per line)
+        try:
+            for raw in unread:
+                lineno += 1
+                if raw[-1:] == "\n":
+                    any_newline = True
+                    line = raw[:-2] if raw[-2:-1] == "\r" else raw[:-1]
+                elif any_newline and kernel is None and raw[:1] not in (" ", "\t"):
+                    cut = True  # a line cut mid-way is not trusted (kernel source and indented lines are:
+                    break  # a cut there gives no row, or the same calls as the start of the whole line)
+                else:
+                    line = raw.rstrip("\r")
+                if kernel is not None:
+                    if line.startswith(close):
+                        if (b := finish()) is not None:
+                            yield b
+                    else:
+                        kernel["n"] += 1
+                        if line[:1] == "@" and (m := _HEURISTIC.match(line)) and kernel["heuristic"] is None:
+                            kernel["heuristic"] = m[1]
+                    continue
+                if not marker:
+                    marker = any(line.startswith(mk) for mk in _MARKERS)
+                    if not marker and lineno >= MAX_HEAD_LINES:
+                        raise ParseError("not an Inductor output_code.py: no Inductor import or AsyncCompile", lineno)
+                stripped = line.lstrip()
+                if not stripped:
+                    continue
+                if stripped[0] == "#":
+                    if (m := _ORIGIN.match(line)):
+                        aten_ops = [p.strip() for p in m[1].split(",") if p.strip()]
+                    continue
+                if line[0] != " " and (m := _DEF.match(line)):
+                    rest = line[m.end():]
+                    opened = sorted((i, q) for q in ("'''", '"""') if (i := rest.find(q)) >= 0)
+                    quote = opened[0][1] if opened else None
+                    backend = BACKEND.get(m[2], m[2])
+                    kernel = {"name": m[1], "backend": backend, "heuristic": None, "aten": aten_ops, "n": 0,
+                              "lineno": lineno}
+                    aten_ops = None
+                    if quote is None or rest.count(quote) >= 2:
+                        if quote is None:
+                            errors.append(line_error(lineno, f"kernel {m[1]} without an inline source"))
+                        if (b := finish()) is not None:
+                            yield b
+                    else:
+                        close = quote
+                    continue
+                if line.startswith("async_compile.wait("):
+                    saw_wait = True
+                    continue
+                if line.startswith("if __name__ == "):
+                    saw_main = True
+                    continue
+                if "extern_kernels." in line:
+                    for name in _EXTERN.findall(line):
+                        bump("kernel.extern_calls")
+                        bump(f"kernel.extern_calls.{name}")
+                        if (b := calls.add((f"extern_kernels.{name}", "extern_kernels", lineno))) is not None:
+                            yield b
+                if "aten." in line:
+                    for op, overload in _ATEN.findall(line):
+                        callee = f"aten.{op}.{overload}"
+                        bump("kernel.fallback_calls")
+                        bump(f"kernel.fallback_calls.{callee}")
+                        if (b := calls.add((callee, "aten_fallback", lineno))) is not None:
+                            yield b
+            break
+        except RECORD_FAILURES as exc:
+            if (why := record_failure(exc)) is None:
+                raise
+            errors.append(line_error(lineno, f"line {why}; skipped"))
 
     if lineno == 0:
         raise ParseError("empty input", 1)

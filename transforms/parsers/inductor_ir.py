@@ -23,8 +23,11 @@ Guarantees: streaming (state is one top-level block plus a set of buffer names),
 schemas, then one ``DumpSummary``. Buffer rows come from the top-level node's outputs
 block only (a fused node lists all its members' outputs again), so each buffer appears
 once. A line cut mid-way at the end of the input is dropped; a cut inside a block sets
-``truncated`` and keeps the nodes seen. Raises ``ParseError`` only for empty input or
-when no node header appears in the first lines.
+``truncated`` and keeps the nodes seen. A buffer layout no buffer can have (a negative size,
+a size or stride past 64 bits, bytes past ``records.BYTES``) is an error naming its line: its
+sizes, strides and bytes are stored as null and it is counted in no figure. A line that cannot
+be read (``records.record_failure``) is an error and skipped. Raises ``ParseError`` only for empty
+input or when no node header appears in the first lines.
 """
 
 from __future__ import annotations
@@ -35,12 +38,15 @@ from typing import Iterable, Iterator
 
 import polars as pl
 
-from transforms.records import DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error
+from transforms.records import (BYTES, RECORD_FAILURES, DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer,
+                                line_error, record_failure)
 
-PARSER_VERSION = 3  # 2: every cut is an error; a missing final blank line is not a cut
+PARSER_VERSION = 4  # 2: every cut is an error; a missing final blank line is not a cut
 # 3: a last line without newline naming a whole extern kernel is read; TORCH_LOGS captures read (log prefixes cut, other records skipped), AFTER/BEFORE FUSION headers
 # give the stage and reset buffer names per graph; older torch's layout-less IR leaves
 # memory.buffer_bytes absent (was 0) and its last block, ended by a loop body or kernel line, is no cut
+# 4: a layout no buffer can have (a negative size, bytes past 2^63 - 1) is an error and its buffer is not counted
+# (was: counted, or the dump failed); a line that cannot be read is an error and skipped (was: the dump failed)
 
 TABLES: dict[str, pl.Schema] = {
     "inductor_nodes": pl.Schema({
@@ -80,7 +86,8 @@ TABLE_DOCS: dict[str, dict[str, str]] = {
         "size": "Sizes when all are integers; null when any is symbolic (see size_text).",
         "size_text": "Sizes as printed, e.g. [s77, 64].",
         "stride": "Strides when all are integers, else null.",
-        "bytes": "prod(size) * itemsize of dtype when both are known, else null.",
+        "bytes": "prod(size) * itemsize of dtype when both are known, else null (null too, with size and stride, when "
+        "the layout is one no buffer can have: a negative size, bytes past 2^63 - 1; dumps.error names its line).",
         "users": "Names of the nodes using the buffer (OUTPUT for graph outputs).",
         "mutations": "Buffers this buffer mutates (`<buf>.mutations`), else empty.",
         "lineno": "Line of the `<buf>: <type>` line (1-based).",
@@ -114,6 +121,8 @@ STAGE_HEADERS = {"AFTER FUSION": "post_fusion", "BEFORE FUSION": "pre_fusion"}  
 _HEAD_LINES = 200  # lines looked at before deciding the text is a log capture (or sniffing it)
 MAX_ERRORS = 100
 _NO_LAYOUT = (None,) * 7
+_INT64 = 2**63  # the size and stride columns hold -2^63 .. 2^63 - 1
+_MAX_INDEX = 2**31 - 1  # what member_index holds
 GROUP_CLASSES = frozenset({"FusedSchedulerNode", "OuterLoopFusedSchedulerNode", "ForeachKernelSchedulerNode",
                            "FusedMixOrderReductions", "FusedNestedReductions",
                            "FusedExternTritonKernelSchedulerNode"})
@@ -196,6 +205,19 @@ def _layout(text: str) -> tuple:
     device = None if d is None else (d[1] if d[2] is None else f"{d[1]}:{d[2]}")
     s = _SIZE_KW.search(body)
     return (kind, device, None, _ints(s[1]) if s else None, f"[{s[1]}]" if s else None, None, None)
+
+
+def _layout_problem(lay: tuple) -> str | None:
+    """What no buffer's layout can say (None: nothing): a negative size, a size or stride past
+    64 bits, bytes past ``records.BYTES``."""
+    size, size_text, stride, nbytes = lay[3], lay[4], lay[5], lay[6]
+    if size is not None and any(n < 0 or n >= _INT64 for n in size):
+        return f"size {size_text[:80]} holds a negative size or one past 64 bits"
+    if stride is not None and any(not -_INT64 <= n < _INT64 for n in stride):
+        return "a stride past 64 bits"
+    if nbytes is not None and (why := BYTES.problem(nbytes)) is not None:
+        return f"its byte size {why}"
+    return None
 
 
 # Values of `<node>.node.kernel` that no longer value starts with, so that a last line ending
@@ -295,7 +317,9 @@ def parse(lines: Iterable[str]) -> ParserOutput:
             return None
         seen_bufs.add(b["name"])
         lay = b.get("layout") or _NO_LAYOUT
-        if lay[0] == "FixedLayout" and lay[6] is not None:
+        if b.get("impossible"):  # an error said so: counted neither in the bytes nor as symbolic
+            pass
+        elif lay[0] == "FixedLayout" and lay[6] is not None:
             bump("memory.buffer_bytes", lay[6])
         elif lay[0] == "FixedLayout":
             bump("memory.symbolic_buffers")  # so the byte sum is not mistaken for the total
@@ -339,154 +363,169 @@ def parse(lines: Iterable[str]) -> ParserOutput:
         return out
 
     log_capture, numbered = _numbered(lines)
-    for lineno, raw in numbered:
-        c0 = raw[:1]
-        if raw[-1:] == "\n":
-            any_newline = True
-        elif (any_newline and not raw.isspace() and raw and not ((c0 == " " or c0 == "\t") and not in_outputs)
-              and not _whole_kernel_line(raw)):
-            # Only the last line of newline-terminated input can lack one: it was cut
-            # mid-way, and a partial line is not trusted (a loop-body line is not read; a blank
-            # one, e.g. the empty message a log record ends with, holds nothing to cut).
-            last_blank, cut = False, True
-            break
-        if (c0 == " " or c0 == "\t") and not in_outputs:
-            last_blank = False
-            if cur is not None and cur["outputs_done"]:  # its loop body, which ends the node's block
-                text = raw.lstrip()
-                cur["body"] = text.startswith("return")
-                if ".snodes[" in text:  # older torch: an indented member of a fused node
-                    cur["indented_members"] += 1
-            continue  # dependency continuations, loop bodies: most of the file
-        line = raw.rstrip("\r\n")
-        if not line or line.isspace():
-            last_blank = True
-            continue
-        if c0 == "#":  # a comment of whoever pasted the IR; torch writes none
-            continue
-        if line in STAGE_HEADERS:  # a log record's first line: a new graph starts
-            stages.setdefault(STAGE_HEADERS[line], lineno)
-            if in_outputs:
-                error(f"outputs block of {cur['name']} not closed before the next graph")
-                in_outputs = False
-                collecting = None
-                if (b := finish_buf()) is not None:
-                    yield b
-            for b in flush_block():
-                yield b
-            seen_bufs.clear()  # buffer names restart at buf0 in each graph
-            cur, pending_member, last_blank = None, None, True
-            continue
-        last_blank = False
-        if in_outputs:
-            if line == "]":
-                in_outputs = False
-                collecting = None
-                cur["outputs_done"] = True
-                if (b := finish_buf()) is not None:
-                    yield b
-                continue
-            if c0 == " " or c0 == "\t":
-                if not out_top:  # member outputs repeat the fused node's: only take a device
-                    if cur["device"] is None and (m := _BUF_ATTR.match(line)) and m[2] == "layout":
-                        cur["device"] = _layout(m[3])[1]
+    while True:  # a line that raises costs itself only: the loop goes on after it (no cost per line)
+        try:
+            for lineno, raw in numbered:
+                c0 = raw[:1]
+                if raw[-1:] == "\n":
+                    any_newline = True
+                elif (any_newline and not raw.isspace() and raw and not ((c0 == " " or c0 == "\t") and not in_outputs)
+                      and not _whole_kernel_line(raw)):
+                    # Only the last line of newline-terminated input can lack one: it was cut
+                    # mid-way, and a partial line is not trusted (a loop-body line is not read; a blank
+                    # one, e.g. the empty message a log record ends with, holds nothing to cut).
+                    last_blank, cut = False, True
+                    break
+                if (c0 == " " or c0 == "\t") and not in_outputs:
+                    last_blank = False
+                    if cur is not None and cur["outputs_done"]:  # its loop body, which ends the node's block
+                        text = raw.lstrip()
+                        cur["body"] = text.startswith("return")
+                        if ".snodes[" in text:  # older torch: an indented member of a fused node
+                            cur["indented_members"] += 1
+                    continue  # dependency continuations, loop bodies: most of the file
+                line = raw.rstrip("\r\n")
+                if not line or line.isspace():
+                    last_blank = True
                     continue
-                if collecting is not None:
-                    if buf is not None:
-                        if collecting == "users":
-                            buf["users"].extend(_users(line))
-                        else:
-                            buf[collecting].extend(_QUOTED.findall(line))
-                    if line.rstrip().endswith("]"):
+                if c0 == "#":  # a comment of whoever pasted the IR; torch writes none
+                    continue
+                if line in STAGE_HEADERS:  # a log record's first line: a new graph starts
+                    stages.setdefault(STAGE_HEADERS[line], lineno)
+                    if in_outputs:
+                        error(f"outputs block of {cur['name']} not closed before the next graph")
+                        in_outputs = False
                         collecting = None
-                        if buf is not None and (b := finish_buf()) is not None:
+                        if (b := finish_buf()) is not None:
                             yield b
+                    for b in flush_block():
+                        yield b
+                    seen_bufs.clear()  # buffer names restart at buf0 in each graph
+                    cur, pending_member, last_blank = None, None, True
                     continue
-                if (m := _BUF_HEAD.match(line)):
+                last_blank = False
+                if in_outputs:
+                    if line == "]":
+                        in_outputs = False
+                        collecting = None
+                        cur["outputs_done"] = True
+                        if (b := finish_buf()) is not None:
+                            yield b
+                        continue
+                    if c0 == " " or c0 == "\t":
+                        if not out_top:  # member outputs repeat the fused node's: only take a device
+                            if cur["device"] is None and (m := _BUF_ATTR.match(line)) and m[2] == "layout":
+                                cur["device"] = _layout(m[3])[1]
+                            continue
+                        if collecting is not None:
+                            if buf is not None:
+                                if collecting == "users":
+                                    buf["users"].extend(_users(line))
+                                else:
+                                    buf[collecting].extend(_QUOTED.findall(line))
+                            if line.rstrip().endswith("]"):
+                                collecting = None
+                                if buf is not None and (b := finish_buf()) is not None:
+                                    yield b
+                            continue
+                        if (m := _BUF_HEAD.match(line)):
+                            if (b := finish_buf()) is not None:
+                                yield b
+                            buf = {"node": cur["name"], "name": m[1], "type": m[2], "lineno": lineno,
+                                   "users": [], "mutations": []}
+                            continue
+                        if (m := _BUF_ATTR.match(line)):
+                            attr, val = m[2], m[3]
+                            if attr == "layout":
+                                lay = _layout(val)
+                                if cur["device"] is None:
+                                    cur["device"] = lay[1]
+                                if buf is not None and (why := _layout_problem(lay)) is not None:
+                                    error(f"layout of {buf['name']}: {why}; its sizes, strides and bytes are stored "
+                                          "as null and it is not counted")
+                                    lay, buf["impossible"] = (*lay[:3], None, lay[4], None, None), True
+                                if buf is not None:
+                                    buf["layout"] = lay
+                            elif attr in ("users", "mutations"):
+                                if buf is not None:
+                                    buf[attr] = _users(val) if attr == "users" else _QUOTED.findall(val)
+                                if not val.rstrip().endswith("]"):
+                                    collecting = attr
+                                elif attr == "users" and buf is not None and (b := finish_buf()) is not None:
+                                    yield b
+                        continue
+                    if not (_HEADER.match(line) or _MEMBER.match(line) or _ATTR.match(line)):
+                        error("unrecognised line inside an outputs block")
+                        continue
+                    error("outputs block not closed")  # the next node has begun: read it
+                    in_outputs = False
+                    collecting = None
                     if (b := finish_buf()) is not None:
                         yield b
-                    buf = {"node": cur["name"], "name": m[1], "type": m[2], "lineno": lineno,
-                           "users": [], "mutations": []}
+                if c0 == " " or c0 == "\t":
                     continue
-                if (m := _BUF_ATTR.match(line)):
-                    attr, val = m[2], m[3]
-                    if attr == "layout":
-                        lay = _layout(val)
-                        if cur["device"] is None:
-                            cur["device"] = lay[1]
-                        if buf is not None:
-                            buf["layout"] = lay
-                    elif attr in ("users", "mutations"):
-                        if buf is not None:
-                            buf[attr] = _users(val) if attr == "users" else _QUOTED.findall(val)
-                        if not val.rstrip().endswith("]"):
-                            collecting = attr
-                        elif attr == "users" and buf is not None and (b := finish_buf()) is not None:
+                if (m := _ATTR.match(line)):
+                    target = block.by_name.get(m[1]) if block is not None else None
+                    if target is None:
+                        error(f"attribute of unknown node {m[1]!r}")
+                        continue
+                    cur = target
+                    attr = m[2]
+                    if attr == "outputs":
+                        in_outputs = True
+                        out_top = target is block.nodes[0]
+                        any_outputs |= out_top
+                    elif attr == "users" and target is block.nodes[0]:
+                        # Older torch prints `users` where newer prints the outputs block: the fields
+                        # after it (group, sizes, loop body or kernel) end the block the same way.
+                        target["outputs_done"] = True
+                    elif attr == "node.kernel":
+                        k = line[m.end():].strip()
+                        target["kernel"] = None if k in ("", "None") else k
+                        target["kernel_seen"] = True
+                    elif attr == "group.device":
+                        target["device"] = line[m.end():].strip() or None
+                    continue
+                if (m := _HEADER.match(line)):
+                    node = {"name": m[1], "cls": m[2], "sub": m[3], "parent": None, "index": None,
+                            "members": [], "kernel": None, "device": None, "lineno": lineno,
+                            "outputs_done": False, "body": False, "kernel_seen": False, "indented_members": 0}
+                    if pending_member is not None and block is not None:
+                        node["parent"], node["index"] = pending_member
+                        if (p := block.by_name.get(pending_member[0])) is not None:
+                            p["members"].append(node["name"])
+                        block.add(node)
+                    else:
+                        if pending_member is not None:
+                            error("member header without its fused node")
+                        for b in flush_block():
                             yield b
-                continue
-            if not (_HEADER.match(line) or _MEMBER.match(line) or _ATTR.match(line)):
-                error("unrecognised line inside an outputs block")
-                continue
-            error("outputs block not closed")  # the next node has begun: read it
-            in_outputs = False
-            collecting = None
-            if (b := finish_buf()) is not None:
-                yield b
-        if c0 == " " or c0 == "\t":
-            continue
-        if (m := _ATTR.match(line)):
-            target = block.by_name.get(m[1]) if block is not None else None
-            if target is None:
-                error(f"attribute of unknown node {m[1]!r}")
-                continue
-            cur = target
-            attr = m[2]
-            if attr == "outputs":
-                in_outputs = True
-                out_top = target is block.nodes[0]
-                any_outputs |= out_top
-            elif attr == "users" and target is block.nodes[0]:
-                # Older torch prints `users` where newer prints the outputs block: the fields
-                # after it (group, sizes, loop body or kernel) end the block the same way.
-                target["outputs_done"] = True
-            elif attr == "node.kernel":
-                k = line[m.end():].strip()
-                target["kernel"] = None if k in ("", "None") else k
-                target["kernel_seen"] = True
-            elif attr == "group.device":
-                target["device"] = line[m.end():].strip() or None
-            continue
-        if (m := _HEADER.match(line)):
-            node = {"name": m[1], "cls": m[2], "sub": m[3], "parent": None, "index": None,
-                    "members": [], "kernel": None, "device": None, "lineno": lineno,
-                    "outputs_done": False, "body": False, "kernel_seen": False, "indented_members": 0}
-            if pending_member is not None and block is not None:
-                node["parent"], node["index"] = pending_member
-                if (p := block.by_name.get(pending_member[0])) is not None:
-                    p["members"].append(node["name"])
-                block.add(node)
-            else:
-                if pending_member is not None:
-                    error("member header without its fused node")
-                for b in flush_block():
-                    yield b
-                block = _Block()
-                block.add(node)
-            pending_member = None
-            cur = node
-            continue
-        if (m := _MEMBER.match(line)):
-            pending_member = (m[1], int(m[2]))
-            continue
-        if _FILLER.match(line) or line == "]":
-            continue
-        if block is None:
-            before_header += 1
-            if before_header > 50:
-                raise ParseError("not an Inductor scheduler IR dump: no node header in the first lines", lineno)
-            error("not a scheduler node line")
-            continue
-        error("unrecognised line")
+                        block = _Block()
+                        block.add(node)
+                    pending_member = None
+                    cur = node
+                    continue
+                if (m := _MEMBER.match(line)):
+                    index = int(m[2]) if len(m[2]) <= 10 else None
+                    if index is None or index > _MAX_INDEX:
+                        error(f"member index {m[2][:20]} past 32 bits; stored as null")
+                        index = None
+                    pending_member = (m[1], index)
+                    continue
+                if _FILLER.match(line) or line == "]":
+                    continue
+                if block is None:
+                    before_header += 1
+                    if before_header > 50:
+                        raise ParseError("not an Inductor scheduler IR dump: no node header in the first lines", lineno)
+                    error("not a scheduler node line")
+                    continue
+                error("unrecognised line")
+            break
+        except RECORD_FAILURES as exc:
+            if (why := record_failure(exc)) is None:
+                raise
+            error(f"line {why}; skipped")
 
     if block is None:
         if log_capture:

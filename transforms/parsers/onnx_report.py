@@ -24,22 +24,30 @@ subset of the whole report's rows with equal values. A last line without its new
 section the step statuses promise but the file lacks (the model when translation
 passed, the decomposition comparison unless decomposition failed, one verification
 entry per graph output when ONNX Runtime ran). Memory is flat in the file size.
+A number no report can hold (a count past what its column holds, a negative difference) is an
+error naming its line and is stored as null; a NaN or infinite difference (what torch prints
+when an output does not compare) is kept in its row and leaves ``onnx.max_*_diff`` absent. A
+line that cannot be read (``records.record_failure``) is an error and skipped.
 Raises ``ParseError`` only for empty input or a first line that is not a report title.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Iterable
 
 import polars as pl
 
 from transforms.parsers import onnx_report_sections as sec
-from transforms.records import DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer, line_error
+from transforms.records import (COUNT, DIFFERENCE, ELEMENTS, RECORD_FAILURES, Bounds, DumpKind, DumpSummary, ParseError,
+                                ParserOutput, RowBuffer, line_error, record_failure)
 
 # 2: every cut is an error; a whole last line without newline is read.
 # 3: the program is named from the exported program's signature (was None: the folder's name).
-PARSER_VERSION = 3
+# 4: a count past its column or a negative difference is an error, stored as null (was: the report failed, or
+# it was stored); a NaN or infinite difference leaves onnx.max_*_diff absent (was: a NaN figure).
+PARSER_VERSION = 4
 
 _TITLES = {"# PyTorch ONNX Conversion Report": "report", "# PyTorch ONNX Conversion Error Report": "error_report"}
 _SECTIONS = {  # heading -> section; its line number goes to the ``lineno_<section>`` column
@@ -102,7 +110,8 @@ TABLES = {"onnx_reports": REPORTS, "onnx_steps": STEPS, "onnx_op_counts": OP_COU
 _SET_WHEN_COMPLETE = "Null unless its section is complete in the file."
 TABLE_DOCS: dict[str, dict[str, str]] = {
     "onnx_reports": {
-        "": "One row per PyTorch ONNX export report (torch.onnx.export(..., report=True)).",
+        "": "One row per PyTorch ONNX export report (torch.onnx.export(..., report=True)). A count past what its "
+        "column holds is null, and the report's error (dumps.error) names its line.",
         "title": "The report's title line without '# '.",
         "report_kind": "'report' (a graph was captured) or 'error_report' (every capture strategy failed).",
         "outcome": "Postfix torch gives the file name, recomputed from the steps: success, strategies "
@@ -151,7 +160,8 @@ TABLE_DOCS: dict[str, dict[str, str]] = {
     "onnx_verification": {
         "": "Verification results: one row per output compared between PyTorch and ONNX Runtime.",
         "name": "Output (value) name, e.g. add_76.",
-        "max_abs_diff": "Largest absolute difference.",
+        "max_abs_diff": "Largest absolute difference (NaN when the output did not compare; null when negative, "
+        "which no difference is).",
         "max_rel_diff": "Largest relative difference.",
         "abs_diff_hist": "Histogram counts of absolute differences.",
         "rel_diff_hist": "Histogram counts of relative differences.",
@@ -263,34 +273,42 @@ class _Parser:
 
     def run(self, lines: Iterable[str]):
         lineno, newlines = 0, None
-        for lineno, raw in enumerate(lines, start=1):
-            if raw.endswith("\n"):
-                newlines, line = True, raw[:-1].rstrip("\r")
-            elif newlines and not self._whole_last(raw.rstrip("\r")):  # only a cut last line lacks
-                self.truncated = True  # the newline the others have, unless it ends the file whole
-                self.error(lineno, "last line cut mid-way (no newline); dropped")
+        numbered = enumerate(lines, start=1)  # one iterator: after a line that raises, the next one
+        while True:  # a line that raises costs itself only: the loop goes on after it (no cost per line)
+            try:
+                for lineno, raw in numbered:
+                    if raw.endswith("\n"):
+                        newlines, line = True, raw[:-1].rstrip("\r")
+                    elif newlines and not self._whole_last(raw.rstrip("\r")):  # only a cut last line lacks
+                        self.truncated = True  # the newline the others have, unless it ends the file whole
+                        self.error(lineno, "last line cut mid-way (no newline); dropped")
+                        break
+                    else:
+                        newlines, line = False, raw.rstrip("\r")
+                    if self.section == "top":
+                        self._title(lineno, line)
+                    elif (fence := self.fence) == "exported_program" and not line.startswith("```"):
+                        if not self.forward_seen and line.lstrip().startswith(_FORWARD):
+                            self.forward_seen, self.program = True, program_name(line)
+                        continue  # the bulk of a report; nothing else in it is read
+                    elif fence == "onnx_model" and self.model is not None and not line.startswith("```"):
+                        for row in self.model.feed(lineno, line) or ():  # the graph closed: op counts
+                            yield from self.add("onnx_op_counts", row)
+                    elif fence is not None:
+                        yield from self._fenced(lineno, line)
+                    elif line.startswith("```"):
+                        self._open_fence(lineno)
+                    elif line.startswith("## "):
+                        yield from self._heading(lineno, line[3:].strip())
+                    elif line == "Error message:":  # the error report has no heading
+                        self.section, self.report["lineno_errors"] = "errors", lineno
+                    else:
+                        yield from self._text(lineno, line)
                 break
-            else:
-                newlines, line = False, raw.rstrip("\r")
-            if self.section == "top":
-                self._title(lineno, line)
-            elif (fence := self.fence) == "exported_program" and not line.startswith("```"):
-                if not self.forward_seen and line.lstrip().startswith(_FORWARD):
-                    self.forward_seen, self.program = True, program_name(line)
-                continue  # the bulk of a report; nothing else in it is read
-            elif fence == "onnx_model" and self.model is not None and not line.startswith("```"):
-                for row in self.model.feed(lineno, line) or ():  # the graph closed: op counts
-                    yield from self.add("onnx_op_counts", row)
-            elif fence is not None:
-                yield from self._fenced(lineno, line)
-            elif line.startswith("```"):
-                self._open_fence(lineno)
-            elif line.startswith("## "):
-                yield from self._heading(lineno, line[3:].strip())
-            elif line == "Error message:":  # the error report has no heading
-                self.section, self.report["lineno_errors"] = "errors", lineno
-            else:
-                yield from self._text(lineno, line)
+            except RECORD_FAILURES as exc:
+                if (why := record_failure(exc)) is None:
+                    raise
+                self.error(lineno, f"line {why}; skipped")
         if self.section == "top":
             raise ParseError("empty input: no report title", lineno or None)
         yield from self._finish(lineno)
@@ -393,25 +411,42 @@ class _Parser:
                     ops = [a or b for a, b in _QUOTED.findall(line[len(prefix) :])]
                     self.report["decomp_only_after" if i else "decomp_only_before"] = ops
 
+    def _number(self, lineno: int, text: str, bounds: Bounds, what: str) -> int | None:
+        """A count the report prints, None (and an error) when no report can hold it."""
+        n = int(text) if len(text) <= 30 else None  # int() refuses past 4,300 digits
+        if (why := f"has {len(text)} digits" if n is None else bounds.problem(n)) is not None:
+            self.error(lineno, f"{what} {why}; stored as null")
+            return None
+        return n
+
     def _analysis(self, lineno: int, line: str):
         if m := _MODEL_INFO.match(line):
-            self.report["parameters"], self.report["buffers"] = int(m.group(1)), int(m.group(2))
+            self.report["parameters"] = self._number(lineno, m.group(1), ELEMENTS, "the model's parameters")
+            self.report["buffers"] = self._number(lineno, m.group(2), ELEMENTS, "the model's buffers")
         elif m := _FX_NODES.match(line):
-            self.report["fx_nodes"], self.list_kind = int(m.group(1)), "fx_node_op"
+            self.report["fx_nodes"] = self._number(lineno, m.group(1), COUNT, "the FX graph's nodes")
+            self.list_kind = "fx_node_op"
         elif line.startswith("Of the call_function nodes"):
             self.list_kind = "fx_target"
         elif line.startswith(("Inputs:", "Outputs:")):
             self.list_kind = None
         elif self.list_kind and (m := _COUNT_ITEM.match(line)):
             self.fx_targets += self.list_kind == "fx_target"
-            row = (self.list_kind, _ADDRESS.sub(">", m.group(1)), int(m.group(2)), lineno)
+            op = _ADDRESS.sub(">", m.group(1))
+            row = (self.list_kind, op, self._number(lineno, m.group(2), COUNT, f"the count of {op[:80]}"), lineno)
             yield from self.add("onnx_op_counts", row)
 
     def _verified(self, row: tuple | None) -> tuple | None:
-        if row is not None:
-            self.report["verified_outputs"] = (self.report["verified_outputs"] or 0) + 1
-            self.max_abs, self.max_rel = sec.larger(self.max_abs, row[1]), sec.larger(self.max_rel, row[2])
-        return row
+        if row is None:
+            return None
+        name, diffs, lineno = row[0], list(row[1:3]), row[-1]
+        for i, what in enumerate(("max_abs_diff", "max_rel_diff")):  # NaN, inf: an output that did not compare
+            if diffs[i] is not None and math.isfinite(diffs[i]) and (why := DIFFERENCE.problem(diffs[i])) is not None:
+                self.error(lineno, f"verification of {name[:80]}: {what} {why}; stored as null and not counted")
+                diffs[i] = None
+        self.report["verified_outputs"] = (self.report["verified_outputs"] or 0) + 1
+        self.max_abs, self.max_rel = sec.larger(self.max_abs, diffs[0]), sec.larger(self.max_rel, diffs[1])
+        return (name, *diffs, *row[3:])
 
     def _finish(self, lineno: int):
         report = self.report
@@ -474,7 +509,7 @@ class _Parser:
                 metrics[f"onnx.{key}"] = r[key]
         if r["verified_outputs"]:
             for name, value in (("max_abs_diff", self.max_abs), ("max_rel_diff", self.max_rel)):
-                if value != float("-inf"):
+                if math.isfinite(value):  # NaN: an output did not compare (onnx.step.accuracy says so)
                     metrics[f"onnx.{name}"] = value
         dispatch = 0 if r["report_kind"] == "error_report" else r["dispatch_failures"]
         if self.errors_done and dispatch is not None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from transforms.records import COUNT
+
 ARROW = "⬅️ "
 _ANSI = re.compile(r"\x1B[@-_][0-?]*[ -/]*[@-~]")
 _FIRST_HEADER = re.compile(r"^    ( *)(\d+) \|  ")
@@ -122,9 +124,17 @@ class ModelScanner:
         elif line == "graph(":
             self.state = "signature"
         elif line.startswith("    ir_version="):
-            self.ir_version = _int(line[15:].rstrip(","))
+            text = line[15:].rstrip(",").strip()
+            self.ir_version = _int(text)
+            if self.ir_version is None and text.isdigit():
+                self.errors.append((lineno, f"ir_version {text[:20]} is no count a 32-bit column holds; stored as null"))
         elif line.startswith("    opset_imports="):
-            self.opsets = {d: int(v) for d, v in _OPSET.findall(line)}
+            self.opsets = {}
+            for domain, version in _OPSET.findall(line):
+                if (n := _int(version)) is None:
+                    self.errors.append((lineno, f"opset {version[:20]} of domain {domain[:80]!r} is no count a 32-bit column holds; left out"))
+                else:
+                    self.opsets[domain] = n
         elif line.startswith("    producer_name="):
             self.producer_name = line[18:].rstrip(",").strip("'\"")
         elif line.startswith("    producer_version="):
@@ -156,7 +166,7 @@ class ModelScanner:
         if line[bar : bar + 4] == "|  #" and line[bar - 1] == " ":
             index = line[: bar - 1].lstrip(" ")
             if index.isdigit():
-                if int(index) != self.nodes and len(self.errors) < 10:
+                if _int(index) != self.nodes and len(self.errors) < 10:
                     self.errors.append((lineno, f"main graph node {index} where {self.nodes} was expected"))
                 self.nodes += 1
                 self.pending_op = True
@@ -288,8 +298,11 @@ def larger(a: float, b: float | None) -> float:
 
 
 def _int(text: str) -> int | None:
+    """A count or version as printed; None when it is none (or past what its 32-bit column holds)."""
     text = text.strip()
-    return int(text) if text.isdigit() else None
+    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+        return None
+    return n if COUNT.problem(n := int(text)) is None else None
 
 
 def _float(text: str) -> float | None:

@@ -33,8 +33,13 @@ compiled output code, its ``bwd_compilation_metrics`` never comes), inside a pay
 does not match) or mid-line is ``truncated``, with an error naming the last line, and its open
 compiles count nowhere. Damage inside the log (a record that is not JSON, payload lines
 without a record, a payload whose MD5 does not match, an output code the inductor parser
-finds cut) is an error naming the line. Raises ``ParseError`` only when the log holds no
-readable record.
+finds cut) is an error naming the line. A record costs only itself: one nested deeper than
+``_MAX_DEPTH`` is refused before ``json.loads`` (torch's nest 4 deep), and any failure while one
+record is read (``records.OneRecord``) skips it and its payload with an error naming its line.
+A metrics record holding a figure no compile can have (``_FIELD_BOUNDS``: a negative, NaN or
+infinite time, one above a week, a count past 32 bits, a text where a number goes) is an error
+naming its line; its row keeps that field null and the compile counts nowhere, as one the log
+ends inside. Raises ``ParseError`` only when the log holds no readable record.
 """
 
 from __future__ import annotations
@@ -47,13 +52,15 @@ from typing import Iterable, Iterator
 import polars as pl
 
 from transforms.parsers import inductor_code
-from transforms.records import (BATCH_ROWS, DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer,
-                                TableBatch, line_error)
+from transforms.records import (BATCH_ROWS, COUNT, SECONDS, DumpKind, DumpSummary, OneRecord, ParseError,
+                                ParserOutput, RowBuffer, TableBatch, line_error)
 
 # 2: the staged summary and the warehouse hold each program's figures (DumpSummary.programs: one set of
 # metric rows per program; a content staged or loaded by version 1 holds only the totals and is parsed
 # again), and torch_trace_graph_breaks.end_lineno (the payload's last line: a break's evidence).
-PARSER_VERSION = 2
+# 3: a figure no compile can have is an error and its compile counts nowhere (was counted: 1e308 s, NaN,
+# negative guards); a record nested too deep or that fails is skipped alone (was: the log failed).
+PARSER_VERSION = 3
 
 _PREFIX = re.compile(r"(?:\[rank\d+\]:)?[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]*:\d+\] (?=\{)")
 _FILE_NAME = re.compile(r"^dedicated_log_torch_trace_(?:rank_(\d+)_)?[\w.-]*\.log$")
@@ -65,6 +72,12 @@ _GB_ID = re.compile(r"/gb/(gb\d+)\.html")
 _EXC_LINE = re.compile(r"^[\w.]+: (.+)$")
 _REL_LINE = re.compile(r"^line (\d+): (.*)$", re.S)
 _MAX_ERRORS, _TEXT, _SMALL_BATCH, _HASH_BLOCK = 50, 1000, 4096, 1 << 20
+# Deepest nesting of a record's JSON read (torch's records nest 4 deep: dynamo_start's stack frames).
+# Refused before json.loads: the C decoder would take ~1,000 levels and raise RecursionError past
+# them, and what it took would reach code that recurses again (str() of a reason).
+_MAX_DEPTH = 32
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\[\s\S])*+(?:"|\\?\Z)')  # linear: an unclosed one runs to the end
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")  # bytes.translate drops them, in C
 _LONG_ROWS = ("torch_trace_compiles", "torch_trace_graph_breaks", "torch_trace_kernels", "torch_trace_extern_calls")
 _METRICS = {"compilation_metrics": "forward", "bwd_compilation_metrics": "backward",
             "compilation_metrics_runtime": "forward_runtime", "bwd_compilation_metrics_runtime": "backward_runtime"}
@@ -97,6 +110,11 @@ COMPILES = pl.Schema({
 _INT_FIELDS = ("co_firstlineno",)
 _FLOAT_FIELDS = ("entire_frame_compile_time_s", "backend_compile_time_s", "inductor_compile_time_s", "code_gen_time_s")
 _COUNT_FIELDS = ("guard_count", "shape_env_guard_count", "graph_op_count", "graph_node_count", "graph_input_count")
+_CACHE_FIELDS = tuple(f"{c}_{w}_cache_{k}_count" for c in ("inductor_fx", "aotautograd") for k in ("hit", "miss")
+                      for w in ("local", "remote"))
+# The figures of a metrics record, checked before they are read (records.FIGURE_BOUNDS: one place for ranges).
+_FIELD_BOUNDS = {**dict.fromkeys(_FLOAT_FIELDS, SECONDS), **dict.fromkeys(
+    (*_INT_FIELDS, *_COUNT_FIELDS, *_CACHE_FIELDS, "cache_size", "fail_user_frame_lineno"), COUNT)}
 GRAPH_BREAKS = pl.Schema({
     **_ID, "program": pl.String, "kind": pl.Enum(["graph_break", "skip", "other"]), "reason": pl.String,
     "gb_id": pl.String, "explanation": pl.String, "user_filename": pl.String, "user_lineno": pl.Int32,
@@ -127,7 +145,9 @@ _PHASE_DOC = ("forward (compilation_metrics: Dynamo's compile of a frame, Induct
               "forward_runtime / backward_runtime (the *_runtime records: work done when the code runs).")
 TABLE_DOCS: dict[str, dict[str, str]] = {
     "torch_trace_compiles": {
-        "": "One row per compilation metrics record of a TORCH_TRACE log (torch._dynamo.utils.CompilationMetrics).",
+        "": "One row per compilation metrics record of a TORCH_TRACE log (torch._dynamo.utils.CompilationMetrics). A "
+        "field holding a value no compile can have (a time negative, NaN or above a week, a count past 32 bits: "
+        "docs/metrics.md) is null, and the record's error (dumps.error) names its line.",
         **_ID_DOCS, "phase": _PHASE_DOC,
         "program": "'<co_name> at <co_filename>:<co_firstlineno>' of the compiled function; resume functions and "
         "backward phases take the program of the frame they belong to (module docstring).",
@@ -223,12 +243,60 @@ def parse(lines: Iterable[str]) -> ParserOutput:
     yield trace.summary()
 
 
-def _num(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def _int(v: object) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**31 else None
+
+
+def _line_number(text: str) -> int | None:
+    """A line number printed in a payload (``File "x.py", line 12``), None past what the column holds."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
+
+
+def _nests_deeper(text: str, most: int) -> bool:
+    """Whether the JSON ``text`` nests more than about ``most`` levels deep, brackets inside its
+    strings not counted (a pass may peel two levels, so up to twice that is let through). Linear,
+    in C: the brackets are counted, then peeled with their strings (cheap: a long record of torch
+    nests 4 deep), and only a text that looks deeper is peeled again without its strings. Strings
+    of brackets can hide depth from the first peel: the decoder's RecursionError then costs the
+    record alone (``OneRecord``), as any failure of a record does."""
+    if text.count("[") + text.count("{") <= most:
+        return False
+    return _peels_past(text, most) and _peels_past(_JSON_STRING.sub("", text), most)
+
+
+def _peels_past(text: str, most: int) -> bool:
+    """Whether the brackets of ``text`` still hold pairs after ``most`` passes that each drop the
+    innermost ones (those that do not pair are json.loads' to tell)."""
+    brackets = text.encode().translate(None, _NOT_BRACKETS)
+    for _ in range(most):
+        inner = brackets.replace(b"[]", b"").replace(b"{}", b"")
+        if not inner or inner == brackets:
+            return False
+        brackets = inner
+    return True
+
+
+def _checked(m: dict) -> tuple[dict[str, int | float | None], list[str]]:
+    """The figures of a metrics record (``_FIELD_BOUNDS``, null when absent), and what is wrong
+    with those no compile can have (then null here)."""
+    figures: dict[str, int | float | None] = {}
+    wrong: list[str] = []
+    for name, bounds in _FIELD_BOUNDS.items():
+        v = m.get(name)
+        if v is not None and (why := bounds.problem(v)) is not None:
+            wrong.append(f"{name} {why}")
+            v = None
+        figures[name] = v
+    return figures, wrong
+
+
+def _cache_counts(figures: dict, wrong: list[str], kind: str, what: str) -> int | None:
+    """Hits or misses of one cache, local and remote (None when their sum is past a count)."""
+    n = sum(figures[f"{kind}_{w}_cache_{what}_count"] or 0 for w in ("local", "remote"))
+    if (why := COUNT.problem(n)) is not None:
+        wrong.append(f"{kind} cache {what}s (local and remote) {why}")
+        return None
+    return n
 
 
 def _str(v: object) -> str | None:
@@ -245,13 +313,14 @@ class _Compile:
     ``phase``: forward (open until compilation_metrics), closed, backward (an output code came
     after the close: open until bwd_compilation_metrics)."""
 
-    __slots__ = ("cid", "program", "phase", "open_line", "figures", "breaks", "codes")
+    __slots__ = ("cid", "program", "phase", "open_line", "figures", "breaks", "codes", "impossible")
 
     def __init__(self, cid: str, lineno: int):
         self.cid, self.program, self.phase, self.open_line = cid, None, "forward", lineno
         self.figures: dict[str, float] = {}  # of the open phase, counted when its metrics record comes
         self.breaks: list[list] = []  # graph-break rows waiting for the program
         self.codes = 0
+        self.impossible = False  # a metrics record of it held a figure no compile can have: it counts nowhere
 
 
 class _Trace:
@@ -275,6 +344,7 @@ class _Trace:
         self.totals: dict[str, float] = dict.fromkeys(BASE_METRICS, 0)
         self.programs: dict[str, dict[str, float]] = {}
         self.ranks: set[int] = set()
+        self.record_line = 0  # the line of the record being read
 
     def error(self, lineno: int, msg: str) -> None:
         self.n_errors += 1
@@ -288,7 +358,7 @@ class _Trace:
     # --- lines and payloads ---
 
     def run(self, it: Iterator[str]) -> Iterator[TableBatch]:
-        n, size, pbuf = 0, 0, self.pbuf
+        n, size, pbuf, guard = 0, 0, self.pbuf, OneRecord(self._unreadable)
         for raw in it:  # the hot loop: payload lines are only collected, then hashed in blocks of ~1 MiB
             n += 1
             if raw[:1] == "\t":
@@ -298,11 +368,13 @@ class _Trace:
                     self._hash(n)
                     size = 0
                 continue
-            self.lineno = n
-            yield from self._record(raw, it)
+            self.lineno = self.record_line = n
+            with guard:  # a record that raises costs itself and its payload only
+                yield from self._record(raw, it)
             while (held := self.held) is not None:
-                self.held = None
-                yield from self._record(held, it)
+                self.held, self.record_line = None, self.lineno
+                with guard:
+                    yield from self._record(held, it)
             n, size = self.lineno, 0
         self.lineno = n
         self._hash(n)
@@ -310,6 +382,10 @@ class _Trace:
         if not self.good:
             raise ParseError("not a TORCH_TRACE log: no readable glog-prefixed JSON record", n or 1)
         yield from self._finish()
+
+    def _unreadable(self, why: str) -> None:
+        self.error(self.record_line, f"record {why}; it and its payload are skipped")
+        self.md5, self.orphan = None, True  # what is left of its payload goes with it, unreported
 
     def _hash(self, last: int) -> None:
         """Hash the collected payload lines (``last``: the line of the last one)."""
@@ -380,9 +456,11 @@ class _Trace:
             if not raw.strip():
                 return
             msg = "not a TORCH_TRACE record (no glog prefix before a JSON object)"
+        elif _nests_deeper(text := raw[m.end():], _MAX_DEPTH):
+            msg = f"record nests deeper than {_MAX_DEPTH} levels (torch's nest 4 deep)"
         else:
             try:
-                rec = json.loads(raw[m.end():])
+                rec = json.loads(text)
                 msg = "" if isinstance(rec, dict) and rec else "record is not a JSON object with a name"
             except ValueError as exc:
                 msg = f"record is not valid JSON ({exc})"
@@ -454,27 +532,34 @@ class _Trace:
         """Figures of a record inside an open compile wait for its metrics; others count at once."""
         if comp is not None and comp.phase != "closed":
             _add(comp.figures, figures)
-        else:
+        elif comp is None or not comp.impossible:
             self._count(comp.program if comp is not None else None, figures)
 
     def _metrics(self, name: str, rec: dict, m: dict, key: tuple, comp: _Compile | None,
                  lineno: int) -> Iterator[TableBatch]:
         phase = _METRICS[name]
+        f, wrong = _checked(m)
+        hits, misses = (_cache_counts(f, wrong, "inductor_fx", k) for k in ("hit", "miss"))
+        aot = [_cache_counts(f, wrong, "aotautograd", k) for k in ("hit", "miss")]
+        cid = comp.cid if comp is not None else _str(m.get("compile_id"))
+        if wrong:  # a figure no compile can have: the record's others are not believed, nor its compile's
+            self.error(lineno, f"{name} of compile {cid}: {'; '.join(wrong[:3])}: stored as null, and the "
+                               "compile's figures are not counted")
+            if comp is not None and phase in ("forward", "backward"):
+                comp.impossible = True
         figures: dict[str, float] = {}
         if phase == "forward":
-            program = self._program(_str(m.get("co_name")), _str(m.get("co_filename")), _int(m.get("co_firstlineno")))
-            figures = {"dynamo.compiles": 1, "dynamo.compile_seconds": _num(m.get("entire_frame_compile_time_s")) or 0,
+            program = self._program(_str(m.get("co_name")), _str(m.get("co_filename")), f["co_firstlineno"])
+            figures = {"dynamo.compiles": 1, "dynamo.compile_seconds": f["entire_frame_compile_time_s"] or 0,
                        "dynamo.failures": 1 if m.get("fail_type") else 0, "dynamo.graph_breaks": 0,
                        "dynamo.recompiles": 1 if _frame_compile_id(key, m) else 0,
-                       "dynamo.guards": _num(m.get("guard_count")) or 0}
+                       "dynamo.guards": f["guard_count"] or 0}
         else:
             program = comp.program if comp is not None else None
-        hits, misses = (sum(_int(m.get(f"inductor_fx_{w}_cache_{k}_count")) or 0 for w in ("local", "remote"))
-                        for k in ("hit", "miss"))
         breaks = codes = 0
         if phase in ("forward", "backward"):
-            figures.update({"inductor.compile_seconds": _num(m.get("inductor_compile_time_s")) or 0,
-                            "inductor.cache_hits": hits, "inductor.cache_misses": misses})
+            figures.update({"inductor.compile_seconds": f["inductor_compile_time_s"] or 0,
+                            "inductor.cache_hits": hits or 0, "inductor.cache_misses": misses or 0})
             if comp is not None and comp.phase == phase:
                 _add(figures, comp.figures)
                 breaks, codes = len(comp.breaks), comp.codes
@@ -484,20 +569,17 @@ class _Trace:
                 comp.figures, comp.breaks, comp.codes, comp.phase = {}, [], 0, "closed"
                 if phase == "forward":
                     comp.program = program
-            self._count(program, figures)
+            if not wrong and (comp is None or not comp.impossible):
+                self._count(program, figures)
         reasons = m.get("restart_reasons")
         guarded = m.get("has_guarded_code")
         yield from self.add("torch_trace_compiles", (
-            comp.cid if comp is not None else _str(m.get("compile_id")), _int(key[1]), _int(key[2]),
-            _int(rec.get("attempt")), phase, program, _str(m.get("co_name")), _str(m.get("co_filename")),
-            *(_int(m.get(f)) for f in _INT_FIELDS), *(_num(m.get(f)) for f in _FLOAT_FIELDS),
-            *(_int(m.get(f)) for f in _COUNT_FIELDS), breaks, codes, _str(m.get("fail_type")),
-            _str(m.get("fail_reason")), _str(m.get("fail_user_frame_filename")), _int(m.get("fail_user_frame_lineno")),
-            [str(r) for r in reasons] if isinstance(reasons, list) else None, _str(m.get("recompile_reason")),
-            _int(m.get("cache_size")), guarded if isinstance(guarded, bool) else None, hits, misses,
-            *(sum(_int(m.get(f"aotautograd_{w}_cache_{k}_count")) or 0 for w in ("local", "remote"))
-              for k in ("hit", "miss")),
-            _int(rec.get("rank")), lineno))
+            cid, _int(key[1]), _int(key[2]), _int(rec.get("attempt")), phase, program, _str(m.get("co_name")),
+            _str(m.get("co_filename")), *(f[k] for k in (*_INT_FIELDS, *_FLOAT_FIELDS, *_COUNT_FIELDS)), breaks, codes,
+            _str(m.get("fail_type")), _str(m.get("fail_reason")), _str(m.get("fail_user_frame_filename")),
+            f["fail_user_frame_lineno"], [str(r) for r in reasons] if isinstance(reasons, list) else None,
+            _str(m.get("recompile_reason")), f["cache_size"], guarded if isinstance(guarded, bool) else None,
+            hits, misses, *aot, _int(rec.get("rank")), lineno))
 
     # --- payloads read ---
 
@@ -549,7 +631,7 @@ class _Trace:
                 if line.startswith(_GB_HEAD):
                     kind = "graph_break"
                     where, _, num = line[len(_GB_HEAD):].rpartition(":")
-                    user_file, user_line = where or None, int(num) if num.isdigit() else None
+                    user_file, user_line = where or None, _line_number(num)
                 elif line.startswith("Graph break: torch.compile cannot properly resume"):
                     kind = "skip"
                 else:
@@ -568,7 +650,7 @@ class _Trace:
             elif line == "Traceback (most recent call last):":
                 section = "internal"
             elif section == "user" and (f := _FILE_LINE.match(line)):
-                frame = (f[1], int(f[2]), f[3])
+                frame = (f[1], _line_number(f[2]), f[3])
             elif section == "internal" and kind == "skip" and line[:1] not in (" ", "") and (e := _EXC_LINE.match(line)):
                 reason, section = e[1], "done"  # the exception that made Dynamo skip the frame
         end = self.lineno - (self.held is not None)

@@ -126,8 +126,12 @@ def _time_domain(first: datetime | None, last: datetime | None, right: float = _
 
 def _points(rows: pl.DataFrame, key: str, scale: pl.Expr | float, unit: pl.Expr | str) -> pl.DataFrame:
     columns = rows.columns
-    y = (pl.col("value") / scale).round_sig_figs(4)
-    label = pl.when(y == y.round(0)).then(y.cast(pl.Int64).cast(pl.String)).otherwise(y.cast(pl.String))
+    raw = pl.col("value") / scale
+    y = pl.when(raw.abs() < 1e15).then(raw.round_sig_figs(4)).otherwise(raw)  # rounding 1e308 adds digits
+    # A whole number reads without ".0"; one no integer holds (1e308, NaN, inf: a warehouse written before
+    # figures were checked may hold them) reads as polars prints it. Not strict: polars casts every row.
+    whole = y.cast(pl.Int64, strict=False)
+    label = pl.when(whole.is_not_null() & (whole == y)).then(whole.cast(pl.String)).otherwise(y.cast(pl.String))
     unit = pl.lit(unit) if isinstance(unit, str) else unit
 
     def text(name: str) -> pl.Expr:
