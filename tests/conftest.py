@@ -53,7 +53,7 @@ TIER_BY_FIXTURE = {
 SLOW_MODULES = {"test_bucket_hostile", "test_evidence", "test_examples", "test_hlo_realworld", "test_hostile_reads",
                 "test_incident_buckets", "test_incident_scenarios", "test_parse_memory", "test_publish",
                 "test_foreign_warehouse", "test_records_heal", "test_records_store", "test_release", "test_scale", "test_siblings_nightly",
-                "test_site_compile", "test_site_hostile", "test_site_history", "test_sql_writes", "test_status_says_why",
+                "test_site_compile", "test_site_hostile", "test_site_names", "test_site_history", "test_sql_writes", "test_status_says_why",
                 "test_torch_trace_verdict", "test_warehouse", "test_xla_cuts"}
 
 
@@ -97,7 +97,7 @@ def _schedule(items) -> None:
 SHARED_FIXTURE_MODULES = {"test_bad_input", "test_browser_harness", "test_bucket_hostile", "test_concurrency",
                           "test_evidence", "test_hostile_reads", "test_incident_scenarios", "test_one_verdict",
                           "test_onnx_report", "test_parse_memory", "test_foreign_warehouse", "test_records_heal", "test_records_store",
-                          "test_s3_dask", "test_scale", "test_site", "test_site_daily", "test_site_history",
+                          "test_s3_dask", "test_scale", "test_site", "test_site_daily", "test_site_names", "test_site_history",
                           "test_site_hostile", "test_site_incremental", "test_sql_records", "test_warehouse"}
 
 

@@ -153,6 +153,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
         data = site_data.SiteData(
             runs=runs,
             history_runs=history,
+            max_series_pages=getattr(settings, "site_max_series_pages", site_data.DEFAULT_MAX_SERIES_PAGES),
             # The change points of each series and metric in the window: its first and last
             # run there and every run where it moved (what charts.change_points keeps; an incident
             # opens only where a figure moved).

@@ -4,7 +4,8 @@
 site shows a window: the last ``history_runs`` runs (``[site] history_runs``, 0: all).
 Charts and run pages cover the window; incidents open at its end or opened or closed in
 it get pages; a series gets a page when it changed in the window (or is in one of those
-incidents). Runs before the window and the incidents closed before it have a row and an
+incidents), at most ``max_series_pages`` of them (those of open incidents first, by impact,
+then of the other incidents, then the latest changed). Runs before the window and the incidents closed before it have a row and an
 anchor on a compact archive page, one a calendar month (``transforms.site.archive``); series
 without a page have a row on the series index. Every link to a run, an incident or a series
 without a page (``SiteData.run_link``, ``SiteData.incident_link``, ``SiteData.series_link``)
@@ -31,6 +32,15 @@ MAX_RUN_ROWS = 60  # figures and structural changes listed on a run's page
 # groups): of a big night's ~50,000 items (fusions, collectives...), the few hundred a page shows.
 ITEM_CATEGORIES = ("peak_value", "fused_group")
 DEFAULT_HISTORY_RUNS = 90  # [site] history_runs (transforms.trends.rules.Settings.site_history_runs)
+# [site] max_series_pages: series pages at most, whatever the number of programs in the input (a
+# log of 20,000 compiled functions made 20,044 pages); the others are rows of the series index.
+DEFAULT_MAX_SERIES_PAGES = 1000
+# Rows of one program table on a figure page (a section's numbers, the compile page's programs, a
+# breakdown) and of each part of the series index without a page: the rest is counted, with the
+# query that lists it. A page's size follows what a reader reads, not how many programs there are.
+MAX_TABLE_ROWS = 200
+MAX_INDEX_ROWS = 2000
+MAX_BREAKDOWN_ROWS = 5000  # a big night's custom calls or collectives (a row per program and name)
 ONNX_RUNS = 14  # runs in the ONNX step matrix
 # What a figure's open step is called on the pages: one word per kind, as everywhere.
 STATE_WORDS = {"regression": "regression", "failure": "failure", "improvement": "improvement"}
@@ -60,6 +70,7 @@ class SiteData:
     commit_url: str | None = None  # settings: "{commit}" -> a commit's page
     compare_url: str | None = None  # settings: "{base}", "{head}" -> a compare page
     history_runs: int = DEFAULT_HISTORY_RUNS  # the window: the last N runs (0: every run)
+    max_series_pages: int = DEFAULT_MAX_SERIES_PAGES  # series pages at most (the rest: rows of the series index)
     dense: pl.DataFrame | None = None  # every run of the window: ONNX steps (last ONNX_RUNS runs), fused-ratio inputs
     series_catalog: pl.DataFrame | None = None  # every series ever seen: series, job, program, kind, stage, runs, first_run, last_run
     run_totals: pl.DataFrame | None = None  # every run: dumps, failed, partial, changed_series
@@ -134,21 +145,70 @@ class SiteData:
 
     @cached_property
     def series_pages(self) -> frozenset[str]:
-        """Series with a page: a value changed (or first seen) in the window, or in an incident shown."""
-        changed = self.trends.filter(pl.col("changed")).get_column("series").unique().to_list()
-        stepped = self.steps.get_column("series").drop_nulls().to_list()
-        listed = [] if self.incidents is None else self.incidents.get_column("series").explode().drop_nulls().to_list()
-        return (frozenset(changed) | frozenset(stepped) | frozenset(listed)) & self._with_trends
+        """Series with a page: a value changed (or first seen) in the window, or in an incident
+        shown; at most ``max_series_pages``, in this order: the series of open incidents (the
+        greatest impact first), of the other incidents shown, then those changed latest."""
+        return frozenset(self.series_with_pages_wanted[:self.max_series_pages])
+
+    @cached_property
+    def series_with_pages_wanted(self) -> list[str]:
+        """Every series that would have a page without the cap, in the order the cap keeps them."""
+        ranked: dict[str, int] = {}  # series -> rank (first wins)
+        if self.incidents is not None:
+            shown = self.incidents.sort(pl.col("closed_run").is_not_null(), pl.col("impact"), "incident_id",
+                                        descending=[False, True, False], nulls_last=True)
+            for (series,) in shown.select(pl.col("series").explode()).drop_nulls().iter_rows():
+                ranked.setdefault(series, len(ranked))
+        for (series,) in self.steps.sort(pl.col("closed_run").is_not_null(), "opened_run", descending=[False, True],
+                                         nulls_last=True).select("series").drop_nulls().iter_rows():
+            ranked.setdefault(series, len(ranked))
+        changed = (self.trends.filter(pl.col("changed")).join(self.runs.select("run_id", "run_seq"), on="run_id")
+                   .group_by("series").agg(pl.col("run_seq").max()).sort("run_seq", "series", descending=[True, False]))
+        for series in changed.get_column("series").to_list():
+            ranked.setdefault(series, len(ranked))
+        return [s for s in ranked if s in self._with_trends]
 
     @cached_property
     def _with_trends(self) -> frozenset[str]:
         return frozenset(self.trends.get_column("series").unique().to_list())
 
     def series_link(self, series: str, here: str = "") -> Markup:
-        """Its page, or its row on the series index."""
+        """Its page, or its row on the series index (the index itself beyond its rows)."""
         if series in self.series_pages:
             return series_link(series, here)
-        return _link("series", "index.md", here, fragment=series_anchor(series))
+        return _link("series", "index.md", here, fragment=series_anchor(series) if series in self.series_listed else None)
+
+    @cached_property
+    def series_listed(self) -> frozenset[str]:
+        """Series without a page that have a row on the series index (``unpaged``)."""
+        return frozenset(r["series"] for rows, _ in self.unpaged.values() for r in rows)
+
+    @cached_property
+    def unpaged(self) -> dict[str, tuple[list[dict], int]]:
+        """The series index's parts without a page: ``capped`` (changed in the window, beyond
+        ``max_series_pages``, in the order the cap keeps them), ``unchanged`` (in the window) and
+        ``older`` (not seen in it), by name: each part's first ``MAX_INDEX_ROWS`` catalog rows,
+        and how many more it has."""
+        catalog = self.catalog
+        paged, wanted = self.series_pages, self.series_with_pages_wanted
+        rank = {s: i for i, s in enumerate(wanted)}
+        rest = catalog.filter(~pl.col("series").is_in(list(paged)))
+        capped = (rest.filter(pl.col("series").is_in(wanted))
+                  .with_columns(pl.col("series").replace_strict(rank, default=None).alias("_rank")).sort("_rank").drop("_rank"))
+        others = rest.filter(~pl.col("series").is_in(wanted)).sort("series")
+        in_window = pl.col("last_run").is_in(list(self.run_pages))
+        return {name: (part.head(MAX_INDEX_ROWS).to_dicts(), max(0, part.height - MAX_INDEX_ROWS))
+                for name, part in (("capped", capped), ("unchanged", others.filter(in_window)),
+                                   ("older", others.filter(~in_window)))}
+
+    @cached_property
+    def catalog(self) -> pl.DataFrame:
+        """Every series ever seen: series, job, program, kind, stage, runs, first_run, last_run."""
+        if self.series_catalog is not None:
+            return self.series_catalog
+        return self.trends.group_by("series").agg(
+            pl.col("job", "program", "kind", "stage").first(), pl.col("run_id").n_unique().alias("runs"),
+            pl.col("run_id").first().alias("first_run"), pl.col("run_id").last().alias("last_run"))
 
     def run_link(self, run_id: str, here: str = "") -> Markup:
         """Its page, or its row on its month's archive page (runs before the window)."""

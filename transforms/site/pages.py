@@ -386,26 +386,23 @@ def _last_dumps(d: SiteData, latest: pl.DataFrame) -> dict[str, str]:
 
 def series_index(d: SiteData) -> dict:
     """Every series ever seen: those with a page (with an incident open now first), then the
-    others (unchanged in the window, or not seen in it), each with an anchor links lead to."""
-    catalog = d.series_catalog if d.series_catalog is not None else d.trends.group_by("series").agg(
-        pl.col("job", "program", "kind", "stage").first(), pl.col("run_id").n_unique().alias("runs"),
-        pl.col("run_id").first().alias("first_run"), pl.col("run_id").last().alias("last_run"))
+    others (changed beyond the pages shown, unchanged in the window, or not seen in it: each
+    part's first ``MAX_INDEX_ROWS``, ``SiteData.unpaged``), each with an anchor links lead to."""
     open_now = (d.steps.filter(pl.col("closed_run").is_null()).group_by("series")
                 .agg(pl.col("incident_id").n_unique().alias("open_incidents")))
-    rows = catalog.join(open_now, on="series", how="left").with_columns(pl.col("open_incidents").fill_null(0))
-    paged, unchanged, older = [], [], []
-    for r in rows.sort("series").iter_rows(named=True):
+    paged_rows = d.catalog.filter(pl.col("series").is_in(list(d.series_pages)))
+    rows = paged_rows.join(open_now, on="series", how="left").with_columns(pl.col("open_incidents").fill_null(0))
+
+    def shown(r: dict) -> dict:
         # The latest run is None: its cell is filled in the browser, so that a night leaves the page as it
         # was unless a series came, went, or changed its incidents (the count of runs is on its page).
-        row = {**r, "stage": r["stage"] or "", "last_run": None if r["last_run"] == d.latest else r["last_run"]}
-        if r["series"] in d.series_pages:
-            paged.append({**row, "link": series_link(r["series"], "series")})
-        else:
-            row["anchor"] = series_anchor(r["series"])
-            (unchanged if r["last_run"] in d.run_pages else older).append(row)
+        return {**r, "stage": r["stage"] or "", "last_run": None if r["last_run"] == d.latest else r["last_run"]}
+
+    paged = [{**shown(r), "link": series_link(r["series"], "series")} for r in rows.sort("series").iter_rows(named=True)]
     paged.sort(key=lambda r: -r["open_incidents"])
-    return {"paged": paged, "unchanged": unchanged, "older": older, "history_runs": d.history_runs,
-            "window_runs": d.window.height}
+    parts = {name: [{**shown(r), "anchor": series_anchor(r["series"])} for r in rows] for name, (rows, _) in d.unpaged.items()}
+    return {"paged": paged, **parts, "more": {name: more for name, (_, more) in d.unpaged.items()},
+            "history_runs": d.history_runs, "window_runs": d.window.height, "max_series_pages": d.max_series_pages}
 
 
 # ------------------------------------------------------------------ the diff of the latest run

@@ -16,8 +16,8 @@ import polars as pl
 
 from transforms.escape import url_path
 from transforms.site import charts
-from transforms.site.data import (MAX_LINES, ONNX_RUNS, SiteData, dump_link, incident_link, marked, paths_by,
-                                  program_anchor, state_text)
+from transforms.site.data import (MAX_BREAKDOWN_ROWS, MAX_LINES, MAX_TABLE_ROWS, ONNX_RUNS, SiteData, dump_link, incident_link, marked,
+                                  paths_by, program_anchor, state_text)
 from transforms.units import human_bytes, human_delta, human_value
 
 # An ONNX step's outcome: the symbol, the word beside it (no emoji font shows an empty box) and its colour class.
@@ -130,13 +130,15 @@ def _trend_section(d: SiteData, metric: str, title: str, where: pl.Expr, here: s
     if rows.is_empty():
         return None
     latest = _last_of_lines(rows)
+    listed, more = _most_telling(latest)
     # The latest run's cell is filled in the browser (None): the page's Markdown moves only with its figures.
     table = [{"line": r["line"], "series": d.series_link(r["series"], here),
               "run": None if r["run_id"] == d.latest else r["run_id"],
               "value": human_value(metric, r["value"]), "change": human_delta(metric, r["delta"]) if r["delta"] else "",
-              "incident": _open_cell(d, r, here)} for r in latest.iter_rows(named=True)]
+              "incident": _open_cell(d, r, here)} for r in listed.iter_rows(named=True)]
+    rest = {"more": more, "query": _figures_query(metric, more)}
     if charts.is_empty(rows):  # a flat line at 0 says nothing: the sentence says why there is no chart
-        return {"title": title, "metric": metric, "chart": None, "table": table,
+        return {"title": title, "metric": metric, "chart": None, "table": table, **rest,
                 "empty": f"Every program shows 0 for {metric} in the runs shown: nothing to draw."}
     shown, chart_title = _top_lines(latest, title)
     drawn, every_run = _every_run(d, rows.filter(pl.col("line").is_in(shown.implode())))
@@ -145,7 +147,25 @@ def _trend_section(d: SiteData, metric: str, title: str, where: pl.Expr, here: s
     else:
         chart = charts.small_multiples_by(marked(d, drawn, here).with_columns(pl.lit(chart_title).alias("_chart")),
                                           "_chart", panel="line")[chart_title]
-    return {"title": title, "metric": metric, "chart": chart, "table": table, "empty": None}
+    return {"title": title, "metric": metric, "chart": chart, "table": table, **rest, "empty": None}
+
+
+def _most_telling(latest: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Of the last row of each line, the ``MAX_TABLE_ROWS`` a table lists (with an incident open
+    first, then the largest; in line order), and how many it leaves out."""
+    if latest.height <= MAX_TABLE_ROWS:
+        return latest, 0
+    kept = (latest.sort(pl.col("step").is_not_null(), pl.col("value").abs(), descending=True, nulls_last=True,
+                        maintain_order=True).head(MAX_TABLE_ROWS).sort("line"))
+    return kept, latest.height - MAX_TABLE_ROWS
+
+
+def _figures_query(metric: str, more: int) -> str | None:
+    """The query that lists every program's latest value of ``metric`` (for a table that leaves some out)."""
+    if not more:
+        return None
+    return ("dumpscope sql \"SELECT job, program, stage, value FROM latest_metrics WHERE metric = "
+            f"'{metric}' ORDER BY value DESC\"")
 
 
 def _top_programs(kinds: pl.DataFrame, most: int = 9) -> pl.Series:
@@ -184,7 +204,10 @@ def memory_page(d: SiteData) -> dict:
     sections = _sections(d, MEMORY_SECTIONS)
     alloc = d.allocations.group_by("program", "kind").agg(pl.col("size_bytes").sum()).sort(
         "program", "size_bytes", "kind", descending=[False, True, False])
-    breakdown = charts.bar_chart(alloc.with_columns(pl.format("{} · {}", "program", "kind").alias("allocation")),
+    largest = (alloc.group_by("program").agg(pl.col("size_bytes").sum()).sort("size_bytes", "program", descending=[True, False])
+               .head(MAX_LINES * 3))  # a bar per program and kind: the largest programs
+    charted = alloc.join(largest.select("program"), on="program", how="semi")
+    breakdown = charts.bar_chart(charted.with_columns(pl.format("{} · {}", "program", "kind").alias("allocation")),
                                  x="size_bytes", y="allocation", color="kind", title=f"Allocations by kind, run {d.latest}",
                                  bytes_axis=True) if alloc.height else None
     peak = d.items.filter(pl.col("category") == "peak_value").sort("bytes", descending=True, nulls_last=True,
@@ -192,7 +215,8 @@ def memory_page(d: SiteData) -> dict:
     top = [{"program": r["program"], "value": r["label"], "bytes": human_bytes(r["bytes"]), "source": r["detail"] or "",
             "dump": dump_link(d, r.get("path"))} for r in peak.iter_rows(named=True)]
     return {"sections": sections, "breakdown": breakdown, "allocation_table": [
-                {"program": p, "kind": k, "bytes": human_bytes(b)} for p, k, b in alloc.iter_rows()],
+                {"program": p, "kind": k, "bytes": human_bytes(b)} for p, k, b in alloc.head(MAX_BREAKDOWN_ROWS).iter_rows()],
+            "allocations_more": max(0, alloc.height - MAX_BREAKDOWN_ROWS),
             "top_at_peak": top, "grew": _diff_rows(d, ("allocation", "peak_value"), ("grew", "appeared")), "run": d.latest}
 
 
@@ -245,9 +269,12 @@ def kernels_page(d: SiteData) -> dict:
     fallbacks = latest.filter(pl.col("metric").str.starts_with("kernel.fallback.") & (pl.col("value") > 0))
     targets = latest.filter(pl.col("metric").str.starts_with("kernel.custom_call.") & (pl.col("stage") == "after_optimizations"))
     collectives = latest.filter(pl.col("metric").str.starts_with("kernel.collective.") & (pl.col("value") > 0))
-    pick = lambda f, prefix: [{"program": r["program"], "stage": r["stage"], "name": r["metric"].removeprefix(prefix),  # noqa: E731
-                               "count": human_value("n", r["value"]), "change": human_delta("n", r["delta"]) if r["delta"] else ""}
-                              for r in f.sort("value", descending=True, maintain_order=True).iter_rows(named=True)]
+    def pick(f: pl.DataFrame, prefix: str) -> dict:
+        rows = [{"program": r["program"], "stage": r["stage"], "name": r["metric"].removeprefix(prefix),
+                 "count": human_value("n", r["value"]), "change": human_delta("n", r["delta"]) if r["delta"] else ""}
+                for r in f.sort("value", descending=True, maintain_order=True).head(MAX_BREAKDOWN_ROWS).iter_rows(named=True)]
+        return {"rows": rows, "more": max(0, f.height - MAX_BREAKDOWN_ROWS), "prefix": prefix}
+
     return {"sections": sections, "fallbacks": pick(fallbacks, "kernel.fallback."),
             "targets": pick(targets, "kernel.custom_call."), "collectives": pick(collectives, "kernel.collective."),
             "changes": _diff_rows(d, ("custom_call", "collective", "fallback_kernel", "kernel_category", "extern_kernel")),
@@ -283,8 +310,10 @@ def compile_page(d: SiteData) -> dict:
     order = {r: i for i, r in enumerate(d.runs.get_column("run_id").to_list())}
     runs = sorted(set(dumps.get_column("run_id").to_list()), key=lambda r: order.get(r, -1), reverse=True)
     held = [r for r in runs if dumps.filter((pl.col("run_id") == r) & pl.col("held")).height]
+    programs = _compile_programs(d)
+    every = d.trends.filter(_TRACED & (pl.col("run_id") == d.latest)).get_column("series").n_unique()
     return {"traced": True, "run": d.latest, "sections": _sections(d, COMPILE_SECTIONS), "columns": COMPILE_COLUMNS,
-            "programs": _compile_programs(d), "held": held, "not_held": [r for r in runs if r not in held],
+            "programs": programs, "more_programs": every - len(programs), "held": held, "not_held": [r for r in runs if r not in held],
             **{name: _reasons(d, whats, held) for name, whats in REASON_TABLES.items()},
             "changes": _diff_rows(d, ("graph_break", "recompile", "compile_failure"))}
 
@@ -293,6 +322,14 @@ def _compile_programs(d: SiteData) -> list[dict]:
     """The latest run's figures of each program of a TORCH_TRACE log, with its change against its previous run."""
     metrics = [m for m, _ in COMPILE_COLUMNS]
     rows = d.trends.filter(_TRACED & (pl.col("run_id") == d.latest) & pl.col("metric").is_in(metrics))
+    # A log of many functions: the programs that changed, failed or broke first, then the slowest to compile.
+    telling = rows.group_by("series").agg(
+        (pl.col("delta").fill_null(0) != 0).any().alias("_changed"),
+        pl.col("value").filter(pl.col("metric").is_in(["dynamo.failures", "dynamo.graph_breaks", "dynamo.recompiles"]))
+        .sum().alias("_trouble"),
+        pl.col("value").filter(pl.col("metric") == "dynamo.compile_seconds").sum().alias("_seconds"))
+    kept = telling.sort("_changed", "_trouble", "_seconds", "series", descending=[True, True, True, False]).head(MAX_TABLE_ROWS)
+    rows = rows.join(kept.select("series"), on="series", how="semi")
     out = []
     for (series,), figures in rows.sort("job", "program", "series").group_by("series", maintain_order=True):
         first = figures.row(0, named=True)

@@ -26,6 +26,7 @@ Settings file (TOML, ``dumpscope.toml``)::
 
     [site]                            # the report site (dumpscope site, run --site)
     history_runs = 90                 # the last N runs: charts, run pages, incidents (0: every run)
+    max_series_pages = 1000           # series pages at most (the others: rows of the series index)
     bucket_url = "https://console.example/bucket/{path}"   # optional: dumps become links
     url = "https://dumpscope.example.org/"   # optional: where the site is published (links from chats, check)
 
@@ -154,6 +155,8 @@ class Settings:
     # [site] history_runs: how much the site shows (0: every run). Not an input of the
     # figures: left out of repr, which stamps the aggregation.
     site_history_runs: int = field(default=90, repr=False, compare=False)
+    # [site] max_series_pages: series pages at most (the others are rows of the series index).
+    site_max_series_pages: int = field(default=1000, repr=False, compare=False)
     # [site] bucket_url: "{path}" -> a dump's page in the bucket's console (dumps become links on the site).
     site_bucket_url: str | None = field(default=None, repr=False, compare=False)
     # [site] url: where the published site is read (notifications, summaries and check link to its pages).
@@ -219,9 +222,12 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
         raise ValueError(f"{source}: [warehouse] takes keep_records_runs, an integer >= 0")
     site = data.get("site", {})
     history = site.get("history_runs", 90) if isinstance(site, dict) else None
-    if (not isinstance(site, dict) or set(site) - {"history_runs", "bucket_url", "url"} or not isinstance(history, int)
-            or isinstance(history, bool) or history < 0):
-        raise ValueError(f"{source}: [site] takes history_runs, an integer >= 0 (0: every run), bucket_url and url")
+    max_pages = site.get("max_series_pages", 1000) if isinstance(site, dict) else None
+    if (not isinstance(site, dict) or set(site) - {"history_runs", "bucket_url", "url", "max_series_pages"}
+            or not isinstance(history, int) or isinstance(history, bool) or history < 0
+            or not isinstance(max_pages, int) or isinstance(max_pages, bool) or not 0 <= max_pages <= 100_000):
+        raise ValueError(f"{source}: [site] takes history_runs, an integer >= 0 (0: every run), max_series_pages, "
+                         "an integer from 0 to 100000, bucket_url and url")
     bucket_url = _url_template(site["bucket_url"], "[site] bucket_url", ("path",), source) if "bucket_url" in site else None
     site_url = _site_url(site["url"], source) if "url" in site else None
     check = data.get("check", {})
@@ -244,7 +250,8 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
                     rules=tuple(_rule(entry, source, i) for i, entry in enumerate(data.get("rule", []), 1)),
                     **urls, floor_bytes=float(floors.get("bytes", 1024)), floor_count=float(floors.get("count", 1)),
                     memory_limit=memory, keep_records_runs=keep,
-                    site_history_runs=history, site_bucket_url=bucket_url, site_url=site_url,
+                    site_history_runs=history, site_max_series_pages=max_pages, site_bucket_url=bucket_url,
+                    site_url=site_url,
                     check_max_download=max_download, check_download_seconds=seconds)
 
 
