@@ -434,6 +434,11 @@ def test_a_value_outside_its_allocation_costs_only_itself():
     assert s.errors == ["line 10: value not read: its slice (offset 512, size 512) lies outside allocation 3 "
                         "(512 bytes)"]
     assert (s.truncated, s.metrics) == (False, whole.metrics) and _same_rows(tables, whole_tables)
+    # The LogicalBuffer lines of 2017-2019 print their slice as [offset,size].
+    tables, s = run(["BufferAssignment:\n", "allocation 0: 0x55d5c8c4c0a0, size 12, preallocated-temp:\n",
+                     "  add.1[](#3 @0) [0,4]: f32[]\n", "  add.2[](#4 @0) [8,8]: f32[2]{0}\n"])
+    assert s.errors == ["line 4: value not read: its slice (offset 8, size 8) lies outside allocation 0 (12 bytes)"]
+    assert tables["buffer_values"]["value_name"].to_list() == ["add.1"]
 
 
 def test_allocations_past_2_63_bytes_are_not_summed():

@@ -110,13 +110,13 @@ _OUTPUT = re.compile(r"^output shape is (?:\|(.*)\||(.+))$")
 _COLOR = re.compile(r"^color (\d{1,9})$")
 _WORDS = {"maybe-live-out", "thread-local", "preallocated-temp", "constant", "tuple"}
 _VALUE_REF = r"<(\d{1,18}) ([^\s{}<>]++)(\{[\d,]*\})?( \(phi\))?(?: @(\d{1,9}))?>"
-_VALUE = re.compile(r"^ value: " + _VALUE_REF + r" \(size=(?P<size>\d{1,18}),offset=(?P<offset>\d{1,18})\): (.*)$")
+_VALUE = re.compile(r"^ value: " + _VALUE_REF + r" \(size=(\d{1,18}),offset=(\d{1,18})\): (.*)$")
 # Value lines before HloValue (2017-2019) print a LogicalBuffer, "name[index](#id @color)":
 #   "  add.1[](#3 @0) [0,4]: f32[]"            ("  %s [offset,size]: shape", 2017-2019)
 #   "  entry::add.1[](#3) : f32[]"              ("  computation::buffer : shape", early 2017: no slice)
 _OLD_VALUE = re.compile(
     r"^  (?:([^\s:]++)::)?([^\s\[\]]++)\[([\d,]*)\]\(#(\d{1,18})(?: @(\d{1,9}))?\)"
-    r"(?: \[(?P<offset>\d{1,18}),(?P<size>\d{1,18})\]: | : )(.*)$"
+    r"(?: \[(\d{1,18}),(\d{1,18})\]: | : )(.*)$"
 )
 _USED = re.compile(r"^" + _VALUE_REF + r"$")
 _TOTAL = re.compile(r"^Total bytes used: (\d{1,18})\b")
@@ -500,33 +500,36 @@ class _Dump:
                 self.error(lineno, f"allocation {self.alloc_idx} lists no values")
 
     def _value_groups(self, lineno: int, pattern: re.Pattern, line: str) -> tuple | None:
-        """The groups of a value line of the open allocation (counted), or None and an error. A line
-        not understood, or whose slice lies outside its allocation (XLA checks that none does), costs
-        only itself: the allocation's extent is then not known."""
+        """The groups of a value line of the open allocation, or None and an error."""
         m = pattern.match(line)
         if m is None or self.alloc_idx is None:
-            why = "unrecognized value line"
-        elif m["size"] is not None and int(m["offset"]) + int(m["size"]) > self.alloc_size:
-            why = (f"value not read: its slice (offset {m['offset']}, size {m['size']}) lies outside allocation "
-                   f"{self.alloc_idx} ({self.alloc_size} bytes)")
-        else:
-            self.alloc_values += 1
-            self.n_values += 1
-            return m.groups()
-        self.error(lineno, why)
+            return self._reject_value(lineno, "unrecognized value line")
+        return m.groups()
+
+    def _outside(self, lineno: int, offset: int, size: int) -> None:
+        """A value whose slice lies outside its allocation: XLA checks that none does, so the row is not read."""
+        self._reject_value(lineno, f"value not read: its slice (offset {offset}, size {size}) lies outside "
+                                   f"allocation {self.alloc_idx} ({self.alloc_size} bytes)")
+
+    def _reject_value(self, lineno: int, msg: str) -> None:
+        """A value line not read costs only itself: its error, and its allocation's extent is not known."""
+        self.error(lineno, msg)
         self.alloc_rejected, self.extent_known = self.alloc_idx is not None, False
-        return None
 
     def _value(self, lineno: int, line: str) -> TableBatch | None:
         if (groups := self._value_groups(lineno, _VALUE, line)) is None:
             return None
         vid, instr, index, phi, color, size, offset, shape = groups
-        size = int(size)
+        size, offset = int(size), int(offset)
+        if offset + size > self.alloc_size:
+            return self._outside(lineno, offset, size)
+        self.alloc_values += 1
+        self.n_values += 1
         shape_index = index or "{}"
         self.shapes[instr, shape_index] = (shape, size)
         rows = self.values.rows  # the hot path of big allocation listings: no per-row method calls
         rows.append((self.alloc_idx, int(vid), instr + (index or ""), instr, shape_index, phi is not None,
-                     int(color) if color else None, int(offset), size, shape, lineno))  # fmt: skip
+                     int(color) if color else None, offset, size, shape, lineno))  # fmt: skip
         if len(rows) < BATCH_ROWS:
             return None
         self._read_values()
@@ -548,6 +551,10 @@ class _Dump:
         if (groups := self._value_groups(lineno, _OLD_VALUE, line)) is None:
             return None
         _, instr, index, vid, color, offset, size, shape = groups
+        if size is not None and int(offset) + int(size) > self.alloc_size:
+            return self._outside(lineno, int(offset), int(size))
+        self.alloc_values += 1
+        self.n_values += 1
         shape_index = "{" + index + "}"
         if size is not None:
             self.shapes[instr, shape_index] = (shape, int(size))
