@@ -395,6 +395,91 @@ def test_junk_and_huge_lines_are_errors_not_crashes():
     assert len(tables["buffer_peak_values"]) == 50 and not s.errors and not s.truncated
 
 
+# --- a bad record costs only itself ---
+
+MAX_BYTES = (1 << 63) - 1
+
+
+def _mlp_with(stage: str, at: int, extra: list[str]):
+    """The mlp fixture's file of this stage with ``extra`` lines inserted after its line ``at``, parsed."""
+    lines = cpu_file("mlp", stage).read_text().splitlines(keepends=True)
+    return run([*lines[:at], *extra, *lines[at:]])
+
+
+def _same_rows(tables, whole_tables) -> bool:
+    """Every table as the whole file's, but for the line numbers (lines were inserted)."""
+    return sorted(tables) == sorted(whole_tables) and all(
+        tables[t].drop("lineno").equals(whole_tables[t].drop("lineno")) for t in whole_tables)
+
+
+@pytest.mark.parametrize("size", ["99999999999999999999", "-4", "four", "4.5", "4e3"])
+def test_an_unreadable_allocation_header_costs_only_itself(size):
+    """A header whose size is not a whole number of at most 18 digits is an error naming its line, and it
+    and its values are skipped; the rest reads as the whole file. (A longer number was read as its first
+    18 digits, a fraction or exponent as its integer part; the values of any other header went to the
+    allocation before.)"""
+    whole_tables, whole = run_file(cpu_file("mlp", "buffer_assignment"))
+    tables, s = _mlp_with("buffer_assignment", 5, [f"allocation 90: size {size}, thread-local:\n",
+                                                   " value: <90 junk @0> (size=4,offset=0): f32[]\n"])
+    assert s.errors == ["line 6: allocation header not read: its index or size is not a number XLA prints "
+                        "(at most 9 and 18 digits)"]
+    assert (s.truncated, s.metrics) == (False, whole.metrics) and _same_rows(tables, whole_tables)
+
+
+def test_a_value_outside_its_allocation_costs_only_itself():
+    """XLA checks that every value's slice lies inside its allocation: one that does not is an error
+    naming its line, and only that row is skipped."""
+    whole_tables, whole = run_file(cpu_file("mlp", "buffer_assignment"))
+    tables, s = _mlp_with("buffer_assignment", 9, [" value: <91 junk @0> (size=512,offset=512): f32[128]{0}\n"])
+    assert s.errors == ["line 10: value not read: its slice (offset 512, size 512) lies outside allocation 3 "
+                        "(512 bytes)"]
+    assert (s.truncated, s.metrics) == (False, whole.metrics) and _same_rows(tables, whole_tables)
+    # The LogicalBuffer lines of 2017-2019 print their slice as [offset,size].
+    tables, s = run(["BufferAssignment:\n", "allocation 0: 0x55d5c8c4c0a0, size 12, preallocated-temp:\n",
+                     "  add.1[](#3 @0) [0,4]: f32[]\n", "  add.2[](#4 @0) [8,8]: f32[2]{0}\n"])
+    assert s.errors == ["line 4: value not read: its slice (offset 8, size 8) lies outside allocation 0 (12 bytes)"]
+    assert tables["buffer_values"]["value_name"].to_list() == ["add.1"]
+
+
+def test_allocations_past_2_63_bytes_are_not_summed():
+    """The allocation that would take the listing past 2^63 bytes (the Int64 range) is an error naming its
+    line and is skipped with its values; the figures stay in range."""
+    huge = 999_999_999_999_999_999
+    extra = [line for i in range(16, 26) for line in (f"allocation {i}: size {huge}, thread-local:\n",
+                                                       f" value: <{i + 90} junk.{i} @0> (size={huge},offset=0): f32[]\n")]
+    tables, s = _mlp_with("buffer_assignment", 36, extra)
+    assert s.errors == [f"line 55: allocation 25 not read: with its {huge} bytes the allocations would hold more "
+                        "than 2^63 bytes"]
+    assert s.metrics["memory.total_bytes"] == 68276 + 9 * huge <= MAX_BYTES
+    assert (s.metrics["memory.allocations"], s.metrics["memory.values"], len(tables["buffer_values"])) == (25, 19 + 9, 19 + 9)
+
+
+def test_bad_live_range_rows_cost_only_themselves():
+    """A live range that ends before it starts, a peak value that would take the peak past 2^63 bytes:
+    errors naming their lines, those rows skipped, the rest read."""
+    whole_tables, whole = run_file(cpu_file("mlp", "live_ranges"))
+    tables, s = _mlp_with("live_ranges", 29, ["    junk{}:9-3\n"])
+    assert s.errors == ["line 30: live range 9-3 of junk ends before it starts; not read"]
+    assert (s.truncated, s.metrics) == (False, whole.metrics) and _same_rows(tables, whole_tables)
+    huge = 999_999_999_999_999_999
+    _, s = _mlp_with("live_ranges", 38, [f"    junk.{i}{{}}: {huge} bytes (cumulative: 1 bytes)\n" for i in range(10)])
+    assert s.errors == [f"line 48: peak value junk.9 not read: with its {huge} bytes the peak would pass 2^63 bytes"]
+    assert s.metrics["memory.peak_live_bytes"] == 68104 + 9 * huge <= MAX_BYTES
+
+
+def test_lines_of_unclosed_marks_cost_one_pass():
+    """Shape text of unclosed comments or brackets (a live-out value's shape, the output's shape) is
+    read in one pass: each pattern stops at the next opening mark (it rescanned the rest of the line
+    from every one: a 120 KB line took a minute, these lines hours)."""
+    whole_tables, whole = run_file(cpu_file("mlp", "buffer_assignment"))
+    lines = cpu_file("mlp", "buffer_assignment").read_text().splitlines(keepends=True)
+    assert lines[14] == " value: <35 ynn_fusion @0> (size=4,offset=0): f32[]\n"  # live-out, as the next line
+    lines[14] = lines[14].rstrip("\n") + "/*a" * 300_000 + "\n"
+    lines[11] = lines[11].replace("f32[])|", "f32[]" + "a[" * 300_000 + ")|")
+    tables, s = run(lines)
+    assert (s.errors, s.truncated, s.metrics) == ([], False, whole.metrics)
+
+
 def test_header_only_is_truncated():
     for first in ("BufferAssignment:\n", "\n", "HloLiveRange (max 3):\n"):
         lines = [first] if first != "\n" else ["\n", "Total bytes used: 4 (4B)\n", "\n", "Used values:\n"]

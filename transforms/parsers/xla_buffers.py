@@ -45,11 +45,19 @@ values that name a user whose output no listed value is at (XLA lists values by 
 instruction's after those it uses); a combined file (allocations and used values,
 shapes between |...|) that ends before its ``HloLiveRange``; a live-range listing short
 of ``max`` entries, of its peak, or of the values live at the peak. Nothing in the file
-tells a smaller whole file from a cut between allocations after those the output needs
-(XLA lists the thread-local and temp allocations last), nor from a cut between used
-values whose users are all listed (the thread-local computations' values come first):
-only the side files tell (the values file's ``Total bytes used`` is the allocations'
-sum, its used values are the listing's values).
+tells a smaller whole file from a cut between allocations after those the output needs,
+nor from a cut between used values whose users are all listed: XLA's
+``BufferAssignment::ToString`` writes ``BufferAssignment:`` and the allocations, no count
+and nothing after the last (thread-local and temp allocations come last, and a program may
+have none), and ``ValuesToString`` writes the total first and the values by id (the
+thread-local computations' values first). Only the side files tell (the values file's
+``Total bytes used`` is the allocations' sum, its used values are the listing's values).
+A bad record costs only itself: a header that is not XLA's (an index or size that is not a
+number of at most 9 and 18 digits, allocations adding up past 2^63 bytes) is an error naming its
+line and is skipped with its values; a value whose slice lies outside its allocation (XLA checks
+that none does), a live range ending before it starts, a peak value taking the peak past 2^63
+bytes are errors and skip that row; the rest of the file is read. Every figure stored fits its
+column (bounded digit counts, sums checked).
 Raises ``ParseError`` only for empty input or a first line that is none of the above.
 """
 
@@ -73,7 +81,11 @@ from transforms.records import (
     line_error,
 )
 
-PARSER_VERSION = 4  # 4: a cut between lines is truncated where the text shows it (values short of their
+PARSER_VERSION = 5  # 5: a bad record costs only itself: a header whose size has more than 18 digits (was read
+# as its first 18), a negative or non-numeric size, or allocations past 2^63 bytes in sum are errors and skip that
+# allocation with its values (they went to the allocation before); a value whose slice lies outside its allocation,
+# a live range that ends before it starts, a peak past 2^63 bytes are errors and skip that row
+# 4: a cut between lines is truncated where the text shows it (values short of their
 # allocation's size, the output's allocations missing, a user with no value listed, a combined file without
 # its HloLiveRange): such dumps read ok before, with smaller figures
 # 3: every historic header syntax (address, bare shapes, "parameter N at ShapeIndex"),
@@ -91,7 +103,7 @@ PARSER_VERSION = 4  # 4: a cut between lines is truncated where the text shows i
 # versions printed "tuple" or "entry computation parameter" (those are attributes of the
 # profiler's memory viewer), but "tuple" is accepted as the allocation's is_tuple property.
 # A header without its closing ':' (a paste wrapped or cut short) is an error, not a row.
-_ALLOC = re.compile(r"^allocation (\d{1,9}): (?:(?:0x[0-9a-fA-F]{1,16}|\(nil\)), )?size (\d{1,18})(.*)$")
+_ALLOC = re.compile(r"^allocation (\d{1,9}): (?:(?:0x[0-9a-fA-F]{1,16}|\(nil\)), )?size (\d{1,18})(?=[,:])(.*)$")
 _PARAM = re.compile(r"^parameter (\d{1,9})(?: at ShapeIndex (\{[\d,]*\}))?$")
 _PARAM_SHAPE = re.compile(r"^shape (?:\|(.*)\||(.+)) at ShapeIndex (\{[\d,]*\})$")
 _OUTPUT = re.compile(r"^output shape is (?:\|(.*)\||(.+))$")
@@ -110,14 +122,17 @@ _USED = re.compile(r"^" + _VALUE_REF + r"$")
 _TOTAL = re.compile(r"^Total bytes used: (\d{1,18})\b")
 _START = re.compile(r"^(?:BufferAssignment:|Total bytes used: \d|HloLiveRange \(max \d)")
 # An output shape's arrays: "/*index=5*/" comments and layouts out, then each "type[dims]".
-_SHAPE_NOISE = re.compile(r"/\*.*?\*/|\{[^{}]*\}")
-_ARRAY = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\]")
+# Each alternative stops at the next opening mark, so a line of unclosed ones costs one pass, not a pass each.
+_SHAPE_NOISE = re.compile(r"/\*[^*]*\*/|\{[^{}]*\}")
+_ARRAY = re.compile(r"[a-z][a-z0-9]*\[[^\[\]]*\]")
 _EMPTY = re.compile(r"[\[,]0[\],]")  # a dimension of size 0
 _MAX_ERRORS = 50
 _MAX_HEADER = 1 << 20
+_MAX_BYTES = (1 << 63) - 1  # the Int64 columns' range: allocations past it in sum are junk, not figures
 _MAX_ITEMS = 64
 # Numbers are matched with bounded digit counts: longer ones (junk) fail the pattern
-# instead of overflowing the Int32/Int64 columns.
+# instead of overflowing the Int32/Int64 columns. A header's size ends where XLA ends it
+# (',' or ':'), so a longer or fractional number fails too instead of being read in part.
 
 ALLOCATIONS = pl.Schema(
     {
@@ -347,6 +362,7 @@ class _Dump:
         # per line: the value lines are the hot path of big listings.
         self.alloc_size = self.alloc_extent = self.alloc_row0 = 0
         self.extent_known = True
+        self.alloc_rejected = False  # a value line of the open allocation was not read (its error says why)
         self.block: list | None = None  # an open used-value block: [cols, lineno, positions, uses, part]
         self.live: live.LiveRangeReader | None = None
         self.shapes: dict[tuple[str, str], tuple[str, int]] = {}
@@ -374,8 +390,8 @@ class _Dump:
     def line(self, lineno: int, line: str) -> TableBatch | None:
         if self.section == "live":
             got = self.live.feed(lineno, line)
-            if got is False:
-                self.error(lineno, "unrecognized line in HloLiveRange listing")
+            if got is False or isinstance(got, str):
+                self.error(lineno, got or "unrecognized line in HloLiveRange listing")
                 return None
             return got
         if self.section == "alloc" and line.startswith(" "):
@@ -394,6 +410,9 @@ class _Dump:
                 return self._skip_allocation(lineno, f"allocation {m[1]} header has no closing ':' "
                                                      "(line wrapped or cut short); allocation not read")
             return self._allocation(lineno, m)
+        if self.section == "alloc" and line.startswith("allocation "):
+            return self._skip_allocation(lineno, "allocation header not read: its index or size is not a number "
+                                                 "XLA prints (at most 9 and 18 digits)")
         if m := _USED.match(line):
             return self._open_block(lineno, m)
         if not line.strip():
@@ -417,7 +436,7 @@ class _Dump:
         self._end_allocation(lineno, at_eof=False)
         if self.alloc_live_out:
             self._read_values()
-        self.alloc_live_out = False
+        self.alloc_live_out = self.alloc_rejected = False
         self.error(lineno, msg)
         self.alloc_idx, self.section, self.skip_values = None, "alloc", True
 
@@ -425,7 +444,10 @@ class _Dump:
         self._end_allocation(lineno, at_eof=False)
         if self.alloc_live_out:
             self._read_values()
-        self.section, self.skip_values = "alloc", False
+        if self.alloc_bytes + int(m[2]) > _MAX_BYTES:
+            return self._skip_allocation(lineno, f"allocation {m[1]} not read: with its {m[2]} bytes the allocations "
+                                                 "would hold more than 2^63 bytes")
+        self.section, self.skip_values, self.alloc_rejected = "alloc", False, False
         row, unknown = _allocation_row(lineno, m, m[3][:-1])
         if new := [f for f in dict.fromkeys(unknown) if f not in self.unknown_flags]:  # said once per file
             self.unknown_flags.update(new)
@@ -471,32 +493,43 @@ class _Dump:
         return False  # anything else may be a longer line cut short (a lone space is one too)
 
     def _end_allocation(self, lineno: int, at_eof: bool) -> None:
-        if self.alloc_idx is not None and self.alloc_values == 0 and self.section == "alloc":
+        if self.alloc_idx is not None and self.alloc_values == 0 and not self.alloc_rejected and self.section == "alloc":
             if at_eof:
                 self.cut(lineno, f"input ended before allocation {self.alloc_idx} listed its values")
             else:
                 self.error(lineno, f"allocation {self.alloc_idx} lists no values")
 
     def _value_groups(self, lineno: int, pattern: re.Pattern, line: str) -> tuple | None:
-        """The groups of a value line of the open allocation (counted), or None and an error."""
+        """The groups of a value line of the open allocation, or None and an error."""
         m = pattern.match(line)
         if m is None or self.alloc_idx is None:
-            self.error(lineno, "unrecognized value line")
-            return None
-        self.alloc_values += 1
-        self.n_values += 1
+            return self._reject_value(lineno, "unrecognized value line")
         return m.groups()
+
+    def _outside(self, lineno: int, offset: int, size: int) -> None:
+        """A value whose slice lies outside its allocation: XLA checks that none does, so the row is not read."""
+        self._reject_value(lineno, f"value not read: its slice (offset {offset}, size {size}) lies outside "
+                                   f"allocation {self.alloc_idx} ({self.alloc_size} bytes)")
+
+    def _reject_value(self, lineno: int, msg: str) -> None:
+        """A value line not read costs only itself: its error, and its allocation's extent is not known."""
+        self.error(lineno, msg)
+        self.alloc_rejected, self.extent_known = self.alloc_idx is not None, False
 
     def _value(self, lineno: int, line: str) -> TableBatch | None:
         if (groups := self._value_groups(lineno, _VALUE, line)) is None:
             return None
         vid, instr, index, phi, color, size, offset, shape = groups
-        size = int(size)
+        size, offset = int(size), int(offset)
+        if offset + size > self.alloc_size:
+            return self._outside(lineno, offset, size)
+        self.alloc_values += 1
+        self.n_values += 1
         shape_index = index or "{}"
         self.shapes[instr, shape_index] = (shape, size)
         rows = self.values.rows  # the hot path of big allocation listings: no per-row method calls
         rows.append((self.alloc_idx, int(vid), instr + (index or ""), instr, shape_index, phi is not None,
-                     int(color) if color else None, int(offset), size, shape, lineno))  # fmt: skip
+                     int(color) if color else None, offset, size, shape, lineno))  # fmt: skip
         if len(rows) < BATCH_ROWS:
             return None
         self._read_values()
@@ -518,6 +551,10 @@ class _Dump:
         if (groups := self._value_groups(lineno, _OLD_VALUE, line)) is None:
             return None
         _, instr, index, vid, color, offset, size, shape = groups
+        if size is not None and int(offset) + int(size) > self.alloc_size:
+            return self._outside(lineno, int(offset), int(size))
+        self.alloc_values += 1
+        self.n_values += 1
         shape_index = "{" + index + "}"
         if size is not None:
             self.shapes[instr, shape_index] = (shape, int(size))

@@ -38,6 +38,7 @@ _SEQ = re.compile(r"^ {4}(\d{1,9}):(\S+)$")
 _RANGE = re.compile(r"^ {4}([^\s{}:]++)(\{[\d,]*\})?:(\d{1,9})-(\d{1,9})$")
 _PEAK_HEAD = re.compile(r"^ {2}Live ranges at (\d{1,9}) \(peak\):$")
 _PEAK = re.compile(r"^ {4}([^\s{}:]++)(\{[\d,]*\})?: (\d{1,18}) bytes(?: \(cumulative: (\d{1,18}) bytes\))?$")
+_MAX_BYTES = (1 << 63) - 1  # the Int64 columns' range
 _BREAKDOWN = re.compile(r"^ {2}Stack trace breakdown for peak usage: ([\d ]{1,40}) bytes$")
 
 SCHEDULE = pl.Schema({"time": pl.Int32, "instruction": pl.String, "lineno": pl.Int32})
@@ -119,9 +120,11 @@ class LiveRangeReader:
         self.n_peak = 0
         self.cumulative = False  # peak lines print "(cumulative: N bytes)" (newer XLA)
         self.breakdown_bytes: int | None = None
+        self.rejected = False  # a row was not read (its error says why): the counts no longer tell a cut
 
-    def feed(self, lineno: int, line: str) -> TableBatch | None | bool:
-        """Rows from one line: a batch when one is full, None, or False if the line is not understood."""
+    def feed(self, lineno: int, line: str) -> TableBatch | None | bool | str:
+        """Rows from one line: a batch when one is full, None, False if the line is not understood, or
+        why a line of the listing's syntax holds figures XLA cannot print (the row is not read)."""
         if self.part == "tree":  # the stack-trace tree after the breakdown total: nothing to keep
             return None
         if line.startswith("    "):
@@ -130,6 +133,9 @@ class LiveRangeReader:
                 return self.seq.add((int(m[1]), m[2], lineno))
             if self.part == "ranges" and (m := _RANGE.match(line)):
                 start, end = int(m[3]), int(m[4])
+                if start > end:
+                    self.rejected = True
+                    return f"live range {start}-{end} of {m[1][:80]} ends before it starts; not read"
                 self.starts.append(start)
                 self.ends.append(end)
                 return self.ranges.add((m[1] + (m[2] or ""), m[1], m[2], start, end, lineno))
@@ -148,8 +154,11 @@ class LiveRangeReader:
             return False
         return None
 
-    def _peak(self, lineno: int, m: re.Match) -> TableBatch | None:
+    def _peak(self, lineno: int, m: re.Match) -> TableBatch | None | str:
         size = int(m[3])
+        if self.peak_bytes + size > _MAX_BYTES:
+            self.rejected = True
+            return f"peak value {m[1][:80]} not read: with its {size} bytes the peak would pass 2^63 bytes"
         self.n_peak += 1
         self.peak_bytes += size
         known = self.shapes.get((m[1], m[2] or "{}"))
@@ -186,6 +195,8 @@ class LiveRangeReader:
         """(cuts, others): why the listing ended early (empty when it did not), and
         inconsistencies worth an error."""
         cuts, msgs = [], []
+        if self.rejected:
+            return cuts, msgs
         if self.max_time is not None and self.n_seq < self.max_time:
             cuts.append(f"the instruction sequence ends after {self.n_seq} of {self.max_time} entries")
         if self.peak_time is None:

@@ -40,15 +40,21 @@ the second part names, so a cut anywhere there is detected too (but for a cut ri
 after the last allocation's name when that one has a slot table: XLA prints none for a
 single value), as is a summary without that second part and a name followed by the
 blank line that opens a slot table. In the newer layout nothing states how many blocks
-follow, but XLA lists every allocation of a space up to the 50th, and after that stops
-only once the rest is under 5% of ``Total bytes``: a cut between blocks is detected when
-the blocks read cannot hold the total (or 95% of it, past 50 blocks). That bound adds up
-the printed sizes rounded up (a block of one slot is its allocation; XLA sizes an
-allocation by its values, so one of several slots ends where its furthest slot ends), so a
-cut that drops less than that rounding (a tail of 4-byte blocks after KiB-sized ones),
-or any cut after a block that hides slots ("The rest N values"), cannot be told from a
-smaller report. Raises ``ParseError`` only for empty input or a first line that is not
-a memory usage report.
+follow, but XLA (``BufferAssignment::MemoryUsageReport``) ends every block with an empty
+line and every memory space with one more, so a report that ends with exactly one empty line
+is cut between two blocks (with none it may be the whole report pasted or captured with its
+final empty lines trimmed, which reads as the whole); and it lists every allocation of a
+space up to the 51st, stopping after that only once the rest is under 5% of ``Total bytes``,
+so blocks whose printed sizes, rounded up, cannot hold the total (or 95% of it, once 51 are
+listed) say by how much. That bound adds up the printed sizes rounded up (a block of one slot
+is its allocation; XLA sizes an allocation by its values, so one of several slots ends where
+its furthest slot ends): a cut right after a block's last row that drops less than that
+rounding (a tail of 4-byte blocks after KiB-sized ones) or follows a block that hides slots
+("The rest N values"), and a cut exactly between two memory spaces, read as a smaller report
+(the buffer assignment of the same compile tells them: ``transforms.xla_siblings``). A bad
+row costs only itself: a slot row with a size past 2^63 bytes or a percentage past 100 is an
+error and is skipped (its block's completeness is then not judged). Raises ``ParseError``
+only for empty input or a first line that is not a memory usage report.
 """
 
 from __future__ import annotations
@@ -61,7 +67,10 @@ import polars as pl
 from transforms.records import DumpKind, DumpSummary, ParserOutput, RowBuffer, TableBatch, line_error
 from transforms.parsers.xla_live_ranges import Lines, drive
 
-PARSER_VERSION = 5  # 5: a cut between lines is truncated where the text shows it (a space without its total
+PARSER_VERSION = 6  # 6: a newer-layout report ending in the one empty line XLA closes a block with, not the second
+# that closes its memory space, is cut (a cut between two blocks read ok with fewer blocks); a slot row with a size past 2^63
+# bytes (failed the whole dump) or a percentage past 100 is an error and skips that row
+# 5: a cut between lines is truncated where the text shows it (a space without its total
 # or blocks, blocks that cannot hold its total; older layout: fewer allocations named than its summary lists, a
 # slot table announced): such dumps read ok before, with smaller figures
 # 4: an older-layout allocation line ending the file without newline is whole
@@ -88,6 +97,7 @@ _UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
 _SPLIT = re.compile(r"(?:[^,()\[\]{}]|\([^()]*(?:\([^()]*\)[^()]*)*\)|\[[^\[\]]*\]|\{[^{}]*\})+")
 _START = re.compile(r"^(?:Memory Space: |Total bytes(?: used)?: \d)")
 _MAX_ERRORS = 50
+_MAX_BYTES = (1 << 63) - 1  # the Int64 columns' range: a size past it is junk, not a figure
 
 SPACES = pl.Schema({"memory_space": pl.String, "color": pl.Int32, "total_bytes": pl.Int64, "lineno": pl.Int32})
 SLOTS = pl.Schema(
@@ -165,11 +175,21 @@ def _shapes(text: str) -> list[str]:
 def _multiplier(shape: str) -> int:
     """How many values one shapes_list item stands for: ``2×f32[32]`` is 2."""
     count, times, _ = shape.partition("×")
-    return int(count) if times and count.isdigit() else 1
+    return int(count) if times and count.isdigit() and len(count) < 10 else 1  # XLA counts with an int64
 
 
 def _bytes(number: str, unit: str) -> int:
     return round(float(number) * _UNIT[unit])
+
+
+def _bad_slot(m: re.Match) -> str | None:
+    """Why a slot row's figures cannot be XLA's (None: they can): a percentage past 100, a size past
+    the Int64 columns (a number of EiB no memory holds)."""
+    if int(m[3]) > 100:
+        return f"cumulative percentage {m[3]}% is past 100%"
+    if max(_bytes(m[1], m[2]), _bytes(m[4], m[5])) > _MAX_BYTES:
+        return f"size {m[4]}{m[5]} is past 2^63 bytes"
+    return None
 
 
 def _bytes_at_most(number: str, unit: str) -> int:
@@ -206,6 +226,12 @@ class _Report:
         # (XLA sizes an allocation by its values), several end where the furthest one ends.
         self.space_bytes: int | None = 0
         self.block_bytes = 0
+        self.unsure = False  # the open block lost a row to an error: its completeness is not known
+        # XLA ends every block with an empty line and every memory space with one more: a report ending in
+        # exactly one was cut between two blocks. (None: pasted or captured text whose final empty lines
+        # were trimmed reads as the whole report, as every format's does; a cut after a block's last row
+        # looks the same, and only the blocks' sizes against the total can tell it.)
+        self.blanks = 0
         # Older layout: "summary" (allocations listed with a running total), then "names" (each one
         # named, with its slot table); the summary states how many the names part holds.
         self.old_part = ""
@@ -220,7 +246,7 @@ class _Report:
     def _close_block(self, lineno: int, at_eof: bool = False) -> None:
         if self.block_open and self.space_bytes is not None:
             self.space_bytes = None if self.rest or not self.rows else self.space_bytes + self.block_bytes
-        if self.block_open and (self.rows == 0 or (self.percent < 100 and not self.rest)):
+        if self.block_open and not self.unsure and (self.rows == 0 or (self.percent < 100 and not self.rest)):
             if at_eof:
                 self.summary.truncated = True
                 self.error(lineno, f"input ended inside allocation block {self.rank}: "
@@ -248,9 +274,14 @@ class _Report:
         self.alloc_index = index
 
     def line(self, lineno: int, line: str) -> TableBatch | None:
+        self.blanks = 0 if line.strip() else self.blanks + 1
         if (m := _SLOT.match(line)) is not None:
             if not self.block_open:
                 self.error(lineno, "slot row outside an allocation block")
+                return None
+            if (why := _bad_slot(m)) is not None:  # the row costs only itself; its block is no longer known whole
+                self.error(lineno, f"slot row not read: {why}")
+                self.unsure, self.space_bytes = True, None
                 return None
             self.percent = int(m[3])
             self.block_bytes = max(self.block_bytes, int(m[6]) + _bytes_at_most(m[4], m[5]))
@@ -272,7 +303,7 @@ class _Report:
                 self._new_allocation(None)
             self.space_blocks += 1
             self.named, self.block_open, self.rows, self.percent, self.rest = False, True, 0, 0, False
-            self.block_bytes = 0
+            self.block_bytes, self.unsure = 0, False
             self.table_announced = False
         elif (m := _ALLOC.match(line)) is not None:
             self._close_block(lineno)
@@ -342,6 +373,10 @@ class _Report:
                               "its summary lists")
         elif self.space is not None and self.space_bytes is not None and not self.summary.truncated:
             self._space_end(lineno)
+        if self.space is not None and self.n_allocs and self.blanks == 1 and not self.summary.truncated:
+            self._cut(lineno, f"input ended after {self.space_blocks} allocation blocks of memory space "
+                              f"{self.space[:80]} and the empty line that closes the last, before the empty line XLA "
+                              "ends a memory space with: more blocks may follow")
         self.summary.metrics.update(
             {
                 "memory.report_total_bytes": sum(self.totals),
