@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 
@@ -195,7 +196,7 @@ def test_items_batches_of_any_size_give_the_same_items(sample_warehouse, tmp_pat
     from flows.verdict import items
     from transforms.trends import diffs as diff_mod
 
-    with wh.connect_readonly(sample_warehouse) as con:
+    with duckdb.connect(str(sample_warehouse), read_only=True) as con:  # the export writes Parquet: a full session
         todo = con.sql("""SELECT DISTINCT s.items_key, d.kind, d.stage, d.dump_id FROM dump_series s JOIN dumps d USING (path)
                               WHERE s.items_key IS NOT NULL AND d.run_id = (SELECT max(run_id) FROM runs)""").pl()
         todo = todo.unique("items_key")  # the latest run's contents: their records are kept
@@ -570,7 +571,7 @@ def test_one_large_hlo_content_is_read_a_chunk_of_rows_at_a_time(sample_warehous
     from flows.verdict import items
     from transforms.trends import diffs as diff_mod
 
-    with wh.connect_readonly(sample_warehouse) as con:
+    with duckdb.connect(str(sample_warehouse), read_only=True) as con:  # the export writes Parquet: a full session
         todo = con.sql("""SELECT DISTINCT s.items_key, d.kind, d.stage, d.dump_id FROM dump_series s JOIN dumps d USING (path)
                           WHERE s.items_key IS NOT NULL AND d.kind = 'xla_hlo'
                             AND d.run_id = (SELECT max(run_id) FROM runs)""").pl().unique("items_key")
