@@ -61,6 +61,7 @@ browser:
 # modules made from data/corpus (CPU MB/s, peak RSS; benchmarks/out/bench_real.json), ~1 minute.
 # floor_hlo: what the pieces of any Python HLO reader cost on XLA's LLM modules (docs/speed.md).
 # bench_torch_trace: the TORCH_TRACE parser on a ~200 MB log made from the real ones (MB/s, peak RSS).
+# bench_names: a night of one log of 20,000 compiled functions (pages, site MB, peak RSS of the tree), ~2 minutes.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_parse.py
 	$(BIN)/python benchmarks/bench_real.py
@@ -69,6 +70,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_aggregate.py
 	$(BIN)/python benchmarks/bench_bomb.py
 	$(BIN)/python benchmarks/bench_torch_trace.py --mb 200
+	$(BIN)/python benchmarks/bench_names.py
 
 # Big nights with a year of history (issue 13): ~10 minutes; figures in benchmarks/out/bench_scale.json.
 bench-scale: $(STAMP)

@@ -53,7 +53,7 @@ def many_functions_log(path: Path, functions: int) -> int:
 def site_figures(site: Path) -> dict:
     files = [f for f in site.rglob("*") if f.is_file()]
     return {"site_files": len(files), "site_pages": sum(f.suffix == ".html" for f in files),
-            "series_pages": sum(1 for _ in (site / "series").glob("*/index.html")) if (site / "series").is_dir() else 0,
+            "series_pages": sum(p.name != "index.html" for p in (site / "series").glob("*.html")),
             "site_mb": sum(f.stat().st_size for f in files) / 1e6}
 
 

@@ -34,11 +34,11 @@ ITEM_CATEGORIES = ("peak_value", "fused_group")
 DEFAULT_HISTORY_RUNS = 90  # [site] history_runs (transforms.trends.rules.Settings.site_history_runs)
 # [site] max_series_pages: series pages at most, whatever the number of programs in the input (a
 # log of 20,000 compiled functions made 20,044 pages); the others are rows of the series index.
-DEFAULT_MAX_SERIES_PAGES = 1000
+DEFAULT_MAX_SERIES_PAGES = 2000  # a big night (bench-scale) has ~1,400 series
 # Rows of one program table on a figure page (a section's numbers, the compile page's programs, a
 # breakdown) and of each part of the series index without a page: the rest is counted, with the
 # query that lists it. A page's size follows what a reader reads, not how many programs there are.
-MAX_TABLE_ROWS = 200
+MAX_TABLE_ROWS = 1000
 MAX_INDEX_ROWS = 2000
 MAX_BREAKDOWN_ROWS = 5000  # a big night's custom calls or collectives (a row per program and name)
 ONNX_RUNS = 14  # runs in the ONNX step matrix

@@ -26,7 +26,7 @@ Settings file (TOML, ``dumpscope.toml``)::
 
     [site]                            # the report site (dumpscope site, run --site)
     history_runs = 90                 # the last N runs: charts, run pages, incidents (0: every run)
-    max_series_pages = 1000           # series pages at most (the others: rows of the series index)
+    max_series_pages = 2000           # series pages at most (the others: rows of the series index)
     bucket_url = "https://console.example/bucket/{path}"   # optional: dumps become links
     url = "https://dumpscope.example.org/"   # optional: where the site is published (links from chats, check)
 
@@ -156,7 +156,7 @@ class Settings:
     # figures: left out of repr, which stamps the aggregation.
     site_history_runs: int = field(default=90, repr=False, compare=False)
     # [site] max_series_pages: series pages at most (the others are rows of the series index).
-    site_max_series_pages: int = field(default=1000, repr=False, compare=False)
+    site_max_series_pages: int = field(default=2000, repr=False, compare=False)
     # [site] bucket_url: "{path}" -> a dump's page in the bucket's console (dumps become links on the site).
     site_bucket_url: str | None = field(default=None, repr=False, compare=False)
     # [site] url: where the published site is read (notifications, summaries and check link to its pages).
@@ -222,7 +222,7 @@ def parse_settings(text: str, *, source: str = "dumpscope.toml") -> Settings:
         raise ValueError(f"{source}: [warehouse] takes keep_records_runs, an integer >= 0")
     site = data.get("site", {})
     history = site.get("history_runs", 90) if isinstance(site, dict) else None
-    max_pages = site.get("max_series_pages", 1000) if isinstance(site, dict) else None
+    max_pages = site.get("max_series_pages", 2000) if isinstance(site, dict) else None
     if (not isinstance(site, dict) or set(site) - {"history_runs", "bucket_url", "url", "max_series_pages"}
             or not isinstance(history, int) or isinstance(history, bool) or history < 0
             or not isinstance(max_pages, int) or isinstance(max_pages, bool) or not 0 <= max_pages <= 100_000):
