@@ -67,8 +67,10 @@ from transforms.records import (
 # takes it (comments, statements over several lines, spaced shapes, modules without HloModule line),
 # all-to-all-start/send/recv and the other async forms in kernel.collectives, entry *_array_bytes metrics;
 # 5: as XLA's parser, a hand-written module without ENTRY takes its last computation, a computation without
-# ROOT its last instruction (is_root), and a "// -----" line ends a module (hlo-opt --split-input-file)
-PARSER_VERSION = 5
+# ROOT its last instruction (is_root), and a "// -----" line ends a module (hlo-opt --split-input-file);
+# 6: the instructions and computations XLA's parser makes of hand-written text (issue 48): nested instructions,
+# inline computations, compact tuple accesses (p#1), the async computation of <op>-start syntax sugar
+PARSER_VERSION = 6
 TABLES, TABLE_DOCS = hlo_text.TABLES, hlo_text.TABLE_DOCS
 __all__ = ["PARSER_VERSION", "TABLES", "TABLE_DOCS", "parse", "sniff", "stage_from_name"]
 
@@ -78,7 +80,7 @@ _CALLS = re.compile(r"(?<![\w-])(to_apply|calls|condition|body|true_computation|
                     r"branch_computations|called_computations|select|scatter)=(\{[^}]*\}|[^\s,{}]+)")
 _CALL_VALUE = re.compile(r"\{[^}]*\}|[^\s,{}]+")
 _WORD = re.compile(r"\w+")
-_MODULE = re.compile(r"HloModule\s+([^\s,]+)")
+_MODULE = re.compile(r"HloModule\s+([^\s,:]+)")  # "HloModule name:" is the name (XLA's lexer: a kName)
 _PASS_NAME = re.compile(r"\.\d{4}\.([^.]+)\.after_([^.]+)(?:\.before_[^.]+)?\.txt$")
 _SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 _NO_META = (None, None, None, None)
@@ -87,6 +89,10 @@ _MAX_ERRORS, _MAX_CACHE = 100, 200_000
 _SPLIT = "// -----"  # between modules of one file, as hlo-opt --split-input-file and FileCheck tests write it
 _MAX_META_CACHE = 20_000  # ~10 MiB of metadata texts and tuples kept from one batch to the next
 _FIELDS = {k: re.compile(rf"\b{k}=(\d+)") for k in ("file_location_id", "file_name_id", "line")}
+# A computation's closing brace with its attributes after it ("}, execution_thread=\"main_thread\"").
+_CLOSES_WITH_ATTRIBUTES = re.compile(r"\}\s*,\s*[\w-]+\s*=")
+_NO_SHAPE = hlo_text.ShapeInfo(None, None, None, None, None, None)  # an instruction whose shape XLA infers
+_OPENS_INLINE = re.compile(r"[=,{]\s*\{$")  # an instruction's text so far, when an inline computation opens
 
 
 def _goes_on(prev: str, text: str) -> bool:
@@ -149,7 +155,7 @@ class _Comp:
 
 class _Module:
     __slots__ = ("comps", "entry", "entry_marked", "frame_locs", "fusions", "headerless", "index", "is_scheduled",
-                 "lineno", "loc_sources", "name", "names_used", "printed", "section", "tables")
+                 "lineno", "loc_sources", "made", "name", "names_used", "printed", "section", "tables")
 
     def __init__(self, name: str, index: int, lineno: int, is_scheduled: bool):
         self.name, self.index, self.lineno, self.is_scheduled = name, index, lineno, is_scheduled
@@ -163,12 +169,19 @@ class _Module:
         # module without it was cut. A hand-written one ("name {") without ENTRY takes the last one.
         self.printed = False
         self.names_used: set[str] = set()  # names its rows were written out under (batches before its end)
+        self.made: dict[str, int] = {}  # names XLA's parser gives what the text does not name, and how often given
         self.section: str | None = None
         self.tables: dict[str, dict[int, object]] = {s: {} for s in _SECTIONS}  # stack frame tables by id
         # What meta() read from the tables, by stack frame and by file location (thousands of distinct
         # metadata texts share them); emptied whenever a table row is stored, so it never outlives one.
         self.frame_locs: dict[int, int | None] = {}
         self.loc_sources: dict[int, tuple[object, int | None]] = {}
+
+    def unique(self, name: str) -> str:
+        """``name``, then ``name.1``, ``name.2``, ... as XLA's NameUniquer gives names to what the text does not name."""
+        k = self.made.get(name, 0)
+        self.made[name] = k + 1
+        return f"{name}.{k}" if k else name
 
     def table_row(self, key: int, value: object) -> None:
         self.tables[self.section][key] = value
@@ -222,9 +235,14 @@ class _Parser:
         self.metrics: dict[str, float] = {}
         self.counts: dict[str, dict] = {"fusion.count": {}, "kernel.custom_call": {}, "kernel.collective": {}}
         self.errors: list[str] = []
+        self.why = ""  # why the last statement() was no instruction
         self.n_errors = 0
         self.truncated = False
         self.out: list[TableBatch] = []  # module-level batches waiting to be yielded
+        # Computations XLA's parser makes of an instruction (an inline computation, the async computation of
+        # <op>-start syntax sugar), made when the computation holding it closes: (row, name, lineno, what).
+        self.deferred: list[tuple[int, str, int, object]] = []
+        self.accessed: dict[str, tuple[str, str | None]] = {}  # compact tuple accesses (p#1) made in this computation
 
     def new_batch(self, next_lineno: int = 0) -> None:
         # Column buffers of hlo_instructions. Module, computation and lineno come from runs: rows on
@@ -321,7 +339,7 @@ class _Parser:
                 if not is_ins:
                     self.skipped(self.gather_end)
                     continue
-            if line[-1] != end and end is not None:  # only the last line can lack it: cut mid-way
+            if line[-1] != end and end is not None and line.strip() != "}":  # only the last line can lack it: cut
                 self.truncated = True
                 self.error(k + self.shift, "last line cut mid-way; dropped")
                 self.skipped(k + self.shift)
@@ -334,12 +352,16 @@ class _Parser:
                     add_root(n)
                     name = eq
                     shape, rest = rest.split(None, 1)
-                if shape[0] == "(" or line[last] in continues:  # a tuple shape; a statement that goes on
-                    raise ValueError
+                if shape[0] == "(" or line[last] in continues or shape[-1] not in "]}" or \
+                        not shape[: shape.find("[")].isalnum():
+                    raise ValueError  # a tuple shape; a statement that goes on; no shape (for XLA to infer)
                 i = rest.find("(")  # the operands start at i + 1 (not copied out: most rows never look at them)
                 op = rest[:i] if i >= 0 else rest
                 special = op not in simple
                 if special and not (i >= 0 and hlo_text.OPCODE.fullmatch(op)):
+                    raise ValueError
+                j = rest.find(")", i)  # an operand list with "(" or "#" before its first ")" may nest (below)
+                if rest.find("(", i + 1, j) >= 0 or rest.find("#", i + 1, j) >= 0:
                     raise ValueError
             except ValueError:
                 self.careful(line, k + self.shift, prev)
@@ -368,7 +390,7 @@ class _Parser:
                 if mid is None or rest.find("//", i + 1, p) >= 0:  # new, or a comment before it
                     mid = self.meta(key, rest, p)
             if special:
-                self.special(op, rest[i + 1 :] if p < 0 else rest[i + 1 : p], n)
+                self.special(op, rest[i + 1 :] if p < 0 else rest[i + 1 : p], n, shape)
             add_name(name)
             add_op(op)
             add_sid(sid)
@@ -399,36 +421,38 @@ class _Parser:
             self.roots.pop()
         if "//" not in line and line.rfind("/*") <= line.rfind("*/") and line.rstrip()[-1:] not in _CONTINUES:
             if (parts := hlo_text.split_instruction(line)) is not None:  # tuple shapes end here
-                self.add_row(parts, line, row)
+                self.statement(line, row, lineno, None, parts)
                 return
             if line.strip() == "}":
                 self.close_comp()
                 return
         text = self.gather([line], lineno)
-        if text and hlo_text.split_statement(text) is None and (m := STARTS_INSTRUCTION.match(text)) and \
-                "(" not in text[m.end() :]:  # "name = shape" and the opcode on the next line
+        if text and hlo_text.is_name_and_shape(text):  # "name = shape" and the opcode on the next line
             text = self.gather([text], lineno, more=True, last=self.gather_end)
         if not text:  # None: an error says why; "": a comment
             self.skipped(self.gather_end)
-        elif text == "}":
+        elif text == "}" or _CLOSES_WITH_ATTRIBUTES.match(text):
             self.close_comp()
-        elif (parts := hlo_text.split_statement(text)) is not None:
-            self.add_row(parts, text, row, self.gather_end)
+        elif self.statement(text, row, lineno, self.gather_end):
+            pass
         elif prev is not None and row and _goes_on(prev, text):
             self.rejoin(prev, text, lineno)
         else:
-            self.error(lineno, f"not an HLO instruction: {text[:80]!r}")
+            self.error(lineno, f"not an HLO instruction: {text[:80]!r}{self.why}")
             self.skipped(self.gather_end)
 
     def gather(self, first: list[str], lineno: int, header: bool = False, more: bool = False,
-               last: int | None = None) -> str | None:
+               last: int | None = None, strings: bool = False) -> str | None:
         """The comment-free text of the statement whose first lines are ``first`` (from ``lineno``),
         reading more lines while it is open; ``gather_end`` is the number of its last line. None (with
         an error) if it cannot be completed: the input ends, it outgrows the cap, or a line that starts
         an instruction comes first (that line is left in ``pending``, to be read next). ``header``: a
         computation header may end it (its "{" stays open). ``more``: read one line more in any case;
-        ``last``: the line ``first`` ends on, when it was gathered already."""
-        st = Statement()
+        ``last``: the line ``first`` ends on, when it was gathered already; ``strings``: a string may span lines
+        (an ``HloModule`` statement). Lines that start an instruction belong to it while a computation written
+        inline is open in it (a "{" ending a line after "=", "{" or ","; ``to_apply={`` and its instructions)."""
+        st = Statement(strings=strings)
+        inline = 0  # the depth of the inline computation open, 0 if none
         for line in first:
             st.feed(line)
         self.gather_end = lineno + len(first) - 1 if last is None else last
@@ -446,7 +470,12 @@ class _Parser:
                 return None
             self.shift += 1
             self.gather_end += 1
-            if not st.in_comment and (STARTS_INSTRUCTION.match(nxt) or nxt.lstrip().startswith("HloModule ")):
+            if inline > st.depth:
+                inline = 0
+            if not inline and _OPENS_INLINE.search(st.text):
+                inline = st.depth
+            if not (st.in_comment or st.in_string or inline) and (
+                    STARTS_INSTRUCTION.match(nxt) or nxt.lstrip().startswith("HloModule ")):
                 self.error(lineno, f"statement not closed before line {self.gather_end} (an unbalanced "
                                    f"bracket?): {st.text[:80]!r}")
                 self.pending = (nxt, self.gather_end)
@@ -464,15 +493,120 @@ class _Parser:
             elif self.structure(line, lineno):
                 self.careful(line, lineno, None)
 
+    def statement(self, text: str, row: int, lineno: int, last_lineno: int | None = None,
+                  parts: tuple | None = None) -> bool:
+        """The rows of the instruction statement ``text`` (comment-free) that the fast path did not take:
+        one row as printed (``parts``, from ``split_instruction``/``split_statement``), or, when it nests
+        instructions or computations, accesses tuple elements compactly (``p#1``) or has no shape, every
+        instruction XLA's parser makes of it (``hlo_lines.read_instruction``). False, with ``why`` set,
+        if it is no instruction."""
+        self.why = ""
+        if parts is None:
+            parts = hlo_text.split_statement(text)
+        if parts is not None and not hlo_lines.needs_reading(parts[4]):
+            self.add_row(parts, text, row, last_lineno)
+            return True
+        try:
+            ins = hlo_lines.read_instruction(text, lambda: self.module.unique("_"))
+        except hlo_lines.NotAnInstruction as e:
+            if parts is None:
+                self.why = f" ({e})"
+                return False
+            self.add_row(parts, text, row, last_lineno)  # what looked nested was in a string: as printed
+            return True
+        self.visit(ins, lineno)
+        self.prev_text = text if len(self.names) == row + 1 else None  # rejoin() takes back one row only
+        self.anchor(len(self.names), (lineno if last_lineno is None else last_lineno) + 1)
+        return True
+
+    def visit(self, ins: hlo_lines.Instruction, lineno: int) -> tuple[str, str | None]:
+        """The rows of ``ins`` as XLA's parser adds them: its nested instructions and tuple accesses first, on
+        the line of its statement; its inline computations once the computation holding it closes. Its
+        name and shape (inferred when the text gives none, None when not inferred)."""
+        names, shapes = [], []
+        for operand in ins.operands:
+            if isinstance(operand, hlo_lines.Instruction):
+                name, shape = self.visit(operand, lineno)
+            elif ins.opcode in ("parameter", "constant"):  # a number or a literal, not an operand
+                name, shape = operand, None
+            elif "#" in operand:
+                name, shape = self.tuple_access(operand, lineno)
+            else:
+                name, shape = operand, self.shape_of(operand)
+            names.append(name)
+            shapes.append(shape)
+        shape = ins.shape if ins.shape is not None else hlo_text.infer_shape(ins.opcode, shapes, ins.attributes)
+        name = ins.name or self.module.unique(f"{ins.opcode}.anon")
+        row = len(self.names)
+        self.anchor(row, lineno)
+        self.add_row((ins.is_root, name, shape, ins.opcode, ", ".join(names) + ")" + ins.attributes), "", row)
+        for body, instructions in ins.bodies:
+            self.deferred.append((row, body, lineno, instructions))
+        return name, shape
+
+    def tuple_access(self, operand: str, lineno: int) -> tuple[str, str | None]:
+        """``p#1#0``: a get-tuple-element for each access (``p#1``, then ``p#1#0``) not made before in this
+        computation, named as XLA names it (``#`` made ``_``); the name and shape of the last."""
+        base, *indices = operand.split("#")
+        key, name, shape = base, base, self.shape_of(base)
+        for index in indices:
+            key = f"{key}#{index}"
+            if key not in self.accessed:
+                elements = hlo_text.tuple_elements(shape)
+                element = elements[int(index)] if elements and index.isdigit() and int(index) < len(elements) else None
+                row = len(self.names)
+                self.anchor(row, lineno)
+                gte = key.replace("#", "_")
+                self.add_row((False, gte, element, "get-tuple-element", f"{name}), index={index}"), "", row)
+                self.accessed[key] = (gte, element)
+            name, shape = self.accessed[key]
+        return name, shape
+
+    def shape_of(self, name: str) -> str | None:
+        """The shape of the instruction ``name`` of the open computation, if its row is in this batch."""
+        names, first = self.names, self.comp_first
+        for row in range(len(names) - 1, first - 1, -1):
+            if names[row] == name or names[row] == "%" + name:
+                return self.shapes.values[self.sids[row]].shape
+        return None
+
+    def emit_deferred(self) -> None:
+        """The computations XLA's parser made of instructions of the computation just closed, each with its
+        rows, after it (the deferred ones of those after them in turn)."""
+        while self.deferred:
+            _, name, lineno, what = self.deferred.pop(0)
+            comp = _Comp(name, False, lineno)
+            self.module.comps.append(comp)
+            self.comp, self.accessed = comp, {}
+            self.comp_start = self.comp_first = len(self.names)
+            if isinstance(what, list):  # an inline computation
+                for ins in what:
+                    self.visit(ins, lineno)
+            else:  # the async computation of <op>-start syntax sugar: a parameter per operand, and the op
+                op, params, shape, head = what
+                names = []
+                for param_shape in params:
+                    names.append(self.module.unique("async_param"))
+                    self.anchor(len(self.names), lineno)
+                    self.add_row((False, names[-1], param_shape, "parameter", f"{len(names) - 1})"), "",
+                                 len(self.names))
+                self.anchor(len(self.names), lineno)
+                self.add_row((False, op, shape, op, head), "", len(self.names))
+                if op in hlo_text.COLLECTIVES:  # counted once, on the <op>-start as printed
+                    counts = self.counts["kernel.collective"]
+                    counts[op] = counts.get(op, 0) - 1
+            self.close_comp(emit=False)
+
     def add_row(self, parts: tuple, text: str, row: int, last_lineno: int | None = None) -> None:
         """Append the row of an instruction the fast path did not take; ``last_lineno``: the last line
-        of its statement when that was gathered (the next row comes after it)."""
+        of its statement when that was gathered (the next row comes after it). A shape of None: none known."""
         is_root, name, shape, op, rest = parts
         if is_root:
             self.roots.append(row)
-        sid = self.shapes.ids.get(shape)
+        key = "?" if shape is None else shape
+        sid = self.shapes.ids.get(key)
         if sid is None:
-            sid = self.shapes.add(hlo_text.shape_info(shape), shape)
+            sid = self.shapes.add(_NO_SHAPE if shape is None else hlo_text.shape_info(shape), key)
         p = rest.find("metadata={")
         mid = 0
         if p >= 0:
@@ -481,7 +615,7 @@ class _Parser:
             if mid is None or rest.find("//", 0, p) >= 0:
                 mid = self.meta(key, rest, p)
         if op not in hlo_text.SIMPLE:
-            self.special(op, rest if p < 0 else rest[:p], row)
+            self.special(op, rest if p < 0 else rest[:p], row, shape)
         self.names.append(name[1:] if name[:1] == "%" else name)
         self.ops.append(op)
         self.sids.append(sid)
@@ -505,9 +639,8 @@ class _Parser:
         st = Statement()
         st.feed(prev)
         st.feed(text)
-        if st.complete and (parts := hlo_text.split_statement(st.text)) is not None:
-            self.add_row(parts, st.text, row, self.gather_end)
-        else:
+        self.deferred = [d for d in self.deferred if d[0] != row]
+        if not (st.complete and self.statement(st.text, row, lineno, self.gather_end)):
             self.error(lineno, f"not an HLO instruction: {text[:80]!r}")
             self.skipped(self.gather_end)
 
@@ -538,7 +671,8 @@ class _Parser:
             elif not s.endswith("{") and not (self.module and (s in _SECTIONS or s[0].isdigit())):
                 gathered = True  # a computation header over several lines?
         if gathered:
-            text = self.gather([line], lineno, header=comp is None)
+            module_line = s.startswith("HloModule")
+            text = self.gather([line], lineno, header=comp is None and not module_line, strings=module_line)
             if text is None and s.startswith("HloModule "):
                 text = s  # cut short: it still names the module
             if not text:
@@ -552,11 +686,12 @@ class _Parser:
             if s == "}":
                 self.close_comp()
                 return False
+            if _CLOSES_WITH_ATTRIBUTES.match(s):
+                self.close_comp()
+                return False
             if not s.endswith("{") or hlo_text.is_instruction(s):
-                if (parts := hlo_text.split_statement(s)) is not None:
-                    self.add_row(parts, s, len(self.names))
-                else:
-                    self.error(lineno, f"not an HLO instruction: {s[:80]!r}")
+                if not self.statement(s, len(self.names), lineno, self.gather_end if gathered else None):
+                    self.error(lineno, f"not an HLO instruction: {s[:80]!r}{self.why}")
                 return False
             self.error(lineno, f"computation {comp.name} not closed before the next one")
             self.close_comp()
@@ -603,6 +738,8 @@ class _Parser:
 
     def open_comp(self, s: str, lineno: int, m: re.Match | None = None) -> None:
         """A computation header (``s`` stripped): "[ENTRY ]%name (params) -> shape {" or "name {"."""
+        if "/*" in s:  # "ENTRY /*comment*/ c1 {"
+            m = HEADER.match(strip_comments(s))
         if m is None:
             name, _, rest = s.partition(" ")
             is_entry = name == "ENTRY"
@@ -637,9 +774,10 @@ class _Parser:
             mod.entry = comp
             mod.entry_marked = True
         self.comp_start = self.comp_first = len(self.names)
+        self.accessed = {}
         self.anchor(self.comp_start, lineno + 1)
 
-    def close_comp(self) -> None:
+    def close_comp(self, emit: bool = True) -> None:
         comp, roots = self.comp, self.roots
         if (not roots or roots[-1] < self.comp_first) and not comp.rooted and len(self.names) > self.comp_first:
             # No ROOT: XLA's HloComputation::Builder::Build takes the last instruction (hlo_parser.cc,
@@ -648,6 +786,8 @@ class _Parser:
         self.ranges.append((comp, self.module, self.comp_start, len(self.names)))
         comp.closed = True
         self.comp = None
+        if emit and self.deferred:
+            self.emit_deferred()
 
     def settle(self) -> None:
         """Fold the rows of closed computations (``ranges``) into their counts: per batch, not per
@@ -691,10 +831,12 @@ class _Parser:
                         comp.root = infos[sids[row]]
 
     # -- rows that name computations or carry a fusion kind / custom-call target ---------------
-    def special(self, op: str, head: str, row: int) -> None:
+    def special(self, op: str, head: str, row: int, shape: str | None) -> None:
         if "//" in head:  # a comment after the instruction (only a hand-written line has one)
             head = strip_comments(head)
         self.edge_mark = (row, len(self.comp.edges))
+        if op[-6:] == "-start" and (wrapped := hlo_text.wrapped_opcode(op)):
+            self.sugar(wrapped, head, row, shape)
         if op == "fusion":
             i = head.find(", kind=")
             self.kinds[row] = m[0] if i >= 0 and (m := _WORD.match(head, i + 7)) else None
@@ -719,6 +861,20 @@ class _Parser:
                     edges.append((op, attr, callee))
         if called:
             self.called[row] = ",".join(called)
+
+    def sugar(self, op: str, head: str, row: int, shape: str | None) -> None:
+        """``<op>-start`` of XLA's async syntax sugar: XLA's parser makes an async computation of a parameter
+        for each element of the first element of its shape ((operands), output, state), at least as many as
+        ``op`` takes, and the op (CreateAsyncWrappedComputation), named ``async_wrapped``."""
+        elements = hlo_text.tuple_elements(shape) or []
+        params = hlo_text.tuple_elements(elements[0]) if elements else None
+        params = list(params or [])
+        params += ["f32[1]"] * (hlo_text.ARITY.get(op, 0) - len(params))  # XLA's stand-in for a missing one
+        name = self.module.unique("async_wrapped")
+        run = self.runs[-1]
+        self.deferred.append((row, name, run[1] + row - run[0], (op, params, elements[1] if len(elements) > 1 else None,
+                                                                  head)))
+        self.comp.edges.append(("async-start", "calls", name))
 
     def meta(self, key: str, text: str, p: int) -> int:
         """Id of a metadata block; ``key`` ends at its first "}", cached unless a quoted "}" cut it short."""
@@ -861,7 +1017,8 @@ class _Parser:
                      "kernel.collective": "kernel.collectives"}[prefix]
             metrics[total] = sum(counts.values())
             for key, n in sorted(counts.items(), key=lambda kv: str(kv[0])):
-                metrics[f"{prefix}.{key or 'unknown'}"] = n
+                if n:  # 0: an op in an async computation of syntax sugar, counted on its <op>-start
+                    metrics[f"{prefix}.{key or 'unknown'}"] = n
         errors = self.errors + ([f"... {self.n_errors - _MAX_ERRORS} more errors"] if self.n_errors > _MAX_ERRORS else [])
         return DumpSummary(kind=DumpKind.XLA_HLO, stage="after_optimizations" if self.optimized else
                            "before_optimizations", program=self.modules[0].name if self.modules else None,
