@@ -154,12 +154,13 @@ class _Comp:
 
 
 class _Module:
-    __slots__ = ("comps", "entry", "entry_marked", "frame_locs", "fusions", "headerless", "index", "is_scheduled",
+    __slots__ = ("comp_names", "comps", "entry", "entry_marked", "frame_locs", "fusions", "headerless", "index", "is_scheduled",
                  "lineno", "loc_sources", "made", "name", "names_used", "printed", "section", "tables")
 
     def __init__(self, name: str, index: int, lineno: int, is_scheduled: bool):
         self.name, self.index, self.lineno, self.is_scheduled = name, index, lineno, is_scheduled
         self.comps: list[_Comp] = []
+        self.comp_names: set[str] = set()
         self.entry: _Comp | None = None
         self.fusions = 0
         self.headerless = False  # no HloModule line: named after its entry computation
@@ -554,6 +555,8 @@ class _Parser:
             if key not in self.accessed:
                 elements = hlo_text.tuple_elements(shape)
                 element = elements[int(index)] if elements and index.isdigit() and int(index) < len(elements) else None
+                if element is None and shape is not None:  # XLA's parser: not a tuple, or no such element
+                    self.error(lineno, f"{operand}: {name} ({shape}) has no tuple element {index}")
                 row = len(self.names)
                 self.anchor(row, lineno)
                 gte = key.replace("#", "_")
@@ -753,6 +756,11 @@ class _Parser:
             name = name[1:]
         mod, comp = self.module, _Comp(name, is_entry, lineno)
         self.comp = comp
+        if name in mod.comp_names:  # XLA's parser: "computation already exists"
+            self.error(lineno, f"computation {name} defined twice in module {mod.name}")
+        if is_entry and mod.entry_marked:  # "expects only one ENTRY"
+            self.error(lineno, f"a second ENTRY computation ({name}) in module {mod.name}")
+        mod.comp_names.add(name)
         mod.comps.append(comp)
         if not mod.printed and not mod.headerless and "->" in s:  # the first header with a signature
             mod.printed = True
@@ -779,6 +787,10 @@ class _Parser:
 
     def close_comp(self, emit: bool = True) -> None:
         comp, roots = self.comp, self.roots
+        if len(roots) > 1 and roots[-2] >= self.comp_first or comp.rooted and roots and roots[-1] >= self.comp_first:
+            self.error(comp.lineno, f"computation {comp.name} has more than one ROOT")
+        if comp.n == 0 and len(self.names) == self.comp_first:
+            self.error(comp.lineno, f"computation {comp.name} has no instruction")
         if (not roots or roots[-1] < self.comp_first) and not comp.rooted and len(self.names) > self.comp_first:
             # No ROOT: XLA's HloComputation::Builder::Build takes the last instruction (hlo_parser.cc,
             # ParseInstructionList). Not marked when a batch ended right after that instruction.
@@ -837,6 +849,9 @@ class _Parser:
         self.edge_mark = (row, len(self.comp.edges))
         if op[-6:] == "-start" and (wrapped := hlo_text.wrapped_opcode(op)):
             self.sugar(wrapped, head, row, shape)
+        elif hlo_text.not_an_async_form(op):
+            self.error(self.runs[-1][1] + row - self.runs[-1][0], f"no such opcode in XLA: {op} ({op.rpartition('-')[0]} "
+                                                                  "is not wrapped as async syntax sugar)")
         if op == "fusion":
             i = head.find(", kind=")
             self.kinds[row] = m[0] if i >= 0 and (m := _WORD.match(head, i + 7)) else None

@@ -1,0 +1,91 @@
+"""XLA's own parser tests, read as the nightly reads them (data/corpus/hlo_parser_tests, issue 48).
+
+Every HLO text of xla/hlo/parser/hlo_parser_test.cc is held to what XLA's parser (jaxlib) made of the same
+text, as MANIFEST.json records it (written by benchmarks/hlo_parser_tests.py): a module it accepts reads
+``ok`` with its module name, computations, instructions (nested instructions, tuple accesses and the
+computations of syntax sugar included), entry, fusions and collectives; no text, accepted or not, makes the
+parser raise or hang.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from transforms.parse import parse_dump
+from transforms.records import DumpKind, Status
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "data" / "corpus" / "hlo_parser_tests"
+MANIFEST = json.loads((CORPUS / "MANIFEST.json").read_text(encoding="utf-8"))
+TEXTS = {d["id"]: d["text"] for d in map(json.loads, gzip.decompress((CORPUS / MANIFEST["file"]).read_bytes())
+                                         .decode().splitlines())}
+ENTRIES = {e["id"]: e for e in MANIFEST["texts"]}
+
+
+def xla_figures(entry: dict) -> dict | None:
+    """XLA's figures of the text, or of its equivalent where jaxlib's older XLA does not take the text."""
+    for key in ("xla_parser", "xla_parser_equivalent"):
+        if entry.get(key, {}).get("accepted"):
+            return entry[key]
+    return None
+
+
+# A lone instruction (no module, no computation): XLA's parser makes a module named "_" of it (the name
+# ParseAndReturnUnverifiedModule starts with; a module text names its module, or gets module_<entry>)
+SINGLE_INSTRUCTIONS = sorted(i for i, e in ENTRIES.items() if (xla_figures(e) or {}).get("name") == "_")
+ACCEPTED = sorted(i for i, e in ENTRIES.items() if xla_figures(e) and i not in SINGLE_INSTRUCTIONS)
+
+
+def read(text: str):
+    return parse_dump(io.BytesIO(text.encode()), "hlo_parser_test.hlo")
+
+
+def test_manifest_names_its_source_and_every_text_is_whole():
+    assert (MANIFEST["repo"], MANIFEST["path"], MANIFEST["licence"]) == (
+        "ROCm/xla", "xla/hlo/parser/hlo_parser_test.cc", "Apache-2.0")
+    assert re.fullmatch(r"[0-9a-f]{40}", MANIFEST["commit"])
+    assert list(TEXTS) == list(ENTRIES) and len(ENTRIES) == 431
+    for name, e in ENTRIES.items():
+        data = TEXTS[name].encode()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (e["bytes"], e["sha256"]), name
+    verdicts = [e["xla_parser"] for e in ENTRIES.values()]
+    assert sum(v["accepted"] for v in verdicts) == 267 and sum(bool(v.get("aborted")) for v in verdicts) == 14
+    assert len(ACCEPTED) == 277 and len(SINGLE_INSTRUCTIONS) == 5
+    assert (CORPUS / MANIFEST["file"]).stat().st_size < 100_000  # the corpus stays small
+
+
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_every_module_xla_accepts_reads_ok_with_xla_figures(name):
+    want = xla_figures(ENTRIES[name])
+    p = read(TEXTS[name])
+    s, m = p.summary, p.summary.metrics
+    assert (s.kind, s.status, s.errors, s.program) == (DumpKind.XLA_HLO, Status.OK, [], want["name"])
+    assert (m["hlo.modules"], m["hlo.computations"], m["hlo.instructions"]) == (
+        1, want["computations"], want["instructions"])
+    assert p.tables["hlo_modules"]["entry_computation"].to_list() == [want["entry"]]
+    assert (m["fusion.count"], m["kernel.collectives"]) == (want["fusions"], sum(want["collectives"].values()))
+    ins = p.tables["hlo_instructions"]
+    assert (ins.height, p.tables["hlo_computations"].height) == (want["instructions"], want["computations"])
+    # as XLA's computation builder makes it: one root in each computation (ROOT, else the last instruction)
+    roots = ins.group_by("computation").agg(pl.col("is_root").sum())
+    assert roots.height == want["computations"] and roots["is_root"].to_list() == [1] * roots.height
+
+
+def test_no_text_makes_the_parser_raise():
+    """Every text of the test file, XLA's rejected ones included (and those that make jaxlib's XLA abort)."""
+    outcomes: dict[str, int] = {}
+    for name, e in ENTRIES.items():
+        s = read(TEXTS[name]).summary
+        what = s.status.value if s.kind is DumpKind.XLA_HLO else s.kind.value
+        outcomes[what] = outcomes.get(what, 0) + 1
+        if s.status is not Status.OK:
+            assert s.errors and all(re.match(r"hlo_parser_test\.hlo: (line \d+: )?\S", x) for x in s.errors), name
+    assert sum(outcomes.values()) == 431
