@@ -479,3 +479,104 @@ def test_small_dictionaries_give_the_same_rows(monkeypatch):
     dropped = parse_dump(io.BytesIO(text), name).tables["hlo_instructions"]
     assert kept.height == dropped.height == 31_855
     assert dropped.equals(kept)
+
+
+# --- what XLA's parser makes of hand-written text that the text does not name (issue 48) -------------------
+
+
+def rows_of(text: str, *columns: str):
+    p = parse_dump(io.BytesIO(text.encode()), "snippet.txt")
+    return p, p.tables["hlo_instructions"].select(*columns).rows()
+
+
+def test_nested_instructions_and_compact_tuple_accesses_are_instructions():
+    """add(f32[4] parameter(1), multiply(n, p#0)): XLA's parser adds parameter.anon and multiply.anon before add;
+    p#0 is a get-tuple-element made once per computation (named p_0), p#1#1 one for each level."""
+    p, rows = rows_of("HloModule m\n\nENTRY e {\n  p = (f32[4], (s32[], f32[2])) parameter(0)\n"
+                      "  n = f32[4] negate(f32[4] %p#0)\n  x = f32[2] negate(p#1#1)\n"
+                      "  ROOT r = add(f32[4] parameter(1),\n    multiply(n, %p#0)), metadata={op_name=\"r\"}\n}\n",
+                      "name", "opcode", "shape", "is_root", "lineno", "op_name")
+    assert (p.summary.status, p.summary.errors, p.summary.metrics["hlo.instructions"]) == (Status.OK, [], 9)
+    assert rows == [
+        ("p", "parameter", "(f32[4], (s32[], f32[2]))", False, 4, None),
+        ("p_0", "get-tuple-element", "f32[4]", False, 5, None), ("n", "negate", "f32[4]", False, 5, None),
+        ("p_1", "get-tuple-element", "(s32[], f32[2])", False, 6, None),
+        ("p_1_1", "get-tuple-element", "f32[2]", False, 6, None), ("x", "negate", "f32[2]", False, 6, None),
+        ("parameter.anon", "parameter", "f32[4]", False, 7, None),
+        ("multiply.anon", "multiply", "f32[4]", False, 8, None),  # shape inferred from its operands, as XLA does
+        ("r", "add", "f32[4]", True, 7, "r")]
+    # the entry's parameters are the two written ones
+    assert p.summary.metrics["memory.entry_parameter_array_bytes"] == 16 + 4 + 8 + 16
+    # an access past a tuple, or into what is no tuple, is XLA's parse error
+    p, _ = rows_of("HloModule m\n\nENTRY e {\n  p = (f32[4]) parameter(0)\n  ROOT n = f32[4] negate(p#3)\n}\n", "name")
+    assert p.summary.errors == ["snippet.txt: line 5: p#3: p ((f32[4])) has no tuple element 3"]
+
+
+def test_inline_computations_and_async_syntax_sugar_are_computations():
+    """call-start(...), to_apply={...}: the inline computation is a computation "_"; call-start is XLA's syntax sugar
+    for an async-start whose computation (async_wrapped) holds a parameter per operand shape and the call."""
+    p, rows = rows_of("HloModule m\n\nENTRY e {\n  p0 = f32[] parameter(0)\n  p1 = s32[] parameter(1)\n"
+                      "  cs = ((f32[], s32[]), (f32[], s32[]), s32[]) call-start(p0, p1), to_apply={\n"
+                      "    a = f32[] parameter(0)\n    b = s32[] parameter(1)\n    ROOT t = tuple(a, b)\n"
+                      "  }, async_execution_thread=\"x\"\n  ROOT cd = (f32[], s32[]) call-done(cs)\n"
+                      "}, execution_thread=\"main\"",  # no newline at the end
+                      "computation", "name", "opcode", "shape", "is_root", "lineno")
+    assert (p.summary.status, p.summary.errors) == (Status.OK, [])
+    assert rows == [
+        ("e", "p0", "parameter", "f32[]", False, 4), ("e", "p1", "parameter", "s32[]", False, 5),
+        ("e", "cs", "call-start", "((f32[], s32[]), (f32[], s32[]), s32[])", False, 6),
+        ("e", "cd", "call-done", "(f32[], s32[])", True, 11),
+        ("async_wrapped", "async_param", "parameter", "f32[]", False, 6),
+        ("async_wrapped", "async_param.1", "parameter", "s32[]", False, 6),
+        ("async_wrapped", "call", "call", "(f32[], s32[])", True, 6),
+        ("_", "a", "parameter", "f32[]", False, 7), ("_", "b", "parameter", "s32[]", False, 8),
+        ("_", "t", "tuple", "(f32[], s32[])", True, 9)]  # a tuple's shape inferred, as XLA does
+    assert p.tables["hlo_computations"].select("name", "role", "instructions").rows() == [
+        ("e", "entry", 4), ("async_wrapped", "async", 3), ("_", "called", 3)]
+
+
+def test_module_header_over_lines_with_a_string_and_the_opcode_on_the_next_line():
+    """origin_recovery_table={... "<a module's text>"}: a string over lines in the HloModule statement, holding
+    lines that look like instructions and an HloModule line; then a shape whose opcode is on the next line."""
+    p, rows = rows_of('HloModule m, origin_recovery_table={\n  {"c"} : {"c2"},\n  "\n    HloModule inner\n'
+                      '    ENTRY x {\n      ROOT y = f32[] parameter(0)\n    }\n  "\n}\n\nENTRY e {\n'
+                      "  a = (f32[2], f32[2])\n    parameter(0)\n  ROOT b = f32[2] get-tuple-element(a), index=1\n}\n",
+                      "name", "shape", "lineno")
+    assert (p.summary.status, p.summary.errors, p.summary.program, rows) == (
+        Status.OK, [], "m", [("a", "(f32[2], f32[2])", 12), ("b", "f32[2]", 14)])
+
+
+def test_thousands_of_nested_brackets_cost_their_statement_only():
+    """Nesting past what a statement may hold (100 instructions or computations deep) is an error naming the line;
+    brackets never closed are an error at the end; neither raises (no recursion) and the other rows stay."""
+    deep = "negate(" * 5000 + "p" + ")" * 5000
+    text = (f"HloModule m\n\nENTRY e {{\n  p = f32[] parameter(0)\n  n = f32[] negate({deep})\n"
+            f"  t = (f32[]) tuple({'tuple(' * 3000}p{')' * 3000})\n  c = f32[] call(p), to_apply={'{ r = f32[] call(p), to_apply=' * 2000}"
+            f"{'}' * 2000}\n  ROOT q = f32[] negate(p)\n}}\n")
+    p, rows = rows_of(text, "name")
+    assert rows == [("p",), ("q",)]
+    assert [e.split(": ")[1] for e in p.summary.errors] == ["line 5", "line 6", "line 7"]
+    assert "nested more than 100 deep" in p.summary.errors[0]
+    p, rows = rows_of("HloModule m\n\nENTRY e {\n  p = f32[] parameter(0)\n  n = f32[] negate(" + "(" * 20000 + "\n}\n",
+                      "name")
+    assert rows == [("p",)] and p.summary.status is Status.PARTIAL
+    assert p.summary.errors[0] == "snippet.txt: line 5: input ended inside the statement that starts here"
+
+
+def test_what_xla_rejects_for_structure_is_an_error():
+    """A second ENTRY or ROOT, a computation defined twice or without instruction, an async form XLA has no
+    opcode for (hlo_parser.cc: "expects only one ENTRY", "one computation should have only one ROOT", ...)."""
+    cases = {
+        "ENTRY a {\n  ROOT p = f32[] parameter(0)\n}\nENTRY b {\n  ROOT q = f32[] parameter(0)\n}\n":
+            "line 6: a second ENTRY computation (b) in module m",
+        "c {\n  ROOT p = f32[] parameter(0)\n}\nc {\n  ROOT q = f32[] parameter(0)\n}\n":
+            "line 6: computation c defined twice in module m",
+        "ENTRY c {\n  ROOT p = f32[] parameter(0)\n  ROOT q = f32[] parameter(1)\n}\n":
+            "line 3: computation c has more than one ROOT",
+        "e {\n}\nENTRY c {\n  ROOT p = f32[] parameter(0)\n}\n": "line 3: computation e has no instruction",
+        "ENTRY c {\n  t = token[] after-all()\n  ROOT s = (f32[], u32[], token[]) send-start(t), channel_id=1\n}\n":
+            "line 5: no such opcode in XLA: send-start (send is not wrapped as async syntax sugar)",
+    }
+    for body, error in cases.items():
+        s = parse_dump(io.BytesIO(f"HloModule m\n\n{body}".encode()), "snippet.txt").summary
+        assert (s.status, s.errors) == (Status.PARTIAL, [f"snippet.txt: {error}"]), body

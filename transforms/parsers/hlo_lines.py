@@ -109,6 +109,15 @@ class Statement:
     def text(self) -> str:
         return " ".join(p.strip() for p in self.pieces if p.strip())
 
+    def line_starts(self) -> list[tuple[int, int]]:
+        """(offset in ``text``, index of the line fed) where the text of each line that gave some begins."""
+        out, offset = [], 0
+        for k, piece in enumerate(self.pieces):
+            if piece := piece.strip():
+                out.append((offset, k))
+                offset += len(piece) + 1
+        return out
+
     @property
     def complete(self) -> bool:
         """No bracket open, no comment open, and nothing dangling at the end (or nothing at all)."""
@@ -205,10 +214,11 @@ class Instruction:
     with each inline computation replaced by the name ``name_body`` gave it; ``bodies`` those computations
     (name, instructions) in the order XLA's parser makes them."""
 
-    __slots__ = ("attributes", "bodies", "is_root", "name", "opcode", "operands", "shape")
+    __slots__ = ("attributes", "bodies", "is_root", "name", "opcode", "operands", "shape", "start")
 
-    def __init__(self, is_root: bool, name: str | None, shape: str | None, opcode: str):
+    def __init__(self, is_root: bool, name: str | None, shape: str | None, opcode: str, start: int = 0):
         self.is_root, self.name, self.shape, self.opcode = is_root, name, shape, opcode
+        self.start = start  # where its text begins in the statement
         self.operands: list[str | Instruction] = []
         self.attributes = ""
         self.bodies: list[tuple[str, list[Instruction]]] = []
@@ -276,7 +286,7 @@ class _Reader:
         self.depth += 1
         if self.depth > MAX_NESTING:
             raise NotAnInstruction(f"nested more than {MAX_NESTING} deep")
-        is_root, name = False, None
+        is_root, name, start = False, None, self.start()
         if named:
             if self.peek() == "ROOT":
                 self.take()
@@ -287,7 +297,7 @@ class _Reader:
         opcode = self.take()
         if not OPCODE_WORD.fullmatch(opcode) or self.peek() != "(":
             raise NotAnInstruction(f"expected an opcode and its operands but saw {opcode!r}")
-        ins = Instruction(is_root, name, shape, opcode)
+        ins = Instruction(is_root, name, shape, opcode, start)
         if opcode in _LITERAL_OPERANDS:  # constant({1, 2}), parameter(0): no operand names
             first = self.start()
             self.skip_balanced()
@@ -384,8 +394,9 @@ _LITERAL_OPERANDS = frozenset({"constant", "parameter"})
 # What only a statement to read whole (``read_instruction``) holds, in the text after "opcode(": a compact tuple
 # access (#), a nested instruction ("(" or "," then [shape] opcode "(", or a tuple shape then opcode "("), or
 # a computation written inline ("={" then an instruction). A string that looks so costs a read, nothing else.
+INLINE = re.compile(r"=\s*\{\s*(?:ROOT\s|%?[\w.-]+\s*=)")  # "to_apply={ a = ...": a computation written inline
 _NEEDS_READING = re.compile(r"#|[(,]\s*(?:[a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?\s+)?%?[a-z][\w.-]*\s*\(|"
-                            r"\)\s+[a-z][\w.-]*\s*\(|=\s*\{\s*(?:ROOT\s|%?[\w.-]+\s*=)")
+                            r"\)\s+[a-z][\w.-]*\s*\(|" + INLINE.pattern)
 
 
 def needs_reading(rest: str) -> bool:

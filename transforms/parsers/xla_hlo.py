@@ -38,6 +38,7 @@ computation (docs/speed.md says where it goes).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -89,8 +90,8 @@ _MAX_ERRORS, _MAX_CACHE = 100, 200_000
 _SPLIT = "// -----"  # between modules of one file, as hlo-opt --split-input-file and FileCheck tests write it
 _MAX_META_CACHE = 20_000  # ~10 MiB of metadata texts and tuples kept from one batch to the next
 _FIELDS = {k: re.compile(rf"\b{k}=(\d+)") for k in ("file_location_id", "file_name_id", "line")}
-# A computation's closing brace with its attributes after it ("}, execution_thread=\"main_thread\"").
-_CLOSES_WITH_ATTRIBUTES = re.compile(r"\}\s*,\s*[\w-]+\s*=")
+# A computation's closing brace with its attribute after it ("}, execution_thread=\"main_thread\"").
+_CLOSES_WITH_ATTRIBUTES = re.compile(r'\}\s*,\s*execution_thread\s*=\s*"[^"]*"\s*$')
 _NO_SHAPE = hlo_text.ShapeInfo(None, None, None, None, None, None)  # an instruction whose shape XLA infers
 _OPENS_INLINE = re.compile(r"[=,{]\s*\{$")  # an instruction's text so far, when an inline computation opens
 
@@ -237,6 +238,7 @@ class _Parser:
         self.counts: dict[str, dict] = {"fusion.count": {}, "kernel.custom_call": {}, "kernel.collective": {}}
         self.errors: list[str] = []
         self.why = ""  # why the last statement() was no instruction
+        self.gathered: list[tuple[int, int]] = []  # (offset in its text, line number) of the statement gather() read
         self.n_errors = 0
         self.truncated = False
         self.out: list[TableBatch] = []  # module-level batches waiting to be yielded
@@ -340,7 +342,8 @@ class _Parser:
                 if not is_ins:
                     self.skipped(self.gather_end)
                     continue
-            if line[-1] != end and end is not None and line.strip() != "}":  # only the last line can lack it: cut
+            if line[-1] != end and end is not None and line.strip() != "}" and \
+                    not _CLOSES_WITH_ATTRIBUTES.match(line.strip()):  # only the last line can lack it: cut mid-way
                 self.truncated = True
                 self.error(k + self.shift, "last line cut mid-way; dropped")
                 self.skipped(k + self.shift)
@@ -362,7 +365,8 @@ class _Parser:
                 if special and not (i >= 0 and hlo_text.OPCODE.fullmatch(op)):
                     raise ValueError
                 j = rest.find(")", i)  # an operand list with "(" or "#" before its first ")" may nest (below)
-                if rest.find("(", i + 1, j) >= 0 or rest.find("#", i + 1, j) >= 0:
+                if rest.find("(", i + 1, j) >= 0 or rest.find("#", i + 1, j) >= 0 or \
+                        special and "={" in rest and hlo_lines.INLINE.search(rest):  # to_apply={ a = ... }
                     raise ValueError
             except ValueError:
                 self.careful(line, k + self.shift, prev)
@@ -422,7 +426,9 @@ class _Parser:
             self.roots.pop()
         if "//" not in line and line.rfind("/*") <= line.rfind("*/") and line.rstrip()[-1:] not in _CONTINUES:
             if (parts := hlo_text.split_instruction(line)) is not None:  # tuple shapes end here
-                self.statement(line, row, lineno, None, parts)
+                if not self.statement(line, row, lineno, None, parts):
+                    self.error(lineno, f"not an HLO instruction: {line.strip()[:80]!r}{self.why}")
+                    self.skipped(lineno)
                 return
             if line.strip() == "}":
                 self.close_comp()
@@ -483,6 +489,8 @@ class _Parser:
                 self.gather_end -= 1
                 return None
             st.feed(nxt)
+        first_line = self.gather_end - st.lines + 1
+        self.gathered = [(offset, first_line + k) for offset, k in st.line_starts()]
         return st.text
 
     def resume(self) -> None:
@@ -508,26 +516,28 @@ class _Parser:
             self.add_row(parts, text, row, last_lineno)
             return True
         try:
-            ins = hlo_lines.read_instruction(text, lambda: self.module.unique("_"))
+            ins = hlo_lines.read_instruction(strip_comments(text) if "/*" in text else text,
+                                             lambda: self.module.unique("_"))
         except hlo_lines.NotAnInstruction as e:
-            if parts is None:
-                self.why = f" ({e})"
-                return False
-            self.add_row(parts, text, row, last_lineno)  # what looked nested was in a string: as printed
-            return True
-        self.visit(ins, lineno)
+            self.why = f" ({e})"
+            return False
+        lines = self.gathered if last_lineno is not None and self.gathered and self.gathered[0][1] == lineno else \
+            [(0, lineno)]
+        self.visit(ins, lines)
         self.prev_text = text if len(self.names) == row + 1 else None  # rejoin() takes back one row only
         self.anchor(len(self.names), (lineno if last_lineno is None else last_lineno) + 1)
         return True
 
-    def visit(self, ins: hlo_lines.Instruction, lineno: int) -> tuple[str, str | None]:
-        """The rows of ``ins`` as XLA's parser adds them: its nested instructions and tuple accesses first, on
-        the line of its statement; its inline computations once the computation holding it closes. Its
-        name and shape (inferred when the text gives none, None when not inferred)."""
+    def visit(self, ins: hlo_lines.Instruction, lines: list[tuple[int, int]]) -> tuple[str, str | None]:
+        """The rows of ``ins`` as XLA's parser adds them: its nested instructions and tuple accesses first; its
+        inline computations once the computation holding it closes; each on the line its text starts on
+        (``lines``: (offset in the statement, line number) where each of its lines starts). Its name and shape
+        (inferred when the text gives none, None when not inferred)."""
+        lineno = lines[bisect.bisect_right(lines, (ins.start, float("inf"))) - 1][1]
         names, shapes = [], []
         for operand in ins.operands:
             if isinstance(operand, hlo_lines.Instruction):
-                name, shape = self.visit(operand, lineno)
+                name, shape = self.visit(operand, lines)
             elif ins.opcode in ("parameter", "constant"):  # a number or a literal, not an operand
                 name, shape = operand, None
             elif "#" in operand:
@@ -542,7 +552,7 @@ class _Parser:
         self.anchor(row, lineno)
         self.add_row((ins.is_root, name, shape, ins.opcode, ", ".join(names) + ")" + ins.attributes), "", row)
         for body, instructions in ins.bodies:
-            self.deferred.append((row, body, lineno, instructions))
+            self.deferred.append((row, body, lineno, (instructions, lines)))
         return name, shape
 
     def tuple_access(self, operand: str, lineno: int) -> tuple[str, str | None]:
@@ -582,9 +592,10 @@ class _Parser:
             self.module.comps.append(comp)
             self.comp, self.accessed = comp, {}
             self.comp_start = self.comp_first = len(self.names)
-            if isinstance(what, list):  # an inline computation
-                for ins in what:
-                    self.visit(ins, lineno)
+            if len(what) == 2:  # an inline computation
+                instructions, lines = what
+                for ins in instructions:
+                    self.visit(ins, lines)
             else:  # the async computation of <op>-start syntax sugar: a parameter per operand, and the op
                 op, params, shape, head = what
                 names = []
@@ -644,7 +655,7 @@ class _Parser:
         st.feed(text)
         self.deferred = [d for d in self.deferred if d[0] != row]
         if not (st.complete and self.statement(st.text, row, lineno, self.gather_end)):
-            self.error(lineno, f"not an HLO instruction: {text[:80]!r}")
+            self.error(lineno, f"not an HLO instruction: {text[:80]!r}{self.why}")
             self.skipped(self.gather_end)
 
     # -- everything that is not an indented instruction line ------------------------------

@@ -215,7 +215,9 @@ _ROLE_BY_ATTR = {"condition": "while_condition", "body": "while_body", "branch_c
 
 @lru_cache(maxsize=1024)  # asked once per edge; a module has thousands of edges and a few (op, attr) pairs
 def role(op: str, attr: str) -> str:
-    """What a computation is to the instruction naming it with ``attr``."""
+    """What a computation is to the instruction naming it with ``attr`` (to an <op>-start of XLA's async
+    syntax sugar, what it is to the op it wraps)."""
+    op = wrapped_opcode(op) or op
     if r := _ROLE_BY_ATTR.get(attr):
         return r
     if op == "fusion":
