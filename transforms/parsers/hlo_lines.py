@@ -394,14 +394,30 @@ _LITERAL_OPERANDS = frozenset({"constant", "parameter"})
 # What only a statement to read whole (``read_instruction``) holds, in the text after "opcode(": a compact tuple
 # access (#), a nested instruction ("(" or "," then [shape] opcode "(", or a tuple shape then opcode "("), or
 # a computation written inline ("={" then an instruction). A string that looks so costs a read, nothing else.
-INLINE = re.compile(r"=\s*\{\s*(?:ROOT\s|%?[\w.-]+\s*=)")  # "to_apply={ a = ...": a computation written inline
-_NEEDS_READING = re.compile(r"#|[(,]\s*(?:[a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?\s+)?%?[a-z][\w.-]*\s*\(|"
-                            r"\)\s+[a-z][\w.-]*\s*\(|" + INLINE.pattern)
+_COMPUTATION_ATTR = r"(?<![\w-])(?:to_apply|calls|condition|body|select|scatter|true_computation|false_computation|" \
+                    r"branch_computations|called_computations)\s*=\s*"
+# "to_apply={ a = ...", "branch_computations={{ ROOT b = ...": a computation written inline
+BODY = re.compile(r"\{\s*(?:\{\s*)?(?:ROOT\s|%?[\w.-]+\s*=)")  # the value of such an attribute, written inline
+INLINE = re.compile(_COMPUTATION_ATTR + BODY.pattern)
+# The text of a statement so far, when a computation written inline opens at the end of its line.
+OPENS_INLINE = re.compile(_COMPUTATION_ATTR + r"(?:\{\s*)?\{$|\}\s*,\s*\{$")
+_NESTS = re.compile(r"#|[(,]\s*(?:[a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?\s+)?%?[a-z][\w.-]*\s*\(|"
+                    r"\)\s+[a-z][\w.-]*\s*\(")  # in an operand list
+_PARENS = re.compile(r"[()]")
 
 
 def needs_reading(rest: str) -> bool:
-    """Whether the instruction whose text after "opcode(" is ``rest`` may nest what ``read_instruction`` finds."""
-    return _NEEDS_READING.search("(" + rest) is not None  # "(": the first operand follows one
+    """Whether the instruction whose text after "opcode(" is ``rest`` may nest what ``read_instruction`` finds:
+    in its operand list, a compact tuple access (#) or a nested instruction ("(" or "," then [shape] opcode
+    "(", or a tuple shape then opcode "("); after it, a computation written inline. (A string that looks so
+    costs a read, nothing else.)"""
+    depth, end = 1, len(rest)
+    for m in _PARENS.finditer(rest):  # the operand list ends at the ")" that closes "opcode(" (no string in it)
+        depth += 1 if m[0] == "(" else -1
+        if not depth:
+            end = m.start()
+            break
+    return _NESTS.search("(" + rest, 0, end + 1) is not None or INLINE.search(rest, end) is not None
 
 
 def read_instruction(text: str, name_body) -> Instruction:

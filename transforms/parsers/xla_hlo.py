@@ -93,7 +93,7 @@ _FIELDS = {k: re.compile(rf"\b{k}=(\d+)") for k in ("file_location_id", "file_na
 # A computation's closing brace with its attribute after it ("}, execution_thread=\"main_thread\"").
 _CLOSES_WITH_ATTRIBUTES = re.compile(r'\}\s*,\s*execution_thread\s*=\s*"[^"]*"\s*$')
 _NO_SHAPE = hlo_text.ShapeInfo(None, None, None, None, None, None)  # an instruction whose shape XLA infers
-_OPENS_INLINE = re.compile(r"[=,{]\s*\{$")  # an instruction's text so far, when an inline computation opens
+_NESTED = re.compile(r"[(,\s][a-z][\w.-]*\(")  # an opcode and its "(" in an operand list (layouts: T(8,128), E(4))
 
 
 def _goes_on(prev: str, text: str) -> bool:
@@ -246,6 +246,7 @@ class _Parser:
         # <op>-start syntax sugar), made when the computation holding it closes: (row, name, lineno, what).
         self.deferred: list[tuple[int, str, int, object]] = []
         self.accessed: dict[str, tuple[str, str | None]] = {}  # compact tuple accesses (p#1) made in this computation
+        self.lookup: tuple = (None, None, 0, {})  # shape_of()'s rows by name: (computation, batch, rows seen, rows)
 
     def new_batch(self, next_lineno: int = 0) -> None:
         # Column buffers of hlo_instructions. Module, computation and lineno come from runs: rows on
@@ -299,6 +300,7 @@ class _Parser:
         add_root = self.roots.append
         continues = _CONTINUES
         indent = "\0"  # " " inside a computation: a line starting with a space is an instruction
+        printed = False  # the module is printed by XLA (HloComputation::ToString), which nests no instruction
         end = None
         last = -1  # index of a line's last character before its newline
         k = n = 0
@@ -321,8 +323,10 @@ class _Parser:
                         ("/" not in line or "//" not in line and line.rfind("/*") <= line.rfind("*/")):
                     self.open_comp(line.strip(), k + self.shift)
                     indent = " "
+                    printed = self.module.printed
                     continue
                 is_ins = self.structure(line, k + self.shift)
+                printed = self.module is not None and self.module.printed
                 if self.pending is not None:
                     self.resume()
                 prev, n = self.prev_text, len(self.names)
@@ -356,18 +360,35 @@ class _Parser:
                     add_root(n)
                     name = eq
                     shape, rest = rest.split(None, 1)
-                if shape[0] == "(" or line[last] in continues or shape[-1] not in "]}" or \
-                        not shape[: shape.find("[")].isalnum():
-                    raise ValueError  # a tuple shape; a statement that goes on; no shape (for XLA to infer)
+                if shape[0] == "(" or line[last] in continues:  # a tuple shape; a statement that goes on
+                    raise ValueError
                 i = rest.find("(")  # the operands start at i + 1 (not copied out: most rows never look at them)
                 op = rest[:i] if i >= 0 else rest
                 special = op not in simple
                 if special and not (i >= 0 and hlo_text.OPCODE.fullmatch(op)):
                     raise ValueError
-                j = rest.find(")", i)  # an operand list with "(" or "#" before its first ")" may nest (below)
-                if rest.find("(", i + 1, j) >= 0 or rest.find("#", i + 1, j) >= 0 or \
-                        special and "={" in rest and hlo_lines.INLINE.search(rest):  # to_apply={ a = ... }
+                p = rest.find("metadata={", i + 1) if i >= 0 else -1
+                # What XLA's parser makes more instructions of (read whole by careful): an instruction nested
+                # in the operands of hand-written text (a "(" before the first ")", not a layout's T(8,128)), a
+                # compact tuple access (p#1); special() raises at a computation written inline (to_apply={ a = }).
+                if not printed and rest.find("(", i + 1, rest.find(")", i)) >= 0 and \
+                        _NESTED.search(rest, i, p if p >= 0 else len(rest)) or \
+                        "#" in rest and rest.find("#", i + 1, rest.find(")", i)) >= 0:
                     raise ValueError
+                sid = shape_ids.get(shape)
+                if sid is None:
+                    if shape[-1] not in "]}" or not shape[: shape.find("[")].isalnum():
+                        raise ValueError  # no shape ("add(f32[2] p, ..."): the text leaves it to XLA to infer
+                    sid = self.shapes.add(hlo_text.shape_info(shape), shape)
+                if p < 0:
+                    mid = 0
+                else:
+                    key = rest[p : rest.find("}", p) + 1]
+                    mid = meta_ids.get(key)
+                    if mid is None or rest.find("//", i + 1, p) >= 0:  # new, or a comment before it
+                        mid = self.meta(key, rest, p)
+                if special:
+                    self.special(op, rest[i + 1 :] if p < 0 else rest[i + 1 : p], n, shape)
             except ValueError:
                 self.careful(line, k + self.shift, prev)
                 if self.pending is not None:
@@ -383,19 +404,6 @@ class _Parser:
                     add_name, add_op, add_sid, add_mid = self.names.append, self.ops.append, self.sids.append, self.mids.append
                     add_root = self.roots.append
                 continue
-            sid = shape_ids.get(shape)
-            if sid is None:
-                sid = self.shapes.add(hlo_text.shape_info(shape), shape)
-            p = rest.find("metadata={", i + 1) if i >= 0 else -1
-            if p < 0:
-                mid = 0
-            else:
-                key = rest[p : rest.find("}", p) + 1]
-                mid = meta_ids.get(key)
-                if mid is None or rest.find("//", i + 1, p) >= 0:  # new, or a comment before it
-                    mid = self.meta(key, rest, p)
-            if special:
-                self.special(op, rest[i + 1 :] if p < 0 else rest[i + 1 : p], n, shape)
             add_name(name)
             add_op(op)
             add_sid(sid)
@@ -479,7 +487,7 @@ class _Parser:
             self.gather_end += 1
             if inline > st.depth:
                 inline = 0
-            if not inline and _OPENS_INLINE.search(st.text):
+            if not inline and hlo_lines.OPENS_INLINE.search(st.text):
                 inline = st.depth
             if not (st.in_comment or st.in_string or inline) and (
                     STARTS_INSTRUCTION.match(nxt) or nxt.lstrip().startswith("HloModule ")):
@@ -577,11 +585,14 @@ class _Parser:
 
     def shape_of(self, name: str) -> str | None:
         """The shape of the instruction ``name`` of the open computation, if its row is in this batch."""
-        names, first = self.names, self.comp_first
-        for row in range(len(names) - 1, first - 1, -1):
-            if names[row] == name or names[row] == "%" + name:
-                return self.shapes.values[self.sids[row]].shape
-        return None
+        comp, names, seen, rows = self.lookup
+        if comp is not self.comp or names is not self.names or seen < self.comp_first:  # another computation or batch
+            comp, names, seen, rows = self.comp, self.names, self.comp_first, {}
+        for row in range(seen, len(names)):  # the rows added since the last look-up
+            rows[names[row].removeprefix("%")] = row
+        self.lookup = (comp, names, len(names), rows)
+        row = rows.get(name)
+        return None if row is None else self.shapes.values[self.sids[row]].shape
 
     def emit_deferred(self) -> None:
         """The computations XLA's parser made of instructions of the computation just closed, each with its
@@ -629,7 +640,11 @@ class _Parser:
             if mid is None or rest.find("//", 0, p) >= 0:
                 mid = self.meta(key, rest, p)
         if op not in hlo_text.SIMPLE:
-            self.special(op, rest if p < 0 else rest[:p], row, shape)
+            try:
+                self.special(op, rest if p < 0 else rest[:p], row, shape)
+            except ValueError:  # a computation written inline that the statement reader was not asked to read
+                self.error(self.runs[-1][1] + row - self.runs[-1][0], f"{name}: a computation written inline "
+                                                                      "where none is read")
         self.names.append(name[1:] if name[:1] == "%" else name)
         self.ops.append(op)
         self.sids.append(sid)
@@ -752,8 +767,6 @@ class _Parser:
 
     def open_comp(self, s: str, lineno: int, m: re.Match | None = None) -> None:
         """A computation header (``s`` stripped): "[ENTRY ]%name (params) -> shape {" or "name {"."""
-        if "/*" in s:  # "ENTRY /*comment*/ c1 {"
-            m = HEADER.match(strip_comments(s))
         if m is None:
             name, _, rest = s.partition(" ")
             is_entry = name == "ENTRY"
@@ -761,6 +774,8 @@ class _Parser:
                 name = rest.partition(" ")[0]
             if "(" in name or "{" in name:  # no space before the parameters or the brace
                 m = HEADER.match(s)
+            elif name[:2] == "/*":  # "ENTRY /*comment*/ c1 {"
+                m = HEADER.match(strip_comments(s))
         if m is not None:
             name, is_entry = m[2], bool(m[1])
         if name[:1] == "%":
@@ -797,16 +812,17 @@ class _Parser:
         self.anchor(self.comp_start, lineno + 1)
 
     def close_comp(self, emit: bool = True) -> None:
-        comp, roots = self.comp, self.roots
-        if len(roots) > 1 and roots[-2] >= self.comp_first or comp.rooted and roots and roots[-1] >= self.comp_first:
+        comp, roots, first, end = self.comp, self.roots, self.comp_first, len(self.names)
+        if not roots or roots[-1] < first:
+            if not comp.rooted and end > first:
+                # No ROOT: XLA's HloComputation::Builder::Build takes the last instruction (hlo_parser.cc,
+                # ParseInstructionList). Not marked when a batch ended right after that instruction.
+                roots.append(end - 1)
+            elif end == first and not comp.n:  # XLA's parser: an instruction list holds one at least
+                self.error(comp.lineno, f"computation {comp.name} has no instruction")
+        elif comp.rooted or len(roots) > 1 and roots[-2] >= first:  # "one computation should have only one ROOT"
             self.error(comp.lineno, f"computation {comp.name} has more than one ROOT")
-        if comp.n == 0 and len(self.names) == self.comp_first:
-            self.error(comp.lineno, f"computation {comp.name} has no instruction")
-        if (not roots or roots[-1] < self.comp_first) and not comp.rooted and len(self.names) > self.comp_first:
-            # No ROOT: XLA's HloComputation::Builder::Build takes the last instruction (hlo_parser.cc,
-            # ParseInstructionList). Not marked when a batch ended right after that instruction.
-            roots.append(len(self.names) - 1)
-        self.ranges.append((comp, self.module, self.comp_start, len(self.names)))
+        self.ranges.append((comp, self.module, self.comp_start, end))
         comp.closed = True
         self.comp = None
         if emit and self.deferred:
@@ -855,12 +871,26 @@ class _Parser:
 
     # -- rows that name computations or carry a fusion kind / custom-call target ---------------
     def special(self, op: str, head: str, row: int, shape: str | None) -> None:
+        """Fusion kind, custom-call target, computations named; raises ValueError, before it changes anything,
+        at a computation written inline (to_apply={ a = ... }): the fast path leaves it to ``careful``."""
         if "//" in head:  # a comment after the instruction (only a hand-written line has one)
             head = strip_comments(head)
+        needles = hlo_text.CALL_ATTRS.get(op)
+        if needles is None:  # an unknown or rare opcode: look for every attribute that names computations
+            found = _CALLS.findall(head)
+            if any(v[0] == "{" and hlo_lines.BODY.match(v) for _, v in found):
+                raise ValueError(head)
+        else:  # str.find is far cheaper than a regex over long operand lists
+            found = []
+            for needle, attr in needles:
+                if (i := head.find(needle)) >= 0 and (v := _CALL_VALUE.match(head, i + len(needle))):
+                    if v[0][0] == "{" and hlo_lines.BODY.match(v[0]):
+                        raise ValueError(head)
+                    found.append((attr, v[0]))
         self.edge_mark = (row, len(self.comp.edges))
         if op[-6:] == "-start" and (wrapped := hlo_text.wrapped_opcode(op)):
             self.sugar(wrapped, head, row, shape)
-        elif hlo_text.not_an_async_form(op):
+        elif op in hlo_text.NOT_ASYNC_FORMS:
             self.error(self.runs[-1][1] + row - self.runs[-1][0], f"no such opcode in XLA: {op} ({op.rpartition('-')[0]} "
                                                                   "is not wrapped as async syntax sugar)")
         if op == "fusion":
@@ -869,14 +899,6 @@ class _Parser:
         elif op == "custom-call":
             i = head.find("custom_call_target=")
             self.targets[row] = m[1] if i >= 0 and (m := hlo_text.QUOTED.match(head, i + 19)) else None
-        needles = hlo_text.CALL_ATTRS.get(op)
-        if needles is None:  # an unknown or rare opcode: look for every attribute that names computations
-            found = _CALLS.findall(head)
-        else:  # str.find is far cheaper than a regex over long operand lists
-            found = []
-            for needle, attr in needles:
-                if (i := head.find(needle)) >= 0 and (v := _CALL_VALUE.match(head, i + len(needle))):
-                    found.append((attr, v[0]))
         if not found:  # most collectives name no computation
             return
         called, edges = [], self.comp.edges

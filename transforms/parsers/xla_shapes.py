@@ -401,15 +401,11 @@ def wrapped_opcode(op: str) -> str | None:
     return None if wrapped in _NOT_WRAPPED or not wrapped else wrapped
 
 
-def not_an_async_form(op: str) -> bool:
-    """``send-start``, ``all-reduce-update``, ``copy-update``: what XLA's parser rejects as no opcode (an opcode
-    it does not wrap, with a suffix of the async syntax sugar that is not an opcode of its own)."""
-    base, _, suffix = op.rpartition("-")
-    return suffix in ("start", "update", "done") and base in _NOT_WRAPPED and op not in _NATIVE_FORMS
-
-
-_NATIVE_FORMS = frozenset({*NATIVE_ASYNC, "all-reduce-done", "all-gather-done", "collective-permute-done", "copy-done",
-                           "send-done", "recv-done"})
+# send-start, all-reduce-update, copy-update: what XLA's parser rejects as no opcode (an opcode it does not wrap,
+# with a suffix of the async syntax sugar, that is not an opcode of its own).
+NOT_ASYNC_FORMS = frozenset({f"{op}-{suffix}" for op in _NOT_WRAPPED for suffix in ("start", "update", "done")}) - {
+    *NATIVE_ASYNC, "all-reduce-done", "all-gather-done", "collective-permute-done", "copy-done", "send-done",
+    "recv-done"}
 
 
 def tuple_elements(shape: str | None) -> list[str] | None:
