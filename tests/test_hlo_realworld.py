@@ -580,3 +580,19 @@ def test_what_xla_rejects_for_structure_is_an_error():
     for body, error in cases.items():
         s = parse_dump(io.BytesIO(f"HloModule m\n\n{body}".encode()), "snippet.txt").summary
         assert (s.status, s.errors) == (Status.PARTIAL, [f"snippet.txt: {error}"]), body
+
+
+def test_a_buffer_shape_and_a_printed_module_ended_by_a_split_line():
+    """b(f32[2,4]) is a shape (XLA's ParseShape: 'b(' shape ')'); a module XLA printed (signature headers) that a
+    "// -----" line ends without ENTRY is whole, its last computation its entry, as XLA's parser takes it (the
+    input ending there instead reads as cut: test_no_entry_takes_the_last_computation_unless_xla_printed_the_module).
+    Both as in xla/hlo/translate/hlo_to_mhlo/tests (custom_call.hlo, import_async.hlo)."""
+    text = ("HloModule a\n\n%c (p: f32[2]) -> b(f32[2,4]) {\n  %p = f32[2]{0} parameter(0)\n"
+            "  ROOT %b = b(f32[2,4]) custom-call(%p), custom_call_target=\"CreateBuffer\"\n}\n\n// -----\n\n"
+            "HloModule z\n\nENTRY %e () -> f32[] {\n  ROOT %k = f32[] constant(1)\n}\n")
+    p = parse_dump(io.BytesIO(text.encode()), "snippet.hlo")
+    assert (p.summary.status, p.summary.errors, p.summary.metrics["memory.entry_output_bytes"]) == (Status.OK, [], 36)
+    assert p.tables["hlo_modules"].select("module", "entry_computation", "complete").rows() == [
+        ("a", "c", True), ("z", "e", True)]
+    assert p.tables["hlo_instructions"].select("name", "shape", "dtype", "bytes").rows() == [
+        ("p", "f32[2]", "f32", 8), ("b", "b(f32[2,4])", "f32", 32), ("k", "f32[]", "f32", 4)]

@@ -268,12 +268,15 @@ class _Reader:
                 depth -= 1
 
     def can_be_shape(self) -> bool:
-        tok = self.peek()
-        return tok == "(" or (self.peek(1) == "[" and bool(_PRIMITIVE.fullmatch(tok)))
+        tok, nxt = self.peek(), self.peek(1)
+        return tok == "(" or nxt == "[" and bool(_PRIMITIVE.fullmatch(tok)) or tok == "b" and nxt == "("
 
     def shape(self) -> str:
         first = self.start()
-        if self.peek() == "(":
+        if self.peek() == "b":  # a buffer shape: b(f32[2,4])
+            self.take()
+            self.skip_balanced()
+        elif self.peek() == "(":
             self.skip_balanced()
         else:
             self.take()

@@ -790,13 +790,11 @@ class _Parser:
         mod.comps.append(comp)
         if not mod.printed and not mod.headerless and "->" in s:  # the first header with a signature
             mod.printed = True
-            if mod.entry is not None and not mod.entry_marked:
-                mod.entry.is_entry = False
-                mod.entry = None
-        if not mod.entry_marked and not mod.printed:
+        if not mod.entry_marked:
             # XLA's parser (HloParserImpl::ParseComputations, xla/hlo/parser/hlo_parser.cc): the computation
             # marked ENTRY, else the last one. Until an ENTRY shows, the computation seen last is taken for
-            # it (its parameters and root counted as the entry's).
+            # it (its parameters and root counted as the entry's; a printed module ending with the input
+            # without one was cut: finish_module).
             if mod.entry is not None:
                 mod.entry.is_entry = False
             comp.is_entry = True
@@ -1005,6 +1003,9 @@ class _Parser:
             self.comp = None
         self.settle()
         entry = mod.entry
+        if entry is not None and eof and mod.printed and not mod.entry_marked:
+            entry.is_entry = False  # XLA prints ENTRY last: a printed module the input ends before it was cut
+            entry = mod.entry = None
         if mod.headerless and mod.names_used - {mod.name}:
             self.error(mod.lineno, f"rows of module {mod.name} written before its end carry the name "
                                    f"{sorted(mod.names_used - {mod.name})[0]} (a module without HloModule line is "

@@ -84,6 +84,9 @@ def _leaf(dtype: str, dims: str, layout: str | None) -> tuple[int | None, int | 
 
 def shape_info(text: str) -> ShapeInfo:
     text = text.strip()
+    if text[:2] == "b(" and text[-1:] == ")":  # a buffer shape (b(f32[2,4])): the array it holds
+        inner = shape_info(text[2:-1])
+        return inner._replace(shape=f"b({inner.shape})")
     if "/*" in text:
         text = _COMMENT.sub("", text)
     if " " in text or "\t" in text:  # tuple elements, or hand-written spacing (f32[8, 8]{1, 0})
@@ -265,7 +268,7 @@ def split_instruction(line: str) -> tuple[bool, str, str, str, str] | None:
     k = line.find("(", j)
     op = line[j + 1 : k]
     if i >= 3 and j > i and k >= 0 and name and " " not in name and OPCODE.fullmatch(op) and \
-            (line[i] == "(" or _DTYPE.match(line, i)):
+            (line[i] == "(" or _DTYPE.match(line, i) or line.startswith("b(", i)):
         return root, name, line[i:j], op, line[k + 1 :]
     if m := _INS.match(line) or _INS_LOOSE.match(line):
         return bool(m[1]), m[2], m[3], m[4], line[m.end() :]
@@ -296,6 +299,8 @@ def _shape_end(text: str, i: int) -> int:
     """Index just past the shape that starts at ``text[i]`` (-1 if none does)."""
     if text[i : i + 1] == "(":
         return _matching(text, i)
+    if text.startswith("b(", i):  # a buffer shape
+        return _matching(text, i + 1)
     if (d := _DTYPE.match(text, i)) is None:
         return -1
     j = _matching(text, d.end() - 1)
