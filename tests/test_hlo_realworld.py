@@ -596,3 +596,23 @@ def test_a_buffer_shape_and_a_printed_module_ended_by_a_split_line():
         ("a", "c", True), ("z", "e", True)]
     assert p.tables["hlo_instructions"].select("name", "shape", "dtype", "bytes").rows() == [
         ("p", "f32[2]", "f32", 8), ("b", "b(f32[2,4])", "f32", 32), ("k", "f32[]", "f32", 4)]
+
+
+def test_a_lone_instruction_is_a_module():
+    """A text that is one instruction: XLA's parser makes a module and an entry computation "_" of it, with a
+    parameter for each operand written with a shape and not defined (named as the operand, or _<n> for a shape
+    alone); an inline computation is a computation of its own ("_.1"). Anything after the instruction is an error."""
+    p, rows = rows_of("%fusion = f32[3,2] fusion(f32[3,2] %p0, f32[2]), kind=kLoop, calls=\n{\n"
+                      "  a = f32[3,2] parameter(0)\n  b = f32[2] parameter(1)\n  ROOT c = f32[3,2] negate(a)\n}",
+                      "computation", "name", "opcode", "shape", "is_root", "lineno")
+    assert (p.summary.status, p.summary.errors, p.summary.program) == (Status.OK, [], "_")
+    assert rows == [("_", "p0", "parameter", "f32[3,2]", False, 1), ("_", "_1", "parameter", "f32[2]", False, 1),
+                    ("_", "fusion", "fusion", "f32[3,2]", True, 1), ("_.1", "a", "parameter", "f32[3,2]", False, 3),
+                    ("_.1", "b", "parameter", "f32[2]", False, 4), ("_.1", "c", "negate", "f32[3,2]", True, 5)]
+    assert p.tables["hlo_computations"].select("name", "is_entry", "role").rows() == [
+        ("_", True, "entry"), ("_.1", False, "fusion")]
+    assert (p.summary.metrics["fusion.count"], p.summary.metrics["kernel.launches"]) == (1, 1)
+    s = parse_dump(io.BytesIO(b"f32[2] negate(f32[2] x)\nf32[2] negate(f32[2] y)\n"), "snippet.txt").summary
+    assert (s.status, s.errors) == (Status.PARTIAL, [
+        "snippet.txt: line 2: text after the instruction (XLA's parser reads one instruction, or modules): "
+        "'f32[2] negate(f32[2] y)'"])

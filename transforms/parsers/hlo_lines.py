@@ -157,6 +157,12 @@ def first_statements(head: str, n: int = 2) -> list[str]:
     return out
 
 
+# A lone instruction's text, XLA's parser's third form (HloParserImpl::ParseSingleInstruction): [name =] shape
+# opcode(, a shape being a tuple, a buffer b(...) or type[dims]{layout}.
+LONE_INSTRUCTION = re.compile(r"\s*(?:%?[\w.-]+\s*=\s*)?(?:\([^=]*?\)|b\(.*?\)|[a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?)"
+                              r"\s+[a-z][\w.-]*\(")
+
+
 def looks_like_hlo(head: str) -> bool:
     """Text whose first statement (past comments and blank lines) is an ``HloModule`` header, or a
     computation header followed by an instruction (XLA's parser takes a module without header). Or a
@@ -166,7 +172,7 @@ def looks_like_hlo(head: str) -> bool:
     first = first_statements(head)
     if not first:
         return len(head.encode("utf-8", "replace")) >= HEAD_BYTES - 3 and bool(_QUOTES_HLO.search(head))
-    if first[0].startswith("HloModule") and first[0][9:10] in (" ", "\t", ""):
+    if first[0].startswith("HloModule") and first[0][9:10] in (" ", "\t", "") or LONE_INSTRUCTION.match(first[0]):
         return True
     return len(first) == 2 and bool(HEADER.match(first[0])) and bool(STARTS_INSTRUCTION.match(first[1]))
 
@@ -214,12 +220,13 @@ class Instruction:
     with each inline computation replaced by the name ``name_body`` gave it; ``bodies`` those computations
     (name, instructions) in the order XLA's parser makes them."""
 
-    __slots__ = ("attributes", "bodies", "is_root", "name", "opcode", "operands", "shape", "start")
+    __slots__ = ("attributes", "bodies", "is_root", "name", "opcode", "operand_shapes", "operands", "shape", "start")
 
     def __init__(self, is_root: bool, name: str | None, shape: str | None, opcode: str, start: int = 0):
         self.is_root, self.name, self.shape, self.opcode = is_root, name, shape, opcode
         self.start = start  # where its text begins in the statement
-        self.operands: list[str | Instruction] = []
+        self.operands: list[str | Instruction] = []  # "" for a shape with no name (a lone instruction's)
+        self.operand_shapes: list[str | None] = []  # the shape written before each operand's name
         self.attributes = ""
         self.bodies: list[tuple[str, list[Instruction]]] = []
 
@@ -285,7 +292,7 @@ class _Reader:
                 self.skip_balanced()  # layout
         return normalize_shape(self.text[first : self.toks[self.i - 1][2]])
 
-    def instruction(self, named: bool) -> Instruction:
+    def instruction(self, named: bool, attributes: bool | None = None) -> Instruction:
         self.depth += 1
         if self.depth > MAX_NESTING:
             raise NotAnInstruction(f"nested more than {MAX_NESTING} deep")
@@ -305,33 +312,38 @@ class _Reader:
             first = self.start()
             self.skip_balanced()
             ins.operands.append(self.text[first + 1 : self.toks[self.i - 1][1]].strip())
-            if named:
+            ins.operand_shapes.append(None)
+            if named if attributes is None else attributes:
                 self.attributes(ins)
             self.depth -= 1
             return ins
         self.take("(")
         if self.peek() != ")":
             while True:
-                ins.operands.append(self.operand())
+                operand, shape = self.operand()
+                ins.operands.append(operand)
+                ins.operand_shapes.append(shape)
                 if self.peek() != ",":
                     break
                 self.take()
         self.take(")")
-        if named:
+        if named if attributes is None else attributes:
             self.attributes(ins)
         self.depth -= 1
         return ins
 
-    def operand(self) -> str | Instruction:
-        mark = self.i
+    def operand(self) -> tuple[str | Instruction, str | None]:
+        mark, shape = self.i, None
         if self.can_be_shape():
-            self.shape()
+            shape = self.shape()
         tok = self.peek()
         if tok and tok not in "(){}[],=:" and self.peek(1) in (",", ")"):
             self.take()
-            return tok.lstrip("%")
+            return tok.lstrip("%"), shape
+        if shape is not None and tok in (",", ")"):  # a shape alone: a lone instruction's parameter
+            return "", shape
         self.i = mark  # a nested instruction: no name, no attributes
-        return self.instruction(named=False)
+        return self.instruction(named=False), None
 
     def attributes(self, ins: Instruction) -> None:
         pieces, last = [], self.start()
@@ -342,18 +354,21 @@ class _Reader:
                 self.take()
             if attr in COMPUTATION_ATTRS and self.peek() == "{":
                 if self.body_starts(1):
-                    pieces.append(self.text[last : self.start()])
+                    pieces.append(self.text[last : self.start()].rstrip())  # "calls=" then the name
                     pieces.append(self.inline(ins))
                     last = self.start()
                     continue
                 self.take("{")
                 while self.peek() not in ("}", ""):
                     if self.peek() == "{" and self.body_starts(1):
-                        pieces.append(self.text[last : self.start()])
+                        pieces.append(self.text[last : self.start()].rstrip())
                         pieces.append(self.inline(ins))
                         last = self.start()
+                    elif self.peek() == "," or self.peek(1) in (",", "}"):  # computation names
+                        self.take()
                     else:
-                        self.skip_balanced()
+                        raise NotAnInstruction(f"{attr}: expected computation names or instructions but saw "
+                                               f"{self.peek()!r}")
                 self.take("}")
                 continue
             while self.peek() not in (",", ""):
@@ -426,10 +441,11 @@ def needs_reading(rest: str) -> bool:
 def read_instruction(text: str, name_body) -> Instruction:
     """The instruction statement ``text`` (comments removed), with what it nests; ``name_body()`` names each
     inline computation. Raises ``NotAnInstruction`` (never anything else) when XLA's parser would not read it
-    as one instruction."""
+    as one instruction. A lone instruction (the whole text) may have no name: ``f32[10] add(...), ...``."""
     try:
         reader = _Reader(text, name_body)
-        ins = reader.instruction(named=True)
+        unnamed = reader.can_be_shape()
+        ins = reader.instruction(named=not unnamed, attributes=True)
     except IndexError as e:  # pragma: no cover - a token past the end is reported as NotAnInstruction
         raise NotAnInstruction(str(e)) from None
     if reader.peek():

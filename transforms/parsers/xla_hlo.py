@@ -123,6 +123,24 @@ def _field(table: dict, key: int | None, name: str) -> int | None:
     return value.get(name) if isinstance(value, dict) else None
 
 
+def _shape_alone(ins: hlo_lines.Instruction, lone: bool = False) -> bool:
+    """An operand written as a shape with no name in ``ins`` or what it nests, but where a lone instruction may
+    have one (``lone``: ``ins`` is that instruction; its operands and nested instructions, not its computations)."""
+    return any(o == "" and not lone or isinstance(o, hlo_lines.Instruction) and _shape_alone(o, lone)
+               for o in ins.operands) or any(_shape_alone(i) for _, body in ins.bodies for i in body)
+
+
+def _ends_statement(st: Statement, last: str) -> bool:
+    """Whether ``last``, the input's last line (without newline), closes the statement ``st`` holds so far: closing
+    brackets only (a line cut mid-way could be the start of a longer one, whose row is not this one)."""
+    if last.strip().strip(")}]"):
+        return False
+    rest = Statement(st.in_comment, st.strings)
+    rest.depth, rest.in_string = st.depth, st.in_string
+    rest.feed(last)
+    return rest.complete
+
+
 def sniff(name: str, head: str) -> bool:
     """The first statement past comments and blank lines is an HloModule header, or a computation
     header followed by an instruction (a module without header, which XLA's parser takes too)."""
@@ -238,6 +256,7 @@ class _Parser:
         self.counts: dict[str, dict] = {"fusion.count": {}, "kernel.custom_call": {}, "kernel.collective": {}}
         self.errors: list[str] = []
         self.why = ""  # why the last statement() was no instruction
+        self.lone: tuple[_Comp, list[int]] | None = None  # a lone instruction's computation, and parameters made
         self.gathered: list[tuple[int, int]] = []  # (offset in its text, line number) of the statement gather() read
         self.n_errors = 0
         self.truncated = False
@@ -479,8 +498,8 @@ class _Parser:
                                    "skipped")
                 return None
             nxt = next(self.lines, None)
-            if nxt is None or (self.end and nxt[-1:] != self.end):  # the input ends (maybe cut mid-line)
-                self.truncated = True
+            if nxt is None or (self.end and nxt[-1:] != self.end and not _ends_statement(st, nxt)):
+                self.truncated = True  # the input ends (cut mid-line, unless its last line ends the statement)
                 self.error(lineno, "input ended inside the statement that starts here")
                 return None
             self.shift += 1
@@ -497,8 +516,11 @@ class _Parser:
                 self.gather_end -= 1
                 return None
             st.feed(nxt)
-        first_line = self.gather_end - st.lines + 1
-        self.gathered = [(offset, first_line + k) for offset, k in st.line_starts()]
+        if last is None:  # the k-th line fed is line lineno + k
+            self.gathered = [(offset, lineno + k) for offset, k in st.line_starts()]
+        else:  # first: one text gathered before (its lines as then), then lines from last + 1
+            prior = self.gathered if self.gathered and self.gathered[0][1] == lineno else [(0, lineno)]
+            self.gathered = prior + [(offset, last + k) for offset, k in st.line_starts() if k]
         return st.text
 
     def resume(self) -> None:
@@ -511,7 +533,7 @@ class _Parser:
                 self.careful(line, lineno, None)
 
     def statement(self, text: str, row: int, lineno: int, last_lineno: int | None = None,
-                  parts: tuple | None = None) -> bool:
+                  parts: tuple | None = None, read: bool = False) -> bool:
         """The rows of the instruction statement ``text`` (comment-free) that the fast path did not take:
         one row as printed (``parts``, from ``split_instruction``/``split_statement``), or, when it nests
         instructions or computations, accesses tuple elements compactly (``p#1``) or has no shape, every
@@ -520,7 +542,7 @@ class _Parser:
         self.why = ""
         if parts is None:
             parts = hlo_text.split_statement(text)
-        if parts is not None and not hlo_lines.needs_reading(parts[4]):
+        if parts is not None and not read and not hlo_lines.needs_reading(parts[4]):
             self.add_row(parts, text, row, last_lineno)
             return True
         try:
@@ -528,6 +550,9 @@ class _Parser:
                                              lambda: self.module.unique("_"))
         except hlo_lines.NotAnInstruction as e:
             self.why = f" ({e})"
+            return False
+        if _shape_alone(ins, self.lone is not None and self.lone[0] is self.comp):
+            self.why = " (an operand with a shape and no name)"
             return False
         lines = self.gathered if last_lineno is not None and self.gathered and self.gathered[0][1] == lineno else \
             [(0, lineno)]
@@ -543,15 +568,22 @@ class _Parser:
         (inferred when the text gives none, None when not inferred)."""
         lineno = lines[bisect.bisect_right(lines, (ins.start, float("inf"))) - 1][1]
         names, shapes = [], []
-        for operand in ins.operands:
+        for k, operand in enumerate(ins.operands):
             if isinstance(operand, hlo_lines.Instruction):
                 name, shape = self.visit(operand, lines)
             elif ins.opcode in ("parameter", "constant"):  # a number or a literal, not an operand
                 name, shape = operand, None
             elif "#" in operand:
                 name, shape = self.tuple_access(operand, lineno)
+            elif (row := self.row_named(operand) if operand else None) is not None:
+                name, shape = operand, self.shapes.values[self.sids[row]].shape
+            elif self.lone is not None and self.lone[0] is self.comp and (written := ins.operand_shapes[k]):
+                name, shape = self.lone_parameter(operand, written, lineno), written
             else:
-                name, shape = operand, self.shape_of(operand)
+                name, shape = operand, None
+                if not self.comp.n and not self.comp.rooted:  # every row of the computation is at hand: none is it
+                    self.error(lineno, f"{ins.name or ins.opcode}: operand {operand} is not defined in computation "
+                                       f"{self.comp.name}")
             names.append(name)
             shapes.append(shape)
         shape = ins.shape if ins.shape is not None else hlo_text.infer_shape(ins.opcode, shapes, ins.attributes)
@@ -583,16 +615,30 @@ class _Parser:
             name, shape = self.accessed[key]
         return name, shape
 
+    def lone_parameter(self, name: str, shape: str, lineno: int) -> str:
+        """The parameter XLA's parser makes for an operand of a lone instruction: named as the operand, or
+        ``_<n>`` (n: parameters made before) when only its shape is written."""
+        made = self.lone[1]
+        name = name or f"_{made[0]}"
+        self.anchor(len(self.names), lineno)
+        self.add_row((False, name, shape, "parameter", f"{made[0]})"), "", len(self.names))
+        made[0] += 1
+        return name
+
     def shape_of(self, name: str) -> str | None:
         """The shape of the instruction ``name`` of the open computation, if its row is in this batch."""
+        row = self.row_named(name)
+        return None if row is None else self.shapes.values[self.sids[row]].shape
+
+    def row_named(self, name: str) -> int | None:
+        """The row of the instruction ``name`` of the open computation, if it is in this batch."""
         comp, names, seen, rows = self.lookup
         if comp is not self.comp or names is not self.names or seen < self.comp_first:  # another computation or batch
             comp, names, seen, rows = self.comp, self.names, self.comp_first, {}
         for row in range(seen, len(names)):  # the rows added since the last look-up
             rows[names[row].removeprefix("%")] = row
         self.lookup = (comp, names, len(names), rows)
-        row = rows.get(name)
-        return None if row is None else self.shapes.values[self.sids[row]].shape
+        return rows.get(name)
 
     def emit_deferred(self) -> None:
         """The computations XLA's parser made of instructions of the computation just closed, each with its
@@ -726,6 +772,10 @@ class _Parser:
             self.close_comp()
         m = HEADER.match(s)
         if self.module is None:
+            if m is None and not self.modules and hlo_lines.LONE_INSTRUCTION.match(s):
+                self.end = "\n" if line[-1] == "\n" else None
+                self.lone_instruction(s, lineno)
+                return False
             if m is None:
                 if self.modules:  # after a // ----- split
                     self.error(lineno, f"unrecognized line: {s[:80]!r}")
@@ -734,7 +784,9 @@ class _Parser:
             self.end = "\n" if line[-1] == "\n" else None
             self.start_module(None, lineno)  # a module without header, as XLA's parser takes it
         mod = self.module
-        if s == "}":
+        if mod.name == "_" and self.lone is not None:
+            self.error(lineno, f"text after the instruction (XLA's parser reads one instruction, or modules): {s[:80]!r}")
+        elif s == "}":
             self.error(lineno, "'}' outside a computation")
         elif m is not None:
             self.open_comp(s, lineno, m)
@@ -745,6 +797,31 @@ class _Parser:
         else:
             self.error(lineno, f"unrecognized line: {s[:80]!r}")
         return False
+
+    def lone_instruction(self, s: str, lineno: int) -> None:
+        """A text that is one instruction (``s`` its first line or lines): XLA's parser makes a module and an entry
+        computation named ``_`` of it, with a parameter for each operand it names with a shape and does not
+        define (ParseSingleInstruction), named as the operand or ``_<n>``."""
+        text = s
+        st = Statement()
+        st.feed(s)
+        if not st.complete:
+            text = self.gather([s], lineno, last=self.gather_end)
+        self.start_module(None, lineno)
+        mod = self.module
+        mod.headerless, mod.name = False, "_"
+        comp = self.comp = _Comp(mod.unique("_"), True, lineno)
+        mod.comps.append(comp)
+        mod.comp_names.add("_")
+        mod.entry, mod.entry_marked = comp, True
+        self.comp_start = self.comp_first = len(self.names)
+        self.anchor(self.comp_start, lineno)
+        self.lone = (comp, [0])
+        if text is None or not self.statement(text, len(self.names), lineno, self.gather_end if text is not s else None,
+                                              read=True):
+            if text is not None:
+                self.error(lineno, f"not an HLO instruction: {text[:80]!r}{self.why}")
+        self.close_comp()
 
     def split(self, lineno: int) -> None:
         """A ``// -----`` line: the module so far ends (hlo-opt --split-input-file reads each part as a module)."""
