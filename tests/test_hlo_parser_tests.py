@@ -80,12 +80,18 @@ def test_every_module_xla_accepts_reads_ok_with_xla_figures(name):
 
 
 def test_no_text_makes_the_parser_raise():
-    """Every text of the test file, XLA's rejected ones included (and those that make jaxlib's XLA abort)."""
-    outcomes: dict[str, int] = {}
+    """Every text of the test file, XLA's rejected ones included (and those that make jaxlib's XLA abort): read
+    without raising, a text not read ok says why and where. Of the 149 texts jaxlib's XLA rejects, 29 read
+    partial (what XLA rejects for structure: a second ENTRY or ROOT, an operand no instruction defines in a
+    statement read whole, nesting too deep, ...) and 6 unknown (not HLO: error messages, JSON, a lone "}");
+    114 read ok: 31 the test file's newer XLA takes (async chains bound late, compact tuple accesses printed
+    back), 83 XLA rejects for what a dump reader does not check (a literal's values against its type, which
+    attributes an opcode takes, shape inference and async chain rules, undefined names on a printed line)."""
+    outcomes: dict[tuple[bool, str], int] = {}
     for name, e in ENTRIES.items():
         s = read(TEXTS[name]).summary
-        what = s.status.value if s.kind is DumpKind.XLA_HLO else s.kind.value
-        outcomes[what] = outcomes.get(what, 0) + 1
+        key = (bool(xla_figures(e)), s.status.value if s.kind is DumpKind.XLA_HLO else s.kind.value)
+        outcomes[key] = outcomes.get(key, 0) + 1
         if s.status is not Status.OK:
             assert s.errors and all(re.match(r"hlo_parser_test\.hlo: (line \d+: )?\S", x) for x in s.errors), name
-    assert sum(outcomes.values()) == 431
+    assert outcomes == {(True, "ok"): 282, (False, "ok"): 114, (False, "partial"): 29, (False, "unknown"): 6}
