@@ -422,6 +422,7 @@ OPENS_INLINE = re.compile(_COMPUTATION_ATTR + r"(?:\{\s*)?\{$|\}\s*,\s*\{$")
 _NESTS = re.compile(r"#|[(,]\s*(?:[a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?\s+)?%?[a-z][\w.-]*\s*\(|"
                     r"\)\s+[a-z][\w.-]*\s*\(")  # in an operand list
 _PARENS = re.compile(r"[()]")
+_OPCODE_PAREN = re.compile(r"[a-z][\w.-]*\(")
 
 
 def needs_reading(rest: str) -> bool:
@@ -429,13 +430,24 @@ def needs_reading(rest: str) -> bool:
     in its operand list, a compact tuple access (#) or a nested instruction ("(" or "," then [shape] opcode
     "(", or a tuple shape then opcode "("); after it, a computation written inline. (A string that looks so
     costs a read, nothing else.)"""
+    if (p := rest.find("metadata={")) >= 0:
+        rest = rest[:p]
+    if "#" not in rest and _OPCODE_PAREN.search(rest) is None and not any(a in rest for a in _COMPUTATION_WORDS):
+        return False  # no "#", no "opcode(", no attribute naming a computation: the common case, decided in C
     depth, end = 1, len(rest)
     for m in _PARENS.finditer(rest):  # the operand list ends at the ")" that closes "opcode(" (no string in it)
         depth += 1 if m[0] == "(" else -1
         if not depth:
             end = m.start()
             break
-    return _NESTS.search("(" + rest, 0, end + 1) is not None or INLINE.search(rest, end) is not None
+    operands = rest[:end]
+    if "#" in operands or "(" in operands and _NESTS.search("(" + operands) is not None:  # no "(": nothing nested
+        return True
+    tail = rest[end:]
+    return any(attr in tail for attr in _COMPUTATION_WORDS) and INLINE.search(tail) is not None
+
+
+_COMPUTATION_WORDS = ("to_apply", "calls", "condition", "body", "select", "scatter", "computation")
 
 
 def read_instruction(text: str, name_body) -> Instruction:

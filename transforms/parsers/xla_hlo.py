@@ -542,7 +542,8 @@ class _Parser:
         self.why = ""
         if parts is None:
             parts = hlo_text.split_statement(text)
-        if parts is not None and not read and not hlo_lines.needs_reading(parts[4]):
+        if parts is not None and not read and (  # XLA's printer nests nothing; a compact tuple access holds a "#"
+                self.module.printed and "#" not in parts[4] or not hlo_lines.needs_reading(parts[4])):
             self.add_row(parts, text, row, last_lineno)
             return True
         try:
