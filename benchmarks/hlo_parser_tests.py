@@ -111,18 +111,23 @@ def texts_of(source: str) -> list[dict]:
     return out
 
 
-def xla_verdicts(texts: list[str], python: str) -> list[dict]:
-    """XLA's parser on each text, in child processes (one restarted past a text that makes XLA abort)."""
+def xla_verdicts(texts: list[str], python: str, hang_seconds: float = 60) -> list[dict]:
+    """XLA's parser on each text, in child processes (one restarted past a text that makes XLA abort, or hang:
+    what such a text does is undefined behaviour in that XLA, a crash one run, a hang or a module another)."""
     tmp = ROOT / "benchmarks" / "out" / "hlo_parser_tests.json"
     tmp.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(json.dumps(texts))
     got: dict[int, dict] = {}
     start = 0
     while start < len(texts):
-        p = subprocess.run([python, "-c", _WORKER, str(tmp), str(start)], capture_output=True, text=True,
-                           env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=600)
+        try:
+            p = subprocess.run([python, "-c", _WORKER, str(tmp), str(start)], capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=hang_seconds)
+            stdout, stderr = p.stdout, p.stderr
+        except subprocess.TimeoutExpired as e:
+            stdout, stderr = (x.decode() if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr))
         started = None
-        for line in p.stdout.splitlines():
+        for line in stdout.splitlines():
             r = json.loads(line)
             if r.pop("started", False):
                 started = r["i"]
@@ -130,7 +135,7 @@ def xla_verdicts(texts: list[str], python: str) -> list[dict]:
                 got[r.pop("i")] = r
         if started is None or started in got:
             break
-        fatal = [ln for ln in p.stderr.splitlines() if ln.startswith(("F0", "terminate", "vector::"))]
+        fatal = [ln for ln in stderr.splitlines() if ln.startswith(("F0", "terminate", "vector::"))]
         got[started] = {"accepted": False, "aborted": True, "error": (fatal or ["the process aborted"])[0]}
         start = started + 1
     return [got[i] for i in range(len(texts))]

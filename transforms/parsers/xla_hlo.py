@@ -12,7 +12,11 @@ without an ``HloModule`` line (one module, named ``module_<entry computation>`` 
 names it). A hand-written module without a computation marked ENTRY takes its last one, a
 computation without ROOT its last instruction, and a ``// -----`` line ends a module (XLA's
 FileCheck tests, read by ``hlo-opt --split-input-file``). Those lines leave the fast path for
-``hlo_lines`` (comment-free statements; a bounded buffer).
+``hlo_lines`` (comment-free statements; a bounded buffer). The rows are what XLA's parser makes
+of the text (docs/metrics.md): an instruction nested in an operand list, a compact tuple access
+(``p#1``) and an instruction without shape are rows, a computation written inline and the async
+computation of ``<op>-start`` syntax sugar are computations, and a text that is one instruction
+is a module ``_``; ``hlo_lines.read_instruction`` reads such a statement whole.
 
 Output: ``hlo_instructions`` batches as the lines stream by, ``hlo_computations`` and
 ``hlo_modules`` rows when each module ends, then one ``DumpSummary`` (metrics summed
