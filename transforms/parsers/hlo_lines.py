@@ -15,9 +15,15 @@ none so): a quote left open there ends at the end of its line. In an ``HloModule
 (``Statement(strings=True)``) one may, as XLA's parser takes it (``origin_recovery_table={...}``
 holds modules' text as strings).
 
-Guarantees: nothing here raises. A statement holds at most ``MAX_STATEMENT_LINES`` lines and
-``MAX_STATEMENT_CHARS`` characters (``overflowed`` says when one did not fit), so an unclosed
-bracket costs a bounded buffer, never the rest of a file.
+``read_instruction`` takes one instruction statement apart as XLA's parser reads it: what it nests
+(instructions in its operand list, computations written inline), compact tuple accesses, and a
+missing shape; ``needs_reading`` says whether a statement may hold any of that.
+
+Guarantees: nothing here raises but ``read_instruction``, and that only ``NotAnInstruction``, with
+the reason (no recursion past ``MAX_NESTING``: thousands of nested brackets are an error, not a crash).
+A statement holds at most ``MAX_STATEMENT_LINES`` lines and ``MAX_STATEMENT_CHARS`` characters
+(``overflowed`` says when one did not fit), so an unclosed bracket costs a bounded buffer, never the
+rest of a file.
 """
 
 from __future__ import annotations
