@@ -266,7 +266,8 @@ ENTRY main {
 
 def test_syntax_variants():
     t, s = run_text(VARIANTS)
-    assert s.errors == ["line 20: not an HLO instruction: 'garbage that is not an instruction'"]
+    assert s.errors == ["line 20: not an HLO instruction: 'garbage that is not an instruction' (expected = but saw "
+                        "'that')"]
     assert not s.truncated and s.program == "hand_written"
     ins = {r["name"]: r for r in t["hlo_instructions"].iter_rows(named=True)}
     assert ins["p"]["layout"] == "0:T(128)S(1)" and ins["p"]["shape"] == "f32[4]" and ins["p"]["bytes"] == 16

@@ -84,6 +84,9 @@ def _leaf(dtype: str, dims: str, layout: str | None) -> tuple[int | None, int | 
 
 def shape_info(text: str) -> ShapeInfo:
     text = text.strip()
+    if text[:2] == "b(" and text[-1:] == ")":  # a buffer shape (b(f32[2,4])): the array it holds
+        inner = shape_info(text[2:-1])
+        return inner._replace(shape=f"b({inner.shape})")
     if "/*" in text:
         text = _COMMENT.sub("", text)
     if " " in text or "\t" in text:  # tuple elements, or hand-written spacing (f32[8, 8]{1, 0})
@@ -215,7 +218,9 @@ _ROLE_BY_ATTR = {"condition": "while_condition", "body": "while_body", "branch_c
 
 @lru_cache(maxsize=1024)  # asked once per edge; a module has thousands of edges and a few (op, attr) pairs
 def role(op: str, attr: str) -> str:
-    """What a computation is to the instruction naming it with ``attr``."""
+    """What a computation is to the instruction naming it with ``attr`` (to an <op>-start of XLA's async
+    syntax sugar, what it is to the op it wraps)."""
+    op = wrapped_opcode(op) or op
     if r := _ROLE_BY_ATTR.get(attr):
         return r
     if op == "fusion":
@@ -262,7 +267,8 @@ def split_instruction(line: str) -> tuple[bool, str, str, str, str] | None:
     j = line.find(") ", i) + 1 if line[i : i + 1] == "(" else line.find(" ", i)
     k = line.find("(", j)
     op = line[j + 1 : k]
-    if i >= 3 and j > i and k >= 0 and name and " " not in name and OPCODE.fullmatch(op):
+    if i >= 3 and j > i and k >= 0 and name and " " not in name and OPCODE.fullmatch(op) and \
+            (line[i] == "(" or _DTYPE.match(line, i) or line.startswith("b(", i)):
         return root, name, line[i:j], op, line[k + 1 :]
     if m := _INS.match(line) or _INS_LOOSE.match(line):
         return bool(m[1]), m[2], m[3], m[4], line[m.end() :]
@@ -289,6 +295,20 @@ def _matching(text: str, i: int) -> int:
     return -1
 
 
+def _shape_end(text: str, i: int) -> int:
+    """Index just past the shape that starts at ``text[i]`` (-1 if none does)."""
+    if text[i : i + 1] == "(":
+        return _matching(text, i)
+    if text.startswith("b(", i):  # a buffer shape
+        return _matching(text, i + 1)
+    if (d := _DTYPE.match(text, i)) is None:
+        return -1
+    j = _matching(text, d.end() - 1)
+    if j > 0 and (lay := _LAYOUT_OPEN.match(text, j)):
+        j = _matching(text, lay.end() - 1)
+    return j
+
+
 def split_statement(text: str) -> tuple[bool, str, str, str, str] | None:
     """``split_instruction`` for comment-free text that may have spaces anywhere XLA's lexer allows
     them (``f32[8, 8]{1, 0}``, ``( f32[], s32[] )``, ``name=f32[] op (x)``); None if not an instruction."""
@@ -296,17 +316,17 @@ def split_statement(text: str) -> tuple[bool, str, str, str, str] | None:
     if m is None:
         return None
     i = m.end()
-    if text[i : i + 1] == "(":
-        j = _matching(text, i)
-    elif d := _DTYPE.match(text, i):
-        j = _matching(text, d.end() - 1)
-        if j > 0 and (lay := _LAYOUT_OPEN.match(text, j)):
-            j = _matching(text, lay.end() - 1)
-    else:
-        return None
+    j = _shape_end(text, i)
     if j < 0 or not (op := _OPCODE_PAREN.match(text, j)):
         return None
     return bool(m[1]), m[2], text[i:j], op[1], text[op.end() :]
+
+
+def is_name_and_shape(text: str) -> bool:
+    """``name = shape`` and nothing more: the opcode is on the next line."""
+    m = _NAME_EQ.match(text)
+    j = _shape_end(text, m.end()) if m else -1
+    return j > 0 and not text[j:].strip()
 
 
 def read_metadata(text: str, pos: int = 0) -> tuple[str | None, str | None, str | None, int | None, int | None] | None:
@@ -357,3 +377,80 @@ def record_value(raw: str) -> str | dict[str, int] | None:
     """The value of a table row from the text after its id (``read_record`` of "0 " + ``raw``)."""
     got = read_record("0 " + raw.strip())
     return got[1] if got else None
+
+
+# -- what XLA's parser makes of hand-written text (xla/hlo/parser/hlo_parser.cc) ---------------------------
+
+# <op>-start / -update / -done is XLA's syntax sugar for an async-start wrapping <op> (ParseOpcode), but for
+# these opcodes, which are themselves opcodes of XLA (hlo_opcode.h) or which XLA does not wrap.
+NATIVE_ASYNC = frozenset({"async-start", "all-reduce-start", "all-gather-start", "collective-permute-start",
+                          "copy-start"})
+_NOT_WRAPPED = frozenset({"all-gather", "all-reduce", "collective-permute", "copy", "recv", "send"})
+# Operands an opcode takes whatever the text gives (HloOpcodeArity): XLA's wrapped computation has at least
+# as many parameters.
+_UNARY = frozenset("""abs cbrt ceil clz copy cosine erf exponential exponential-minus-one floor imag is-finite log
+log-plus-one logistic negate not popcnt real reduce-precision round-nearest-afz round-nearest-even rsqrt sign sine
+sqrt tan tanh bitcast-convert convert""".split())  # noqa: SIM905
+_BINARY = frozenset("""add and atan2 complex divide maximum minimum multiply or power remainder shift-left
+shift-right-arithmetic shift-right-logical subtract xor""".split())  # noqa: SIM905
+ARITY = {**dict.fromkeys(_UNARY, 1), **dict.fromkeys(_BINARY, 2), "compare": 2, "dot": 2, "convolution": 2,
+         "select": 3, "clamp": 3}
+_INDEX = re.compile(r"\bindex=(\d+)")
+
+
+def wrapped_opcode(op: str) -> str | None:
+    """The opcode an ``<op>-start`` of XLA's async syntax sugar wraps; None for any other opcode."""
+    if not op.endswith("-start") or op in NATIVE_ASYNC:
+        return None
+    wrapped = op[:-6]
+    return None if wrapped in _NOT_WRAPPED or not wrapped else wrapped
+
+
+# send-start, all-reduce-update, copy-update: what XLA's parser rejects as no opcode (an opcode it does not wrap,
+# with a suffix of the async syntax sugar, that is not an opcode of its own).
+NOT_ASYNC_FORMS = frozenset({f"{op}-{suffix}" for op in _NOT_WRAPPED for suffix in ("start", "update", "done")}) - {
+    *NATIVE_ASYNC, "all-reduce-done", "all-gather-done", "collective-permute-done", "copy-done", "send-done",
+    "recv-done"}
+
+
+def tuple_elements(shape: str | None) -> list[str] | None:
+    """The top-level elements of a tuple shape's text (None if ``shape`` is not a tuple)."""
+    if not shape or shape[0] != "(" or shape.rstrip()[-1:] != ")":
+        return None
+    if "/*" in shape:
+        shape = _COMMENT.sub("", shape)
+    inner = shape.strip()[1:-1]
+    out, depth, start = [], 0, 0
+    for i, c in enumerate(inner):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(inner[start:i].strip())
+            start = i + 1
+    if inner.strip():
+        out.append(inner[start:].strip())
+    return out
+
+
+def infer_shape(op: str, operands: list[str | None], attributes: str) -> str | None:
+    """The shape XLA's shape inference gives an instruction written without one, for the opcodes whose result
+    follows from their operands' shapes alone (elementwise, compare, select, tuple, get-tuple-element); None
+    for any other (the row keeps no shape)."""
+    first = operands[0] if operands else None
+    if op == "tuple":
+        return None if None in operands else "(" + ", ".join(operands) + ")"
+    if op == "get-tuple-element":
+        elements, m = tuple_elements(first), _INDEX.search(attributes)
+        return elements[int(m[1])] if elements and m and int(m[1]) < len(elements) else None
+    if op in ("select", "clamp"):
+        return operands[1] if len(operands) == 3 else None
+    if first is None or first[0] == "(":
+        return None
+    if op == "compare":
+        return "pred" + first[first.index("[") :] if "[" in first else None
+    if op in _UNARY and op not in ("bitcast-convert", "convert", "imag", "real", "is-finite") or \
+            op in _BINARY and op != "complex":
+        return first
+    return None
