@@ -29,7 +29,7 @@ from transforms.trends.diffs import change_entries
 from transforms.trends.headlines import IMPACT_TEXT
 from transforms.trends.incident_rule import NOT_RUN
 from transforms.trends.night_report import SECTIONS, counts, counts_line, ordered, section_of
-from transforms.units import human_delta, human_ratio, human_value
+from transforms.units import delta_in, human_ratio, table_unit, value_in
 
 HEADLINE = {  # metric -> column title of the overview's headline figures
     "memory.peak_live_bytes": "peak live", "memory.temp_bytes": "temp", "memory.total_bytes": "memory (total)",
@@ -41,11 +41,11 @@ HEADLINE = {  # metric -> column title of the overview's headline figures
 _HEADLINE_STAGES = ("after_optimizations", "buffer_assignment", "live_ranges", "post_fusion", "export", "output_code")
 
 
-def _value_cell(metric: str, value, delta, previous) -> Markup:
-    change = human_delta(metric, delta) if delta else ""
+def _value_cell(metric: str, value, delta, previous, unit: tuple[str, int]) -> Markup:
+    change = delta_in(metric, delta, unit) if delta else ""
     ratio = f" ({human_ratio(delta / previous)})" if delta and previous else ""
     small = Markup("<br><small>{}</small>").format(change + ratio) if change else ""
-    return Markup("{}").format(human_value(metric, value)) + small
+    return Markup("{}").format(value_in(metric, value, unit)) + small
 
 
 def _run_diff(d: SiteData, run_id: str | None, job: str, program: str, here: str) -> Markup | None:
@@ -64,8 +64,9 @@ def overview_page(d: SiteData) -> dict:
     headline = []
     totals = _slowest_rank(d.totals.filter((pl.col("run_id") == run) & pl.col("metric").is_in(list(HEADLINE)) & (
         pl.col("stage").is_in(_HEADLINE_STAGES) | (pl.col("metric") == "dynamo.compile_seconds"))))
+    unit = table_unit(totals.select("metric", "value").iter_rows())  # one unit for the table's bytes
     for job in totals.get_column("job").unique().sort():
-        cells = {r["metric"]: _value_cell(r["metric"], r["value"], r["delta"], r["previous_value"])
+        cells = {r["metric"]: _value_cell(r["metric"], r["value"], r["delta"], r["previous_value"], unit)
                  for r in totals.filter(pl.col("job") == job).sort("stage").iter_rows(named=True)}
         headline.append({"job": job, "cells": cells})
     metrics_shown = [m for m in HEADLINE if any(m in h["cells"] for h in headline)]
@@ -174,11 +175,12 @@ def incident_pages(d: SiteData):
     status = _status_at_latest(d)
     for r in d.incidents.iter_rows(named=True):
         rows = steps.get((r["incident_id"],))
+        unit = _steps_unit(rows, ("baseline", "value", "latest_value"))
         table = [] if rows is None else [{
             "series": s["series"], "link": d.series_link(s["series"], "incidents"), "metric": s["metric"],
-            "step": s["step"], "baseline": human_value(s["metric"], s["baseline"]),
-            "value": human_value(s["metric"], s["value"]), "latest": human_value(s["metric"], s["latest_value"]),
-            "change": human_delta(s["metric"], s["change"]) if s["change"] is not None else "",
+            "step": s["step"], "baseline": value_in(s["metric"], s["baseline"], unit),
+            "value": value_in(s["metric"], s["value"], unit), "latest": value_in(s["metric"], s["latest_value"], unit),
+            "change": delta_in(s["metric"], s["change"], unit) if s["change"] is not None else "",
             "on_top": {"id": s["stacked_on"], "link": d.incident_link(s["stacked_on"], "incidents")} if s["stacked_on"] else None,
             "closed": f"{s['closed_how']} {s['closed_run']}" if s["closed_run"] else "open", "detail": s["detail"] or ""}
             for s in rows.iter_rows(named=True)]
@@ -195,6 +197,13 @@ def incident_pages(d: SiteData):
             "evidence": evidence, "causes": _cause_links((r["cause"] or "").splitlines(), evidence),
             "impact_means": IMPACT_TEXT,
         }
+
+
+def _steps_unit(rows: pl.DataFrame | None, columns: tuple[str, ...]) -> tuple[str, int]:
+    """The byte unit of a table of steps (incident_steps rows): that of its largest byte figure in ``columns``."""
+    if rows is None:
+        return table_unit(())
+    return table_unit((m, v) for column in columns for m, v in rows.select("metric", column).iter_rows())
 
 
 def incidents_index(d: SiteData) -> dict:
@@ -222,11 +231,12 @@ def _figure_rows(d: SiteData, run_id: str, here: str) -> list[dict]:
            if "value" in d.trends.columns else None)
     rows = steps.join(now, on=["series", "metric"], how="left") if now is not None else steps.with_columns(pl.lit(None).alias("_now"))
     rows = rows.sort(pl.col("step") == "improvement", pl.col("impact"), descending=[False, True])
+    unit = _steps_unit(rows.head(MAX_RUN_ROWS), ("baseline", "value", "_now"))  # the rows the page lists
     return [{"series": s["series"], "link": d.series_link(s["series"], here), "metric": s["metric"],
              "incident": {"id": s["incident_id"], "link": incident_link(s["incident_id"], here)},
-             "status": status[s["incident_id"]], "step": s["step"], "baseline": human_value(s["metric"], s["baseline"]),
-             "value": human_value(s["metric"], s["value"]),
-             "now": human_value(s["metric"], s["_now"]) if s["_now"] is not None else "",
+             "status": status[s["incident_id"]], "step": s["step"], "baseline": value_in(s["metric"], s["baseline"], unit),
+             "value": value_in(s["metric"], s["value"], unit),
+             "now": value_in(s["metric"], s["_now"], unit) if s["_now"] is not None else "",
              "bad": s["step"] != "improvement"} for s in rows.iter_rows(named=True)]
 
 
@@ -311,7 +321,12 @@ def series_pages(d: SiteData):
     latest = rows.sort("started_at", "run_id").group_by("series", "metric").agg(pl.all().last()).sort("series", "metric")
     ends = charts.WindowEnds(first=d.window.get_column("run_id")[0] if d.window.height else None, latest=d.latest,
                              root="../")
-    specs = charts.small_multiples_by(marked(d, rows, "series"), "series", ends=ends)
+    # Each page's table and chart in one unit: the table's (its latest values, changes and baselines), so
+    # that the page moves with its figures, not with the runs the window holds.
+    units = {series: table_unit((m, v) for m, *values in part.select("metric", "value", "delta", "baseline").iter_rows()
+                                for v in values)
+             for (series,), part in latest.partition_by("series", as_dict=True).items()}
+    specs = charts.small_multiples_by(marked(d, rows, "series"), "series", ends=ends, unit=units)
     last_dump = _last_dumps(d, latest)  # named in the page for a series the latest run did not see
     catalog = _catalog(d)
     patterns = [a for a in d.accepts.iter_rows(named=True) if a.get("series") is not None]
@@ -327,12 +342,13 @@ def series_pages(d: SiteData):
         last_run = part.sort("started_at").get_column("run_id")[-1]
         seen = catalog.get(series, {})
         current = last_run == d.latest  # seen in the latest run: that run's facts come from series-data.js
+        unit = units.get(series, ("B", 1))
         yield series, {
             "series": series, "job": first["job"], "program": first["program"], "kind": first["kind"], "stage": first["stage"],
-            "table": [{"metric": r["metric"], "value": human_value(r["metric"], r["value"]),
+            "table": [{"metric": r["metric"], "value": value_in(r["metric"], r["value"], unit),
                        "run": None if r["run_id"] == d.latest else r["run_id"],
-                       "change": human_delta(r["metric"], r["delta"]) if r["delta"] else "",
-                       "baseline": human_value(r["metric"], r["baseline"]) if r["step"] else "",
+                       "change": delta_in(r["metric"], r["delta"], unit) if r["delta"] else "",
+                       "baseline": value_in(r["metric"], r["baseline"], unit) if r["step"] else "",
                        "incident": {"text": state_text(r["step"], r["incident_id"]),
                                     "link": incident_link(r["incident_id"], "series"), "bad": r["step"] != "improvement"}
                        if r["step"] else None, "rule": r["rule"]}
