@@ -136,6 +136,56 @@ def test_collectives_are_charted_and_tabled_at_the_same_stage(sample_site):
     assert [r["l"] for r in points(specs[chart_id]) if r["l"]] == ["9"]
 
 
+def test_search_finds_every_incident_run_and_series_by_its_id_and_name(sample_site):
+    """Incident, run and series pages were left out of the search index, and 57 of its 149
+    documents were the query page's (a table each). Each of those pages is now one document that
+    names it, its later sections left out (``data-search-exclude``) and boosted above the pages
+    that mention it; the query page is a document a section."""
+    from transforms.site.data import incident_file, run_file
+
+    index = json.loads((sample_site.out / "search" / "search_index.json").read_text())
+    docs: dict[str, list[dict]] = {}
+    for d in index["docs"]:
+        docs.setdefault(d["location"].split("#")[0], []).append(d)
+    incidents = sorted(p.name for p in (sample_site.out / "incidents").glob("i-*.html"))
+    assert len(incidents) == 24
+    for name in incidents:
+        [doc] = docs[f"incidents/{name}"]
+        incident_id = "I-" + name.split("-")[1]
+        assert doc["title"] == f"Incident {incident_id}" and doc["boost"] == 4, doc
+        assert incident_file(incident_id).replace(".md", ".html") == f"incidents/{name}"
+    for run in ("2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20"):
+        [doc] = docs[run_file(run).replace(".md", ".html")]
+        assert doc["title"] == f"Run {run}" and "This run:" in doc["text"]
+    pages = sorted(p for p in (sample_site.out / "series").glob("*.html") if p.name != "index.html")
+    assert len(pages) == 26
+    for page in pages:
+        [doc] = docs[f"series/{page.name}"]
+        series = re.search(r"Series <code>([^<]+)</code>", doc["text"]).group(1)
+        job, program = series.split("/")[:2]
+        assert doc["title"].startswith(f"{job} / {program} · "), doc
+    [doc] = docs[_series_page(sample_site, SERIES)]
+    assert SERIES in doc["text"] and "Latest values" not in doc["text"]
+    assert [d["title"] for d in docs["query.html"]] == [
+        "Query the warehouse", "What the records tables hold", "Examples", "Tables and columns"]
+    assert "buffer_allocations" in docs["query.html"][-1]["text"]  # a table's name still finds its section
+    assert index["config"]["separator"] == r"[\s\-/]+"
+
+
+def test_the_query_page_publishes_no_path_of_the_machine_and_an_example_it_holds(sample_site, sample_warehouse):
+    """It named the warehouse by its absolute path on the machine that built the site, and its
+    example followed 'jax-jit/jit_train_step/xla_buffer_assignment/%' in any warehouse."""
+    import duckdb
+
+    page = html.unescape((sample_site.out / "query.html").read_text())
+    assert str(sample_warehouse.parent) not in page and "<code>warehouse.duckdb</code>" in page
+    series, metric = re.search(r"WHERE series = '([^']+)' AND metric = '([^']+)'", page).groups()
+    assert (series, metric) == ("jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment", "memory.temp_bytes")
+    with duckdb.connect(str(sample_warehouse), read_only=True) as con:
+        found = con.execute("SELECT count(*) FROM figure_status WHERE series = ? AND metric = ?", [series, metric]).fetchall()
+    assert found == [(4,)]
+
+
 @pytest.mark.parametrize("largest, unit", [(0, "B"), (9999, "B"), (10_000, "KiB"), (7 * MiB, "KiB"), (300 * MiB, "MiB"),
                                            (float("nan"), "B")])
 def test_a_table_or_chart_takes_the_unit_its_largest_figure_reads_in_four_digits(largest, unit):

@@ -485,3 +485,25 @@ def _anchor_of(line: str, anchors: dict[str, str]) -> str:
         return next((a for text, a in anchors.items() if text.startswith(f"ONNX step {first} ")), "evidence")
     return anchors.get(line) or next((a for text, a in anchors.items() if line.startswith(text + ": ")), "evidence")
 
+
+
+# ------------------------------------------------------------------ the query page
+
+_EXAMPLE_METRIC = "memory.temp_bytes"  # the figure the example follows over the runs, where the warehouse has it
+
+
+def query_page(d: SiteData) -> dict:
+    """The query page: the warehouse by its file's name (the path it has on the machine that
+    built the site is no reader's business, and a published site carries the file at its root),
+    its tables and columns, and examples whose series is one this warehouse holds (the program
+    with the most temp bytes in the latest run, else any series), or a placeholder when none."""
+    latest = d.states.filter(pl.col("run_id") == (d.latest or ""))
+    example = (latest.filter(pl.col("metric") == _EXAMPLE_METRIC).sort("value", "series", descending=[True, False],
+                                                                        nulls_last=True).head(1).select("series", "metric"))
+    if example.is_empty():
+        example = latest.sort("series", "metric").head(1).select("series", "metric")
+    series, metric = example.row(0) if example.height else ("JOB/PROGRAM/KIND/STAGE", _EXAMPLE_METRIC)
+    return {"warehouse": d.warehouse_path.replace("\\", "/").rsplit("/", 1)[-1], "latest": d.latest,
+            "example_series": series, "example_metric": metric, "tables": d.tables.to_dicts(),
+            "columns": {name: rows.to_dicts() for (name,), rows in d.columns.group_by("name", maintain_order=True)},
+            "records_runs": d.records_runs or {"whole": [], "partial": [], "without": 0}}
