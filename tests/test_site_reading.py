@@ -186,6 +186,40 @@ def test_the_query_page_publishes_no_path_of_the_machine_and_an_example_it_holds
     assert found == [(4,)]
 
 
+def _lead(page: str) -> str:
+    """What an incident page says before its first section."""
+    article = page[page.index("<article"):]
+    return article[:article.index("<h2")]
+
+
+def test_an_incident_page_starts_with_what_it_is_in_short_lines(sample_site):
+    """Its facts were a table whose header row was empty, and its impact's 57-word explanation
+    came second on a phone's first screen. Now a line a fact, the explanation at the page's end."""
+    for path in sorted((sample_site.out / "incidents").glob("i-*.html")):
+        page = path.read_text()
+        assert "<th></th>" not in page, path.name
+        lead = _lead(page)
+        blocks = [re.sub(r"<[^>]+>", " ", b) for b in re.findall(r"<(?:p|li|td)\b[^>]*>(.*?)</(?:p|li|td)>", lead, re.S)]
+        assert max(len(b.split()) for b in blocks) <= 40, (path.name, max(blocks, key=lambda b: len(b.split())))
+        assert 'id="impact"' in page and "<li><strong>impact</strong>" in lead, path.name
+
+
+def test_a_still_open_incident_leads_with_what_is_still_open(sample_site):
+    """I-d9f2ab15 opened with fallback kernels (0 -> 1) and Inductor buffer bytes; the fallbacks were
+    fixed in 2026-11-20, the buffer bytes not. Its headline led with the fallbacks on the overview,
+    the incidents index and its page."""
+    want = ("torch-inductor / model__forward: memory.buffer_bytes 37.3 KiB → 123.5 KiB (+86.2 KiB); "
+            "6 steps fixed since it opened")
+    page = next((sample_site.out / "incidents").glob("i-d9f2ab15-*.html"))
+    for path in (page, sample_site.out / "index.html", sample_site.out / "incidents" / "index.html"):
+        text = html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+        assert want in text, path.name
+    assert "kernel.fallback 0 → 1" not in html.unescape(_lead(page.read_text()))
+    # A closed incident keeps the headline it opened with.
+    fixed = html.unescape(next((sample_site.out / "incidents").glob("i-662b25a4-*.html")).read_text())
+    assert "dynamo.graph_breaks 0 → 2 (+2); dynamo.compiles 1 → 3 (+2); +1 more" in fixed
+
+
 @pytest.mark.parametrize("largest, unit", [(0, "B"), (9999, "B"), (10_000, "KiB"), (7 * MiB, "KiB"), (300 * MiB, "MiB"),
                                            (float("nan"), "B")])
 def test_a_table_or_chart_takes_the_unit_its_largest_figure_reads_in_four_digits(largest, unit):

@@ -26,7 +26,7 @@ from transforms.site.data import (MAX_RUN_ROWS, SiteData, commit_link, commit_ra
                                   incident_link, marked, program_anchor, run_info, run_link, series_anchor, series_file,
                                   series_link, state_text)
 from transforms.trends.diffs import change_entries
-from transforms.trends.headlines import IMPACT_TEXT
+from transforms.trends.headlines import IMPACT_TEXT, headline
 from transforms.trends.incident_rule import NOT_RUN
 from transforms.trends.night_report import SECTIONS, counts, counts_line, ordered, section_of
 from transforms.units import delta_in, human_ratio, table_unit, value_in
@@ -132,7 +132,28 @@ def _incidents_chart(d: SiteData) -> dict | None:
 
 # ------------------------------------------------------------------ the verdict of a run
 
-def _verdict(d: SiteData, run: str | None, here: str) -> dict:
+class _Headlines:
+    """What a page says an incident is (``at``): the headline it opened with, unless it is still
+    open at the page's run and some of its steps closed by then: its steps still open lead, and
+    how many were fixed follows (a figure fixed since is not what is wrong)."""
+
+    def __init__(self, d: SiteData):
+        self.steps = {i: rows.to_dicts() for (i,), rows in d.steps.partition_by("incident_id", as_dict=True).items()}
+        self.seq = dict(d.runs.select("run_id", "run_seq").iter_rows())
+
+    def at(self, r: dict, status: str, run_id: str | None) -> str:
+        steps = self.steps.get(r["incident_id"], [])
+        if status not in ("new", "open") or run_id not in self.seq:
+            return r["headline"]
+        now = self.seq[run_id]
+        still = [s for s in steps if s["closed_run"] is None or self.seq.get(s["closed_run"], now + 1) > now]
+        fixed = len(steps) - len(still)
+        if not fixed or not still:
+            return r["headline"]
+        return headline(r["job"], r["program"], still) + f"; {fixed} step{'s' if fixed != 1 else ''} fixed since it opened"
+
+
+def _verdict(d: SiteData, run: str | None, here: str, headlines: _Headlines | None = None) -> dict:
     """What a run's page and the overview say of its incidents: the lists of the summary
     (``night_report.SECTIONS``), each incident with its kind; the counts line from
     ``night_report.counts``, as in the summary and the CLI."""
@@ -140,12 +161,13 @@ def _verdict(d: SiteData, run: str | None, here: str) -> dict:
     if at is None or at.is_empty():
         return {"counts": Markup(counts_line(counts(None))), "incident_groups": {}, "section_titles": dict(SECTIONS)}
     groups: dict[str, list[dict]] = {}
+    headlines = headlines or _Headlines(d)
     for r in ordered(at):
         key = section_of(r)
         if key is None:
             continue
         groups.setdefault(key, []).append({
-            **r, "link": incident_link(r["incident_id"], here),
+            **r, "link": incident_link(r["incident_id"], here), "headline": headlines.at(r, r["status"], run),
             "diff": _run_diff(d, r["opened_run"], r["job"], r["program"], here),
             "cause_lines": (r["cause"] or "").splitlines()[:3],
             "series_link": d.series_link(r["series"][0], here) if r["series"] else None,
@@ -173,6 +195,7 @@ def incident_pages(d: SiteData):
         return
     steps = d.steps.partition_by("incident_id", as_dict=True)
     status = _status_at_latest(d)
+    headlines = _Headlines(d)
     for r in d.incidents.iter_rows(named=True):
         rows = steps.get((r["incident_id"],))
         unit = _steps_unit(rows, ("baseline", "value", "latest_value"))
@@ -188,6 +211,7 @@ def incident_pages(d: SiteData):
                                             & (pl.col("program") == r["program"])))
         yield r["incident_id"], {
             "i": r, "steps": table, "status": status.get(r["incident_id"], "open"),
+            "headline": headlines.at(r, status.get(r["incident_id"], "open"), d.latest),
             "range": commit_range(d, r["last_good_commit"], r["first_bad_commit"]),
             "opened_link": d.known_run(r["opened_run"], "incidents"),
             "good_link": d.known_run(r["last_good_run"], "incidents"),
@@ -208,8 +232,10 @@ def _steps_unit(rows: pl.DataFrame | None, columns: tuple[str, ...]) -> tuple[st
 
 def incidents_index(d: SiteData) -> dict:
     status = _status_at_latest(d)
+    headlines = _Headlines(d)
     rows = [] if d.incidents is None else [
         {**r, "link": incident_link(r["incident_id"], "incidents"), "status": status.get(r["incident_id"], "open"),
+         "headline": headlines.at(r, status.get(r["incident_id"], "open"), d.latest),
          "on_top": [{"id": i, "link": d.incident_link(i, "incidents")} for i in (r["stacked_on"] or [])]}
         for r in d.incidents.sort("opened_at", "impact", descending=[True, True]).iter_rows(named=True)]
     first = d.window.get_column("run_id")[0] if d.window.height else None
@@ -245,6 +271,7 @@ def run_pages(d: SiteData):
     names = ("rollups", "events", "diffs") + (("dump_paths",) if d.dump_paths is not None else ())
     parts = {name: getattr(d, name).partition_by("run_id", as_dict=True) for name in names}
     empty = {name: getattr(d, name).clear() for name in parts}
+    headlines = _Headlines(d)
     for run in d.window.sort("started_at", "run_id", descending=True).iter_rows(named=True):
         part = {name: parts[name].get((run["run_id"],), empty[name]) for name in parts}
         paths = dict(part["dump_paths"].group_by("series").agg(pl.col("path").min()).iter_rows()) if "dump_paths" in part else {}
@@ -263,7 +290,7 @@ def run_pages(d: SiteData):
             "figures": figures[:MAX_RUN_ROWS], "figure_count": len(figures),
             "events": part["events"].filter(pl.col("event") != "first_run").select("job", "series", "event", "detail").to_dicts(),
             "programs": programs, "diff_count": changes.height,
-            **_verdict(d, run["run_id"], here="runs"),
+            **_verdict(d, run["run_id"], here="runs", headlines=headlines),
         }
 
 
@@ -331,7 +358,10 @@ def series_pages(d: SiteData):
     catalog = _catalog(d)
     patterns = [a for a in d.accepts.iter_rows(named=True) if a.get("series") is not None]
     status = _status_at_latest(d)
-    incidents = {} if d.incidents is None else {r["incident_id"]: r for r in d.incidents.iter_rows(named=True)}
+    headlines = _Headlines(d)
+    incidents = {} if d.incidents is None else {
+        r["incident_id"]: {**r, "headline": headlines.at(r, status.get(r["incident_id"], "open"), d.latest)}
+        for r in d.incidents.iter_rows(named=True)}
     by_series = {s: sorted(set(ids)) for s, ids in d.steps.group_by("series").agg(pl.col("incident_id")).iter_rows()}
     archived: dict[str, list[dict]] = {}  # series -> its incidents closed before the window, newest first
     for r in ([] if d.archived_incidents is None else reversed(d.archived_incidents.to_dicts())):
