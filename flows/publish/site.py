@@ -57,7 +57,7 @@ HOOKS = Path(__file__).with_name("site_hooks.py")  # mkdocs hooks: HTML tables M
 VEGA_BUNDLE = "assets/vega-bundle.js"
 # The chart loader, the stylesheet, the status line's ages, and the theme's inline scripts as files (the CSP
 # forbids inline scripts).
-ASSETS = ("charts.js", "dumpscope.css", "status.js", "moved.js", "material-base.js", "material-palette.js",
+ASSETS = ("charts.js", "dumpscope.css", "status.js", "tables.js", "moved.js", "material-base.js", "material-palette.js",
           "material-content.js")
 STATUS_DATA = "assets/status-data.js"  # what the pages' status line says (site_status), written each night
 CHARTS_SUFFIX = ".charts.js"  # a page's chart file, beside it (chart_file)
