@@ -141,8 +141,12 @@ class BucketAccessDenied(BucketUnusable, PermissionError):
         return f"access to the bucket {url} denied"
 
 
-def connect(bucket_url: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem and root path (as the fs spells it) of ``bucket_url``."""
+def connect(bucket_url: str | os.PathLike, storage_options: dict[str, Any] | None = None
+            ) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and root path (as the fs spells it) of ``bucket_url``. A ``Path`` is a local
+    directory, never read as a URL: its name is its name (a ``::`` or ``://`` in it chains nothing)."""
+    if isinstance(bucket_url, os.PathLike):
+        return LocalFileSystem(), os.path.abspath(bucket_url).rstrip("/")
     options = storage_options or {}
     protocol, _ = fsspec.core.split_protocol(str(bucket_url))
     if protocol in ("s3", "s3a"):
@@ -238,12 +242,13 @@ def _mtime(info: dict[str, Any]) -> float:
 
 
 def list_objects(
-    bucket_url: str,
+    bucket_url: str | os.PathLike,
     *,
     layout_regex: str | None = None,
     storage_options: dict[str, Any] | None = None,
     marker: str | None = None,
     refused: list[str] | None = None,
+    as_run: str | None = None,
 ) -> list[BucketObject]:
     """Every object under the bucket that belongs to a run, sorted by path.
 
@@ -259,8 +264,14 @@ def list_objects(
     Should an escaped name equal a real one (the one ambiguity of ``escape_name``), a
     regular file wins over anything else, then the real name; the other is left out,
     with a warning.
+
+    ``as_run``: ``bucket_url`` is one run's directory rather than a bucket (``dumpscope check
+    DIR``, a ``Path``): every object below it is located as ``<as_run>/<its name below it>``,
+    so it is run ``as_run``'s, and its ``path`` is its full path (escaped): an absolute path,
+    which no bucket's path (relative to its root) can equal.
     """
     fs, root = connect(bucket_url, storage_options)
+    bucket_url = os.fspath(bucket_url)  # as given, in what is said of it
     cause: OSError | None = None
     try:
         fs.invalidate_cache(root)  # fsspec caches fs instances and (s3, gcs...) their listings: look again
@@ -288,17 +299,18 @@ def list_objects(
         if info.get("type", "file") == "directory" or full.endswith("/"):  # S3 directory markers: "run/job/"
             continue
         rel = full.removeprefix(prefix)
-        path = escape_name(rel)
-        where = locate(path, layout_regex, marker=marker)
+        located = rel if as_run is None else f"{as_run}/{rel}"
+        where = locate(escape_name(located), layout_regex, marker=marker)
         if where is None:
             continue
-        if (why := refused_path(rel, where)) is not None:
+        if (why := refused_path(located, where)) is not None:
             left_out[why] = left_out.get(why, 0) + 1
             continue
+        path, unescaped = escape_name(rel if as_run is None else full), escape_name(rel) == rel
         size, version = _size_and_version(fs, full, info) if local else (int(info.get("size") or 0), _version(info))
         obj = BucketObject(path, full, size, _mtime(info), where.run_id, where.job, where.role, version, root)
         if (other := by_path.get(path)) is not None:
-            keep, drop = (obj, other) if _preferred(info, path == rel) > _preferred(found[other.full_path], path != rel) \
+            keep, drop = (obj, other) if _preferred(info, unescaped) > _preferred(found[other.full_path], not unescaped) \
                 else (other, obj)
             log.warning("two names read %s once escaped: listing %r, leaving out %r", path, keep.full_path, drop.full_path)
             obj = keep

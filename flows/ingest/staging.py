@@ -329,7 +329,7 @@ class Outcome:
     error: str | None = None
 
 
-def stage_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
+def stage_chunk(bucket: str | os.PathLike, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
                 limits: ParseLimits = DEFAULT_LIMITS, held: dict[str, dict] | None = None) -> list[Outcome]:
     """The nightly's parse worker: stage each object of ``chunk``; an object the bucket could
     not deliver is an ``Outcome`` with its error (retried next night, nothing stored)."""
