@@ -161,8 +161,8 @@ def test_a_model_change_is_one_regression_and_one_improvement_per_program(wareho
     rows = _rows(warehouses["model_change"], "SELECT job, program, kind, len(metrics) FROM incidents ORDER BY ALL")
     assert [(j, p, k) for j, p, k, _ in rows] == [
         ("jax-jit", "jit_train_step", "improvement"), ("jax-jit", "jit_train_step", "regression"),
-        ("torch-inductor", "model__backward", "improvement"), ("torch-inductor", "model__backward", "regression"),
-        ("torch-inductor", "model__forward", "improvement"), ("torch-inductor", "model__forward", "regression")]
+        ("torch-inductor", "model__0_backward", "improvement"), ("torch-inductor", "model__0_backward", "regression"),
+        ("torch-inductor", "model__0_forward", "improvement"), ("torch-inductor", "model__0_forward", "regression")]
     assert rows[1][3] > 10  # many metrics of many files (HLO, buffer assignment, memory report): one incident
 
 
@@ -203,4 +203,11 @@ def test_a_copy_of_every_night_checked_against_itself_reports_nothing(warehouses
         copy = Path(shutil.copytree(BUCKETS / name / night["run_id"], tmp_path / night["run_id"]))
         out = CliRunner().invoke(app, ["check", str(copy), "--warehouse", str(warehouses[name]), "--against",
                                        night["run_id"], "--fail-on", "new", "--format", "json"])
+        if (name, night["run_id"]) == ("rank_logs", "2026-10-02"):
+            # Except a noisy figure judged on a median of runs (docs/trends.md): the warm-up-first ranks'
+            # step compiled in 0.8 s the first night and 3.1-3.2 s the second (a shared machine); a copy of
+            # the second is a second slow run, and two of three are a lasting level.
+            got = [(i["job"], i["change"], sorted({s["metric"] for s in i["steps"]})) for i in json.loads(out.stdout)]
+            assert (out.exit_code, got) == (4, [("torch-ranks-early", "opens", ["dynamo.compile_seconds"])]), out.output
+            continue
         assert out.exit_code == 0 and json.loads(out.stdout) == [], (name, night["run_id"], out.output)
