@@ -220,3 +220,29 @@ def test_check_of_a_copy_of_a_rank_night_is_nothing_new(tmp_path):
     res = CliRunner().invoke(app, ["check", str(pr), "--warehouse", str(warehouse), "--fail-on", "new"])
     assert res.exit_code == 0, res.output
     assert "0 new incidents" in res.output and "vanished" not in res.output
+
+
+@pytest.mark.slow
+def test_two_ranks_identical_bytes_keep_their_ranks_in_the_warehouse(tmp_path):
+    """tlparse's multi_rank_messy_input: ranks 0 and 1 are the same bytes (simple.log's). The nightly
+    parses a content once and copies its row to the other path: that path's name gives its own rank
+    (before: both rank_0, one series for two logs; on main both trace, told apart by file order)."""
+    import duckdb
+
+    from tests.sample_build import build_sample_warehouse
+
+    bucket = tmp_path / "bucket" / "2026-10-01" / "ranks"
+    bucket.mkdir(parents=True)
+    for rank in (0, 1):
+        (bucket / f"dedicated_log_torch_trace_rank_{rank}.log.gz").write_bytes((CORPUS / "simple.log.gz").read_bytes())
+    warehouse = build_sample_warehouse(tmp_path / "wh", tmp_path / "bucket")
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        assert con.execute("SELECT path, stage FROM dumps ORDER BY path").fetchall() == [
+            ("2026-10-01/ranks/dedicated_log_torch_trace_rank_0.log.gz", "rank_0"),
+            ("2026-10-01/ranks/dedicated_log_torch_trace_rank_1.log.gz", "rank_1")]
+        assert [s for (s,) in con.execute("SELECT series FROM dump_series ORDER BY series").fetchall()] == [
+            "ranks/forward at test_torchinductor.py:11123/torch_trace/rank_0",
+            "ranks/forward at test_torchinductor.py:11123/torch_trace/rank_1"]
+    finally:
+        con.close()
