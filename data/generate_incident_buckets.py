@@ -742,6 +742,7 @@ def _rank(cfg: dict) -> dict:
     log = next(h._stream_path for h in trace_log.handlers if getattr(h, "_stream_path", None))
     figures = torch_figures()
     kept = ("compile_id", "co_name", "co_filename", "co_firstlineno", "recompile_reason", "guard_count", "fail_type")
+    shutil.rmtree(src)  # the checkout goes with its process
     return {"rank": int(os.environ["RANK"]), "log": Path(log).name, "source": str(src / "rank_model.py"),
             "counters": figures["counters"],
             "compilation_metrics": [{k: m[k] for k in kept} for m in figures["compilation_metrics"]]}
