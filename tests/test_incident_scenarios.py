@@ -161,8 +161,8 @@ def test_a_model_change_is_one_regression_and_one_improvement_per_program(wareho
     rows = _rows(warehouses["model_change"], "SELECT job, program, kind, len(metrics) FROM incidents ORDER BY ALL")
     assert [(j, p, k) for j, p, k, _ in rows] == [
         ("jax-jit", "jit_train_step", "improvement"), ("jax-jit", "jit_train_step", "regression"),
-        ("torch-inductor", "model__backward", "improvement"), ("torch-inductor", "model__backward", "regression"),
-        ("torch-inductor", "model__forward", "improvement"), ("torch-inductor", "model__forward", "regression")]
+        ("torch-inductor", "model__0_backward", "improvement"), ("torch-inductor", "model__0_backward", "regression"),
+        ("torch-inductor", "model__0_forward", "improvement"), ("torch-inductor", "model__0_forward", "regression")]
     assert rows[1][3] > 10  # many metrics of many files (HLO, buffer assignment, memory report): one incident
 
 

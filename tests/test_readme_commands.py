@@ -152,11 +152,11 @@ EXPECTED: dict[str, tuple[int, list, object]] = {
                       has_row("I-f515e5b1", "open", "regression", "jax-pmap / jit__fun", "2026-11-19")], None),
     "incidents --run 2026-11-19 --status new --format json": (0, [lambda out: sorted(
         (r["incident_id"], r["kind"], r["job"], r["program"]) for r in json.loads(out)) == [
+        ("I-3d901592", "regression", "torch-inductor", "model__0_backward"),
         ("I-662b25a4", "regression", "torch-trace", "forward at dumpscope_model.py:19"),
-        ("I-6f4a75b1", "regression", "torch-inductor", "model__backward"),
         ("I-84ab3494", "regression", "jax-jit", "jit_eval_metrics"),
         ("I-9e63cf25", "failure", "torch-onnx", "inp+blocks+head(x)"),
-        ("I-d9f2ab15", "regression", "torch-inductor", "model__forward"),
+        ("I-e672331c", "regression", "torch-inductor", "model__0_forward"),
         ("I-f515e5b1", "regression", "jax-pmap", "jit__fun"),
         ("I-f61c3b88", "regression", "jax-jit", "jit_train_step")]], None),
     "incidents I-f515e5b1": (0, ["I-f515e5b1  regression, open  jax-pmap / jit__fun",

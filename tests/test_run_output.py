@@ -43,7 +43,7 @@ def test_the_summary_of_the_sample_is_plain_text_in_a_few_lines(sample_warehouse
     assert PMAP_DIFF in lines
     assert [line.split(" ", 2)[:2] for line in lines if line.startswith("I-")] == [
         ["I-c2dd8bab", "regression:"], ["I-a4cd47e9", "regression:"], ["I-09fe0484", "regression:"],
-        ["I-6ed462cc", "regression:"], ["I-0c99cb4d", "regression:"]]
+        ["I-e8a66b9c", "regression:"], ["I-2c6ca158", "regression:"]]
     assert len(lines) <= 30
     assert [line for line in lines if MARKUP.search(line)] == []
 

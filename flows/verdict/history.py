@@ -21,6 +21,7 @@ import duckdb
 import polars as pl
 
 from flows.warehouse.reads import frame_of, read_with, registered
+from transforms.trends.renames import series_renames
 from transforms.trends.rules import Settings
 from transforms.trends.series import SERIES_SCHEMA, assign_series, compile_overrides
 
@@ -130,6 +131,23 @@ def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, se
     stored = read_with(con, {"_runs": older}, f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
                                           "WHERE run_id IN (SELECT run_id FROM _runs)")
     return dumps, pl.concat([stored.cast(dict(SERIES_SCHEMA)), fresh]).sort("path")
+
+
+def accept_renames(con, runs: pl.DataFrame, accepts: pl.DataFrame, settings: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(renames, incidents) for ``transforms.trends.renames.renamed_accepts``: the series the stored
+    names and today's give differently in the runs the accept log needs (its runs, and the runs
+    where the incidents it names opened), and those incidents as stored."""
+    named = pl.concat([accepts.select(pl.col("incident_id").alias("id")),
+                       accepts.select(pl.col("closed_incidents").alias("id")).explode("id")]).drop_nulls().unique()
+    incidents = read_with(con, {"_named": named}, """
+        SELECT incident_id, job, program, opened_run, kind FROM incidents WHERE incident_id IN (SELECT id FROM _named)""")
+    wanted = pl.concat([accepts.select("run_id"), incidents.select(pl.col("opened_run").alias("run_id"))]).unique()
+    dumps = read_with(con, {"_runs": wanted}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
+    fresh = assign_series(dumps, run_overrides(runs.join(wanted, on="run_id", how="semi")),
+                          compile_overrides(settings.series_patterns), per_program_paths(con, dumps))
+    stored = read_with(con, {"_runs": wanted}, "SELECT path, program, run_id, job, series, series_program FROM dump_series "
+                                               "WHERE run_id IN (SELECT run_id FROM _runs)")
+    return series_renames(stored, fresh), incidents
 
 
 def job_history(con, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame, from_seq: int
