@@ -156,7 +156,8 @@ def named_at(kind: DumpKind, path: str, first_path: str, stage: str | None, prog
     first_named = fmt.stage_from_name(strip_gz(PurePosixPath(first_path).name))
     from_text = stage if first_named in (None, "trace") else None  # else the first name gave it: the text's is unknown
     stage = _stage(fmt.stage_from_name(strip_gz(PurePosixPath(path).name)), from_text) or stage
-    if program == program_from_path(first_path):  # the path named it, not the dump's text
+    # The path named it, not the dump's text (an XLA module's text names it: HloModule <name>).
+    if not getattr(fmt, "PROGRAM_FROM_TEXT", False) and program == program_from_path(first_path):
         program = program_from_path(path)
     return stage, program
 

@@ -53,6 +53,7 @@ from transforms.records import (COUNT, DIFFERENCE, ELEMENTS, RECORD_FAILURES, Bo
 # 5: a report without an exported program is named by the model's first frame in its tracebacks (was: None,
 # the folder's name: the job's, for reports in the job folder).
 PARSER_VERSION = 5
+PROGRAM_FROM_TEXT = True  # the program is what the dump's text names (transforms.parse.named_at)
 
 _TITLES = {"# PyTorch ONNX Conversion Report": "report", "# PyTorch ONNX Conversion Error Report": "error_report"}
 _SECTIONS = {  # heading -> section; its line number goes to the ``lineno_<section>`` column
