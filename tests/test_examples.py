@@ -5,14 +5,20 @@ job is valid YAML whose `dumpscope check` step runs against a published snapshot
 from __future__ import annotations
 
 import configparser
+import contextlib
 import functools
 import http.server
+import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 import threading
+import urllib.request
 from pathlib import Path
 
+import pytest
 import typer.main
 import yaml
 from typer.testing import CliRunner
@@ -83,32 +89,101 @@ def _steps() -> list[dict]:
     return job["jobs"]["check"]["steps"]
 
 
-def test_the_github_actions_job_checks_against_the_published_snapshot_and_comments(sample_warehouse, sample_site,
-                                                                                     tmp_path, monkeypatch):
-    from flows.publish.release import release
-
+def _check_and_comment() -> tuple[dict, str, str]:
+    """The job's check step, its `dumpscope check` line, and the file the comment step posts."""
     steps = _steps()
     [check] = [s for s in steps if "dumpscope check" in s.get("run", "")]
     [comment] = [s for s in steps if "gh pr comment" in s.get("run", "")]
-    argv = _dumpscope_argv(check["run"])
-    report = check["run"].rsplit(">", 1)[1].strip()
-    assert report in comment["run"]  # the comment is the check's Markdown
+    [line] = [ln for ln in check["run"].splitlines() if "dumpscope check" in ln]
+    body = shlex.split(comment["run"])[shlex.split(comment["run"]).index("--body-file") + 1]
+    return check, line, body
+
+
+def test_the_github_actions_job_installs_dumpscope_with_its_constraints():
+    """Without them pip took whatever versions it found (the stack's pins: docs/deploy.md)."""
+    steps = _steps()
+    [get] = [s for s in steps if s.get("with", {}).get("repository")]
+    [install] = [s for s in steps if "pip install" in s.get("run", "")]
+    source = get["with"]["path"]
+    assert shlex.split(install["run"]) == ["pip", "install", "-c", f"{source}/constraints.txt", f"./{source}"]
+    assert (ROOT / "constraints.txt").is_file()
+
+
+def _published(sample_site, sample_warehouse, www: Path, site_url: str | None):
+    from flows.publish.release import release
+
+    release(sample_site.out, sample_warehouse, str(www), site_url=site_url)
+
+
+def test_the_github_actions_job_checks_against_the_published_snapshot_and_comments(sample_warehouse, sample_site,
+                                                                                     tmp_path, monkeypatch):
+    _check, line, body = _check_and_comment()
+    argv = _dumpscope_argv(line)
+    assert line.split(" > ", 1)[1].split()[0] == body  # the comment is the check's Markdown
     # The step as the job runs it: last night's snapshot published and served over HTTP, a
     # change's dumps (here a copy of the last sample night) in ci-dumps/.
-    release(sample_site.out, sample_warehouse, str(tmp_path / "www"))
-    handler = functools.partial(_Quiet, directory=str(tmp_path / "www"))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    shutil.copytree(ROOT / "data" / "sample_bucket" / "2026-11-20", tmp_path / "ci-dumps")
-    monkeypatch.chdir(tmp_path)
-    env = {"DUMPSCOPE_WAREHOUSE_URL": f"http://127.0.0.1:{server.server_address[1]}/warehouse.duckdb"}
-    try:
+    _published(sample_site, sample_warehouse, tmp_path / "www", None)
+    with _serving(tmp_path / "www") as base:
+        shutil.copytree(ROOT / "data" / "sample_bucket" / "2026-11-20", tmp_path / "ci-dumps")
+        monkeypatch.chdir(tmp_path)
+        env = {"DUMPSCOPE_WAREHOUSE_URL": f"{base}/warehouse.duckdb"}
         argv = [re.sub(r"\$(\w+)", lambda m: env[m.group(1)], a) for a in argv]
         out = CliRunner().invoke(app, argv)
-    finally:
-        server.shutdown()
     assert out.exit_code == 0, out.output  # the sample's last night against itself: nothing new
     assert out.stdout.startswith("### Dumpscope check against run ")
+
+
+@pytest.mark.integration
+def test_the_check_step_comments_links_to_the_pages_or_why_check_refused(sample_warehouse, sample_site, tmp_path):
+    """The check step, run by bash as the job runs it, against a snapshot published by a night whose
+    settings have [site] url: the comment links to the run, incident and series pages, each of
+    which the published site serves. On main the comment had no link (the snapshot did not carry
+    the URL and the job passes no settings), and was empty when check refused (exit 2)."""
+    from tests.test_check import EVAL_HLO, ROOT_LINE, WITH_ALL_REDUCE, edit_gz
+
+    check, _line, body = _check_and_comment()
+    job = tmp_path / "job"
+    shutil.copytree(ROOT / "data" / "sample_bucket" / "2026-11-20", job / "ci-dumps")
+    edit_gz(job / "ci-dumps" / EVAL_HLO, ROOT_LINE, WITH_ALL_REDUCE)  # the change adds an all-reduce
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the venv's dumpscope, as pip installs it
+
+    def step(url: str) -> tuple[int, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DUMPSCOPE_", "PREFECT_API"))}
+        done = subprocess.run(["bash", "-e", "-c", check["run"]], cwd=job, capture_output=True, text=True, timeout=300,
+                              env=env | {"PATH": path, "DUMPSCOPE_WAREHOUSE_URL": url})
+        return done.returncode, (job / body).read_text()
+
+    with _serving(tmp_path / "www") as base:
+        _published(sample_site, sample_warehouse, tmp_path / "www", f"{base}/")
+        status, comment = step(f"{base}/warehouse.duckdb")
+        assert status == 4, comment  # --fail-on new: the regression fails the step, and is commented
+        links = re.findall(r"\]\((http://[^)]+)\)", comment)
+        assert {link.removeprefix(base).split("/")[1] for link in links} == {"runs", "incidents", "series"}, comment
+        assert f"against run [<code>2026-11-20</code>]({base}/runs/2026-11-20.html)" in comment
+        assert re.search(r"- \*\*regression\*\* jax-jit / \[jit_eval_metrics\]\(http://[^)]+/series/jax-jit-jit-eval"
+                         r"-metrics-xla-hlo-after-optimizations-[0-9a-f]{16}\.html\)", comment), comment
+        for link in set(links):  # every page the comment links to is on the published site
+            with urllib.request.urlopen(link, timeout=30) as page:
+                assert page.status == 200
+        status, comment = step(f"{base}/nothing-here/warehouse.duckdb")
+    assert status == 2
+    head, said, tail = comment.split("\n\n")
+    assert (head, tail) == ("### Dumpscope check could not run (exit status 2)", "The job's log has check's whole output.\n")
+    assert said.startswith(f"    error: --warehouse {base}/nothing-here/warehouse.duckdb: cannot fetch it (") and (
+        "404" in said and "\n" not in said), comment
+
+
+@contextlib.contextmanager
+def _serving(directory: Path):
+    """A static web server on 127.0.0.1 for ``directory`` (which may appear later): its base URL."""
+    handler = functools.partial(_Quiet, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

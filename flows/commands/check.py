@@ -50,6 +50,7 @@ from flows.verdict.settings import load_settings
 from flows.warehouse.fetch import fetched, is_url
 from flows.warehouse.reads import NoSuchRun
 from flows.warehouse.siblings import told_by_siblings
+from flows.warehouse.snapshot import site_url_of
 from flows.warehouse.store import connect_readonly
 from transforms.check_report import FORMATS, CheckResult, render
 from transforms.layout import BucketObject, Role, escape_name, locate
@@ -103,7 +104,7 @@ def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, s
                               split)
         result = CheckResult(against=ref["run_id"], against_commit=ref["commit"],
                              candidate_commit=info.commit if info else None, dumps=len(objects), damaged=damaged,
-                             run_errors=list(info.meta_errors) if info else [], site_url=settings.site_url)
+                             run_errors=list(info.meta_errors) if info else [], site_url=site_url(settings, con))
         verdict = judged.judge(con, order, accepts, run_id, candidate, fresh, metrics, staged, objects, settings,
                                budget.incidents_batch_rows)
     finally:
@@ -119,6 +120,13 @@ def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, s
     result.lost = _described(incidents.filter(closed_here & (pl.col("closed_how") == "lost")), steps, diffs, change="loses")
     result.opened += _damaged_new(damaged, fresh, {s for p in result.new_programs for s in p["series"]})
     return result
+
+
+def site_url(settings: Settings, con: duckdb.DuckDBPyConnection) -> str | None:
+    """Where the incident, run and series pages are read: the settings' ``[site] url``, else the
+    one a published snapshot carries (the publishing night's, checked as a foreign file's data:
+    ``flows.warehouse.snapshot.site_url_of``), else None (no links)."""
+    return settings.site_url or site_url_of(con)
 
 
 def main(*, directory: Path, against: str | None, warehouse: str, fmt: str, fail_on: str | None,
