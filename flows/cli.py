@@ -393,6 +393,10 @@ def serve(
     summary_json: SummaryJson = None,
     verbose: Verbose = False,
     log_level: LogLevel = None,
+    prefect_wait: Annotated[float, typer.Option(
+        "--prefect-wait", envvar="DUMPSCOPE_PREFECT_WAIT", min=0, metavar="SECONDS",  # preflight.PREFECT_WAIT_VAR
+        help="How long to wait for the Prefect server at PREFECT_API_URL while it is starting (refusing "
+        "connections): serve and the server often start together; said on stderr.")] = 120.0,  # PREFECT_WAIT_SECONDS
 ) -> None:
     """Register the nightly as a scheduled deployment and serve it (needs a Prefect server); each
     scheduled run is a night as `run` runs it.
@@ -403,9 +407,12 @@ def serve(
         PREFECT_API_URL=http://127.0.0.1:4200/api dumpscope serve --cron "0 2 * * *" --bucket s3://dumps/nightly \\
             --site /srv/dumpscope/site --publish /var/www/dumpscope --notify "$SLACK_URL"
     """
+    from flows.commands import preflight
     from flows.commands import watch as command_module
 
-    command_module.serve(night=_night(**locals()), cron=cron, settle=settle, **_reporting(**locals()))
+    preflight.cron_schedule(cron)  # before anything else: a schedule Prefect refuses is a mistake, however the rest is
+    command_module.serve(night=_night(**locals()), cron=cron, settle=settle, prefect_wait=prefect_wait,
+                         **_reporting(**locals()))
 
 
 def _reporting(*, fail_on, fail_on_regression, wait, dask_address, summary_json, verbose, log_level, **_rest) -> dict:

@@ -165,6 +165,60 @@ def test_an_operators_mistake_is_one_line_exit_2_before_prefect(mistake, tmp_pat
     assert not (tmp_path / "data" / "warehouse.duckdb").exists() or (ROOT / "data" / "warehouse.duckdb").exists()
 
 
+NO_CREDENTIALS = ("Unable to locate credentials; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the "
+                  "environment, or --storage-option key=... --storage-option secret=...; anon=true for a public bucket")
+
+
+@pytest.mark.integration
+def test_an_s3_bucket_or_destination_without_credentials_is_one_line_exit_2_before_prefect(tmp_path):
+    """On main an s3:// bucket without credentials was botocore's NoCredentialsError, 102 lines and
+    exit 1; an s3:// --publish without them, or to a bucket that does not exist, failed once
+    the whole night had run, at its publish."""
+    from tests.moto_s3 import moto_s3
+
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    with moto_s3("dumps") as (endpoint, _client):
+        aws = {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+               "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
+        keys = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+        for args, env, said in (
+                (["--bucket", "s3://dumps/nightly"], aws,
+                 f"error: access to the bucket s3://dumps/nightly denied ({NO_CREDENTIALS})"),
+                (["--bucket", "s3://dumps/nightly"], aws | {"AWS_ACCESS_KEY_ID": "testing"},
+                 "error: access to the bucket s3://dumps/nightly denied (Partial credentials found in env, missing: "
+                 f"AWS_SECRET_ACCESS_KEY{NO_CREDENTIALS.removeprefix('Unable to locate credentials')})"),
+                (["--publish", "s3://dumps/site"], aws,
+                 f"error: --publish access to the bucket s3://dumps/site denied ({NO_CREDENTIALS})"),
+                (["--publish", "s3://nosuch/site"], aws | keys, "error: --publish no bucket at s3://nosuch/site")):
+            with pytest.MonkeyPatch.context() as mp:  # only the AWS_* variables of the case
+                for k in [k for k in os.environ if k.startswith("AWS_")]:
+                    mp.delenv(k)
+                done = _dumpscope(["run", *args], tmp_path, timeout=120, env=env)
+            *lines, probe = done.stderr.splitlines()
+            assert (done.returncode, done.stdout, probe) == (2, "", "prefect not imported"), done.stderr
+            assert lines == [said], done.stderr
+
+
+@pytest.mark.integration
+def test_a_publish_directory_this_user_may_not_write_is_one_line_exit_2_before_prefect(tmp_path):
+    """--publish DIR/site switches a link in DIR: a DIR this user may not write failed the night at
+    its publish, after all its work. Run as a user without root's powers (a user namespace), on a
+    directory of mode 555."""
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    (tmp_path / "www").mkdir(mode=0o555)
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    done = subprocess.run(["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c", _PROBE,
+                           "run", "--warehouse", "wh.duckdb", "--publish", "www/site"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    *lines, probe = done.stderr.splitlines()
+    assert (done.returncode, done.stdout, probe) == (2, "", "prefect not imported"), done.stderr
+    www = tmp_path / "www"
+    assert lines == [f"error: --publish www/site: this user may not write {www} (each release goes into {www}/site.releases, "
+                     "and DEST, a link to it, is switched in its directory): make that directory this user's, or "
+                     "give a DEST in one that is"]
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("url, said", [
     ("http://127.0.0.1:9/api", "no Prefect server answers there (Connection refused)"),  # port 9: nothing listens

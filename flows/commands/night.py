@@ -12,6 +12,7 @@ night's flow run ends in the state it names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +41,13 @@ class NightOptions:
     parse_seconds: float | None = None
 
 
-def prepare(options: NightOptions) -> dict:
+def prepare(options: NightOptions, *, prefect_wait: float = 0.0, notice: Callable[[str], None] | None = None) -> dict:
     """Check ``options`` (exit 2 in one line on a mistake) and return the nightly flow's
     parameters they make (storage options and notification targets exported to the
-    environment instead)."""
+    environment instead). ``prefect_wait``: how long a Prefect server that is starting is
+    waited for (``serve``; ``notice`` is told), else none (``preflight.prefect_api``)."""
     from flows.ingest.bucket import check_bucket, parse_storage_options
+    from flows.publish.release import storage_options_for
 
     try:
         storage_options = parse_storage_options(options.storage_option)
@@ -59,8 +62,11 @@ def prepare(options: NightOptions) -> dict:
     if not options.storage_secret:  # with one, the options are Prefect's to give: the flow says it, unretried
         check_bucket(options.bucket, storage_secrets.resolve(None))
     if options.publish_to:
-        preflight.publish_destination(options.publish_to)
-    preflight.prefect_api()  # last: the other mistakes are found without a network call
+        store_options = storage_options_for(options.publish_to, options.bucket, storage_secrets.resolve(None))
+        # With a storage secret, the bucket's options (on the same store, the publish's) are Prefect's to give.
+        preflight.publish_destination(options.publish_to, store_options,
+                                      look=not (options.storage_secret and store_options is not None))
+    preflight.prefect_api(prefect_wait, notice)  # last: the other mistakes are found without a network call
     limits = {k: v for k, v in (("max_line_bytes", options.max_line_bytes), ("max_dump_bytes", options.max_dump_bytes),
                                 ("parse_seconds", options.parse_seconds)) if v is not None}
     return dict(bucket=options.bucket, warehouse=options.warehouse, storage_secret=options.storage_secret,

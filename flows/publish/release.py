@@ -86,6 +86,13 @@ def releases_dir(dest: Path) -> Path:
     return dest.with_name(dest.name + ".releases")
 
 
+def storage_options_for(dest: str, bucket: str, bucket_options: dict) -> dict | None:
+    """The storage options a publish to ``dest`` uses: the bucket's when both are on the same kind
+    of store (``s3://`` and ``s3://``), else none (the ``AWS_*`` environment, or the store's own)."""
+    same_store = "://" in bucket and dest.split("://", 1)[0] == bucket.split("://", 1)[0]
+    return bucket_options if same_store else None
+
+
 def check_destination(dest: str, storage_options: dict | None = None) -> None:
     """Raise ``BadDestination`` when ``dest`` cannot take a release (before any work)."""
     if is_local(dest):
