@@ -56,11 +56,41 @@ def test_the_systemd_units_start_the_server_and_serve_a_whole_night():
     assert "prefect server start --host 127.0.0.1 --port 4200" in server["Service"]["ExecStart"]
     assert serve["Unit"]["Requires"] == "prefect-server.service"
     env = serve["Service"]["Environment"]  # configparser keeps the last Environment= line
-    assert "PREFECT_" in env
+    assert "PREFECT_" in env or "DUMPSCOPE_" in env
     argv = _dumpscope_argv(serve["Service"]["ExecStart"])
     _parses(argv)
     assert argv[0] == "serve" and {"--site", "--publish", "--fail-on", "--settings"} <= set(argv)
     assert "PREFECT_API_URL=http://127.0.0.1:4200/api" in (EXAMPLES / "dumpscope-serve.service").read_text()
+
+
+def test_the_systemd_units_wait_for_the_network_and_may_write_where_they_publish():
+    """On main neither unit wanted network-online.target (After= alone orders nothing that is not
+    started), and the serve unit published to /var/www/dumpscope: a link switched in /var/www,
+    which its user may not write."""
+    for name in ("prefect-server.service", "dumpscope-serve.service"):
+        unit = _unit(name)
+        assert unit["Unit"]["Wants"] == "network-online.target", name
+        assert "network-online.target" in unit["Unit"]["After"].split(), name
+        assert (unit["Service"]["User"], unit["Service"]["Group"]) == ("dumpscope", "dumpscope"), name
+    text = (EXAMPLES / "dumpscope-serve.service").read_text()
+    argv = _dumpscope_argv(_unit("dumpscope-serve.service")["Service"]["ExecStart"])
+    publish = Path(argv[argv.index("--publish") + 1])
+    # The directory DEST's link is switched in is made the service user's by the install steps.
+    assert f"install -d -o dumpscope -g dumpscope /srv/dumpscope {publish.parent}" in text
+    crontab = _dumpscope_argv((EXAMPLES / "crontab").read_text().splitlines()[-1].split("&&")[-1])
+    assert crontab[crontab.index("--publish") + 1] == str(publish)
+
+
+@pytest.mark.integration
+def test_systemd_reads_the_units_without_a_warning(tmp_path):
+    """systemd's own parser (systemd-analyze verify): an unknown key or section is only a warning
+    to systemd, which then ignores it; the executables are named by the install, not here."""
+    for name in ("prefect-server.service", "dumpscope-serve.service"):
+        text = (EXAMPLES / name).read_text()
+        (tmp_path / name).write_text(re.sub(r"/srv/dumpscope/\.venv/bin/\w+", "/bin/true", text))
+    done = subprocess.run(["systemd-analyze", "verify", "--man=no", "prefect-server.service", "dumpscope-serve.service"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 def test_the_crontab_line_runs_a_whole_night():
@@ -70,6 +100,50 @@ def test_the_crontab_line_runs_a_whole_night():
     argv = _dumpscope_argv(command.split("&&")[-1])
     _parses(argv)
     assert argv[0] == "run" and {"--site", "--publish", "--fail-on"} <= set(argv)
+
+
+@pytest.mark.integration
+def test_the_crontab_line_exports_the_secrets_and_mails_a_status_that_is_not_0(prefect_home, tmp_path):
+    """The crontab line, run by /bin/sh as cron runs it (a bare environment), with the paths moved
+    under tmp_path: the secrets file's variables reach dumpscope (the bucket's S3 credentials,
+    the notification target), the night publishes its site and snapshot (which carries the
+    settings' [site] url), and the exit status 4 (--fail-on new) is one line on stdout, which
+    cron mails; a night with nothing new mails nothing. On main the file was sourced without
+    `set -a` (its variables reached no command) and every line went to the log."""
+    import duckdb
+
+    from tests.moto_s3 import moto_s3
+    from tests.test_notify import receiver
+
+    [line] = [ln for ln in (EXAMPLES / "crontab").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    srv, www, secrets = tmp_path / "srv", tmp_path / "www", tmp_path / "dumpscope.env"
+    srv.mkdir()
+    www.mkdir()
+    (srv / ".venv").symlink_to(ROOT / ".venv")
+    shutil.copyfile(EXAMPLES / "dumpscope.toml", srv / "dumpscope.toml")
+    command = (line.split(None, 5)[5].replace("/srv/dumpscope", str(srv)).replace("/var/www/dumpscope", str(www))
+               .replace("/etc/dumpscope.env", str(secrets)))
+    cron_env = {"HOME": str(tmp_path), "LOGNAME": "dumpscope", "SHELL": "/bin/sh", "PATH": "/usr/bin:/bin",
+                "PREFECT_HOME": str(prefect_home(tmp_path / "prefect-home")), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    with moto_s3("dumps") as (endpoint, client), receiver() as (hook, received):
+        for night in ("2026-11-17", "2026-11-18"):
+            for f in sorted((ROOT / "data" / "sample_bucket" / night).rglob("*")):
+                if f.is_file():
+                    client.upload_file(str(f), "dumps", f"nightly/{f.relative_to(ROOT / 'data' / 'sample_bucket').as_posix()}")
+        secrets.write_text(f"DUMPSCOPE_NOTIFY='[\"{hook}\"]'\nAWS_ACCESS_KEY_ID=testing\nAWS_SECRET_ACCESS_KEY=testing\n"
+                           f"AWS_DEFAULT_REGION=us-east-1\nAWS_ENDPOINT_URL_S3={endpoint}\n")
+        nights = [subprocess.run(["/bin/sh", "-c", command], env=cron_env, capture_output=True, text=True, timeout=600)
+                  for _ in range(2)]
+    log = (srv / "nightly.log").read_text()
+    first, again = nights
+    assert (first.returncode, first.stdout, first.stderr) == (
+        0, f"dumpscope run exited with status 4 (see {srv}/nightly.log)\n", ""), log[-3000:]
+    assert (again.returncode, again.stdout, again.stderr) == (0, "", ""), log[-3000:]  # nothing new: no mail
+    assert len(received) == 1 and "new incident" in received[0]["title"], received
+    assert f"Published: {www}/site (" in log and (www / "site" / "index.html").is_file()
+    with duckdb.connect(str(www / "site" / "warehouse.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT value FROM schema_info WHERE key = 'site_url'").fetchall() == [
+            ("https://dumps.example.org/nightly/",)]
 
 
 def test_the_example_settings_load_as_written():

@@ -139,7 +139,7 @@ EXPECTED: dict[str, tuple[int, list, object]] = {
     # Without a Prefect server `serve` stops at once with the way to start one; the
     # README's s3 bucket and /srv warehouse are never reached.
     "serve --cron 0 2 * * * --bucket s3://dumps/nightly --warehouse /srv/dumpscope/warehouse.duckdb --site /srv/dumpscope/site "
-    "--publish /var/www/dumpscope --fail-on new": (
+    "--publish /var/www/dumpscope/site --fail-on new": (
         2, ["error: scheduled runs need a Prefect server: start one with `prefect server start`"], None),
     # `check` against the run these dumps are: nothing new; against the night before,
     # the ONNX export failure they fix.
