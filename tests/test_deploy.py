@@ -91,6 +91,29 @@ def test_serve_and_watch_refuse_a_mistake_in_one_line_before_prefect_starts(tmp_
         assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, (command, out.output)
 
 
+@pytest.mark.integration  # serve's --cron check imports Prefect's croniter, which runs `file` (platform.architecture)
+@pytest.mark.parametrize("command", ["watch", "serve"])
+def test_watch_and_serve_find_before_the_night_what_it_would_fail_on(command, tmp_path, monkeypatch):
+    """--summary-json into no directory and a --dask-address nothing answers at (a8ea99c, 4e40821
+    checked them for run), and a PREFECT_API_URL nothing answers at: one line, exit 2, for watch
+    and serve too (serve waits for a starting server: DUMPSCOPE_PREFECT_WAIT=0 here)."""
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # port 9: nothing listens
+    monkeypatch.setenv("DUMPSCOPE_PREFECT_WAIT", "0")
+    (tmp_path / "notes.txt").write_text("not a directory\n")
+    night = [command, "--bucket", str(SAMPLE), "--warehouse", str(tmp_path / "w.duckdb")]
+    for args, said in (
+            (["--summary-json", str(tmp_path / "nope" / "s.json")],
+             f"--summary-json {tmp_path}/nope/s.json: {tmp_path}/nope does not exist"),
+            (["--summary-json", str(tmp_path / "notes.txt" / "s.json")],
+             f"--summary-json {tmp_path}/notes.txt/s.json: {tmp_path}/notes.txt is a file, not a directory"),
+            (["--dask-address", "tcp://127.0.0.1:9"], "--dask-address tcp://127.0.0.1:9: no scheduler answers there "
+                                                      "(Connection refused)"),
+            ([], "PREFECT_API_URL http://127.0.0.1:9/api: no Prefect server answers there (Connection refused)")):
+        out = CliRunner().invoke(app, [*night, *args])
+        assert (out.exit_code, out.output.splitlines()) == (2, [f"error: {said}"]), (args, out.output)
+    assert not (tmp_path / "w.duckdb").exists()
+
+
 CRON_REFUSED = ("error: --cron '0 25 * * *': not a schedule Prefect takes: five fields, minute (0-59) hour (0-23) "
                 "day of month (1-31) month (1-12) day of week (0-6, 0 Sunday), e.g. '0 2 * * *' (02:00 each night)")
 

@@ -140,6 +140,8 @@ def test_the_crontab_line_exports_the_secrets_and_mails_a_status_that_is_not_0(p
         0, f"dumpscope run exited with status 4 (see {srv}/nightly.log)\n", ""), log[-3000:]
     assert (again.returncode, again.stdout, again.stderr) == (0, "", ""), log[-3000:]  # nothing new: no mail
     assert len(received) == 1 and "new incident" in received[0]["title"], received
+    assert log.count("Notifications: 1 message(s) sent.") == 1
+    assert log.count("Notifications: nothing new sent: this night loaded nothing new") == 1  # the second night
     assert f"Published: {www}/site (" in log and (www / "site" / "index.html").is_file()
     with duckdb.connect(str(www / "site" / "warehouse.duckdb"), read_only=True) as con:
         assert con.execute("SELECT value FROM schema_info WHERE key = 'site_url'").fetchall() == [

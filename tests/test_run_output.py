@@ -48,6 +48,44 @@ def test_the_summary_of_the_sample_is_plain_text_in_a_few_lines(sample_warehouse
     assert [line for line in lines if MARKUP.search(line)] == []
 
 
+def test_with_a_site_url_the_summary_gives_the_run_s_page_and_each_new_incident_s(sample_warehouse, tmp_path):
+    """On main the terminal showed no page even with [site] url (the report and the chats had them)."""
+    from flows.commands.night import NightOptions
+    from flows.commands.run import summary_lines
+    from flows.nightly import NightSummary
+    from transforms.escape import slug
+
+    settings = tmp_path / "dumpscope.toml"
+    settings.write_text('[site]\nurl = "https://dumps.example.org/nightly"\n')
+    night = NightOptions(bucket="data/sample_bucket", warehouse=sample_warehouse, settings=settings)
+    lines = summary_lines(NightSummary(seen=184, skipped=184), night)
+    assert lines[2:4] == [VERDICT, "  page: https://dumps.example.org/nightly/runs/2026-11-20.html"]
+    new = [line.split()[0] for line in lines if line.startswith("I-")]
+    assert len(new) == 5 and [line for line in lines if line.startswith("  page: ") and "/incidents/" in line] == [
+        f"  page: https://dumps.example.org/nightly/incidents/{slug(i)}.html" for i in new]
+    assert lines[lines.index(PMAP_DIFF) + 1].startswith("  page: https://dumps.example.org/nightly/incidents/i-")
+
+
+def test_with_notification_targets_the_summary_says_what_was_sent_or_why_nothing(sample_warehouse, monkeypatch):
+    """On main a night with --notify that sent nothing (a re-run) said nothing about it."""
+    from flows.commands.night import NightOptions
+    from flows.commands.run import summary_lines
+    from flows.nightly import NightSummary
+
+    night = NightOptions(bucket="data/sample_bucket", warehouse=sample_warehouse)
+    assert not [line for line in summary_lines(NightSummary(seen=184, skipped=184), night) if "Notif" in line]
+    monkeypatch.setenv("DUMPSCOPE_NOTIFY", '["json://127.0.0.1:9000/hook"]')
+    for summary, said in (
+            (NightSummary(seen=184, skipped=184), "nothing new sent: this night loaded nothing new, and a run's new "
+             "incidents are sent once, by the night that loads it (a re-run never sends them again)."),
+            (NightSummary(seen=190, new=6, skipped=184), "nothing new sent: the runs this night loaded opened no "
+                                                         "regression or failure."),
+            (NightSummary(seen=190, new=6, new_incidents=2, notified=1), "1 message(s) sent.")):
+        assert summary_lines(summary, night)[-1] == f"Notifications: {said}"
+    owed = NightSummary(seen=184, skipped=184, undelivered=["notification of run 2026-11-20 to json failed: refused"])
+    assert "Notif" not in summary_lines(owed, night)[-1]  # its warning says it
+
+
 def test_a_hostile_name_pastes_as_itself_and_shows_its_control_characters():
     from transforms.trends.night_report import night_brief
 

@@ -28,7 +28,7 @@ from flows.ingest.bucket import open_object
 from flows.ingest.staging import StagedResult
 from flows.verdict import history as history_mod
 from flows.verdict.items import excerpts_of
-from flows.warehouse.reads import NoSuchRun, frame_of, read_with
+from flows.warehouse.reads import NoSuchRun, frame_of, read_with, run_named
 from transforms.layout import BucketObject
 from transforms.trends import diffs as diff_mod
 from transforms.trends import incident_rule
@@ -61,6 +61,7 @@ def history_runs(con, against: str | None) -> tuple[pl.DataFrame, list[dict]]:
     if order.is_empty():
         raise CommandError("the warehouse holds no run yet (run `dumpscope run` first)")
     if against is not None:
+        against = run_named(con, against)
         at = order.filter(pl.col("run_id") == against)
         if at.is_empty():
             raise NoSuchRun(against, tail=f" (latest: {order.get_column('run_id')[-1]})")
