@@ -432,6 +432,8 @@ def _reporting(*, fail_on, fail_on_regression, wait, dask_address, summary_json,
     if summary_json is not None and not summary_json.parent.is_dir():  # found before the night, not after it
         problem = "is a file, not a directory" if summary_json.parent.exists() else "does not exist"
         raise CommandError(f"--summary-json {summary_json}: {summary_json.parent.absolute()} {problem}", exit_code=2)
+    if summary_json is not None and summary_json.is_dir():
+        raise CommandError(f"--summary-json {summary_json} is a directory: give the summary's file", exit_code=2)
     if dask_address is not None:
         from flows.commands import preflight
 

@@ -211,6 +211,21 @@ def test_the_incidents_list_as_json_has_each_incident_s_steps_and_page(sample_wa
     assert len({s["metric"] for s in pmap["steps"]}) == 16  # its headline: two metrics, "+14 more"
 
 
+def test_site_never_builds_over_a_file_or_a_directory_of_other_files(sample_warehouse, tmp_path):
+    """The build replaces its directory whole: on main `site --out letters` swapped the user's
+    directory aside and removed it, and `--out notes.txt` moved the file aside (exit 0 both)."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "letters").mkdir()
+    (tmp_path / "letters" / "letter.txt").write_text("dear reader\n")
+    for out, said in (("notes.txt", "is a file, not a directory: give the directory the site is built into"),
+                      ("letters", "holds files that are not a site, and the build replaces the directory whole: "
+                                  "give a new directory, or one a build made")):
+        done = invoke("site", "--warehouse", str(sample_warehouse), "--out", str(tmp_path / out))
+        assert (done.exit_code, done.output) == (2, f"error: --out {tmp_path / out} {said}\n")
+    assert (tmp_path / "notes.txt").read_text() == "mine\n" and os.listdir(tmp_path / "letters") == ["letter.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["letters", "notes.txt"]
+
+
 def test_incidents_of_a_run_that_does_not_exist(sample_warehouse):
     out = invoke("incidents", "--run", "2026-11-21", "--warehouse", str(sample_warehouse))
     assert (out.exit_code, out.output) == (

@@ -147,6 +147,19 @@ MISTAKES = {
     # Port 9 (discard): nothing listens there. On main the night started and failed at its parse tasks.
     "no Dask scheduler there": (["--dask-address", "tcp://127.0.0.1:9"],
                                 "error: --dask-address tcp://127.0.0.1:9: no scheduler answers there (Connection refused)"),
+    # On main the night ran, then: the file moved aside and a site in its place (exit 0); the
+    # directory of a letter swapped aside and removed; IsADirectoryError tracebacks (exit 1).
+    "site is a file": (["--warehouse", "wh.duckdb", "--site", "notes.txt"],
+                       "error: --site notes.txt is a file, not a directory: give the directory the site is built into"),
+    "site in a directory of other files": (["--warehouse", "wh.duckdb", "--site", "letters"],
+                                           "error: --site letters holds files that are not a site, and the build "
+                                           "replaces the directory whole: give a new directory, or one a build made"),
+    "report is a directory": (["--warehouse", "wh.duckdb", "--report", "letters"],
+                              "error: --report letters is a directory: give the report's file"),
+    "report under a file": (["--warehouse", "wh.duckdb", "--report", "notes.txt/report.md"],
+                            "error: --report notes.txt/report.md: {cwd}/notes.txt is a file, not a directory"),
+    "summary JSON is a directory": (["--warehouse", "wh.duckdb", "--summary-json", "letters"],
+                                    "error: --summary-json letters is a directory: give the summary's file"),
 }
 
 
@@ -192,6 +205,8 @@ def test_an_operators_mistake_is_one_line_exit_2_before_prefect(mistake, tmp_pat
     """On main: a warehouse that is a directory or no DuckDB file started Prefect and the night,
     and ended after about a minute with a traceback (exit 1)."""
     (tmp_path / "notes.txt").write_text("not a warehouse\n")
+    (tmp_path / "letters").mkdir()
+    (tmp_path / "letters" / "letter.txt").write_text("dear reader\n")
     (tmp_path / "data").symlink_to(ROOT / "data")
     args, said = MISTAKES[mistake]
     done = _dumpscope(["run", *args], tmp_path, timeout=60)
@@ -201,6 +216,7 @@ def test_an_operators_mistake_is_one_line_exit_2_before_prefect(mistake, tmp_pat
     if said:
         assert lines == [said.format(cwd=tmp_path)]
     assert not (tmp_path / "data" / "warehouse.duckdb").exists() or (ROOT / "data" / "warehouse.duckdb").exists()
+    assert (tmp_path / "notes.txt").read_text() == "not a warehouse\n" and os.listdir(tmp_path / "letters") == ["letter.txt"]
 
 
 NO_CREDENTIALS = ("Unable to locate credentials; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the "

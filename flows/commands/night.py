@@ -5,7 +5,8 @@ One definition for the three commands (the options themselves are declared once 
 ``flows.cli``): storage options and notification targets go to the environment (values are
 never flow parameters: ``flows.storage_secrets``), and each operator mistake exits 2 in one
 line before Prefect starts: the storage options, the notification URLs, the settings file,
-the memory limit, the bucket, the ``--publish`` destination. The exit status a night ends
+the memory limit, the warehouse, the site directory and the report file, the bucket, the
+``--publish`` destination, the Prefect server. The exit status a night ends
 with is ``NightSummary.exit_status`` (``flows.night_summary``): ``run`` exits with it, a served
 night's flow run ends in the state it names.
 """
@@ -59,6 +60,10 @@ def prepare(options: NightOptions, *, prefect_wait: float = 0.0, notice: Callabl
     conf = preflight.settings(options.settings)
     memory = preflight.memory_limit(options.memory_limit, conf, options.settings)
     preflight.warehouse_to_write(options.warehouse)
+    if options.site_dir is not None:
+        preflight.site_directory("--site", options.site_dir)
+    if options.report_path is not None:
+        preflight.report_file(options.report_path)
     if not options.storage_secret:  # with one, the options are Prefect's to give: the flow says it, unretried
         check_bucket(options.bucket, storage_secrets.resolve(None))
     if options.publish_to:

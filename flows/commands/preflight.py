@@ -222,6 +222,46 @@ def publish_destination(dest: str, storage_options: dict | None = None, *, look:
                                exit_code=BAD_ARGUMENT)
 
 
+def site_directory(flag: str, path: Path) -> None:
+    """Exit 2 with one line unless the site can be built into ``path`` (``--site``, ``site --out``):
+    the build replaces the directory whole, so an existing one must be empty or a site built
+    before (its ``index.html`` or its manifest), never a file or a directory of other files;
+    else a night did all its work and then swapped the user's directory aside."""
+    from flows.publish.site_mkdocs import MANIFEST
+    from transforms.escape import plain_text
+
+    shown = plain_text(path)
+    if path.exists() and not path.is_dir():
+        raise CommandError(f"{flag} {shown} is a file, not a directory: give the directory the site is built into",
+                           exit_code=BAD_ARGUMENT)
+    if path.is_dir() and any(path.iterdir()) and not ((path / "index.html").is_file() or (path / MANIFEST).is_file()):
+        raise CommandError(f"{flag} {shown} holds files that are not a site, and the build replaces the directory "
+                           "whole: give a new directory, or one a build made", exit_code=BAD_ARGUMENT)
+    _under_directories(flag, path)
+
+
+def report_file(path: Path) -> None:
+    """Exit 2 with one line unless ``--report`` can be written: a file (not a directory) under
+    directories (the night creates those missing), else the night failed once it wrote it."""
+    from transforms.escape import plain_text
+
+    if path.is_dir():
+        raise CommandError(f"--report {plain_text(path)} is a directory: give the report's file", exit_code=BAD_ARGUMENT)
+    _under_directories("--report", path)
+
+
+def _under_directories(flag: str, path: Path) -> None:
+    """Exit 2 when what ``path`` is to be made under holds a file where a directory must be."""
+    from transforms.escape import plain_text
+
+    place = path.absolute().parent
+    while not place.exists() and place != place.parent:  # the directories the night creates
+        place = place.parent
+    if not place.is_dir():
+        raise CommandError(f"{flag} {plain_text(path)}: {plain_text(place)} is a file, not a directory",
+                           exit_code=BAD_ARGUMENT)
+
+
 def warehouse_to_write(path: Path) -> None:
     """Exit 2 with one line unless a night can write ``path``: an existing warehouse file this
     user may write, or a new one in a directory this user may create or write (its writer
