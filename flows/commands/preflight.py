@@ -1,6 +1,8 @@
 """What every command checks before any work starts, each failure an operator's mistake told
 in one line (a ``CommandError``): the settings file and the memory limit (exit 2), the
-notification targets and the ``--publish`` destination (exit 2), the warehouse a night writes (exit 2: a directory, a file
+notification targets and the ``--publish`` destination (exit 2: a directory this user may not
+write, a store's bucket not there or without credentials), the site directory and the report
+file (exit 2: the build replaces a site directory whole), the warehouse a night writes (exit 2: a directory, a file
 that is no warehouse, a place this user cannot write), and the warehouse's one writer (exit 1
 when the file is no warehouse, 3 when another writer holds it). The bucket's check is ``flows.ingest.bucket.check_bucket``
 (exit 2), the warehouse file's ``flows.warehouse.inspect.check_warehouse`` (exit 1). The Dask
