@@ -31,9 +31,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
@@ -42,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from generate_samples import gzip_to, run_job, versions, write_run  # noqa: E402
+from generate_torch_traces import _figures as torch_figures, _free_port  # noqa: E402
 
 SEED = 20261201
 FIRST_NIGHT = datetime.fromisoformat("2026-10-01T02:00:00+00:00")
@@ -420,6 +424,81 @@ SCENARIOS |= {
     },
 }
 
+# The two ranks of a torch.distributed job (gloo on CPU, world size 2) compile the same function
+# (backend aot_eager):
+# a step called with two activations (a recompile on the callable's id) and two batch sizes (a
+# recompile on the shape). Each rank is its own process with TORCH_TRACE=<job folder>; its source
+# is written to a fresh temporary folder (as a runner's checkout), so file names, ids and paths
+# differ between the ranks and between nights, as they do on real runners.
+RANK_MODEL = '''"""Compiled by data/generate_incident_buckets.py, one process per rank."""
+import torch
+
+
+def relu_act(h):
+    return torch.relu(h)
+
+
+def tanh_act(h):
+    return torch.tanh(h)
+
+
+def warmup(x):
+    return torch.cos(x) + 1
+
+
+def step(w, x, act):
+    h = act(x @ w)
+    return (h * h).mean()
+'''
+SCENARIOS |= {
+    "rank_logs": {
+        "summary": "Two torch.distributed jobs of two ranks each (gloo on CPU, world size 2), every night the same "
+                   "program written again by new processes: torch names each rank's log "
+                   "dedicated_log_torch_trace_rank_<n>_<random>.log (a new random part every run) in torch-ranks; "
+                   "in torch-ranks-early each rank compiles a warm-up function before torch.distributed starts, so "
+                   "the log is opened before the rank is known: dedicated_log_torch_trace_<random>.log, the rank only "
+                   "in its records. Nothing changes.",
+        "nights": 3,
+        "jobs": lambda i: {"torch-ranks": {"task": "ranks", "early": False},
+                           "torch-ranks-early": {"task": "ranks", "early": True}},
+        "changes": [],
+        "incidents": [],
+        "notes": ["each rank's step recompiles twice: on the activation (___check_obj_id of its code object: an id() "
+                  "that differs in every process) and on the batch size",
+                  "the model's source sits in a new temporary folder per process: co_filename, the guards' and "
+                  "recompile reasons' paths differ between ranks and nights",
+                  "a rank's log is told by the rank in its name, else by the rank its records carry; the random "
+                  "part of the name changes every night and names nothing",
+                  "three nights (the other scenarios have five): the identity is what is tested, each night new "
+                  "processes"],
+    },
+    "inductor_two_graphs": {
+        "summary": "The samples' MLP under torch.compile (Inductor, TORCH_COMPILE_DEBUG=1) with a print between its "
+                   "input layer and its blocks: a graph break, so Inductor compiles model__0 (the input layer), "
+                   "model__1 (the blocks and the head) and model__2 (the loss, in the caller's frame resumed after "
+                   "the break), forward and backward. Night 3 adds a block (2 -> 3 layers), kept: only model__1's "
+                   "graphs grow.",
+        "nights": 3,
+        "jobs": lambda i: {"torch-inductor": {"task": "inductor", "graph_break": True} | MLP
+                           | ({"layers": 3} if i >= 2 else {})},
+        "changes": [
+            {"id": "third-block", "night": 3, "job": "torch-inductor", "program": "model__1_forward_4.1",
+             "what": "a third residual block after the graph break: model__1's forward and backward grow, model__0 "
+                     "(before the break) is the same program",
+             "evidence": []},
+        ],
+        "incidents": [
+            _inc(f"{kind[0].upper()}-{phase}", "torch-inductor", graph, kind, 3, None, base=2, change="third-block",
+                 metrics=["memory.buffer_bytes"] if kind == "regression" else ["fusion.count", "fusion.fused_nodes"])
+            for phase, graph in (("fwd", "model__1_forward_4.1"), ("bwd", "model__1_backward_10.4"))
+            for kind in ("regression", "improvement")],
+        "notes": ["the graphs are told by Inductor's AOT graph index (model__<n>_<forward|backward>), not by their "
+                  "folders' order",
+                  "three nights (the other scenarios have five): the identity is what is tested, each night a new "
+                  "process"],
+    },
+}
+
 
 # ---------------------------------------------------------------- workers (compilers' processes)
 
@@ -635,6 +714,87 @@ def _onnx_three(cfg: dict, dump_dir: Path, figures: Path) -> dict:
     return {"models": models}
 
 
+def _rank(cfg: dict) -> dict:
+    """One rank of a ``ranks`` job, in a process started with TORCH_TRACE, RANK, WORLD_SIZE and MASTER_*:
+    the step compiled and run three times (two recompiles), its loss all-reduced; torch's own figures."""
+    import torch
+    import torch.distributed as dist
+    from torch._dynamo.utils import set_compilation_metrics_limit
+    from torch._logging._internal import trace_log
+
+    set_compilation_metrics_limit(10_000)
+    src = Path(tempfile.mkdtemp(prefix="ci-checkout-"))  # a new folder per process, as a runner's checkout
+    (src / "rank_model.py").write_text(RANK_MODEL)
+    sys.path.insert(0, str(src))
+    import rank_model
+
+    torch.manual_seed(cfg["seed"])
+    # aot_eager: Dynamo and AOTAutograd as with Inductor, without its C++ build (a log of ~30 kB gzipped, not 180).
+    if cfg["early"]:  # before torch.distributed: the log is opened now, its name without the rank
+        torch.compile(rank_model.warmup, backend="aot_eager")(torch.randn(8))
+    dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    compiled = torch.compile(rank_model.step, dynamic=False, backend="aot_eager")
+    w = torch.randn(16, 8)
+    for act, batch in ((rank_model.relu_act, 4), (rank_model.tanh_act, 4), (rank_model.relu_act, 6)):
+        loss = compiled(w, torch.randn(batch, 16), act)
+        dist.all_reduce(loss)
+    dist.destroy_process_group()
+    log = next(h._stream_path for h in trace_log.handlers if getattr(h, "_stream_path", None))
+    figures = torch_figures()
+    kept = ("compile_id", "co_name", "co_filename", "co_firstlineno", "recompile_reason", "guard_count", "fail_type")
+    shutil.rmtree(src)  # the checkout goes with its process
+    return {"rank": int(os.environ["RANK"]), "log": Path(log).name, "source": str(src / "rank_model.py"),
+            "counters": figures["counters"],
+            "compilation_metrics": [{k: m[k] for k in kept} for m in figures["compilation_metrics"]]}
+
+
+def run_ranks_job(night: dict, job: str, cfg: dict, scratch: Path, bucket: Path) -> None:
+    """A ``ranks`` job of one night: two processes (ranks 0 and 1) writing their TORCH_TRACE logs into
+    one folder, each log gzipped into the bucket, torch's figures per log in compiler_figures.json."""
+    dump_dir = scratch / night["run_id"] / job
+    shutil.rmtree(dump_dir, ignore_errors=True)
+    dump_dir.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_", "TORCHINDUCTOR_"))}
+    env |= {"TORCH_TRACE": str(dump_dir), "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+            "TORCHINDUCTOR_CACHE_DIR": str(dump_dir.parent / f"{job}.inductor-cache")}
+    shutil.rmtree(env["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
+    t0 = time.perf_counter()
+    procs = []
+    for rank in (0, 1):
+        figures = dump_dir.parent / f"{job}.rank{rank}.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", job, "--config", json.dumps(cfg),
+               "--dump-dir", str(dump_dir), "--figures", str(figures)]
+        log = open(dump_dir.parent / f"{job}.rank{rank}.log", "w")
+        procs.append((subprocess.Popen(cmd, env=env | {"RANK": str(rank)}, stdout=log, stderr=subprocess.STDOUT),
+                      figures, log))
+    for proc, _, log in procs:
+        if proc.wait(timeout=1200) != 0:
+            sys.exit(f"{night['run_id']}/{job}: a rank failed (exit {proc.returncode}), see {log.name}")
+        log.close()
+    job_out = bucket / night["run_id"] / job
+    shutil.rmtree(job_out, ignore_errors=True)
+    logs = {}
+    for _, figures, _ in procs:
+        doc = json.loads(figures.read_text())
+        name = f"{doc['log']}.gz"
+        gzip_to(dump_dir / doc["log"], job_out / name)
+        logs[f"rank_{doc['rank']}"] = {"files": {"torch_trace": name}} | doc
+    assert sorted(p.name for p in dump_dir.glob("*.log")) == sorted(d["log"] for d in logs.values())
+    doc = {"job": job, "run_id": night["run_id"], "config": cfg, "versions": versions(),
+           "made_by": "data/generate_incident_buckets.py", "notes": NOTES_RANKS, "ranks": logs}
+    (job_out / "compiler_figures.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(f"{night['run_id']}/{job}: {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+NOTES_RANKS = {
+    "compared": ["per rank: the log's name (log) and its rank (rank: the RANK torch.distributed started with)",
+                 "compilation_metrics (a few fields of torch's CompilationMetrics): one per compile (3 a rank, plus "
+                 "the warm-up in torch-ranks-early), two with a recompile_reason"],
+    "informational": ["counters", "source (the model's file: a new temporary folder per process)"],
+}
+
+
 _VERIFIED = re.compile(r"^`(?P<output>[^`]+)`: `max_abs_diff=(?P<abs>[^`]+)`, `max_rel_diff=(?P<rel>[^`]+)`")
 
 
@@ -663,6 +823,8 @@ def worker(job: str, cfg: dict, dump_dir: Path, figures: Path) -> None:
         result = _onnx_noise(cfg, dump_dir, figures.with_suffix(".onnx"))
     elif task == "onnx_three":
         result = _onnx_three(cfg, dump_dir, figures)
+    elif task == "ranks":
+        result = _rank(cfg)
     else:
         result = _onnx_pair(cfg, dump_dir, figures)
     figures.write_text(json.dumps(result, indent=1, sort_keys=True))
@@ -689,7 +851,8 @@ def nights(name: str) -> list[dict]:
 
 def job_config(scenario: str, night_index: int, night: dict, job: str) -> dict:
     """What the worker needs (``task`` says what it compiles), with the fixed stamp for names it writes."""
-    offset = {"jax-jit": 5, "jax-pmap": 20, "torch-inductor": 35, "torch-onnx": 95}[job]
+    offset = {"jax-jit": 5, "jax-pmap": 20, "torch-inductor": 35, "torch-onnx": 95, "torch-ranks": 50,
+              "torch-ranks-early": 65}[job]
     stamp = datetime.fromisoformat(night["started_at"]) + timedelta(seconds=offset, microseconds=123456)
     return {"scenario": scenario, "seed": SEED} | night["jobs"][job] | {
         "stamp": stamp.replace(tzinfo=None).isoformat(),
@@ -748,6 +911,16 @@ def programs_of(job: str, doc: dict) -> dict[str, dict]:
                 "fusions": hlo["fusions"],
                 "all_reduce": hlo["collectives"]["all-reduce"],
             }
+    elif "ranks" in doc:
+        for entry in doc["ranks"].values():
+            # The parser names a log's program when the log has one compiled function, else torch_trace.
+            names = {f"{m['co_name']} at {m['co_filename']}:{m['co_firstlineno']}" for m in entry["compilation_metrics"]}
+            program = out.setdefault(names.pop() if len(names) == 1 else "torch_trace", {"files": [], "logs": {}})
+            program["files"].append(entry["files"]["torch_trace"])
+            program["logs"][entry["files"]["torch_trace"]] = {
+                "rank": entry["rank"], "compiles": len(entry["compilation_metrics"]),
+                "recompile_reasons": [m["recompile_reason"] for m in entry["compilation_metrics"] if m["recompile_reason"]],
+            }
     elif job == "torch-inductor":
         for g in doc["graphs"]:
             out[g["graph"]] = {
@@ -783,8 +956,11 @@ def run_scenario(name: str, scratch: Path, out: Path) -> dict:
         entry_jobs = {}
         for job in night["jobs"]:
             cfg = job_config(name, i, night, job)
-            run_job(night, job, scratch / name, bucket, cfg=cfg, script=Path(__file__).resolve(), keep=_keep,
-                    made_by="data/generate_incident_buckets.py")
+            if cfg["task"] == "ranks":
+                run_ranks_job(night, job, cfg, scratch / name, bucket)
+            else:
+                run_job(night, job, scratch / name, bucket, cfg=cfg, script=Path(__file__).resolve(), keep=_keep,
+                        made_by="data/generate_incident_buckets.py")
             job_out = bucket / night["run_id"] / job
             figures = job_out / "compiler_figures.json"
             doc = json.loads(figures.read_text())

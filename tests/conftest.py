@@ -94,7 +94,7 @@ def _schedule(items) -> None:
 # server): their tests are one unit of work, run by one worker, so the fixture is built once. Every
 # other test is a unit of its own. (pytest-xdist's ``--dist loadgroup`` would do this from markers, but
 # with pytest 9 its group suffix no longer reaches the node id, so the tests were spread anyway.)
-SHARED_FIXTURE_MODULES = {"test_bad_input", "test_browser_harness", "test_bucket_hostile", "test_concurrency",
+SHARED_FIXTURE_MODULES = {"test_bad_input", "test_browser_harness", "test_bucket_hostile", "test_check_equals_nightly", "test_concurrency",
                           "test_evidence", "test_hostile_reads", "test_incident_scenarios", "test_one_verdict",
                           "test_onnx_report", "test_parse_memory", "test_foreign_warehouse", "test_records_heal", "test_records_store",
                           "test_s3_dask", "test_scale", "test_site", "test_site_daily", "test_site_names", "test_site_history",

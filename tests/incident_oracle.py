@@ -6,8 +6,8 @@ without counters, dump kind, stage). Output (``incidents``): one dict per incide
 by ``(job, program, opened_run, improvement)``, with its kind, closing, ``stacked_on``,
 status at every run from the opening one, metrics and steps (series, metric, baseline,
 value). Only the stable pieces of the project are used: the parser, ``normalize_program``,
-``DEFAULT_RULES`` (direction) and ``step_test``/``Floors`` (floors). No accepts, and no
-renaming of colliding programs (``#2``): a bucket that needs either raises.
+``DEFAULT_RULES`` (direction, the median window of noisy timings) and ``step_test``/``Floors``
+(floors). No accepts, and no renaming of colliding programs (``#2``): a bucket that needs either raises.
 """
 
 from __future__ import annotations
@@ -65,11 +65,16 @@ def rule_for(metric: str):
 
 
 def walk(values: list[tuple[int, float]], metric: str, **names) -> list[Step]:
-    """The steps of one (series, metric): a level and a stack of open steps, in run order."""
+    """The steps of one (series, metric): a level and a stack of open steps, in run order. A rule
+    with a ``window`` (noisy timings) is walked on the median of the series' last ``window`` values
+    (the lower middle of an even count)."""
     rule = rule_for(metric)
     direction, is_step = rule.direction, step_test(metric, rule, Floors())
     if not direction:
         return []
+    if rule.window > 1:
+        values = [(run, sorted(v for _, v in values[max(0, k + 1 - rule.window):k + 1])[k // 2 if k + 1 < rule.window
+                  else (rule.window - 1) // 2]) for k, (run, _) in enumerate(values)]
     failure = metric.startswith("onnx.step.") or metric == "onnx.errors"
 
     def past(v: float, base: float, way: int) -> bool:  # way 1: worse, -1: better

@@ -150,26 +150,26 @@ def test_incidents_of_the_sample_nights(sample_warehouse):
         ("2026-11-18", "jax-jit", "jit_eval_metrics", "regression"): ("open", None, []),
         ("2026-11-18", "jax-jit", "jit_train_step", "regression"): ("open", None, []),
         ("2026-11-18", "jax-pmap", "jit__fun", "regression"): ("open", None, []),
-        ("2026-11-18", "torch-inductor", "model__backward", "regression"): ("open", None, []),
-        ("2026-11-18", "torch-inductor", "model__forward", "regression"): ("open", None, []),
+        ("2026-11-18", "torch-inductor", "model__0_backward", "regression"): ("open", None, []),
+        ("2026-11-18", "torch-inductor", "model__0_forward", "regression"): ("open", None, []),
         ("2026-11-19", "jax-jit", "jit_eval_metrics", "improvement"): ("open", None, []),
         ("2026-11-19", "jax-jit", "jit_eval_metrics", "regression"): ("open", None, ["I-bf94aa0d"]),
         ("2026-11-19", "jax-jit", "jit_train_step", "improvement"): ("open", None, []),
         ("2026-11-19", "jax-jit", "jit_train_step", "regression"): ("open", None, ["I-b86084d8"]),
         ("2026-11-19", "jax-pmap", "jit__fun", "improvement"): ("open", None, []),
         ("2026-11-19", "jax-pmap", "jit__fun", "regression"): ("open", None, ["I-48d7e96d"]),
-        ("2026-11-19", "torch-inductor", "model__backward", "improvement"): ("open", None, []),
-        ("2026-11-19", "torch-inductor", "model__backward", "regression"): ("open", None, ["I-eddbe732"]),
-        ("2026-11-19", "torch-inductor", "model__forward", "improvement"): ("open", None, []),
-        ("2026-11-19", "torch-inductor", "model__forward", "regression"): ("open", None, ["I-55cec4dc"]),
+        ("2026-11-19", "torch-inductor", "model__0_backward", "improvement"): ("open", None, []),
+        ("2026-11-19", "torch-inductor", "model__0_backward", "regression"): ("open", None, ["I-515a2f3d"]),
+        ("2026-11-19", "torch-inductor", "model__0_forward", "improvement"): ("open", None, []),
+        ("2026-11-19", "torch-inductor", "model__0_forward", "regression"): ("open", None, ["I-ac0447ae"]),
         ("2026-11-19", "torch-onnx", onnx, "failure"): ("fixed", "2026-11-20", []),  # the export failed, then passed
         ("2026-11-20", "jax-jit", "jit_eval_metrics", "regression"): ("new", None, ["I-84ab3494"]),
         ("2026-11-20", "jax-jit", "jit_train_step", "improvement"): ("new", None, ["I-e61e74c6"]),
         ("2026-11-20", "jax-jit", "jit_train_step", "regression"): ("new", None, ["I-f61c3b88"]),
         ("2026-11-20", "jax-pmap", "jit__fun", "regression"): ("new", None, ["I-f515e5b1"]),
-        ("2026-11-20", "torch-inductor", "model__backward", "regression"): ("new", None, ["I-6f4a75b1"]),
-        ("2026-11-20", "torch-inductor", "model__forward", "improvement"): ("new", None, ["I-34816553"]),
-        ("2026-11-20", "torch-inductor", "model__forward", "regression"): ("new", None, ["I-d9f2ab15"]),
+        ("2026-11-20", "torch-inductor", "model__0_backward", "regression"): ("new", None, ["I-3d901592"]),
+        ("2026-11-20", "torch-inductor", "model__0_forward", "improvement"): ("new", None, ["I-459de995"]),
+        ("2026-11-20", "torch-inductor", "model__0_forward", "regression"): ("new", None, ["I-e672331c"]),
     }
     new = CliRunner().invoke(app, ["incidents", "--run", "2026-11-19", "--status", "new", "--format", "json",
                                    "--warehouse", str(sample_warehouse)])
@@ -223,3 +223,66 @@ def test_a_night_added_later_gives_the_same_tables_as_a_full_aggregation(sample_
     assert result.rows["metric_trends"] == full["metric_trends"].filter(pl.col("run_id") >= "2026-11-19").height
     for t in tables:
         assert query(incremental, f"SELECT * FROM {t} {ordered[t]}").equals(full[t]), t
+
+
+_MAIN_INDUCTOR = __import__("re").compile(r"^(?P<name>.*?)__\d+_(?P<graph>forward|backward|inference)(?:_[\d.]+)?$")
+
+
+def _main_naming(program: str, real=None) -> str:
+    """The series rule of the warehouses written before AGGREGATE_VERSION 8: an Inductor graph without
+    its AOT index (model__0_forward_1.0 -> model__forward)."""
+    if (m := _MAIN_INDUCTOR.match(program)) is not None:
+        return f"{m['name']}__{m['graph']}"
+    return real(program)
+
+
+def test_a_warehouse_named_by_the_old_rules_keeps_its_history(sample_warehouse, tmp_path, monkeypatch):
+    """The sample warehouse as the code before identity-from-the-dump wrote it (Inductor graphs named
+    model__forward, model__backward), with an accept by pattern and one by incident id on those names,
+    aggregated again by today's code (the version bump rewrites every run): every incident is the same
+    step with the same history, a renamed program's under its new name and id; the accepts name the
+    new names, and what they accepted stays accepted. Without the accept log's rewrite both accepts
+    named nothing any more: the two incidents they closed reopened."""
+    from flows.verdict import settings as verdict_settings
+    from transforms.trends import series as series_mod
+
+    target = copy(sample_warehouse, tmp_path)
+    real = series_mod.normalize_program
+    monkeypatch.setattr(series_mod, "normalize_program", lambda p: _main_naming(p, real))
+    stale = "v7 old naming"
+    with wh.Warehouse(target) as con:
+        con.execute("UPDATE schema_info SET value = ? WHERE key = 'aggregated_with'", [stale])
+        aggregate(con)
+    old_id = query(target, """SELECT incident_id FROM incidents WHERE program = 'model__backward'
+                              AND opened_run = '2026-11-19' AND kind = 'regression'""").item()
+    runner = CliRunner()
+    for target_, run in (("torch-inductor/model__forward/*", "2026-11-20"), (old_id, None)):
+        res = runner.invoke(app, ["accept", target_, *([run] if run else []), "--note", "intended",
+                                  "--warehouse", str(target)])
+        assert res.exit_code == 0, res.output
+    cols = "incident_id, job, program, kind, opened_run, closed_run, closed_how, last_good_run, headline"
+    before = query(target, f"SELECT {cols} FROM incidents ORDER BY ALL")
+    accepted_before = query(target, "SELECT series, incident_id, closed_incidents FROM accepts ORDER BY accepted_at")
+    assert before.filter(pl.col("closed_how") == "accepted").height == 6  # the pattern closed five, the id one
+
+    monkeypatch.setattr(series_mod, "normalize_program", real)
+    with wh.Warehouse(target) as con:  # what a warehouse of the old version meets: every run aggregated again
+        con.execute("UPDATE schema_info SET value = ? WHERE key = 'aggregated_with'", [stale])
+        aggregate(con)
+    assert verdict_settings.AGGREGATE_VERSION >= 8
+    after = query(target, f"SELECT {cols} FROM incidents ORDER BY ALL")
+    renamed = {"model__forward": "model__0_forward", "model__backward": "model__0_backward"}
+    from transforms.trends.incidents import incident_id
+    ids = {r["incident_id"]: incident_id(r["job"], renamed.get(r["program"], r["program"]), r["opened_run"],
+                                         r["kind"] == "improvement") for r in before.iter_rows(named=True)}
+    expected = before.with_columns(pl.col("incident_id").replace_strict(ids),
+                                   pl.col("program").replace(renamed),
+                                   pl.col("headline").str.replace("/ model__(forward|backward):", "/ model__0_$1:"))
+    assert after.sort("incident_id").equals(expected.sort("incident_id"))
+    unchanged = before.filter(~pl.col("program").is_in(list(renamed)))
+    assert unchanged.height == 15 and unchanged.join(after, on=before.columns, how="anti", nulls_equal=True).is_empty()
+    assert query(target, "SELECT series, incident_id, closed_incidents FROM accepts ORDER BY accepted_at").rows() == [
+        ("torch-inductor/model__0_forward/*", None, sorted(ids[i] for i in accepted_before.row(0)[2])),
+        (None, ids[old_id], [ids[old_id]])]
+    assert after.filter(pl.col("closed_how") == "accepted").height == 6
+    assert query(target, "SELECT count(*) FROM series_events WHERE event IN ('new_series', 'vanished')").item() == 0

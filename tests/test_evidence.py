@@ -97,7 +97,7 @@ def test_diffs_carry_both_sides_and_dumpscope_diff_collapses_the_rescale(warehou
 
 def test_changes_in_order_of_significance(warehouse):
     ranked = query(warehouse, """SELECT series, rank, description FROM diffs WHERE run_id = '2026-11-19'
-                                 AND series = 'torch-inductor/model__forward/inductor_ir/post_fusion' ORDER BY rank""")
+                                 AND series = 'torch-inductor/model__0_forward/inductor_ir/post_fusion' ORDER BY rank""")
     # The new ATen fallback leads, before fused groups that moved more bytes.
     assert ranked.get_column("description").to_list()[0] == "fallback kernel aten.median.dim appeared (×1)"
     assert ranked.get_column("rank").to_list() == list(range(1, ranked.height + 1))

@@ -407,7 +407,7 @@ def test_a_warehouse_holding_values_no_figure_can_be_builds_every_page(sample_wa
     assert _cells(trace, "inductor.compile_seconds")[2] == "-inf"
     memory = page("jax-jit/jit_train_step/xla_buffer_assignment/buffer_assignment")
     assert _cells(memory, "memory.temp_bytes")[2] == "NaN"
-    fusion = page("torch-inductor/model__forward/inductor_ir/post_fusion")
+    fusion = page("torch-inductor/model__0_forward/inductor_ir/post_fusion")
     assert _cells(fusion, "fusion.count")[2] == "-5"
     assert not re.search(r"\d{1,3}(,\d{3}){20}", "".join(p.read_text() for p in site.out.rglob("*.html")))
 

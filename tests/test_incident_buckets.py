@@ -38,6 +38,8 @@ _ONNX_STAMP = re.compile(r"^onnx_export_[\d_-]+_")  # the night's time stamp in 
 MLP, CONVNET, TAGGER = "inp+blocks+head(x)", "features+head(x)", "embed+attn+head(tokens)"  # ONNX programs
 # Scenarios whose expected incidents follow the incident model (every one: an empty list expects none).
 MODEL = sorted(n for n, sc in SCENARIOS.items() if all("stacked_on" in e for e in sc["expected_incidents"]))
+# Scenarios of series identity (new processes every night, three nights): tests/test_identity.py.
+IDENTITY = ("rank_logs", "inductor_two_graphs")
 
 
 def runs(scenario: str) -> list[str]:
@@ -80,11 +82,11 @@ def program_metrics(scenario: str, run_id: str, job: str, program: str) -> dict[
 def test_manifest_and_layout():
     assert set(SCENARIOS) == {"stable", "collective_kept", "blowup_revert", "model_change", "truncated",
                               "failing_export", "two_onnx_models", "stacked_blowup", "overshoot", "dip_and_back",
-                              "lost_improvement", "mixed_run", "onnx_three_models"}
+                              "lost_improvement", "mixed_run", "onnx_three_models", "rank_logs", "inductor_two_graphs"}
     assert MODEL == sorted(SCENARIOS)  # every scenario's expectations follow the incident model
     assert MANIFEST["command"].startswith(".venv-samples/bin/python data/generate_incident_buckets.py")
     for name, sc in SCENARIOS.items():
-        assert 5 <= len(sc["nights"]) <= 7, name
+        assert 5 <= len(sc["nights"]) <= 7 or name in IDENTITY and len(sc["nights"]) == 3, name
         assert sorted(p.name for p in (BUCKETS / name).iterdir()) == runs(name)
         commits = []
         for night in sc["nights"]:
@@ -140,6 +142,11 @@ def test_compiler_figures_match_parsed_metrics():
                         if buffers is not None:
                             assert buffers["memory.temp_bytes"] == figs["temp_size_in_bytes"]
                             assert buffers["memory.parameter_bytes"] == figs["argument_size_in_bytes"]
+                    elif "logs" in figs:  # a torch.distributed job's rank logs (TORCH_TRACE)
+                        for log, torch_said in figs["logs"].items():
+                            assert parsed(files[log]).stage == f"rank_{torch_said['rank']}"
+                            assert got[log]["dynamo.compiles"] == torch_said["compiles"]
+                            assert got[log]["dynamo.recompiles"] == len(torch_said["recompile_reasons"])
                     elif job == "torch-inductor":
                         post = got["ir_post_fusion.txt.gz"]
                         assert post["inductor.nodes"] == figs["post_fusion_nodes"]

@@ -224,10 +224,24 @@ def _program(path: Path) -> str | None:
     ("bigmm", "fc(x)"),
     ("custom", "fc(x)"),  # failed at translate: the exported program is there, and names it
     ("datadep_draft", "fc(x)"),  # draft_export's program
-    ("datadep", None),  # every capture strategy failed: no exported program, no name (the folder's applies)
+    # Every capture strategy failed (torch 2.13's error report names no model and holds no exported
+    # program): the model's own frame where the exporter entered it, `if y.sum() > 0:` in DataDep.forward
+    # (make_reports.py:59). Main named it None, so its series took the folder's name (the job's).
+    ("datadep", "forward at make_reports.py:59"),
 ])
 def test_the_program_is_the_model_the_exported_program_names(case, name):
     assert _program(CASE[case]) == name
+
+
+def test_a_report_without_a_model_frame_has_no_name():
+    """An error report whose tracebacks show only the exporter's and Python's own frames names nothing
+    (the folder's name applies): frames under torch/, site-packages/onnx/ and Python's lib are no model."""
+    text = CASE["datadep"].read_text(encoding="utf-8")
+    model_frames = [line for line in text.splitlines() if "make_reports.py" in line and line.lstrip().startswith("File ")]
+    assert len(model_frames) == 3
+    for line in model_frames:
+        text = text.replace(line, '  File "/usr/lib/python3.11/contextlib.py", line 81, in inner')
+    assert run(_lines(text))[1].program is None
 
 
 def test_the_program_of_real_reports_in_buckets():

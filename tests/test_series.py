@@ -17,9 +17,10 @@ from transforms.trends.metric_trends import run_order
     ("SyncTensorsGraph.2210", "SyncTensorsGraph"),
     ("module_0007.jit_train_step", "jit_train_step"),
     ("jit_train_step", "jit_train_step"),
-    ("model__0_forward_1.0", "model__forward"),
-    ("model__12_backward_30.1", "model__backward"),
-    ("model__3_inference_0", "model__inference"),
+    ("model__0_forward_1.0", "model__0_forward"),  # the compile id goes, the AOT graph index stays
+    ("model__1_forward_4.1", "model__1_forward"),
+    ("model__12_backward_30.1", "model__12_backward"),
+    ("model__3_inference_0", "model__3_inference"),
     ("onnx_export_2026-11-20_02-01-35-123456_success", "onnx_export"),
     ("mlp_3x128", "mlp_3x128"),
     ("jit__fun", "jit__fun"),
@@ -39,14 +40,49 @@ def test_renumbered_programs_are_one_series():
         ("n1/xla/module_0007.SyncTensorsGraph.2143.after_optimizations.txt", "n1", "xla", "xla_hlo", "after_optimizations", "SyncTensorsGraph.2143", "ok", None),
         ("n2/xla/module_0012.SyncTensorsGraph.2210.after_optimizations.txt", "n2", "xla", "xla_hlo", "after_optimizations", "SyncTensorsGraph.2210", "ok", None),
         ("n1/ind/a/model__0_forward_1.0/ir_post_fusion.txt", "n1", "ind", "inductor_ir", "post_fusion", "model__0_forward_1.0", "ok", None),
-        ("n2/ind/a/model__4_forward_7.0/ir_post_fusion.txt", "n2", "ind", "inductor_ir", "post_fusion", "model__4_forward_7.0", "ok", None),
+        ("n2/ind/a/model__0_forward_3.0/ir_post_fusion.txt", "n2", "ind", "inductor_ir", "post_fusion", "model__0_forward_3.0", "ok", None),
         ("n2/ind/notes.txt", "n2", "ind", "unknown", None, "notes", "ok", None),
     ])
     s = assign_series(d)
     assert s.get_column("series").to_list() == [
-        "ind/model__forward/inductor_ir/post_fusion", "xla/SyncTensorsGraph/xla_hlo/after_optimizations",
-        "ind/model__forward/inductor_ir/post_fusion", "xla/SyncTensorsGraph/xla_hlo/after_optimizations",
+        "ind/model__0_forward/inductor_ir/post_fusion", "xla/SyncTensorsGraph/xla_hlo/after_optimizations",
+        "ind/model__0_forward/inductor_ir/post_fusion", "xla/SyncTensorsGraph/xla_hlo/after_optimizations",
     ]
+
+
+def test_inductor_graphs_are_told_by_their_graph_index():
+    """A graph break gives model__0 and model__1 (forward and backward): four series, each by its AOT
+    graph index, whatever order the folders sort in; none is a #2 and no same_name event is raised
+    (main named them model__forward and model__forward#2, by folder order)."""
+    graphs = ["model__0_forward_1.0", "model__1_forward_2.1", "model__1_backward_5.1", "model__0_backward_6.0"]
+    d = dumps([(f"n{r}/ind/dbg/{g}/ir_post_fusion.txt", f"n{r}", "ind", "inductor_ir", "post_fusion", g, "ok", None)
+               for r in (1, 2) for g in (graphs if r == 1 else graphs[::-1])])
+    s = assign_series(d)
+    assert sorted(set(s.get_column("series_program"))) == [
+        "model__0_backward", "model__0_forward", "model__1_backward", "model__1_forward"]
+    assert s.group_by("series_program").agg(pl.col("program").unique().sort()).sort("series_program").rows() == [
+        ("model__0_backward", ["model__0_backward_6.0"]), ("model__0_forward", ["model__0_forward_1.0"]),
+        ("model__1_backward", ["model__1_backward_5.1"]), ("model__1_forward", ["model__1_forward_2.1"])]
+    runs = pl.DataFrame({"run_id": ["n1", "n2"], "started_at": [datetime(2026, 1, 1), datetime(2026, 1, 2)],
+                         "commit": [None, None]}, schema_overrides={"commit": pl.String})
+    assert series_events(d, s, run_order(runs)).get_column("event").to_list() == ["first_run"]
+
+
+def test_same_name_is_said_once_per_job_and_run():
+    """Two debug folders of one run that really cannot be told apart (two processes compiled the same
+    model): one same_name event per run and job naming them, not one per dump."""
+    d = dumps([(f"n{r}/ind/run_{p}/model__0_forward_1.0/ir_{stage}.txt", f"n{r}", "ind", "inductor_ir", stage,
+                "model__0_forward_1.0", "ok", None)
+               for r in (1, 2) for p in ("a", "b") for stage in ("pre_fusion", "post_fusion")])
+    s = assign_series(d)
+    assert sorted(set(s.get_column("series_program"))) == ["model__0_forward", "model__0_forward#2"]
+    runs = pl.DataFrame({"run_id": ["n1", "n2"], "started_at": [datetime(2026, 1, 1), datetime(2026, 1, 2)],
+                         "commit": [None, None]}, schema_overrides={"commit": pl.String})
+    same = series_events(d, s, run_order(runs)).filter(pl.col("event") == "same_name")
+    assert same.select("run_id", "job", "series", "path").rows() == [("n1", "ind", None, None), ("n2", "ind", None, None)]
+    assert same.get_column("detail").to_list() == [
+        "2 inductor_ir programs named model__0_forward: told apart by file order only, their series #2, #3... "
+        "may swap between runs (name them in run.json's \"series\" or the settings' [series])"] * 2
 
 
 def test_programs_colliding_in_one_run_stay_apart_in_compile_order():

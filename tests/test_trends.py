@@ -54,7 +54,7 @@ def test_trends_say_no_verdict():
 
 
 def test_first_fallback_kernel_is_a_move_from_zero_though_the_metric_was_absent():
-    ir = "torch-inductor/model__forward/inductor_ir/post_fusion"
+    ir = "torch-inductor/model__0_forward/inductor_ir/post_fusion"
     o = pl.concat([obs(ir, "inductor.nodes", [10, 10, 11]),
                    obs(ir, "kernel.fallback.aten.convolution_backward.default", [None, None, 1], start=1)])
     t = trend(o, 3).filter(pl.col("metric") == "kernel.fallback.aten.convolution_backward.default")

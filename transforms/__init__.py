@@ -10,7 +10,9 @@ Packages, in pipeline order (each may import only those above it, plus the modul
 Shared by all of them, at this level: ``records`` (the parser contract and the vocabulary
 shared downstream, such as the collective opcodes), ``reading`` (bytes to lines),
 ``naming`` (program names from paths), ``parse`` (the one entry point: a dump's bytes to
-its summary and frames), ``layout`` (what a bucket path and run.json say), ``units``, and
-``escape`` (the one helper that makes a value from outside safe for where it lands: HTML
+its summary and frames), ``layout`` (what a bucket path and run.json say), ``units``,
+``volatile`` (the one function that replaces what changes from process to process: ids,
+addresses, pids, temporary folders, path prefixes; every comparison and page goes through it),
+and ``escape`` (the one helper that makes a value from outside safe for where it lands: HTML
 text or attribute, Markdown, a slug, a URL, SQL, a shell word).
 """

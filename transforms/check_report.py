@@ -2,24 +2,31 @@
 
 ``CheckResult`` holds the answer of ``flows.commands.check.check_dir``: the incidents the candidate
 directory would open (regressions and failures; improvements apart), the open ones it
-would fix, the improvements it would lose, its new programs, its damaged dumps and what
-was wrong with its run.json. Each incident carries its steps, the top lines of its cause
-(the structural diff of the candidate against the reference run) and their evidence (dump
-paths and lines). Pure: names come from dumps and paths, and reach the text through
-``transforms.escape`` (terminal text: control characters made visible).
+would fix, the improvements it would lose, its new programs, its damaged dumps, what was
+wrong with its run.json and what the nightly's listing leaves out of it. ``changes`` says
+each as a plain object, from the incidents the rule found over history + candidate: its
+steps, the top lines of its cause (the structural diff of the candidate against the
+reference run) and their evidence (dump paths and lines). Pure: names come from dumps and
+paths, and reach the text through ``transforms.escape`` (terminal text: control characters
+made visible).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
+import polars as pl
+
 from transforms.escape import code, md_text, plain_text, slug, url_path
+from transforms.trends import incident_rule
 from transforms.trends.headlines import step_text
 from transforms.units import human_delta, human_value
 
 FORMATS = ("text", "markdown", "json")
 EVIDENCE_SHOWN = 5  # evidence lines per incident in text and Markdown (JSON has them all)
+NOT_READ = "Not read (the nightly leaves these out of a run)"
 
 
 @dataclass
@@ -35,12 +42,71 @@ class CheckResult:
     new_programs: list[dict] = field(default_factory=list)  # job, program, series
     damaged: list[dict] = field(default_factory=list)  # path, kind, status, error
     run_errors: list[str] = field(default_factory=list)  # what was wrong with DIR/run.json
+    not_read: list[str] = field(default_factory=list)  # what the nightly's listing leaves out, one line per reason
     site_url: str | None = None  # [site] url: incident and run pages become links
 
     @property
     def failing(self) -> list[dict]:
         """What ``--fail-on new`` fails on: the regressions and failures it would open."""
         return self.opened
+
+
+def changes(incidents: pl.DataFrame, steps: pl.DataFrame, diffs: pl.DataFrame, run_id: str) -> dict[str, list[dict]]:
+    """What the candidate run ``run_id`` does to the incidents of the walk over history +
+    candidate (``steps`` theirs; ``diffs``: the rows of what it opens): the ``CheckResult``
+    fields ``opened`` (regressions and failures), ``improvements``, ``fixed`` and ``lost``."""
+    opened = incidents.filter(pl.col("opened_run") == run_id)
+    closed_here = (pl.col("closed_run") == run_id) & (pl.col("opened_run") != run_id)
+    return {
+        "opened": _described(opened.filter(pl.col("kind") != "improvement"), steps, diffs, change="opens"),
+        "improvements": _described(opened.filter(pl.col("kind") == "improvement"), steps, diffs, change="opens"),
+        "fixed": _described(incidents.filter(closed_here & (pl.col("closed_how") == "fixed")), steps, diffs, change="fixes"),
+        "lost": _described(incidents.filter(closed_here & (pl.col("closed_how") == "lost")), steps, diffs, change="loses"),
+    }
+
+
+def _described(incidents: pl.DataFrame, steps: pl.DataFrame, diffs: pl.DataFrame, *, change: str) -> list[dict]:
+    """Incidents as plain objects, each with its steps (metric, before, after), and for those the
+    candidate opens, its cause lines and their evidence."""
+    out = []
+    opened = change == "opens"
+    for inc in incidents.sort("impact", "incident_id", descending=[True, False]).iter_rows(named=True):
+        own = steps.filter(pl.col("incident_id") == inc["incident_id"]).sort("impact", "metric", "series",
+                                                                            descending=[True, False, False])
+        # Opened: from the level it stepped from to the candidate's value; closed: from the value
+        # it opened at to the candidate's.
+        shown = [_step(s, s["baseline"], s["value"]) if opened else _step(s, s["value"], s["latest_value"])
+                 for s in own.iter_rows(named=True)]
+        cause, evidence_rows = [], []
+        if opened:
+            mine = diffs.join(own.select("series").unique(), on="series", how="semi").with_columns(
+                pl.lit(inc["incident_id"]).alias("incident_id"))
+            cause = (incident_rule.causes(pl.DataFrame([inc]).select("incident_id"), own, mine)[0] or "").splitlines()
+            evidence_rows = mine.sort("series", "rank").select(
+                "series", "description", "before_path", "lines_before", "after_path", "lines_after").to_dicts()
+        out.append({
+            # An opened incident's id would name the candidate's run, which no night will have: none.
+            "incident_id": None if opened else inc["incident_id"], "change": change, "job": inc["job"],
+            "program": inc["program"], "kind": inc["kind"], "headline": inc["headline"], "metrics": inc["metrics"],
+            "last_good_run": inc["last_good_run"], "stacked_on": inc["stacked_on"] or [],
+            "steps": shown, "cause": cause, "evidence": evidence_rows,
+        })
+    return out
+
+
+def _step(s: dict, before: float | None, after: float | None) -> dict:
+    """One ``incident_steps`` row as the output lists it, with the figures this entry shows."""
+    change = None if before is None or after is None else after - before
+    return {"series": s["series"], "dump_kind": s["dump_kind"], "stage": s["stage"], "metric": s["metric"],
+            "step": s["step"], "before": _number(before), "after": _number(after), "change": _number(change),
+            "detail": s["detail"]}
+
+
+def _number(value: float | None) -> float | int | None:
+    """A figure as JSON carries it: a whole number as an integer, one that is not finite as null."""
+    if value is None or not math.isfinite(value):
+        return None
+    return int(value) if float(value).is_integer() else value
 
 
 def render(result: CheckResult, directory: str, fmt: str) -> str:
@@ -116,6 +182,8 @@ def text(result: CheckResult, directory: str) -> str:
         lines += [plain_text(f"  {d['status']:<11} {e}") for d in result.damaged for e in d["error"].split("\n")]
     if result.run_errors:
         lines += ["", "run.json errors (the valid fields were kept):"] + [plain_text(f"  {e}") for e in result.run_errors]
+    if result.not_read:
+        lines += ["", NOT_READ + ":"] + [plain_text(f"  {e}") for e in result.not_read]
     return "\n".join(lines)
 
 
@@ -151,6 +219,8 @@ def markdown(result: CheckResult, directory: str) -> str:
         lines += [f"- {md_text(d['status'])}: {md_text(e)}" for d in result.damaged for e in d["error"].split("\n")]
     if result.run_errors:
         lines += ["", "#### run.json errors", ""] + [f"- {md_text(e)}" for e in result.run_errors]
+    if result.not_read:
+        lines += ["", f"#### {NOT_READ}", ""] + [f"- {md_text(e)}" for e in result.not_read]
     return "\n".join(lines)
 
 
@@ -163,9 +233,16 @@ def _markdown_incident(result: CheckResult, r: dict) -> list[str]:
         links = [f"[{code(i)}]({p})" if (p := _page(result, "incidents", f"{slug(i)}.html")) else code(i)
                  for i in r["stacked_on"]]
         on_top = " — on top of " + ", ".join(links)
-    out = [f"- **{md_text(r['kind'])}** {md_text(r['job'])} / {md_text(r['program'])}{name}: "
+    # The program leads to the page of its series that stepped most (an incident the change
+    # would open has no page yet); each step to its series' page when the steps are of several.
+    pages = [_page(result, "series", f"{slug(s['series'])}.html") if s.get("series") else None for s in r["steps"]]
+    program = md_text(r["program"])
+    program = f"[{program}]({pages[0]})" if pages and pages[0] else program
+    several = len(set(filter(None, pages))) > 1
+    out = [f"- **{md_text(r['kind'])}** {md_text(r['job'])} / {program}{name}: "
            f"{md_text(r['headline'].removeprefix(r['job'] + ' / ' + r['program'] + ': '))}{on_top}"]
-    details = [f"  - {md_text(step_line(s))}" + (f" ({md_text(_where(s))})" if _where(s) else "") for s in r["steps"]]
+    details = [f"  - {md_text(step_line(s))}" + (f" ({md_text(_where(s))})" if _where(s) else "")
+               + (f" · [series]({page})" if several and page else "") for s, page in zip(r["steps"], pages)]
     if r.get("cause"):
         details += ["", "  Cause:", ""] + [f"  - {md_text(c)}" for c in r["cause"]]
     evidence = r.get("evidence") or []

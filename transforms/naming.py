@@ -8,12 +8,14 @@ carry no module or graph name; the compilers put it in the path instead:
 - Inductor: ``.../torchinductor/model__0_forward_1.0/ir_post_fusion.txt``
   → ``model__0_forward_1.0`` (the graph's debug directory).
 - ONNX export reports: ``<artifacts dir>/onnx_export_<timestamp>_<outcome>.md``
-  → the artifacts directory (the report names no model; its own name changes
-  every run), or ``onnx_export`` for a report with no directory.
+  → the artifacts directory, or ``onnx_export`` for a report with no directory (its own name
+  changes every run): only for a report that names no model, which the parser names by its
+  exported program or, when capture failed, by the model's frame in its tracebacks.
 - torch.compile structured traces (``TORCH_TRACE``): ``dedicated_log_torch_trace_[rank_<n>_]<random>.log``
   → ``torch_trace``. The name is random per process and one log holds every function the
   process compiled; the parser names the program when the log has only one, and gives each
-  program's figures apart (``DumpSummary.programs``). Ranks differ by stage (``rank_<n>``).
+  program's figures apart (``DumpSummary.programs``). Ranks differ by stage (``rank_<n>``):
+  the rank the name holds, else the one the log's records carry; never the random part.
 - Anything else: the file name without its extensions.
 """
 

@@ -134,9 +134,32 @@ def iter_dump(raw: BinaryIO, name: str, *, dump_id: str = "",
         # only an earlier line: a cut dump always names the line it ends on.
         summary.errors.append(f"{name}: line {last}: the dump ends before its structure is complete (cut short?)")
     summary.kind = kind
-    summary.stage = fmt.stage_from_name(base) or summary.stage
+    summary.stage = _stage(fmt.stage_from_name(base), summary.stage)
     summary.program = summary.program or program_from_path(name)
     yield summary
+
+
+def _stage(named: str | None, from_text: str | None) -> str | None:
+    """The name's stage, else the text's; a TORCH_TRACE log named without its rank (``trace``) keeps
+    the rank its records carry."""
+    return from_text if named == "trace" and from_text else named or from_text
+
+
+def named_at(kind: DumpKind, path: str, first_path: str, stage: str | None, program: str | None
+             ) -> tuple[str | None, str | None]:
+    """(stage, program) of the bytes parsed at ``first_path`` (``stage``, ``program``) found again
+    at ``path``: what the first path's name gave them (a rank, an XLA module, an Inductor graph
+    folder), this path's name gives. Two ranks' logs of the same bytes keep their ranks."""
+    if kind is DumpKind.UNKNOWN or path == first_path:
+        return stage, program
+    fmt = module_for(kind)
+    first_named = fmt.stage_from_name(strip_gz(PurePosixPath(first_path).name))
+    from_text = stage if first_named in (None, "trace") else None  # else the first name gave it: the text's is unknown
+    stage = _stage(fmt.stage_from_name(strip_gz(PurePosixPath(path).name)), from_text) or stage
+    # The path named it, not the dump's text (an XLA module's text names it: HloModule <name>).
+    if not getattr(fmt, "PROGRAM_FROM_TEXT", False) and program == program_from_path(first_path):
+        program = program_from_path(path)
+    return stage, program
 
 
 def parse_dump(raw: BinaryIO, name: str, *, dump_id: str = "", limits: ParseLimits = DEFAULT_LIMITS) -> ParsedDump:

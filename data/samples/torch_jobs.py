@@ -3,7 +3,8 @@
 ``run_inductor`` runs in a process started with ``TORCH_COMPILE_DEBUG=1``,
 ``TORCH_COMPILE_DEBUG_DIR`` and ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``. Inductor
 compiles the forward graph on the first call and the backward graph lazily, on
-``backward()``: each phase compiles exactly one graph, so ``torch._inductor.metrics``
+``backward()``: each phase compiles one graph (three with ``graph_break``: a ``print`` in
+``forward`` splits it into ``model__0`` and ``model__1``, and the loss resumes in ``model__2``), so ``torch._inductor.metrics``
 is reset before each phase and read after it. The scheduler nodes Inductor prints to
 ``ir_pre_fusion.txt`` / ``ir_post_fusion.txt`` are counted from the scheduler's own
 node objects, by wrapping the two functions that print them.
@@ -42,15 +43,18 @@ def _net(cfg: dict):
             return h + torch.nn.functional.gelu(self.fc(self.norm(h)))
 
     class Net(nn.Module):
-        def __init__(self, width: int, layers: int, center: str | None):
+        def __init__(self, width: int, layers: int, center: str | None, graph_break: bool = False):
             super().__init__()
             self.inp = nn.Linear(D_IN, width)
             self.blocks = nn.ModuleList(Block(width) for _ in range(layers))
             self.head = nn.Linear(width, D_OUT)
             self.center = center
+            self.graph_break = graph_break
 
         def forward(self, x):
             h = self.inp(x)
+            if self.graph_break:  # Dynamo cannot trace print: two graphs, model__0 and model__1
+                print("dumpscope: input layer done")
             for block in self.blocks:
                 h = block(h)
             if self.center == "median":  # no Inductor lowering, no ONNX translation
@@ -60,7 +64,7 @@ def _net(cfg: dict):
             return torch.log_softmax(self.head(h), dim=-1)
 
     torch.manual_seed(cfg["seed"])
-    return Net(cfg["width"], cfg["layers"], cfg.get("center"))
+    return Net(cfg["width"], cfg["layers"], cfg.get("center"), cfg.get("graph_break", False))
 
 
 def _inputs(cfg: dict):
@@ -122,11 +126,12 @@ def run_inductor(cfg: dict, dump_dir: Path) -> dict:
     from torch._inductor.virtualized import V
 
     seen: list[dict] = []  # one entry per compiled graph, in compile order
+    phase = ["forward"]
 
     def hook(stage, original):
         def wrapped(nodes):
             if stage == "pre_fusion":
-                seen.append({"debug_dir": str(V.debug._path)})
+                seen.append({"debug_dir": str(V.debug._path), "phase": phase[0]})
             seen[-1][stage] = _scheduler_nodes(nodes)
             return original(nodes)
 
@@ -149,14 +154,18 @@ def run_inductor(cfg: dict, dump_dir: Path) -> dict:
         return torch.nn.functional.nll_loss(net(x), y)
 
     compiled = torch.compile(loss_fn)
-    phases = []
+    snapshots = {}
     metrics.reset()
     loss = compiled(x, y)
-    phases.append(("forward", _metrics_snapshot(), len(seen)))
+    snapshots["forward"] = _metrics_snapshot()
     metrics.reset()
+    phase[0] = "backward"
     loss.backward()
-    phases.append(("backward", _metrics_snapshot(), len(seen)))
-    assert [p[2] for p in phases] == [1, 2], f"expected one graph per phase, saw {seen}"
+    snapshots["backward"] = _metrics_snapshot()
+    per_phase = [sum(g["phase"] == p for g in seen) for p in snapshots]
+    # One graph per phase; with the graph break three (the backward ones in reverse order): the input layer,
+    # the rest of forward, and the loss (the caller's frame, resumed after the break inside the call).
+    assert per_phase == ([3, 3] if cfg.get("graph_break") else [1, 1]), f"graphs per phase {per_phase}: {seen}"
 
     run_dirs = [d for d in (dump_dir / "torch_compile_debug").iterdir() if _INDUCTOR_RUN.match(d.name)]
     assert len(run_dirs) == 1, run_dirs
@@ -165,16 +174,16 @@ def run_inductor(cfg: dict, dump_dir: Path) -> dict:
     )
     run_dirs[0].rename(fixed)
     graphs = []
-    for (phase, snapshot, _), graph in zip(phases, seen):
+    for graph in seen:
         rel = Path(graph["debug_dir"]).relative_to(run_dirs[0])
         folder = (fixed / rel).relative_to(dump_dir)
         names = ("ir_pre_fusion.txt", "ir_post_fusion.txt", "output_code.py")
         graphs.append(
             {
-                "phase": phase,
+                "phase": graph["phase"],
                 "graph": folder.name,
                 "files": {n.split(".")[0]: str(folder / n) for n in names},
-                "metrics": snapshot,
+                "metrics": snapshots[graph["phase"]],  # the phase's: both graphs of a phase with a graph break
                 "scheduler_pre_fusion": graph["pre_fusion"],
                 "scheduler_post_fusion": graph["post_fusion"],
                 "defined_kernels": graph.get("defined", []),

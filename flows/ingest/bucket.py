@@ -16,8 +16,9 @@ written (``escape_name``), is decided by ``transforms.layout``.
 local directory that does not exist, an S3 bucket that does not exist; an existing
 but empty prefix is an empty bucket) and ``BucketAccessDenied(url)`` when the store
 refuses the credentials (InvalidAccessKeyId, SignatureDoesNotMatch, ExpiredToken,
-AccessDenied on the listing): both are ``BucketUnusable``, an operator's mistake, not
-worth a retry; ``check_bucket`` finds them with one cheap look before a night starts.
+AccessDenied on the listing; on S3, no credentials at all): both are ``BucketUnusable``, an
+operator's mistake, not worth a retry; ``check_bucket`` finds them with one cheap look before a
+night starts, and an S3 endpoint that does not answer too.
 Raises ``BucketReadError(path, reason)`` for other I/O failures (listing refused,
 object vanished, permission denied) so a flow can retry or record them; bad
 *content* (a broken run.json) is never raised, it is reported in
@@ -141,8 +142,12 @@ class BucketAccessDenied(BucketUnusable, PermissionError):
         return f"access to the bucket {url} denied"
 
 
-def connect(bucket_url: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem and root path (as the fs spells it) of ``bucket_url``."""
+def connect(bucket_url: str | os.PathLike, storage_options: dict[str, Any] | None = None
+            ) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and root path (as the fs spells it) of ``bucket_url``. A ``Path`` is a local
+    directory, never read as a URL: its name is its name (a ``::`` or ``://`` in it chains nothing)."""
+    if isinstance(bucket_url, os.PathLike):
+        return LocalFileSystem(), os.path.abspath(bucket_url).rstrip("/")
     options = storage_options or {}
     protocol, _ = fsspec.core.split_protocol(str(bucket_url))
     if protocol in ("s3", "s3a"):
@@ -168,16 +173,42 @@ def check_bucket(bucket_url: str, storage_options: dict[str, Any] | None = None)
         raise BucketAccessDenied(bucket_url, _denial(exc)) from None
     except OSError:
         return
+    except Exception as exc:
+        raise _client_refusal(bucket_url, exc) from None
     try:
         exists = _root_exists(fs, root)
     except PermissionError as exc:
         raise BucketAccessDenied(bucket_url, _denial(exc)) from None
     except OSError:
         return
+    except Exception as exc:
+        raise _client_refusal(bucket_url, exc) from None
     if not exists:
         raise BucketNotFound(bucket_url)
     if isinstance(fs, LocalFileSystem) and not os.path.isdir(root):
         raise BucketNotFound(bucket_url, "a file, not a directory")
+
+
+_NO_CREDENTIALS_HINT = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the "
+                        "environment, or --storage-option key=... --storage-option secret=...; anon=true for a public bucket")
+
+
+def _client_refusal(bucket_url: str, exc: Exception) -> Exception:
+    """What the store's client raised before the store answered, when it is not an ``OSError``:
+    botocore's credential errors (none found, a profile that does not exist, half of a key
+    pair) are ``BucketAccessDenied``, its other errors (an endpoint that does not answer)
+    ``BucketUnusable``: the client's own words on one line. Anything else is ``exc`` itself."""
+    try:
+        from botocore import exceptions as boto
+    except ImportError:  # no S3 client installed: not one of its errors
+        return exc
+    said = " ".join(str(exc).split())
+    if isinstance(exc, (boto.NoCredentialsError, boto.PartialCredentialsError, boto.ProfileNotFound,
+                        boto.CredentialRetrievalError)):
+        return BucketAccessDenied(bucket_url, f"{said}; {_NO_CREDENTIALS_HINT}")
+    if isinstance(exc, boto.BotoCoreError):
+        return BucketUnusable(bucket_url, said)
+    return exc
 
 
 def _denial(exc: BaseException) -> str:
@@ -238,12 +269,13 @@ def _mtime(info: dict[str, Any]) -> float:
 
 
 def list_objects(
-    bucket_url: str,
+    bucket_url: str | os.PathLike,
     *,
     layout_regex: str | None = None,
     storage_options: dict[str, Any] | None = None,
     marker: str | None = None,
     refused: list[str] | None = None,
+    as_run: str | None = None,
 ) -> list[BucketObject]:
     """Every object under the bucket that belongs to a run, sorted by path.
 
@@ -259,8 +291,14 @@ def list_objects(
     Should an escaped name equal a real one (the one ambiguity of ``escape_name``), a
     regular file wins over anything else, then the real name; the other is left out,
     with a warning.
+
+    ``as_run``: ``bucket_url`` is one run's directory rather than a bucket (``dumpscope check
+    DIR``, a ``Path``): every object below it is located as ``<as_run>/<its name below it>``,
+    so it is run ``as_run``'s, and its ``path`` is its full path (escaped): an absolute path,
+    which no bucket's path (relative to its root) can equal.
     """
     fs, root = connect(bucket_url, storage_options)
+    bucket_url = os.fspath(bucket_url)  # as given, in what is said of it
     cause: OSError | None = None
     try:
         fs.invalidate_cache(root)  # fsspec caches fs instances and (s3, gcs...) their listings: look again
@@ -288,17 +326,18 @@ def list_objects(
         if info.get("type", "file") == "directory" or full.endswith("/"):  # S3 directory markers: "run/job/"
             continue
         rel = full.removeprefix(prefix)
-        path = escape_name(rel)
-        where = locate(path, layout_regex, marker=marker)
+        located = rel if as_run is None else f"{as_run}/{rel}"
+        where = locate(escape_name(located), layout_regex, marker=marker)
         if where is None:
             continue
-        if (why := refused_path(rel, where)) is not None:
+        if (why := refused_path(located, where)) is not None:
             left_out[why] = left_out.get(why, 0) + 1
             continue
+        path, unescaped = escape_name(rel if as_run is None else full), escape_name(rel) == rel
         size, version = _size_and_version(fs, full, info) if local else (int(info.get("size") or 0), _version(info))
         obj = BucketObject(path, full, size, _mtime(info), where.run_id, where.job, where.role, version, root)
         if (other := by_path.get(path)) is not None:
-            keep, drop = (obj, other) if _preferred(info, path == rel) > _preferred(found[other.full_path], path != rel) \
+            keep, drop = (obj, other) if _preferred(info, unescaped) > _preferred(found[other.full_path], not unescaped) \
                 else (other, obj)
             log.warning("two names read %s once escaped: listing %r, leaving out %r", path, keep.full_path, drop.full_path)
             obj = keep

@@ -22,7 +22,8 @@ file beyond), computing its sha256 on the way. Then:
   no tables.
 
 A summary staged (or held) for the same content under another path is returned with its
-errors naming this path: each error starts with the path it was read under.
+errors naming this path (each error starts with the path it was read under), and with the
+stage and program that path's name gave taken from this path's name (``naming``).
 
 Housekeeping of the staging directory (what a night may drop): ``flows.ingest.housekeeping``.
 
@@ -55,7 +56,7 @@ import pyarrow.parquet as pq
 from flows.ingest.bucket import BucketReadError, RefusedObject, connect, open_object
 from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject
-from transforms.parse import DEFAULT_LIMITS, ParseLimits, iter_dump, kind_of
+from transforms.parse import DEFAULT_LIMITS, ParseLimits, iter_dump, kind_of, named_at
 from transforms.reading import HEAD_BYTES, LineReader, strip_gz
 from transforms.records import DumpKind, TableBatch
 
@@ -116,12 +117,15 @@ def refused_summary(obj: BucketObject, reason: str) -> dict[str, Any]:
 
 def naming(summary: dict[str, Any], path: str) -> dict[str, Any]:
     """``summary``, staged or held for its content under another path (``first_path``), with
-    the errors that name that path naming ``path``: the same bytes, this object's errors."""
+    the errors that name that path naming ``path``, and the stage and program that path's name
+    gave taken from this one's (``transforms.parse.named_at``): the same bytes, this object's names."""
     first = summary.get("first_path")
     if not first or first == path:
         return summary
     lead = f"{first}: "
-    return summary | {"errors": [f"{path}: {e[len(lead):]}" if e.startswith(lead) else e for e in summary["errors"]]}
+    stage, program = named_at(DumpKind(summary["kind"]), path, first, summary["stage"], summary["program"])
+    return summary | {"errors": [f"{path}: {e[len(lead):]}" if e.startswith(lead) else e for e in summary["errors"]],
+                      "stage": stage, "program": program}
 
 
 def recognise_held(fs: fsspec.AbstractFileSystem, obj: BucketObject, staging_dir: str | os.PathLike,
@@ -329,7 +333,7 @@ class Outcome:
     error: str | None = None
 
 
-def stage_chunk(bucket: str, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
+def stage_chunk(bucket: str | os.PathLike, storage_options: dict | None, chunk: list[BucketObject], staging_dir: Path,
                 limits: ParseLimits = DEFAULT_LIMITS, held: dict[str, dict] | None = None) -> list[Outcome]:
     """The nightly's parse worker: stage each object of ``chunk``; an object the bucket could
     not deliver is an ``Outcome`` with its error (retried next night, nothing stored)."""

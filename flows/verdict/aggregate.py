@@ -31,6 +31,7 @@ from flows.warehouse.reads import frame_of, read_with, registered
 from transforms.trends import diffs as diff_mod
 from transforms.trends import incident_rule
 from transforms.trends import incidents as incident_mod
+from transforms.trends import renames as renames_mod
 from transforms.trends import metric_trends as trends
 from transforms.trends import rollups
 from transforms.trends.rules import Settings
@@ -75,7 +76,7 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
         clock = now
 
     runs = frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
-    accepts = frame_of(con, "SELECT series, run_id, metric, accepted_at, accepted_by, note, incident_id FROM accepts")
+    accepts = frame_of(con, "SELECT series, run_id, metric, accepted_at, accepted_by, note, incident_id, closed_incidents FROM accepts")
     order = trends.run_order(runs)
     stamp, accepted = aggregate_stamp(settings), accepts_stamp(accepts)
     from_seq = history.first_dirty_run(con, stamp, order, accepts)
@@ -83,6 +84,8 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     if from_seq is None or from_seq >= order.height:
         lap("read")
         return result
+    if from_seq == 0 and accepts.height:  # every run named again: the accept log keeps naming what it named
+        accepts = _renamed_accepts(con, runs, accepts, settings)
     # Many runs to rewrite (a new aggregation version, other settings, an accept) go a
     # window of runs at a time, each pass as the night that ended there would have
     # aggregated it (its rows read back by the next): memory follows the pass, not the history.
@@ -107,6 +110,22 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
             raise
     lap("write")
     return result
+
+
+def _renamed_accepts(con: duckdb.DuckDBPyConnection, runs: pl.DataFrame, accepts: pl.DataFrame,
+                     settings: Settings) -> pl.DataFrame:
+    """The accept log under today's series names (``transforms.trends.renames``), written back where
+    a naming rule changed what it names; the same rows otherwise."""
+    renames, incidents = history.accept_renames(con, runs, accepts, settings)
+    renamed = renames_mod.renamed_accepts(accepts, renames, incidents)
+    changed = [r for r, old in zip(renamed.to_dicts(), accepts.to_dicts()) if r != old]
+    if changed:
+        con.begin()
+        for r in changed:
+            con.execute("UPDATE accepts SET series = ?, incident_id = ?, closed_incidents = ? WHERE accepted_at = ? AND run_id = ?",
+                        [r["series"], r["incident_id"], r.get("closed_incidents"), r["accepted_at"], r["run_id"]])
+        con.commit()
+    return renamed
 
 
 def runs_per_pass(con: duckdb.DuckDBPyConnection, order: pl.DataFrame, budget: MemoryBudget) -> int:

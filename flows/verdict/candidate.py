@@ -1,15 +1,28 @@
-"""A candidate run (``dumpscope check``) judged against the warehouse's history, as the
-nightly would judge it, without writing anything.
+"""A directory of dumps judged as the nightly's next run (``dumpscope check DIR``), writing nothing.
 
-The history of the candidate's jobs up to the reference run is read through the caller's
-read-only connection a group of jobs at a time (``history.job_groups``: memory follows the
-group, not the history), and the nightly's rule (``transforms.trends.incident_rule``) runs
-over history + candidate. The cause of each incident the candidate opens is the structural
-diff of each series' candidate dump against its last dump in the history
-(``transforms.trends.diffs``): the candidate's items are taken from the warehouse when it
-holds the same content, else computed from the staged records, with excerpts read from
-the candidate's file (``flows.ingest.bucket.open_object``: only the bytes that were parsed).
+The candidate run is made by the nightly's own steps, DIR standing for one more run directory:
+listed as one run (``flows.ingest.bucket.list_objects`` with ``as_run``: the same locating, the
+same refusals, links and FIFOs listed for the read to refuse), its run.json read (``read_runs``),
+each dump staged by the parse worker (``flows.ingest.staging.stage_chunk``, into a temporary
+directory removed at the end) and checked against its XLA siblings (``flows.warehouse.siblings``),
+made into dumps and metrics rows by the loader's builders (``flows.warehouse.loading``:
+``staged_dump``, ``dump_rows``, ``metrics_of``) and named by the night's series rules
+(``flows.verdict.history``: ``split_programs``, ``name_series``).
 
+The history of the candidate's jobs up to the reference run is read through the caller's read-only
+connection by the nightly's readers, a group of jobs at a time (``history.job_groups``,
+``job_history``, ``observations``: memory follows the group, not the history), and the nightly's
+rule (``transforms.trends.incident_rule.compute_incidents``) walks history + candidate. The cause of
+each incident the candidate opens is the structural diff of each of its series' candidate dump
+against the series' last usable dump (``diffs.consecutive_pairs``, ``diff_pairs``): items from the
+warehouse when it holds the same content, else computed from the staged records by the nightly's
+item batch (``flows.verdict.items.compute_batch``), excerpts read from DIR as from a bucket.
+
+What check has beyond the nightly: the candidate's run id (``CANDIDATE_RUN``, primed until no run
+of the warehouse has it), the reference run, the damaged dumps listed and a failure for each one the
+rule cannot judge (``unjudged_damage``), and the answer (``transforms.check_report``).
+
+``list_directory`` raises ``BadDirectory`` (exit 2) for a DIR that is not one run's jobs;
 ``history_runs`` raises ``NoSuchRun`` (exit 2) when ``against`` names no run and a
 ``CommandError`` when the warehouse holds no run. May import ``warehouse``, ``ingest`` and
 ``transforms``.
@@ -17,30 +30,53 @@ the candidate's file (``flows.ingest.bucket.open_object``: only the bytes that w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass, replace
 from datetime import timedelta
+from pathlib import Path
 
 import polars as pl
-from fsspec.implementations.local import LocalFileSystem
 
 from flows.errors import CommandError
-from flows.ingest.bucket import open_object
-from flows.ingest.staging import StagedResult
-from flows.verdict import history as history_mod
-from flows.verdict.items import excerpts_of
-from flows.warehouse.reads import NoSuchRun, frame_of, read_with
-from transforms.layout import BucketObject
+from flows.ingest.bucket import connect, list_objects, read_runs
+from flows.ingest.staging import Outcome, stage_chunk
+from flows.verdict import history
+from flows.verdict import items as items_mod
+from flows.warehouse import loading, siblings
+from flows.warehouse.loading import StagedDump
+from flows.warehouse.reads import NoSuchRun, frame_of, read_with, run_named
+from flows.warehouse.snapshot import site_url_of
+from transforms import check_report
+from transforms.check_report import CheckResult
+from transforms.layout import BucketObject, Role, escape_name
+from transforms.parse import ParseLimits
 from transforms.trends import diffs as diff_mod
 from transforms.trends import incident_rule
 from transforms.trends import incidents as incident_mod
 from transforms.trends import metric_trends as trends
+from transforms.trends.headlines import failure_text
 from transforms.trends.rules import Settings
-from transforms.trends.series import SERIES_SCHEMA
 
 CANDIDATE_RUN = "candidate"  # the run id the candidate gets (another one if the warehouse has a run of that name)
-# The columns of the warehouse's dumps table that series, health and items need.
+# The columns of the candidate's dumps rows that series, health and items read.
 DUMP_COLUMNS = ("path", "run_id", "job", "kind", "stage", "program", "status", "error", "dump_id", "parser_version")
-DUMP_SCHEMA = {c: pl.String for c in DUMP_COLUMNS} | {"parser_version": pl.Int64}
+
+
+@dataclass
+class Candidate:
+    """The candidate run as the nightly's steps made it: its dumps rows, their series and
+    metrics rows, the staged dumps (their records), and each path's name below DIR."""
+
+    run_id: str
+    directory: Path
+    dumps: pl.DataFrame
+    series: pl.DataFrame
+    metrics: pl.DataFrame
+    staged: list[StagedDump]
+    names: dict[str, str]
 
 
 @dataclass
@@ -54,6 +90,73 @@ class Verdict:
     diffs: pl.DataFrame
 
 
+class BadDirectory(CommandError, exit_code=2):
+    """DIR is not a run directory of job directories (a bad argument)."""
+
+
+def list_directory(directory: Path) -> tuple[list[BucketObject], list[str]]:
+    """DIR's objects as the nightly lists a run directory, and what it leaves out (one line per
+    reason: a job name it refuses...). Raises ``BadDirectory`` when DIR is not a directory, holds
+    a job's files rather than job directories, or no job directory with files."""
+    if not Path(directory).is_dir():
+        raise BadDirectory(f"{directory} is not a directory")
+    refused: list[str] = []
+    objects = list_objects(Path(directory), as_run=CANDIDATE_RUN, refused=refused)
+    # A regular file beside the job directories: DIR is a job's directory (a link there is listed, and refused).
+    loose = [o.path.rsplit("/", 1)[-1] for o in objects if o.job is None and o.role is Role.DUMP and _regular(o.full_path)]
+    if loose:
+        raise BadDirectory(f"{directory} holds dump files directly ({', '.join(loose[:3])}{', …' if len(loose) > 3 else ''}): "
+                           "check takes a run directory whose job directories hold the dumps (DIR/<job>/...)")
+    if not any(o.role is Role.DUMP for o in objects):
+        raise BadDirectory(f"{directory} holds no job directory with files: check takes a run directory (DIR/<job>/...)")
+    return objects, refused
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:  # vanished since the listing: nothing to read
+        return False
+
+
+def judge_directory(con, directory: Path, objects: list[BucketObject], not_read: list[str], *, against: str | None,
+                    settings: Settings, limits: ParseLimits, batch_rows: int) -> CheckResult:
+    """What DIR (``objects``: ``list_directory``'s) would do as the run after ``against`` (default:
+    the latest) of the warehouse ``con`` reads."""
+    order, accepts = history_runs(con, against)
+    reference = order.row(-1, named=True)
+    run_id = fresh_run_id(order)
+    objects = [replace(o, run_id=run_id) for o in objects]
+    fs, _ = connect(Path(directory))
+    info = read_runs(fs, objects).get(run_id)
+    order = with_candidate(order, run_id, info.commit if info else None)
+    work = Path(tempfile.mkdtemp(prefix="dumpscope-check-"))
+    try:
+        outcomes = stage_chunk(Path(directory), None, [o for o in objects if o.role is Role.DUMP], work / "staging", limits)
+        siblings.check_outcomes(outcomes, None)  # XLA side files short of what their compile's other files state
+        staged = [loading.staged_dump(o, with_records=o.staged.sha256 is not None) for o in outcomes if o.staged is not None]
+        dumps = pl.from_arrow(loading.dump_rows(staged)).select(DUMP_COLUMNS)
+        metrics = pl.from_arrow(loading.metrics_of([d for d in staged if d.tables is not None]))
+        mapping = history.series_mapping(info.extra) if info else None
+        fresh = history.name_series(dumps, {run_id: mapping} if mapping else {}, settings,
+                                    history.split_programs(dumps, metrics))
+        names = {o.path: escape_name(o.full_path[len(o.root) + 1:]) for o in objects}
+        candidate = Candidate(run_id, Path(directory), dumps, fresh, metrics, staged, names)
+        verdict = judge(con, order, accepts, candidate, settings, batch_rows, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    damaged = _damaged(outcomes)
+    result = CheckResult(against=reference["run_id"], against_commit=reference["commit"],
+                         candidate_commit=info.commit if info else None, dumps=len(objects), damaged=damaged,
+                         run_errors=list(info.meta_errors) if info else [], not_read=not_read,
+                         site_url=settings.site_url or site_url_of(con),
+                         new_programs=verdict.new_programs,
+                         **check_report.changes(verdict.incidents, verdict.steps, verdict.diffs, run_id))
+    result.opened += unjudged_damage(damaged, fresh, verdict.steps.filter(pl.col("opened_run") == run_id),
+                                     {s for p in verdict.new_programs for s in p["series"]})
+    return result
+
+
 def history_runs(con, against: str | None) -> tuple[pl.DataFrame, list[dict]]:
     """The warehouse's runs up to the reference run (``against``, default the latest), in run
     order, and the accept log."""
@@ -61,6 +164,7 @@ def history_runs(con, against: str | None) -> tuple[pl.DataFrame, list[dict]]:
     if order.is_empty():
         raise CommandError("the warehouse holds no run yet (run `dumpscope run` first)")
     if against is not None:
+        against = run_named(con, against)
         at = order.filter(pl.col("run_id") == against)
         if at.is_empty():
             raise NoSuchRun(against, tail=f" (latest: {order.get_column('run_id')[-1]})")
@@ -86,51 +190,29 @@ def with_candidate(order: pl.DataFrame, run_id: str, commit: str | None) -> pl.D
          "commit": [commit]}, schema=order.schema)])
 
 
-def judge(con, order: pl.DataFrame, accepts: list[dict], run_id: str, candidate: pl.DataFrame, fresh: pl.DataFrame,
-          metrics: pl.DataFrame, staged: dict[str, StagedResult], objects: list[BucketObject], settings: Settings,
-          batch_rows: int) -> Verdict:
-    """The nightly's verdict on run ``run_id`` (the last of ``order``): ``candidate`` its dumps
-    rows, ``fresh`` their series, ``metrics`` the figures of those that parsed ok. The history
-    is read a group of jobs at a time, each of at most ``batch_rows`` stored figures."""
+def judge(con, order: pl.DataFrame, accepts: list[dict], candidate: Candidate, settings: Settings, batch_rows: int,
+          work: Path) -> Verdict:
+    """The nightly's verdict on the candidate run (the last of ``order``). The history is read a
+    group of jobs at a time, each of at most ``batch_rows`` stored figures."""
+    seq, run_id = order.height - 1, candidate.run_id
     parts, pairs, new_programs = [], [], []
-    jobs = sorted(candidate.get_column("job").unique().to_list())
-    for group in history_mod.job_groups(con, jobs, batch_rows):
+    jobs = sorted(candidate.dumps.get_column("job").unique().to_list())
+    for group in history.job_groups(con, jobs, batch_rows):
         in_group = pl.col("job").is_in(pl.Series(group, dtype=pl.String).implode())
-        history = _history_dumps(con, order, group)
-        stored_series = _stored_series(con, history)
-        history_metrics = _metrics_of(con, history.filter(pl.col("status") == "ok").get_column("path"))
-        group_fresh, group_candidate = fresh.filter(in_group), candidate.filter(in_group)
-        new_programs += _new_programs(group_fresh, stored_series)
-        pairs.append(_pairs(stored_series, history, group_fresh, order, run_id))
-        parts.append(_incidents(pl.concat([stored_series, group_fresh]), pl.concat([history, group_candidate]),
-                                pl.concat([history_metrics, metrics.join(group_candidate.select("path"), on="path",
-                                                                         how="semi")]),
-                                order, accepts, settings))
-        del history, stored_series, history_metrics
+        mine = candidate.series.filter(in_group)
+        series, stored_dumps = history.job_history(con, group, mine, order, seq)
+        dumps = pl.concat([stored_dumps, candidate.dumps.filter(in_group).select(stored_dumps.columns)])
+        new_programs += _new_programs(mine, series.filter(pl.col("run_id") != run_id))
+        usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+        observations = pl.concat([history.observations(con, usable.filter(pl.col("run_id") != run_id), slim=True),
+                                  _observations(usable.filter(pl.col("run_id") == run_id), candidate.metrics)])
+        parts.append(incident_rule.compute_incidents(series, dumps, observations, order, accepts, settings))
+        pairs.append(_pairs(con, series.join(mine.select("series").unique(), on="series", how="semi"), dumps, candidate,
+                            order))
+        del series, stored_dumps, dumps, observations
     incidents, steps = incident_mod.in_order(pl.concat([p.incidents for p in parts]), pl.concat([p.steps for p in parts]))
-    diffs = _candidate_diffs(con, pl.concat(pairs), candidate.join(fresh.select("path", "series"), on="path"),
-                             staged, objects, steps.filter(pl.col("opened_run") == run_id))
+    diffs = _candidate_diffs(con, pl.concat(pairs), candidate, steps.filter(pl.col("opened_run") == run_id), work)
     return Verdict(incidents, steps, new_programs, diffs)
-
-
-def _history_dumps(con, order: pl.DataFrame, jobs: list[str]) -> pl.DataFrame:
-    """The dumps of these jobs in the runs of ``order``."""
-    return read_with(
-        con, {"_check_runs": order.select("run_id"), "_check_jobs": pl.DataFrame({"job": jobs}, schema={"job": pl.String})},
-        f"SELECT {', '.join(DUMP_COLUMNS)} FROM dumps WHERE run_id IN (SELECT run_id FROM _check_runs) "
-        "AND job IN (SELECT job FROM _check_jobs)").cast(DUMP_SCHEMA)
-
-
-def _stored_series(con, dumps: pl.DataFrame) -> pl.DataFrame:
-    """The series the nightly gave these dumps (a series depends on its run alone)."""
-    return read_with(con, {"_check_paths": dumps.select("path")},
-                     f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
-                     "WHERE path IN (SELECT path FROM _check_paths)").cast(dict(SERIES_SCHEMA))
-
-
-def _metrics_of(con, paths: pl.Series) -> pl.DataFrame:
-    return read_with(con, {"_check_paths": pl.DataFrame({"path": paths})},
-                     "SELECT path, program, metric, value FROM metrics WHERE path IN (SELECT path FROM _check_paths)")
 
 
 def _new_programs(fresh: pl.DataFrame, stored: pl.DataFrame) -> list[dict]:
@@ -141,81 +223,100 @@ def _new_programs(fresh: pl.DataFrame, stored: pl.DataFrame) -> list[dict]:
             for (job, program), group in new.sort("job", "series_program").group_by("job", "series_program", maintain_order=True)]
 
 
-def _incidents(series: pl.DataFrame, dumps: pl.DataFrame, metrics: pl.DataFrame, order: pl.DataFrame,
-               accepts: list[dict], settings: Settings) -> incident_mod.Walked:
-    """The nightly's incidents (``incident_rule.compute_incidents``) over history + candidate."""
-    usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
-    # A series is a path and its program (a TORCH_TRACE log has one per compiled function).
-    observations = usable.join(metrics, on=["path", "program"], nulls_equal=True).select("run_id", "series", "metric", "value")
-    return incident_rule.compute_incidents(series, dumps, observations, order, accepts, settings)
+def _observations(usable: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
+    """``history.observations`` (slim) of the candidate's usable series, from its metrics rows: a
+    series is a path and its program (a TORCH_TRACE log has one per compiled function)."""
+    return usable.join(metrics, on=["path", "program"], nulls_equal=True).select(
+        pl.col("run_id", "series", "metric").cast(pl.Categorical), "value")
 
 
-def _pairs(stored: pl.DataFrame, history: pl.DataFrame, fresh: pl.DataFrame, order: pl.DataFrame, run_id: str) -> pl.DataFrame:
-    """(pair columns, before_path, after_path) of each candidate series against its last usable
-    dump in the history: what the nightly's ``diffs`` would compare (``diffs.consecutive_pairs``)."""
-    usable = stored.join(history.filter(pl.col("status").is_in(["ok", "partial"])).select("path"), on="path", how="semi")
-    last = (usable.join(order.select("run_id", "run_seq"), on="run_id").sort("run_seq", "path")
-            .group_by("series").agg(pl.col("path").last().alias("before_path"), pl.col("run_id").last().alias("previous_run_id")))
-    return fresh.join(last, on="series").select(
-        pl.lit(run_id).alias("run_id"), "previous_run_id", "series", "job", pl.col("series_program").alias("program"),
-        "kind", "stage", "before_path", pl.col("path").alias("after_path"))
+def _pairs(con, series: pl.DataFrame, dumps: pl.DataFrame, candidate: Candidate, order: pl.DataFrame) -> pl.DataFrame:
+    """Each candidate series' dump against the series' last usable dump before it: the pairs the
+    nightly's diffs compare (``diffs.consecutive_pairs``). ``series``: every run of the candidate's
+    series; ``dumps``: their dumps rows."""
+    stored = read_with(con, {"_check_paths": series.filter(pl.col("run_id") != candidate.run_id).select("path")},
+                       "SELECT path, dump_id FROM dumps WHERE path IN (SELECT path FROM _check_paths)")
+    ids = pl.concat([stored, candidate.dumps.select("path", "dump_id")])
+    with_ids = series.join(dumps.select("path", "status"), on="path").join(ids, on="path")
+    return diff_mod.consecutive_pairs(with_ids, order, order.height - 1)
 
 
-def _candidate_diffs(con, pairs: pl.DataFrame, candidate: pl.DataFrame, staged: dict[str, StagedResult],
-                     objects: list[BucketObject], opened_steps: pl.DataFrame) -> pl.DataFrame:
+def _candidate_diffs(con, pairs: pl.DataFrame, candidate: Candidate, opened_steps: pl.DataFrame, work: Path) -> pl.DataFrame:
     """The ``diffs`` rows of the series whose figures would step (and of the dumps that would
     fail): each candidate dump's items against its series' last dump in the history."""
     wanted = pairs.join(opened_steps.select("series").unique(), on="series", how="semi")
     if wanted.is_empty():
         return pl.DataFrame(schema=diff_mod.DIFF_SCHEMA)
     stored_keys = read_with(con, {"_check_paths": wanted.select(pl.col("before_path").alias("path"))},
-                            "SELECT path, items_key FROM dump_series WHERE path IN (SELECT path FROM _check_paths)")
-    mine = candidate.join(wanted.select(pl.col("after_path").alias("path")), on="path", how="semi")
-    keyed = diff_mod.items_keys(candidate).join(mine.select("path", "kind", "stage", "dump_id"), on="path")
+                            "SELECT DISTINCT path, items_key FROM dump_series WHERE path IN (SELECT path FROM _check_paths)")
+    mine = candidate.dumps.join(wanted.select(pl.col("after_path").alias("path")), on="path", how="semi")
+    keyed = diff_mod.items_keys(candidate.dumps).join(mine.select("path", "kind", "stage", "dump_id"), on="path")
     keys = pl.concat([stored_keys.select("items_key"), keyed.select("items_key")]).drop_nulls().unique()
     held = read_with(con, {"_check_keys": keys},
                      "SELECT * FROM content_items WHERE items_key IN (SELECT items_key FROM _check_keys)")
     todo = keyed.filter(pl.col("items_key").is_not_null()).join(held.select("items_key").unique(), on="items_key", how="anti")
-    computed = _computed_items(todo, candidate, staged, {o.path: o for o in objects})
+    computed = _computed_items(todo, candidate, work / "items")
     items = pl.concat([held.cast(dict(diff_mod.CONTENT_ITEM_SCHEMA)), computed])
     by_path = pl.concat([stored_keys, keyed.select("path", "items_key")]).join(items, on="items_key").drop("items_key")
     return diff_mod.diff_pairs(wanted, by_path)
 
 
-def _computed_items(todo: pl.DataFrame, candidate: pl.DataFrame, staged: dict[str, StagedResult],
-                    objects: dict[str, BucketObject]) -> pl.DataFrame:
-    """Items of the candidate's new contents (``todo``: path, items_key, kind, stage, dump_id),
-    one key at a time from its staged records, with excerpts read from its file."""
-    by_sha = {r.sha256: r for r in staged.values()}
-    parts = []
-    for row in todo.unique("items_key").iter_rows(named=True):
-        contents = diff_mod.key_contents([row["items_key"]])
-        records: dict[str, list[pl.DataFrame]] = {}
-        for dump_id in contents.get_column("dump_id").to_list():
-            result = by_sha.get(dump_id)
-            for table, file in (result.tables.items() if result else ()):
-                records.setdefault(table, []).append(pl.read_parquet(file))
-        frames = {t: pl.concat(fs, how="diagonal_relaxed") for t, fs in records.items()}
-        found = diff_mod.items_of_contents(pl.DataFrame([row]).select("items_key", "kind", "stage", "dump_id"), frames)
-        parts.append(_with_excerpts(found, objects[row["path"]], row["dump_id"]))
-    return pl.concat(parts) if parts else pl.DataFrame(schema=diff_mod.CONTENT_ITEM_SCHEMA)
+def _computed_items(todo: pl.DataFrame, candidate: Candidate, work: Path) -> pl.DataFrame:
+    """Items of the candidate's contents the warehouse holds none of (``todo``: path, items_key,
+    kind, stage, dump_id), by the nightly's item batch (``items.compute_batch``): one batch
+    directory a key, holding its keys and the staged records of its contents, excerpts read
+    from the candidate's file in DIR (as a bucket's: only its bytes that were parsed)."""
+    records = {d.dump_id: d.tables for d in candidate.staged if d.tables}
+    source = items_mod.DumpSource(candidate.directory)
+    done = []
+    for i, row in enumerate(todo.unique("items_key", maintain_order=True).iter_rows(named=True)):
+        batch = work / f"batch-{i:05d}"
+        batch.mkdir(parents=True)
+        tables: dict[str, list] = {}
+        for content in diff_mod.key_contents([row["items_key"]]).get_column("dump_id").to_list():
+            for table, files in records.get(content, {}).items():
+                tables.setdefault(table, []).extend(files)
+        for table, files in tables.items():
+            pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed").write_parquet(batch / f"t_{table}.parquet")
+        pl.DataFrame([{**{k: row[k] for k in ("items_key", "kind", "stage", "dump_id")},
+                       "paths": [candidate.names[row["path"]]]}]).write_parquet(batch / "keys.parquet")
+        done.append(items_mod.compute_batch(batch, source))
+    return items_mod.computed([], done)
 
 
-def _with_excerpts(found: pl.DataFrame, obj: BucketObject, content: str) -> pl.DataFrame:
-    """``found`` with the excerpt of each item read from the candidate's file (bounded as the
-    nightly's), when the file still holds ``content`` (the sha256 that was parsed)."""
-    items = found.sort("bytes", "category", "key", descending=[True, False, False], nulls_last=True)
-    wanted = items.get_column("excerpt_lines").to_list()
-    if not any(wanted):
-        return found
-    try:
-        with open_object(LocalFileSystem(), obj) as raw:
-            read = excerpts_of(raw, content, wanted)
-    except OSError:
-        return found
-    if read is None:  # changed since it was parsed
-        return found
-    return items.with_columns(
-        pl.Series("excerpt", [t for t, _ in read], pl.String),
-        pl.Series("excerpt_lines", [shown if t is not None else lines for (t, shown), lines in zip(read, wanted)], pl.String),
-        pl.Series("excerpt_from", [obj.path if t is not None else None for t, _ in read], pl.String))
+def _damaged(outcomes: list[Outcome]) -> list[dict]:
+    """The candidate's dumps that did not parse ``ok`` (a file of no known kind is no dump, unless
+    it was refused), and those the parse worker could not read at all (``unreadable``)."""
+    out = []
+    for o in outcomes:
+        s = o.staged.summary if o.staged is not None else None
+        if s is None:
+            out.append({"path": o.obj.path, "job": o.obj.job or "", "kind": None, "program": None,
+                        "status": "unreadable", "error": o.error})
+        elif s["status"] != "ok" and (s["kind"] != "unknown" or o.staged.sha256 is None):
+            out.append({"path": o.obj.path, "job": o.obj.job or "", "kind": s["kind"], "program": s["program"],
+                        "status": s["status"], "error": "\n".join(s["errors"])})
+    return out
+
+
+def unjudged_damage(damaged: list[dict], fresh: pl.DataFrame, opened_steps: pl.DataFrame, new_series: set[str]) -> list[dict]:
+    """A ``failure`` entry for each damaged dump the rule opens nothing for because it cannot
+    judge it: of a program with no history (its series is new) or of none (a file no parser
+    names): a check never passes a dump the parsers could not read. A damaged dump of a known
+    series is the rule's alone: a failure incident when it parsed before, nothing new when its
+    failure is open already."""
+    by_path = {p: (series, program) for p, series, program in fresh.select("path", "series", "series_program").iter_rows()}
+    judged = set(opened_steps.get_column("series").to_list())
+    out = []
+    for d in damaged:
+        series, program = by_path.get(d["path"], (None, d["program"] or ""))
+        if series is not None and (series not in new_series or series in judged):
+            continue
+        step = {"series": series, "dump_kind": d["kind"], "stage": None, "metric": "dump.status", "step": "failure",
+                "before": None, "after": None, "change": None, "detail": f"{d['path']}: {d['error']}"}
+        out.append({
+            "incident_id": None, "change": "opens", "job": d["job"], "program": program, "kind": "failure",
+            "headline": f"{d['job']} / {program}: " + failure_text(step), "metrics": ["dump.status"],
+            "last_good_run": None, "stacked_on": [], "steps": [step], "cause": [], "evidence": [],
+        })
+    return out

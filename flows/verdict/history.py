@@ -13,13 +13,15 @@ polars, DuckDB and ``transforms``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Any
 
 import duckdb
 import polars as pl
 
 from flows.warehouse.reads import frame_of, read_with, registered
+from transforms.trends.renames import series_renames
 from transforms.trends.rules import Settings
 from transforms.trends.series import SERIES_SCHEMA, assign_series, compile_overrides
 
@@ -28,21 +30,44 @@ def run_overrides(runs: pl.DataFrame) -> dict[str, dict[str, str]]:
     """run_id -> run.json's "series" mapping (kept in runs.extra)."""
     out = {}
     for run_id, extra in runs.select("run_id", "extra").iter_rows():
-        try:
-            mapping = json.loads(extra or "{}").get("series")
-        except (ValueError, AttributeError):
-            mapping = None
-        if isinstance(mapping, dict):
-            out[run_id] = {str(k): str(v) for k, v in mapping.items()}
+        if (mapping := series_mapping(extra)) is not None:
+            out[run_id] = mapping
     return out
 
 
+def series_mapping(extra: str | Mapping[str, Any] | None) -> dict[str, str] | None:
+    """A run's run.json "series" mapping (program -> series name), from its free fields: the
+    stored ``runs.extra`` (JSON text), or a listed run's ``RunInfo.extra``."""
+    try:
+        mapping = (json.loads(extra or "{}") if not isinstance(extra, Mapping) else extra).get("series")
+    except (ValueError, AttributeError):
+        mapping = None
+    return {str(k): str(v) for k, v in mapping.items()} if isinstance(mapping, dict) else None
+
+
+def name_series(dumps: pl.DataFrame, overrides: Mapping[str, Mapping[str, str]], settings: Settings,
+                programs: pl.DataFrame) -> pl.DataFrame:
+    """The series of ``dumps`` as a night names them (``transforms.trends.series``): with each
+    run's run.json mapping (``overrides``: run_id -> mapping), the settings' ``[series]`` table,
+    and one series per program of the dumps of ``programs`` (``split_programs``)."""
+    return assign_series(dumps, overrides, compile_overrides(settings.series_patterns), programs)
+
+
+def split_programs(dumps: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
+    """(path, program) of those ``dumps`` (path, kind, program) whose ``metrics`` rows (path,
+    program) name programs other than the dump's: a TORCH_TRACE log's, one set per compiled
+    function, each of which ``name_series`` gives a series of its own."""
+    logs = dumps.filter(pl.col("kind") == "torch_trace").select("path", pl.col("program").alias("_dump_program"))
+    return (metrics.select("path", "program").join(logs, on="path")
+            .filter(pl.col("program").ne_missing(pl.col("_dump_program"))).select("path", "program").unique())
+
+
 def per_program_paths(con, dumps: pl.DataFrame) -> pl.DataFrame:
-    """(path, program) of those ``dumps`` whose metric rows name programs other than the dump's
-    (a TORCH_TRACE log's, one set per compiled function): ``assign_series`` gives each its series."""
-    return read_with(con, {"_split": dumps.filter(pl.col("kind") == "torch_trace").select("path")}, """
-        SELECT DISTINCT m.path, m.program FROM metrics m JOIN dumps d USING (path)
-        WHERE m.path IN (SELECT path FROM _split) AND m.program IS DISTINCT FROM d.program""")
+    """``split_programs`` of stored ``dumps``, from their stored metric rows."""
+    logs = dumps.filter(pl.col("kind") == "torch_trace")
+    metrics = read_with(con, {"_split": logs.select("path")},
+                        "SELECT DISTINCT path, program FROM metrics WHERE path IN (SELECT path FROM _split)")
+    return split_programs(logs, metrics)
 
 
 DUMP_COLUMNS = "path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at"
@@ -85,15 +110,14 @@ def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, se
     A series depends on its run alone (and the settings, unchanged when from_seq > 0):
     the stored rows of the runs before ``from_seq`` are read back, only the night's runs
     are named again. Jobs walked for incidents read their whole history (``job_history``)."""
-    overrides = compile_overrides(settings.series_patterns)
     seq = order.select("run_id", "run_seq")
     if from_seq <= 0:
         dumps = read_with(con, {"_runs": seq.select("run_id")}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
-        return dumps, assign_series(dumps, run_overrides(runs), overrides, per_program_paths(con, dumps))
+        return dumps, name_series(dumps, run_overrides(runs), settings, per_program_paths(con, dumps))
     dirty = seq.filter(pl.col("run_seq") >= from_seq).select("run_id")
     tonight = read_with(con, {"_runs": dirty}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
-    fresh = assign_series(tonight, run_overrides(runs.join(dirty, on="run_id", how="semi")), overrides,
-                          per_program_paths(con, tonight))
+    fresh = name_series(tonight, run_overrides(runs.join(dirty, on="run_id", how="semi")), settings,
+                        per_program_paths(con, tonight))
     back = 1  # the run before the night: its events (a job missing) and the trends' previous values
     older = read_with(con, {"_order": seq, "_tonight": fresh.select("series").unique()}, f"""
         SELECT run_id FROM _order WHERE run_seq < {int(from_seq)} AND run_seq >= {int(from_seq) - back}
@@ -107,6 +131,23 @@ def night_frames(con, runs: pl.DataFrame, order: pl.DataFrame, from_seq: int, se
     stored = read_with(con, {"_runs": older}, f"SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series "
                                           "WHERE run_id IN (SELECT run_id FROM _runs)")
     return dumps, pl.concat([stored.cast(dict(SERIES_SCHEMA)), fresh]).sort("path")
+
+
+def accept_renames(con, runs: pl.DataFrame, accepts: pl.DataFrame, settings: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(renames, incidents) for ``transforms.trends.renames.renamed_accepts``: the series the stored
+    names and today's give differently in the runs the accept log needs (its runs, and the runs
+    where the incidents it names opened), and those incidents as stored."""
+    named = pl.concat([accepts.select(pl.col("incident_id").alias("id")),
+                       accepts.select(pl.col("closed_incidents").alias("id")).explode("id")]).drop_nulls().unique()
+    incidents = read_with(con, {"_named": named}, """
+        SELECT incident_id, job, program, opened_run, kind FROM incidents WHERE incident_id IN (SELECT id FROM _named)""")
+    wanted = pl.concat([accepts.select("run_id"), incidents.select(pl.col("opened_run").alias("run_id"))]).unique()
+    dumps = read_with(con, {"_runs": wanted}, f"SELECT {DUMP_COLUMNS} FROM dumps WHERE run_id IN (SELECT run_id FROM _runs)")
+    fresh = assign_series(dumps, run_overrides(runs.join(wanted, on="run_id", how="semi")),
+                          compile_overrides(settings.series_patterns), per_program_paths(con, dumps))
+    stored = read_with(con, {"_runs": wanted}, "SELECT path, program, run_id, job, series, series_program FROM dump_series "
+                                               "WHERE run_id IN (SELECT run_id FROM _runs)")
+    return series_renames(stored, fresh), incidents
 
 
 def job_history(con, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame, from_seq: int

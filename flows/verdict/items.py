@@ -31,6 +31,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,9 +57,10 @@ ItemsRunner = Callable[[list[Path]], list[Path]]
 
 @dataclass(frozen=True)
 class DumpSource:
-    """The bucket the dumps are read back from for their excerpts (as the nightly reads it)."""
+    """The bucket the dumps are read back from for their excerpts (as the nightly reads it): its
+    URL, or the ``Path`` of a local directory (``flows.ingest.bucket.connect``)."""
 
-    bucket: str
+    bucket: str | os.PathLike
     storage_options: dict[str, Any] | None = field(default=None, hash=False)
 
 

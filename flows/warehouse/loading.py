@@ -4,6 +4,8 @@
   the records rows go into the records store beside the file (``flows.warehouse.records``),
   which the writer sweeps once both generations are level. Loading the same batch again
   changes nothing.
+- ``dump_rows``, ``metric_rows``/``metrics_of``: the dumps and metrics rows a ``StagedDump`` loads
+  as (``dumpscope check`` judges its candidate on the same rows, never loaded).
 - ``needs_parse``/``parsed_contents``/``with_records``: what the warehouse already holds of a
   content; ``upsert_runs``: the runs rows; ``table_counts``: rows per table.
 - The nightly's side: ``load_staged`` turns a night's staged outcomes (``flows.ingest.staging``)
@@ -172,15 +174,23 @@ def _place_records(con, parsed: list[StagedDump]) -> dict[str, int]:
     return inserted
 
 
+DUMP_FIELDS = ("path", "run_id", "job", "kind", "stage", "program", "size_bytes", "dump_id", "parser_version", "status",
+               "error", "source_version")  # the dumps columns a StagedDump gives
+_DUMP_TYPES = {"size_bytes": pa.int64(), "parser_version": pa.int16()}
+
+
+def dump_rows(rows: list[StagedDump]) -> pa.Table:
+    """The dumps rows of these dumps (``DUMP_FIELDS``), as they are loaded: a copy's unknown
+    fields are null here (the load takes them from its content's existing row)."""
+    return pa.table({c: pa.array([getattr(d, c) for d in rows], _DUMP_TYPES.get(c, pa.string())) for c in DUMP_FIELDS})
+
+
 def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> None:
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     rows = parsed + copies
     if not rows:
         return
-    cols = ["path", "run_id", "job", "kind", "stage", "program", "size_bytes", "dump_id", "parser_version", "status", "error",
-            "source_version"]
-    types = {"size_bytes": pa.int64(), "parser_version": pa.int16()}
-    arrow = pa.table({c: pa.array([getattr(d, c) for d in rows], types.get(c, pa.string())) for c in cols})
+    arrow = dump_rows(rows)
     with registered(con, _dumps_in=arrow):
         # A copy takes the fields it does not know from the content's existing row; the
         # batch's paths then replace their rows (one row per path, kept by the writer: a
@@ -209,25 +219,29 @@ def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> No
 
 def metric_rows(d: StagedDump) -> list[tuple[str, str | None, str, float]]:
     """(path, program, metric, value) rows of a parsed dump: one set per program when the dump
-    gives each program's figures (``programs``), else its metrics under the dump's program (None)."""
+    gives each program's figures (``programs``), else its metrics under the dump's program."""
     if d.programs:
         return [(d.path, p, k, v) for p, figures in sorted(d.programs.items()) for k, v in sorted(figures.items())]
-    return [(d.path, None, k, v) for k, v in sorted((d.metrics or {}).items())]
+    return [(d.path, d.program, k, v) for k, v in sorted((d.metrics or {}).items())]
 
 
-def _replace_metrics(con, parsed: list[StagedDump], copies: list[StagedDump]) -> None:
-    con.execute("DELETE FROM metrics WHERE path IN (SELECT path FROM _paths)")
+def metrics_of(parsed: list[StagedDump]) -> pa.Table:
+    """The metrics rows (path, program, metric, value) of parsed dumps as they are loaded: a
+    value that is not finite is null."""
     rows = [r for d in parsed for r in metric_rows(d)]
-    arrow = pa.table({
+    return pa.table({
         "path": pa.array([r[0] for r in rows], pa.string()),
         "program": pa.array([r[1] for r in rows], pa.string()),
         "metric": pa.array([r[2] for r in rows], pa.string()),
         "value": pa.array([_finite(r[3]) for r in rows], pa.float64()),
     })
-    with registered(con, _metrics_in=arrow):
+
+
+def _replace_metrics(con, parsed: list[StagedDump], copies: list[StagedDump]) -> None:
+    con.execute("DELETE FROM metrics WHERE path IN (SELECT path FROM _paths)")
+    with registered(con, _metrics_in=metrics_of(parsed)):
         con.execute(
-            """INSERT INTO metrics SELECT d.run_id, d.job, coalesce(m.program, d.program), d.kind, d.stage, m.metric,
-                                          m.value, d.dump_id, d.path
+            """INSERT INTO metrics SELECT d.run_id, d.job, m.program, d.kind, d.stage, m.metric, m.value, d.dump_id, d.path
                FROM _metrics_in m JOIN dumps d USING (path)"""
         )
     if copies:

@@ -12,8 +12,11 @@ strategy worked) has the steps and an "Error message:" ``pytb`` block only.
 Output (``parse``): ``TableBatch`` items of the tables in ``TABLES``, then one
 ``DumpSummary`` (stage ``export``). Its program is the model as the exported program's
 signature names it (``program_name``: ``inp+blocks+head(x)``), so several reports in one
-folder stay apart whatever their order; a report without an exported program (every
-capture strategy failed) has none (``None``: the caller names it after its folder).
+folder stay apart whatever their order. A report without an exported program (every capture
+strategy failed: torch 2.13 prints the steps and each strategy's traceback, and names no model)
+is named by the first frame of the model's own code in those tracebacks, where the exporter
+entered the model: ``forward at model.py:9``; with none, ``None`` (the caller names it after
+its folder).
 
 Guarantees: a row is yielded only when all its fields are final (ONNX op counts when
 the main graph closes; a verification entry when its histograms end), and a report
@@ -47,7 +50,10 @@ from transforms.records import (COUNT, DIFFERENCE, ELEMENTS, RECORD_FAILURES, Bo
 # 3: the program is named from the exported program's signature (was None: the folder's name).
 # 4: a count past its column or a negative difference is an error, stored as null (was: the report failed, or
 # it was stored); a NaN or infinite difference leaves onnx.max_*_diff absent (was: a NaN figure).
-PARSER_VERSION = 4
+# 5: a report without an exported program is named by the model's first frame in its tracebacks (was: None,
+# the folder's name: the job's, for reports in the job folder).
+PARSER_VERSION = 5
+PROGRAM_FROM_TEXT = True  # the program is what the dump's text names (transforms.parse.named_at)
 
 _TITLES = {"# PyTorch ONNX Conversion Report": "report", "# PyTorch ONNX Conversion Error Report": "error_report"}
 _SECTIONS = {  # heading -> section; its line number goes to the ``lineno_<section>`` column
@@ -82,6 +88,7 @@ _ARG = re.compile(r'\s*,\s*([^\W\d]\w*)\s*(?::\s*(?:"[^"]*"|[^,)"]*))?')  # ', p
 _STATE = ("p_", "b_", "c_", "obj_")
 _SYNTHETIC = re.compile(r"^(?:token(?:_\d+)?|c__tensor_constant\d+|c_lifted_tensor_\d+)$")
 _MAX_MODULES, _MAX_INPUTS, _MAX_PART, _MAX_SEEN = 8, 4, 40, 1000
+_DIRECTORIES = re.compile(r"^.*[/\\]")
 
 REPORTS = pl.Schema(
     {
@@ -514,6 +521,16 @@ class _Parser:
         dispatch = 0 if r["report_kind"] == "error_report" else r["dispatch_failures"]
         if self.errors_done and dispatch is not None:
             metrics["onnx.errors"] = self.block_errors + dispatch
-        return DumpSummary(kind=DumpKind.ONNX_REPORT, stage="export", program=self.program, metrics=metrics,
-                           errors=self.errors, truncated=self.truncated)  # fmt: skip
+        return DumpSummary(kind=DumpKind.ONNX_REPORT, stage="export", program=self.program or self._frame_name(),
+                           metrics=metrics, errors=self.errors, truncated=self.truncated)  # fmt: skip
+
+    def _frame_name(self) -> str | None:
+        """A report without an exported program (every capture strategy failed) names its model by the
+        first frame of the model's own code its tracebacks show: ``forward at model.py:9`` (the file's
+        name, as a TORCH_TRACE program's), None when they show none."""
+        if self.report["report_kind"] != "error_report" or self.err.model_frame is None:
+            return None
+        path, line, function = self.err.model_frame
+        file = _DIRECTORIES.sub("", path)
+        return f"{function[:_MAX_PART]} at {file[:_MAX_PART]}:{line}"
 

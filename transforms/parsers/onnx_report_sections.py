@@ -29,6 +29,11 @@ _STRATEGY = re.compile(r"Errors from strategy '([^']*)'")
 _VERIF = re.compile(r"^`([^`]*)`: `max_abs_diff=([^`]*)`, `max_rel_diff=([^`]*)`")
 _HIST = re.compile(r"(abs|rel)_diff_hist=.*?hist=tensor\(\[([^\]]*)\].*?bin_edges=tensor\(\[([^\]]*)\]", re.S)
 _NEXT_ERROR = ("# ⚠️", "Traceback (", "The above exception", "During handling of the above")
+_FRAME = re.compile(r'^\s+File "([^"]+)", line (\d{1,9}), in (\S+)')
+# Frames of the exporter and its libraries, and of Python itself: a model's own code is in none of them.
+_LIBRARY_FRAME = re.compile(r"(?:^|[/\\])(?:torch|functorch|torchgen|onnxscript|onnx_ir|onnxruntime)[/\\]"
+                            r"|(?:site|dist)-packages[/\\]onnx[/\\]"
+                            r"|[/\\][Ll]ib[/\\]python\d+(?:\.\d+)?[/\\][^/\\]+$|^<")
 _MAX_ENTRY_CHARS = 1 << 16  # a verification entry is ~1 KB; never buffer a runaway one
 
 # Exact step texts of torch 2.5 to 2.13 (``_reporting._format_export_status``).
@@ -193,6 +198,7 @@ class ErrorScanner:
     Row: (section, source, exception_type, message, frames, chained, lineno). The
     message is the exception line's text; when that is empty (a message that
     starts on the next line, as draft_export's), the first line with words after it.
+    ``model_frame``: the first frame of the model's own code any traceback shows.
     """
 
     def __init__(self) -> None:
@@ -202,6 +208,9 @@ class ErrorScanner:
         self.frames = 0
         self.chained = False
         self.pending: list | None = None  # a row waiting for its message line
+        # (file, line, function) of the first traceback frame in no library: the model's own code, where the
+        # exporter entered it (a model's forward); what names a model no exported program names.
+        self.model_frame: tuple[str, int, str] | None = None
 
     def feed(self, lineno: int, line: str) -> tuple | None:
         if self.pending is not None:
@@ -218,6 +227,8 @@ class ErrorScanner:
         if not line or line[0] in " \t":
             if self.expecting and self.tb_start and line.startswith("  File "):
                 self.frames += 1
+            if self.model_frame is None and (m := _FRAME.match(line)) and not _LIBRARY_FRAME.search(m.group(1)):
+                self.model_frame = (m.group(1), int(m.group(2)), m.group(3))
             return None
         return self._col0(lineno, line)
 

@@ -22,8 +22,10 @@ name and file compiled earlier in the log whose first line is the greatest one n
 break line (when the log has no such function, the resume function is a program of its own).
 Recompiles share the program of their frame; a lazily compiled backward, that of its forward.
 ``DumpSummary.metrics`` holds the log's totals (figures in docs/metrics.md), ``programs`` each
-program's, ``program`` names the log's program when it has exactly one; ``stage`` is
-``rank_<n>`` for a rank's log, else ``trace``.
+program's, ``program`` names the log's program when it has exactly one; ``stage`` is a rank's
+log's rank, ``rank_<n>``: the rank its name holds (``stage_from_name``), else the one its records
+carry (a log opened before torch.distributed started has no rank in its name), else ``trace``.
+Never the random part of the name: it names nothing, and changes every run.
 
 Guarantees: memory is flat in the log's size: one record, one payload line at a time (other
 payloads are hashed in blocks of lines), rows of at most one batch, and a few hundred bytes
@@ -60,10 +62,14 @@ from transforms.records import (BATCH_ROWS, COUNT, SECONDS, DumpKind, DumpSummar
 # again), and torch_trace_graph_breaks.end_lineno (the payload's last line: a break's evidence).
 # 3: a figure no compile can have is an error and its compile counts nowhere (was counted: 1e308 s, NaN,
 # negative guards); a record nested too deep or that fails is skipped alone (was: the log failed).
-PARSER_VERSION = 3
+# 4: a rank's log by its rank: from a name without a random part (..._rank_0.log) or, when the name has
+# none, from its records (was: stage trace, and ranks told apart by file order).
+PARSER_VERSION = 4
 
 _PREFIX = re.compile(r"(?:\[rank\d+\]:)?[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]*:\d+\] (?=\{)")
-_FILE_NAME = re.compile(r"^dedicated_log_torch_trace_(?:rank_(\d+)_)?[\w.-]*\.log$")
+# torch names a log dedicated_log_torch_trace_[rank_<n>_]<random>.log (tempfile.mkstemp: 8 random characters
+# after the prefix); copies shipped without the random part (tlparse's inputs: ..._rank_0.log) keep the rank.
+_FILE_NAME = re.compile(r"^dedicated_log_torch_trace_(?:rank_(\d+)(?:_[\w.-]*)?|[\w.-]*)\.log$")
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")
 _AOT_ID = re.compile(r"^# AOT ID: \['([^']*)'\]")
 _FILE_LINE = re.compile(r'^\s*File "(.*)", line (\d+), in (.*)$')
@@ -231,7 +237,8 @@ def sniff(name: str, head: str) -> bool:
 
 
 def stage_from_name(name: str) -> str | None:
-    """``rank_<n>`` for a ranked log, ``trace`` for another TORCH_TRACE log, None for other names."""
+    """``rank_<n>`` for a log whose name has its rank, ``trace`` for another TORCH_TRACE log (its
+    records may still say its rank: ``DumpSummary.stage``), None for other names."""
     if (m := _FILE_NAME.match(name)) is None:
         return None
     return f"rank_{m[1]}" if m[1] is not None else "trace"

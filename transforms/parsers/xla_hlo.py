@@ -76,6 +76,7 @@ from transforms.records import (
 # 6: the instructions and computations XLA's parser makes of hand-written text (issue 48): nested instructions,
 # inline computations, compact tuple accesses (p#1), the async computation of <op>-start syntax sugar
 PARSER_VERSION = 6
+PROGRAM_FROM_TEXT = True  # the program is what the dump's text names (transforms.parse.named_at)
 TABLES, TABLE_DOCS = hlo_text.TABLES, hlo_text.TABLE_DOCS
 __all__ = ["PARSER_VERSION", "TABLES", "TABLE_DOCS", "parse", "sniff", "stage_from_name"]
 

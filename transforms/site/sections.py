@@ -20,6 +20,7 @@ from transforms.site import charts
 from transforms.site.data import (MAX_BREAKDOWN_ROWS, MAX_LINES, MAX_TABLE_ROWS, ONNX_RUNS, SiteData, dump_link, incident_link, marked,
                                   paths_by, program_anchor, state_text)
 from transforms.units import byte_unit, delta_in, human_delta, human_value, table_unit, value_in
+from transforms.volatile import normalise
 
 # An ONNX step's outcome: the symbol, the word beside it (no emoji font shows an empty box) and its colour class.
 STEP_CELL = {1.0: ("✅", "passed", "ds-good"), 0.0: ("❌", "failed", "ds-bad"), None: ("⚪", "skipped", "ds-skip")}
@@ -328,7 +329,7 @@ def onnx_page(d: SiteData, last_runs: int = ONNX_RUNS) -> dict:
     sections = _sections(d, ONNX_SECTIONS)
     ops = d.onnx_ops.sort("count", descending=True, maintain_order=True).head(25)
     errors = [{"program": r["program"], "title": f"{r['exception_type'] or 'error'} ({r['section']})",
-               "message": (r["message"] or "").strip()} for r in d.onnx_errors.iter_rows(named=True)]
+               "message": normalise((r["message"] or "").strip())} for r in d.onnx_errors.iter_rows(named=True)]
     return {"matrices": matrices, "sections": sections, "ops": ops.select("program", "source", "op", "count").to_dicts(),
             "errors": errors, "changes": _diff_rows(d, ("onnx_step", "onnx_op", "accuracy")), "run": d.latest}
 
@@ -399,14 +400,15 @@ def _distinct(d: SiteData, found: list[dict]) -> list[dict]:
     its count; the user frames and programs it came from; the log lines of its first occurrence."""
     grouped: dict[tuple, dict] = {}
     for r in found:
-        reason = _clip(_COMPILE_ID.sub("", r["reason"] or "") if r["what"] == "recompile" else r["reason"])
-        detail = _clip(r["detail"])
+        # One row per reason whatever process wrote it: ids, addresses and path prefixes normalised.
+        reason = _clip(normalise(_COMPILE_ID.sub("", r["reason"] or "") if r["what"] == "recompile" else r["reason"] or ""))
+        detail = _clip(normalise(r["detail"] or ""))
         first, last = r["lineno"], r["end_lineno"] or r["lineno"]
         g = grouped.setdefault((r["what"], reason, detail), {
             "note": WHAT_NOTES.get(r["what"]), "reason": reason, "detail": detail, "count": 0, "frames": {},
             "programs": {}, "log": dump_link(d, r["path"]), "lines": f"lines {first}–{last}" if last != first else f"line {first}"})
         g["count"] += 1
-        frame = (r["frame_file"], r["frame_line"], r["frame_function"] or "?")  # a failure may have no user frame
+        frame = (r["frame_file"] and normalise(r["frame_file"]), r["frame_line"], r["frame_function"] or "?")  # a failure may have none
         g["frames"][frame] = g["frames"].get(frame, 0) + 1
         g["programs"].setdefault(r["program"], d.series_link(r["series"]) if r["series"] else None)
     for g in grouped.values():

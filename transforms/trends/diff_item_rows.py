@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import polars as pl
 
 from transforms.records import COLLECTIVES
+from transforms.volatile import normalised
 
 ROW_SCHEMA = pl.Schema({
     "path": pl.String, "category": pl.String, "key": pl.String, "label": pl.String, "count": pl.Int64,
@@ -350,31 +351,34 @@ def onnx_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> list[
 
 def torch_trace_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> list[pl.LazyFrame]:
     """graph_break, recompile and compile_failure of TORCH_TRACE logs: what a torch.compile user
-    asks first when a count steps. Keys leave out compile ids (renumbered) and directories."""
+    asks first when a count steps. Keys leave out compile ids (renumbered), directories and what
+    changes from process to process (``transforms.volatile``: ids, addresses, temporary folders,
+    path prefixes), so the same program's logs written by two processes give the same items."""
     out = []
     if (breaks := rows_of(dumps, records, "torch_trace_graph_breaks", ("torch_trace",))) is not None:
-        reason = pl.col("reason").fill_null(pl.col("kind").cast(pl.String))
+        reason = normalised(pl.col("reason").fill_null(pl.col("kind").cast(pl.String)))
         where = pl.concat_str(_file_name(pl.col("user_filename")).fill_null("?"), pl.lit(":"),
                               pl.col("user_lineno").cast(pl.String).fill_null("?"))
         function = pl.col("user_function").fill_null("?")
         out.append(_rows(breaks, "graph_break", pl.concat_str(reason, pl.lit(" | "), where, pl.lit(" | "), function),
                          pl.concat_str(pl.lit("graph break '"), reason, pl.lit("' at "), where, pl.lit(" in "), function),
-                         detail=pl.concat_str(pl.col("user_filename"), pl.lit(":"), pl.col("user_lineno").cast(pl.String)),
+                         detail=normalised(pl.concat_str(pl.col("user_filename"), pl.lit(":"),
+                                                         pl.col("user_lineno").cast(pl.String))),
                          order=pl.col("lineno")))  # fmt: skip
     if (compiles := rows_of(dumps, records, "torch_trace_compiles", ("torch_trace",))) is not None:
         # "0/0: tensor 'x' size mismatch at index 0. expected 4, actual 6": the compile id goes.
-        reason = pl.col("recompile_reason").str.replace(r"^[!\d/]+: ", "").str.slice(0, 300)
+        reason = normalised(pl.col("recompile_reason").str.replace(r"^[!\d/]+: ", "")).str.slice(0, 300)
         out.append(_rows(compiles.filter(pl.col("recompile_reason").is_not_null()), "recompile", reason,
                          pl.concat_str(pl.lit("recompile of "), pl.col("co_name").fill_null("?"), pl.lit(": "), reason),
-                         detail=pl.col("program"), order=pl.col("lineno")))  # fmt: skip
+                         detail=normalised(pl.col("program")), order=pl.col("lineno")))  # fmt: skip
         failed = compiles.filter(pl.col("fail_type").is_not_null())
-        why = pl.concat_str("fail_type", pl.lit(": "), pl.col("fail_reason").fill_null("").str.split("\n").list.first()
-                            .str.slice(0, 300))
+        why = normalised(pl.concat_str("fail_type", pl.lit(": "), pl.col("fail_reason").fill_null("").str.split("\n")
+                                       .list.first())).str.slice(0, 300)
         at = pl.concat_str(pl.lit(" at "), _file_name(pl.col("fail_user_frame_filename")), pl.lit(":"),
                            pl.col("fail_user_frame_lineno").cast(pl.String)).fill_null("")
         out.append(_rows(failed, "compile_failure", pl.concat_str(pl.col("co_name").fill_null("?"), pl.lit(" | "), why),
                          pl.concat_str(pl.lit("compile of "), pl.col("co_name").fill_null("?"), pl.lit(" failed: "), why, at),
-                         detail=pl.col("program"), order=pl.col("lineno")))  # fmt: skip
+                         detail=normalised(pl.col("program")), order=pl.col("lineno")))  # fmt: skip
     return out
 
 

@@ -49,7 +49,8 @@ from transforms.trends.diff_items import ITEM_DOCS, ITEM_SCHEMA, describe_change
 NO_ITEMS = "none"  # category of the marker row of a dump that has no structural items
 # Bump when dump_items computes other items from the same records: every content's
 # items get a new key, so they are computed again (for contents whose records are kept).
-ITEMS_VERSION = 2  # 2: items of TORCH_TRACE logs (graph_break, recompile, compile_failure)
+ITEMS_VERSION = 3  # 2: items of TORCH_TRACE logs (graph_break, recompile, compile_failure); 3: their keys, labels
+# and details without what changes from process to process (transforms.volatile: ids, addresses, paths)
 
 EVIDENCE_SCHEMA = pl.Schema({"excerpt_lines": pl.String, "excerpt": pl.String, "excerpt_from": pl.String})
 CONTENT_ITEM_SCHEMA = pl.Schema({"items_key": pl.String} | {c: t for c, t in ITEM_SCHEMA.items() if c != "path"}

@@ -22,6 +22,7 @@ import polars as pl
 from transforms.trends import incidents as incident_mod
 from transforms.trends.headlines import failure_text
 from transforms.trends.rules import Settings
+from transforms.volatile import normalise
 
 CAUSE_LINES = 5
 NOT_RUN = "then not run: "  # the one line for the ONNX export steps skipped after a failed one
@@ -141,7 +142,7 @@ def _first_exception(excerpt: str | None, most: int = 200) -> str | None:
     """The first exception line of a failed ONNX step's excerpt, its type without its module."""
     for line in (excerpt or "").splitlines():
         if (m := _EXCEPTION.match(line.strip())) is not None:
-            text = f"{m['type']}: {m['message']}"
+            text = normalise(f"{m['type']}: {m['message']}")  # no address or path of the exporting process
             return text if len(text) <= most else text[: most - 1] + "…"
     return None
 

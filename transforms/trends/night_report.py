@@ -187,17 +187,21 @@ def diff_command(r: dict) -> str:
             + f" --series {shell_word(pattern)}")
 
 
-def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None, *, limit: int = 5) -> list[str]:
+def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None, *, limit: int = 5,
+                site_url: str | None = None) -> list[str]:
     """The summary for a person at a terminal, in plain text and a few lines: the counts on one
     line, then each new regression or failure (the first ``limit``, by impact) on one line with
     its first line of cause and its ``dumpscope diff``; the rest is a command away
-    (``dumpscope incidents``). Every name through ``plain_text``: no markup, no entity, control
+    (``dumpscope incidents``). With ``site_url`` (``[site] url``) the run's page and each
+    incident's follow them. Every name through ``plain_text``: no markup, no entity, control
     characters shown as symbols."""
     s = TEXT
     if run_id is None:
         return ["No runs yet: the bucket held no run."]
     c = counts(at)
     lines = [f"Last night ({s.text(run_id)}, commit {s.text(commit or '?')}): {counts_line(c, s)}."]
+    if site_url:
+        lines.append(f"  page: {site_page(site_url, 'runs', f'{slug(run_id)}.html')}")
     new = [r for r in ordered(at) if section_of(r) == "new"]
     for r in new[:limit]:
         lines += ["", f"{s.code(r['incident_id'])} {r['kind']}: {s.text(r['headline'])}"]
@@ -207,6 +211,8 @@ def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None,
                                                             if len(cause) > 1 else ""))
         if r["last_good_run"]:
             lines.append(f"  {s.code(diff_command(r))}")
+        if site_url:
+            lines.append(f"  page: {site_page(site_url, 'incidents', slug(r['incident_id']) + '.html')}")
     if len(new) > limit:
         lines += ["", f"… and {len(new) - limit} more new: dumpscope incidents --status new"]
     return lines

@@ -24,8 +24,8 @@ EVENT_DOCS = {
     "run_id": "Run the event happened in.",
     "started_at": "Start of that run.",
     "job": "Job concerned.",
-    "series": "Series concerned (NULL for job-level events: first_run, job_missing).",
-    "event": "first_run (the job's first run), new_series, vanished (the job ran, the series did not show), job_missing (the job ran in the previous run, not in this one), failed_dump, partial_dump, same_name (dumps of one run, job, kind and stage whose programs have one name: told apart by file order only, #2, #3...; name them in run.json or the settings' [series]).",
+    "series": "Series concerned (NULL for job-level events: first_run, job_missing, same_name).",
+    "event": "first_run (the job's first run), new_series, vanished (the job ran, the series did not show), job_missing (the job ran in the previous run, not in this one), failed_dump, partial_dump, same_name (once per run and job: programs of one kind and stage that have one name, told apart by file order only, #2, #3...; the detail names them; name them in run.json or the settings' [series]).",
     "path": "Dump path concerned (failed and partial dumps; for vanished, the path in the previous run).",
     "detail": "Human text: the error of a failed or partial dump, the previous run of a vanished series or missing job.",
 }
@@ -116,19 +116,18 @@ def series_events(dumps: pl.DataFrame, series: pl.DataFrame, order: pl.DataFrame
            .select("run_id", "job", "series", (pl.col("status") + "_dump").alias("event"), "path",
                    pl.col("error").str.split("\n").list.first().alias("detail")))
 
-    # Series told apart by file order only (series rule 3): the night says so, for each of them.
+    # Series told apart by file order only (series rule 3): the night says so once per job, naming them.
     numbered = pl.col("series_program").str.extract(r"^(.*)#(\d+)$", 1)
     collided = series.with_columns(numbered.alias("_base")).filter(pl.col("_base").is_not_null())
-    bases = collided.select("run_id", "job", "kind", "stage", "_base").unique()
-    same = (series.join(bases, left_on=["run_id", "job", "kind", "stage", "series_program"],
-                        right_on=["run_id", "job", "kind", "stage", "_base"], how="semi", nulls_equal=True)
-            .with_columns(pl.col("series_program").alias("_base"))
-            .pipe(lambda first: pl.concat([first.select(collided.columns), collided]))
-            .with_columns(pl.len().over("run_id", "job", "kind", "stage", "_base").alias("_n"))
-            .select("run_id", "job", "series", pl.lit("same_name").alias("event"), "path",
-                    pl.format("{} {} dumps of this run name the same program {}: told apart by file order only "
-                              "(name them in run.json's \"series\" or the settings' [series])",
-                              "_n", "kind", "_base").alias("detail")))
+    groups = (collided.group_by("run_id", "job", "kind", "_base")
+              .agg((pl.col("series_program").n_unique() + 1).alias("_n"))  # the #2, #3... and the first
+              .sort("run_id", "job", "kind", "_base"))
+    same = (groups.group_by("run_id", "job", maintain_order=True)
+            .agg(pl.format("{} {} programs named {}", "_n", "kind", "_base").str.join("; ").alias("_names"))
+            .select("run_id", "job", pl.lit(None, pl.String).alias("series"), pl.lit("same_name").alias("event"),
+                    pl.lit(None, pl.String).alias("path"),
+                    pl.format("{}: told apart by file order only, their series #2, #3... may swap between runs "
+                              "(name them in run.json's \"series\" or the settings' [series])", "_names").alias("detail")))
     parts = [f.with_columns(pl.col("event").cast(EVENT)) for f in (first, new, vanished, missing, bad, same)]
     out = pl.concat(parts, how="vertical_relaxed").join(seq, on="run_id")
     return out.select(EVENT_SCHEMA.names()).cast(dict(EVENT_SCHEMA)).sort("started_at", "run_id", "job", "event", "series", "path", nulls_last=False)

@@ -10,8 +10,10 @@ that compilers renumbering their programs between runs does not break it:
    - XLA: ``module_0007.jit_train_step`` → ``jit_train_step`` and
      ``SyncTensorsGraph.2143`` → ``SyncTensorsGraph`` (a ``.<digits>`` suffix, and a
      ``module_<digits>.`` prefix);
-   - Inductor debug directories ``model__0_forward_1.0`` → ``model__forward``
-     (``<name>__<aot id>_<forward|backward|inference>_<compile id>``);
+   - Inductor debug directories ``model__0_forward_1.0`` → ``model__0_forward``
+     (``<name>__<aot id>_<forward|backward|inference>_<compile id>``: the compile id goes, the
+     AOT graph id stays: it is the graph's index in the model, ``model__0`` and ``model__1`` on
+     either side of a graph break);
    - ONNX export artifacts: a date/time stamp and what follows it is dropped
      (``onnx_export_2026-11-20_02-01-35-123456_success`` → ``onnx_export``);
    - torch.compile programs of a TORCH_TRACE log, ``<co_name> at <co_filename>:<line>``, keep the
@@ -38,7 +40,7 @@ import polars as pl
 
 _XLA_MODULE_PREFIX = re.compile(r"^module_\d+\.")
 _NUMERIC_SUFFIX = re.compile(r"(?:\.\d+)+$")
-_INDUCTOR_GRAPH = re.compile(r"^(?P<name>.*?)__\d+_(?P<graph>forward|backward|inference)(?:_[\d.]+)?$")
+_INDUCTOR_GRAPH = re.compile(r"^(?P<graph>.*?__\d+_(?:forward|backward|inference))(?:_[\d.]+)?$")
 _TORCH_PROGRAM = re.compile(r"^(?P<name>\S+) at (?:.*[/\\])?(?P<file>[^/\\]+):(?P<line>\d+)$")
 _TIMESTAMP = re.compile(r"[_-]?\d{4}-\d{2}-\d{2}(?:[_T -]\d{2}[-:]\d{2}(?:[-:]\d{2})?(?:[-.]\d+)?)?.*$")
 
@@ -49,7 +51,7 @@ def normalize_program(program: str) -> str:
         return f"{m['name']} at {m['file']}:{m['line']}"
     name = _XLA_MODULE_PREFIX.sub("", program)
     if (m := _INDUCTOR_GRAPH.match(name)) is not None:
-        return f"{m['name']}__{m['graph']}"
+        return m["graph"]
     name = _TIMESTAMP.sub("", name) or name
     return _NUMERIC_SUFFIX.sub("", name) or name
 
