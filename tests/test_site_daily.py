@@ -394,7 +394,7 @@ def test_the_search_finds_an_incident_a_run_and_a_series_by_what_a_terminal_prin
 
     cases = {"I-f515e5b1": incident_file("I-f515e5b1"), "2026-11-19": run_file("2026-11-19"),
              "jax-pmap/jit__fun/xla_hlo/after_optimizations": series_file("jax-pmap/jit__fun/xla_hlo/after_optimizations"),
-             "torch-inductor/model__forward/inductor_ir/post_fusion": series_file("torch-inductor/model__forward/inductor_ir/post_fusion")}
+             "torch-inductor/model__0_forward/inductor_ir/post_fusion": series_file("torch-inductor/model__0_forward/inductor_ir/post_fusion")}
     found = {}
     with serve_directory(daily_site.out) as base:
         for query in cases:

@@ -205,12 +205,12 @@ def test_an_incident_page_starts_with_what_it_is_in_short_lines(sample_site):
 
 
 def test_a_still_open_incident_leads_with_what_is_still_open(sample_site):
-    """I-d9f2ab15 opened with fallback kernels (0 -> 1) and Inductor buffer bytes; the fallbacks were
+    """I-e672331c opened with fallback kernels (0 -> 1) and Inductor buffer bytes; the fallbacks were
     fixed in 2026-11-20, the buffer bytes not. Its headline led with the fallbacks on the overview,
     the incidents index and its page."""
-    want = ("torch-inductor / model__forward: memory.buffer_bytes 37.3 KiB → 123.5 KiB (+86.2 KiB); "
+    want = ("torch-inductor / model__0_forward: memory.buffer_bytes 37.3 KiB → 123.5 KiB (+86.2 KiB); "
             "6 steps fixed since it opened")
-    page = next((sample_site.out / "incidents").glob("i-d9f2ab15-*.html"))
+    page = next((sample_site.out / "incidents").glob("i-e672331c-*.html"))
     for path in (page, sample_site.out / "index.html", sample_site.out / "incidents" / "index.html"):
         text = html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
         assert want in text, path.name
