@@ -36,9 +36,10 @@ INCIDENT = "incident"  # stands for the page of incident I-f515e5b1 (its file na
 EVERY_KIND = ("index.html", INCIDENT, SERIES, RUN, "memory.html", "fusion.html", "kernels.html", "compile.html",
               "onnx.html", "series/index.html", "incidents/index.html", "runs/index.html", "diff.html", "accepts.html",
               "query.html", "metrics.html")
-PAGES = {  # mode -> pages opened in it
+PAGES = {  # mode -> pages opened in it (on a phone, every kind but those whose tables another page's repeat:
+    # fusion's sections are memory's, the accept log's rows the incidents index's, the reference pages alike)
     "wide": EVERY_KIND,
-    "phone": EVERY_KIND,
+    "phone": tuple(p for p in EVERY_KIND if p not in ("fusion.html", "accepts.html", "metrics.html")),
     "dark": ("index.html", "kernels.html", "onnx.html"),
 }
 # Pages that hide the table of contents: their content spans the width (the section and reference pages keep it).
@@ -48,12 +49,13 @@ SHOTS = {"index.html": "overview", INCIDENT: "incident", SERIES: "series", RUN: 
 BUCKET_URL = "https://bucket.example/browse/{path}"
 
 # What the reader sees: read in the page once its charts drew, every closed block opened (not the
-# charts' action menus), two frames later (assets/tables.js measures a block's tables when it opens).
+# charts' action menus), two frames later (assets/tables.js measures a block's tables when it opens);
+# then closed again, so the screenshot shows the page as it opens (every excerpt open made the
+# incident's and the run's pictures 4 MB and seconds each).
 _PROBE = """async () => {
   const height = document.documentElement.scrollHeight;  // as the page opens: its blocks closed
-  for (const block of document.querySelectorAll('article details:not([open])')) {
-    if (!block.closest('.vega-embed')) block.open = true;
-  }
+  const opened = Array.from(document.querySelectorAll('article details:not([open])')).filter((b) => !b.closest('.vega-embed'));
+  for (const block of opened) block.open = true;
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
   const inside = (box, outer) => box.left >= outer.left - 1 && box.right <= outer.right + 1;
   const viewport = {left: 0, right: window.innerWidth};
@@ -96,7 +98,7 @@ _PROBE = """async () => {
     };
   });
   const body = getComputedStyle(document.body);
-  return {
+  const seen = {
     charts, tables,
     scheme: document.body.getAttribute('data-md-color-scheme'),
     background: body.backgroundColor,
@@ -112,6 +114,8 @@ _PROBE = """async () => {
     onnx: Array.from(document.querySelectorAll('table.ds-matrix td[class]')).map((td) => td.textContent),
     text: document.body.innerText,
   };
+  for (const block of opened) block.open = false;
+  return seen;
 }"""
 
 
@@ -371,19 +375,28 @@ def test_every_incident_and_diff_item_leads_to_its_excerpt_on_the_page(daily_sit
     assert len(pages) == 24 and excerpts > 100
 
 
-_SEARCH_JS = """async (query) => {
+_SEARCH_JS = """async (queries) => {
   const input = document.querySelector('input[data-md-component="search-query"]');
   document.querySelector('label[for="__search"]').click();
   input.focus();
-  input.value = query;
-  input.dispatchEvent(new Event('input', {bubbles: true}));
-  input.dispatchEvent(new KeyboardEvent('keyup', {bubbles: true, key: 'Enter'}));
-  for (let i = 0; i < 100; i++) {  // the search worker loads the index once, then answers within a frame or two
-    const hits = Array.from(document.querySelectorAll('.md-search-result__list > li > a'), (a) => a.getAttribute('href'));
-    if (hits.length) return hits;
-    await new Promise((r) => setTimeout(r, 100));
+  const hits = () => Array.from(document.querySelectorAll('.md-search-result__list > li > a'), (a) => a.getAttribute('href'));
+  const type = (text) => {
+    input.value = text;
+    input.dispatchEvent(new Event('input', {bubbles: true}));
+    input.dispatchEvent(new KeyboardEvent('keyup', {bubbles: true, key: 'Enter'}));
+  };
+  const until = async (done) => {  // the search worker loads the index once, then answers within a frame or two
+    for (let i = 0; i < 100 && !done(); i++) await new Promise((r) => setTimeout(r, 100));
+  };
+  const found = {};
+  for (const query of queries) {
+    type('');  // an empty query empties the list: the next hits are the next query's
+    await until(() => hits().length === 0);
+    type(query);
+    await until(() => hits().length > 0);
+    found[query] = hits()[0] || null;
   }
-  return [];
+  return found;
 }"""
 
 
@@ -395,14 +408,11 @@ def test_the_search_finds_an_incident_a_run_and_a_series_by_what_a_terminal_prin
     cases = {"I-f515e5b1": incident_file("I-f515e5b1"), "2026-11-19": run_file("2026-11-19"),
              "jax-pmap/jit__fun/xla_hlo/after_optimizations": series_file("jax-pmap/jit__fun/xla_hlo/after_optimizations"),
              "torch-inductor/model__0_forward/inductor_ir/post_fusion": series_file("torch-inductor/model__0_forward/inductor_ir/post_fusion")}
-    found = {}
     with serve_directory(daily_site.out) as base:
-        for query in cases:
-            tab = browser._page
-            tab.goto(base + "index.html")
-            hits = tab.evaluate(_SEARCH_JS, query)
-            found[query] = hits[0].split("?")[0].removeprefix(base) if hits else None
-            tab.goto("about:blank")
+        browser._page.goto(base + "index.html")
+        hits = browser._page.evaluate(_SEARCH_JS, list(cases))
+        browser._page.goto("about:blank")
+    found = {query: hit and hit.split("?")[0].removeprefix(base) for query, hit in hits.items()}
     assert found == {q: page.replace(".md", ".html") for q, page in cases.items()}
 
 
