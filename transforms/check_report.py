@@ -2,8 +2,8 @@
 
 ``CheckResult`` holds the answer of ``flows.commands.check.check_dir``: the incidents the candidate
 directory would open (regressions and failures; improvements apart), the open ones it
-would fix, the improvements it would lose, its new programs, its damaged dumps and what
-was wrong with its run.json. Each incident carries its steps, the top lines of its cause
+would fix, the improvements it would lose, the closed ones a revert would reopen, its new
+programs, its damaged dumps and what was wrong with its run.json. Each incident carries its steps, the top lines of its cause
 (the structural diff of the candidate against the reference run) and their evidence (dump
 paths and lines). Pure: names come from dumps and paths, and reach the text through
 ``transforms.escape`` (terminal text: control characters made visible).
@@ -32,6 +32,7 @@ class CheckResult:
     improvements: list[dict] = field(default_factory=list)  # improvements it would open
     fixed: list[dict] = field(default_factory=list)  # open regressions and failures it would fix
     lost: list[dict] = field(default_factory=list)  # improvements in effect that it would lose
+    reopened: list[dict] = field(default_factory=list)  # closed incidents a revert would reopen (not new: no --fail-on new)
     new_programs: list[dict] = field(default_factory=list)  # job, program, series
     damaged: list[dict] = field(default_factory=list)  # path, kind, status, error
     run_errors: list[str] = field(default_factory=list)  # what was wrong with DIR/run.json
@@ -45,7 +46,7 @@ class CheckResult:
 
 def render(result: CheckResult, directory: str, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(result.opened + result.improvements + result.fixed + result.lost + [
+        return json.dumps(result.opened + result.improvements + result.fixed + result.lost + result.reopened + [
             {"incident_id": None, "change": "new_program", "job": p["job"], "program": p["program"], "kind": "new_program",
              "headline": f"{p['job']} / {p['program']}: new program, not in the warehouse", "metrics": [],
              "series": p["series"], "steps": [], "cause": [], "evidence": []} for p in result.new_programs],
@@ -60,7 +61,8 @@ def counts(result: CheckResult) -> tuple[str, str]:
     head = f"{n} new incident{'' if n == 1 else 's'}" + (
         f": {_n(kinds.count('regression'), 'regression')}, {_n(kinds.count('failure'), 'failure')}" if n else "")
     rest = (f"{len(result.fixed)} fixed; {_n(len(result.improvements), 'improvement')}, {len(result.lost)} lost; "
-            f"{_n(len(result.new_programs), 'new program')}, {_n(len(result.damaged), 'damaged dump')}")
+            + (f"{len(result.reopened)} reopened by a revert; " if result.reopened else "")
+            + f"{_n(len(result.new_programs), 'new program')}, {_n(len(result.damaged), 'damaged dump')}")
     return head, rest
 
 
@@ -68,7 +70,8 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-SECTIONS = (("opened", "Would open"), ("fixed", "Would fix"), ("improvements", "Would improve"), ("lost", "Would lose"))
+SECTIONS = (("opened", "Would open"), ("fixed", "Would fix"), ("improvements", "Would improve"), ("lost", "Would lose"),
+            ("reopened", "Would reopen (a revert: the change that closed them is undone)"))
 
 
 def step_line(s: dict) -> str:

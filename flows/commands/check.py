@@ -117,7 +117,10 @@ def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, s
     result.improvements = _described(opened.filter(pl.col("kind") == "improvement"), steps, diffs, change="opens")
     result.fixed = _described(incidents.filter(closed_here & (pl.col("closed_how") == "fixed")), steps, diffs, change="fixes")
     result.lost = _described(incidents.filter(closed_here & (pl.col("closed_how") == "lost")), steps, diffs, change="loses")
-    result.opened += _damaged_new(damaged, fresh, {s for p in result.new_programs for s in p["series"]})
+    # A revert reopens what the change it undoes had closed: the same incident again, not a new one.
+    result.reopened = _described(incidents.filter(pl.col("reopened_runs").list.contains(run_id)),
+                                 steps.filter(pl.col("reopened_run") == run_id), diffs, change="reopens")
+    result.opened += _damaged_new(damaged, fresh, {s for p in result.new_programs for s in p["series"]}, settings)
     return result
 
 
@@ -266,7 +269,7 @@ def _num(value: float | None) -> float | int | None:
     return None if value is None else json_value(number(value))
 
 
-def _damaged_new(damaged: list[dict], fresh: pl.DataFrame, new_series: set[str]) -> list[dict]:
+def _damaged_new(damaged: list[dict], fresh: pl.DataFrame, new_series: set[str], settings: Settings) -> list[dict]:
     """A ``failure`` entry for each damaged dump of a new program (or of none: a file the
     parsers cannot name): a check never passes a dump the parsers could not read. A damaged
     dump of a known series is the rule's: a failure incident when it parsed before, nothing

@@ -157,8 +157,10 @@ def figure_states(rows: pl.DataFrame, steps: pl.DataFrame, runs: pl.DataFrame) -
     seq = runs.select("run_id", pl.col("run_seq").cast(pl.Int64))
     if steps.is_empty() or rows.is_empty():
         return rows.with_columns(pl.lit(None, t).alias(c) for c, t in FIGURE_STATE.items())
-    open_ = (steps.select("series", "metric", "incident_id", "step", "baseline", "opened_run", "closed_run")
-             .join(seq.rename({"run_id": "opened_run", "run_seq": "_from"}), on="opened_run")
+    lives = pl.coalesce("reopened_run", "opened_run") if "reopened_run" in steps.columns else pl.col("opened_run")
+    open_ = (steps.select("series", "metric", "incident_id", "step", "baseline", "opened_run", "closed_run",
+                          lives.alias("_life"))
+             .join(seq.rename({"run_id": "_life", "run_seq": "_from"}), on="_life").drop("_life")
              .join(seq.rename({"run_id": "closed_run", "run_seq": "_to"}), on="closed_run", how="left")
              .drop("closed_run"))
     keyed = rows.with_row_index("_row").join(seq.rename({"run_seq": "_at"}), on="run_id", how="left")
