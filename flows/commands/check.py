@@ -48,6 +48,7 @@ from flows.resources import MemoryBudget, parse_memory
 from flows.verdict import candidate as judged
 from flows.verdict.settings import load_settings
 from flows.warehouse.fetch import fetched, is_url
+from flows.warehouse.loading import lost_of
 from flows.warehouse.reads import NoSuchRun
 from flows.warehouse.siblings import told_by_siblings
 from flows.warehouse.store import connect_readonly
@@ -213,16 +214,17 @@ def _parse(objects: list[BucketObject], work: Path, limits: ParseLimits
             continue
         s = result.summary
         error = "\n".join(s["errors"]) or None
+        lost = lost_of(s["status"], s.get("lost"))
         rows.append({"path": obj.path, "run_id": obj.run_id, "job": obj.job or "", "kind": s["kind"], "stage": s["stage"],
                      "program": s["program"], "status": s["status"], "error": error, "dump_id": result.sha256,
-                     "parser_version": s["parser_version"]})
-        if s["status"] == "ok":  # the nightly's metric rows (flows.warehouse.loading.metric_rows): per program when given
+                     "parser_version": s["parser_version"], "lost_metrics": lost})
+        if s["status"] == "ok" or lost is not None:  # the nightly's metric rows (loading.metric_rows): per program when given
             figures = s.get("programs") or {s["program"]: s["metrics"]}
             metric_rows += [(obj.path, program, k, json_value(float(v)))
                             for program, values in sorted(figures.items()) for k, v in sorted(values.items())]
-        elif s["kind"] != "unknown" or result.sha256 is None:  # a refused file fails whatever its name
+        if s["status"] != "ok" and (s["kind"] != "unknown" or result.sha256 is None):  # a refused file fails whatever its name
             damaged.append({"path": obj.path, "job": obj.job or "", "kind": s["kind"], "program": s["program"],
-                            "status": s["status"], "error": error or ""})
+                            "status": s["status"], "error": error or "", "lost": lost})
     dumps = pl.DataFrame(rows, schema=judged.DUMP_SCHEMA)
     metrics = pl.DataFrame(metric_rows, schema={"path": pl.String, "program": pl.String, "metric": pl.String,
                                                 "value": pl.Float64}, orient="row")
@@ -280,6 +282,8 @@ def _damaged_new(damaged: list[dict], fresh: pl.DataFrame, new_series: set[str],
         series, program = by_path.get(d["path"], (None, d["program"] or ""))
         if series is not None and series not in new_series:
             continue
+        if d.get("lost") is not None and not incident_rule.reads_any(settings, series or "", d["lost"]):
+            continue  # damage that cost no figure the verdict reads: listed, not a failure
         step = {"series": series, "dump_kind": d["kind"], "stage": None, "metric": "dump.status", "step": "failure",
                 "before": None, "after": None, "change": None, "detail": f"{d['path']}: {d['error']}"}
         out.append({

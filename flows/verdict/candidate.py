@@ -39,8 +39,9 @@ from transforms.trends.series import SERIES_SCHEMA
 
 CANDIDATE_RUN = "candidate"  # the run id the candidate gets (another one if the warehouse has a run of that name)
 # The columns of the warehouse's dumps table that series, health and items need.
-DUMP_COLUMNS = ("path", "run_id", "job", "kind", "stage", "program", "status", "error", "dump_id", "parser_version")
-DUMP_SCHEMA = {c: pl.String for c in DUMP_COLUMNS} | {"parser_version": pl.Int64}
+DUMP_COLUMNS = ("path", "run_id", "job", "kind", "stage", "program", "status", "error", "dump_id", "parser_version",
+                "lost_metrics")
+DUMP_SCHEMA = {c: pl.String for c in DUMP_COLUMNS} | {"parser_version": pl.Int64, "lost_metrics": pl.List(pl.String)}
 
 
 @dataclass
@@ -98,7 +99,7 @@ def judge(con, order: pl.DataFrame, accepts: list[dict], run_id: str, candidate:
         in_group = pl.col("job").is_in(pl.Series(group, dtype=pl.String).implode())
         history = _history_dumps(con, order, group)
         stored_series = _stored_series(con, history)
-        history_metrics = _metrics_of(con, history.filter(pl.col("status") == "ok").get_column("path"))
+        history_metrics = _metrics_of(con, history.filter(incident_rule.figures_stand(history)).get_column("path"))
         group_fresh, group_candidate = fresh.filter(in_group), candidate.filter(in_group)
         new_programs += _new_programs(group_fresh, stored_series)
         pairs.append(_pairs(stored_series, history, group_fresh, order, run_id))
@@ -144,7 +145,7 @@ def _new_programs(fresh: pl.DataFrame, stored: pl.DataFrame) -> list[dict]:
 def _incidents(series: pl.DataFrame, dumps: pl.DataFrame, metrics: pl.DataFrame, order: pl.DataFrame,
                accepts: list[dict], settings: Settings) -> incident_mod.Walked:
     """The nightly's incidents (``incident_rule.compute_incidents``) over history + candidate."""
-    usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+    usable = series.join(dumps.filter(incident_rule.figures_stand(dumps)).select("path"), on="path", how="semi")
     # A series is a path and its program (a TORCH_TRACE log has one per compiled function).
     observations = usable.join(metrics, on=["path", "program"], nulls_equal=True).select("run_id", "series", "metric", "value")
     return incident_rule.compute_incidents(series, dumps, observations, order, accepts, settings)

@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 
 def quote_ident(name: str) -> str:
@@ -74,6 +74,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "error": ("VARCHAR", "Errors of the parse, each naming the file and line, joined by newlines; NULL when none."),
             "ingested_at": ("TIMESTAMP", "When this row was last written (UTC)."),
             "source_version": ("VARCHAR", "What the store said of the object's version when it was read: the ETag or version id on S3, else the modification time in nanoseconds. A different value makes the next night read the bytes again (and reload them when their hash changed)."),
+            "lost_metrics": ("VARCHAR[]", "Of a partial dump whose parser tells what its damage cost: those metrics (shell patterns, e.g. kernel.*; empty: none); its other metrics stand and are stored, charted and judged like an ok dump's (a failure incident opens only when a lost one is a figure the verdict reads). NULL for every other dump: an ok one lost nothing, a failed one, or a partial one whose parser cannot tell, everything."),
         },
     ),
     "metrics": (
@@ -354,6 +355,10 @@ MIGRATIONS: list[Migration] = [
     # A pattern accept did not say which incidents it closed (issue 29); older rows keep NULL.
     Migration(14, "accepts: the incidents each accept closed", (
         "ALTER TABLE accepts ADD COLUMN IF NOT EXISTS closed_incidents VARCHAR[]",)),
+    # Damage spoils only what it touches (issue 44): a partial dump says which figures it lost; older rows
+    # keep NULL (every figure in doubt) until their content is parsed again (torch_trace PARSER_VERSION 4).
+    Migration(15, "dumps: the figures a partial dump's damage cost", (
+        "ALTER TABLE dumps ADD COLUMN IF NOT EXISTS lost_metrics VARCHAR[]",)),
 ]
 
 

@@ -85,6 +85,10 @@ def failure_text(row: dict[str, Any]) -> str:
     detail = (row.get("detail") or "").split("\n", 1)[0]
     path, sep, error = detail.partition(": ")
     error = error.removeprefix(path + ": ") if sep else detail  # the error names the file again
+    if row["metric"] == "dump.lost":  # "figures lost (kernel.*): <path>: line N: ..."
+        what, _, why = error.partition("): ")
+        return f"{row.get('dump_kind') or 'dump'} damaged, {what.removeprefix('figures lost (')} not read: " \
+               f"{why.removeprefix(path + ': ')}".rstrip(": ")
     return f"{row.get('dump_kind') or 'dump'} does not parse: {error}".rstrip(": ")
 
 

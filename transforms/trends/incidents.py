@@ -31,9 +31,11 @@ there the level. Floors by family (``Floors``, settings ``[floors]``): bytes at 
 ``rel``); noisy floats (ONNX accuracy) their rule's ``noise``, a regression only past
 its ``limit``.
 
-Only figures of dumps that parsed ``ok`` are walked: a ``partial`` or ``failed`` dump,
-or a series that vanished from a job that still ran, opens a ``failure`` step about the
-dump (closed ``fixed`` when it parses again); an ONNX export step that stops passing
+Only figures of dumps whose figures stand are walked (``ok``, or partial naming what its
+damage cost: ``incident_rule.figures_stand``): a ``partial`` or ``failed`` dump, one that
+lost figures the verdict reads (``damaged``: ``dump.lost``, its other figures walked), or a
+series that vanished from a job that still ran, opens a ``failure`` step about the dump
+(closed ``fixed`` when it parses again); an ONNX export step that stops passing
 (``onnx.step.*`` down, ``onnx.errors`` up) is a failure too.
 
 The steps of one program (job + program, across dump kinds and stages) opened in one
@@ -84,7 +86,7 @@ STEP_DOCS = {
     "series": "Series id <job>/<program>/<kind>[/<stage>].",
     "dump_kind": "Dump format the figure comes from.",
     "stage": "Compiler stage (NULL when the format has none).",
-    "metric": "Metric that stepped (docs/metrics.md); for a failure about a dump: dump.status or dump.vanished.",
+    "metric": "Metric that stepped (docs/metrics.md); for a failure about a dump: dump.status (it did not parse), dump.lost (damage cost figures the verdict reads; its other figures are judged) or dump.vanished.",
     "step": "regression (worse past the floor), improvement (better past the floor) or failure.",
     "opened_run": "Run where the figure stepped.",
     "last_good_run": "The series' run before that (the diff of the step is last_good_run → opened_run).",
@@ -372,7 +374,8 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
     """Failure steps about dumps: partial/failed after ok, and vanished series.
 
     ``health``: series, job, program, run_seq, status (worst of the series' dumps in the
-    run, 'absent' where the series' job ran without it), detail."""
+    run, 'damaged' where it lost figures the verdict reads, 'absent' where the series' job ran
+    without it), detail."""
     out = []
     for (series, job, program), group in health.sort("run_seq").group_by(["series", "job", "program"], maintain_order=True):
         last_ok: int | None = None
@@ -391,7 +394,7 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
                     open_, last_ok = None, None  # accepted: not ok, not reported again until it is ok once
                 continue
             if last_ok is not None:
-                metric = "dump.vanished" if status == "absent" else "dump.status"
+                metric = {"absent": "dump.vanished", "damaged": "dump.lost"}.get(status, "dump.status")
                 open_ = _Step(series, metric, "failure", seq, last_ok, None, None, None, detail=detail, job=job, program=program)
                 out.append(open_)
                 acc = _accepted_at(accepts, series, job, program, run_ids[seq], run_ids[seq])
