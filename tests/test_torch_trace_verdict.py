@@ -232,3 +232,79 @@ def test_a_log_staged_by_parser_version_1_is_parsed_again_with_each_programs_fig
     again = stage_object(LocalFileSystem(), obj, tmp_path / "staging")
     assert (again.parsed, again.summary["parser_version"], again.summary["programs"]) == (
         True, P.PARSER_VERSION, first.summary["programs"])
+
+
+# --- damage spoils only what it touches (issue 44, item 4) ---
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "torch_trace"
+INNER = "inner at /home/skarjala/pytorch/torch/_dynamo/external_utils.py:66"
+
+
+def _named(tmp_path: Path, corpus_file: str, name: str) -> Path:
+    """A corpus log (one of tlparse's test inputs) under the name PyTorch gives a rank's log."""
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    return Path(shutil.copy(CORPUS / corpus_file, tmp_path / "logs" / name))
+
+
+def test_a_payload_no_figure_reads_spoils_nothing_and_the_nights_real_step_is_judged(tmp_path):
+    """Rank 0 of one job on three nights, from tlparse's own test inputs: whole (one recompile); recompiled
+    three times with four inductor_runtime_and_tensor_meta payloads whose MD5 does not match (read by no
+    figure); then the same with two output-code payloads damaged too (their kernel.* figures lost). Main made
+    night 2 a failure headed by the checksum message, its figures dropped from trends and totals, the real
+    step (recompiles 1 -> 3) hidden."""
+    nights = {"2026-10-01": {"torch-trace": _named(tmp_path, "multi_rank_runtime_rank_0.first.log.gz",
+                                                   "dedicated_log_torch_trace_rank_0_k3j9x2ab.log.gz")},
+              "2026-10-02": {"torch-trace": _named(tmp_path, "multi_rank_runtime_rank_0.log.gz",
+                                                   "dedicated_log_torch_trace_rank_0_p0q7rt1z.log.gz")},
+              "2026-10-03": {"torch-trace": _named(tmp_path, "collectives_parity_rank_0.log.gz",
+                                                   "dedicated_log_torch_trace_rank_0_w2e8c5dn.log.gz")}}
+    con = _night(tmp_path, nights)
+    assert con.execute("SELECT run_id, status, lost_metrics FROM dumps ORDER BY run_id").fetchall() == [
+        ("2026-10-01", "ok", None), ("2026-10-02", "partial", []), ("2026-10-03", "partial", ["kernel.*"])]
+    # Night 2: the recompiles are a regression of their own, not a failure of the log.
+    [(iid, kind, metrics, headline)] = con.execute(
+        "SELECT incident_id, kind, metrics, headline FROM incidents WHERE opened_run = '2026-10-02'").fetchall()
+    assert (kind, metrics) == ("regression", ["dynamo.compiles", "dynamo.guards", "dynamo.recompiles"])
+    assert "dynamo.recompiles 1 → 3 (+2)" in headline
+    steps = con.execute("SELECT metric, baseline, value FROM incident_steps WHERE incident_id = ? ORDER BY metric",
+                        [iid]).fetchall()
+    assert steps == [("dynamo.compiles", 2, 4), ("dynamo.guards", 127, 275), ("dynamo.recompiles", 1, 3)]
+    # Its figures are charted and summed: compile seconds 4.03 -> 6.66 s, not dropped (main: -100 %).
+    trend = con.execute("""SELECT run_id, value FROM metric_trends WHERE metric = 'dynamo.compile_seconds'
+                           ORDER BY run_id""").fetchall()
+    assert trend == [("2026-10-01", 4.025805), ("2026-10-02", 6.660633), ("2026-10-03", 6.660633)]
+    assert con.execute("SELECT run_id, value FROM job_totals WHERE metric = 'dynamo.compile_seconds' ORDER BY run_id"
+                       ).fetchall() == trend
+    # The damage is shown in ingest health and as the run's events, with the checksum message.
+    assert con.execute("SELECT run_id, partial FROM run_rollups ORDER BY run_id").fetchall() == [
+        ("2026-10-01", 0), ("2026-10-02", 1), ("2026-10-03", 1)]
+    [(detail,)] = con.execute("SELECT detail FROM series_events WHERE run_id = '2026-10-02' AND event = 'partial_dump'"
+                              ).fetchall()
+    assert "line 1686: the payload of artifact inductor_runtime_and_tensor_meta (lines 1687-1784) does not match" in detail
+    # Night 3 loses the kernel.* figures the verdict reads (fallbacks): a failure about the log, its other
+    # figures still judged: the compile seconds' level lasted two nights of three (4.03 -> 6.66 s, Inductor's
+    # 1.92 -> 4.03 s), a step in the same incident, from night 1.
+    [(kind, metrics, headline, good)] = con.execute(
+        "SELECT kind, metrics, headline, last_good_run FROM incidents WHERE opened_run = '2026-10-03'").fetchall()
+    assert (kind, metrics, good) == ("failure", ["dump.lost", "dynamo.compile_seconds", "inductor.compile_seconds"],
+                                     "2026-10-01")
+    assert headline.startswith(f"torch-trace / {INNER.replace('/home/skarjala/pytorch/torch/_dynamo/', '')}: "
+                               "torch_trace damaged, kernel.* not read: line 1340: the payload of inductor_output_code")
+    assert con.execute("SELECT count(*) FROM metrics WHERE run_id = '2026-10-03' AND metric LIKE 'kernel.%'"
+                       ).fetchall() == [(0,)]
+    assert con.execute("SELECT value FROM metric_trends WHERE run_id = '2026-10-03' AND metric = 'dynamo.recompiles'"
+                       ).fetchall() == [(3,)]
+    # check of night 2's log against night 1 says what the nightly said: the regression, no failure.
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    con.close()
+    pr = tmp_path / "pr" / "torch-trace"
+    pr.mkdir(parents=True)
+    shutil.copy(nights["2026-10-02"]["torch-trace"], pr)
+    out = CliRunner().invoke(app, ["check", str(pr.parent), "--warehouse", str(tmp_path / "wh.duckdb"), "--against",
+                                   "2026-10-01", "--format", "json", "--fail-on", "new"])
+    assert out.exit_code == 4, out.output
+    assert [(e["change"], e["kind"], e["metrics"]) for e in json.loads(out.stdout)] == [
+        ("opens", "regression", ["dynamo.compiles", "dynamo.guards", "dynamo.recompiles"])]
