@@ -122,7 +122,8 @@ LINE_BYTES, DUMP_BYTES, PARSE_SECONDS = 64 << 20, 4 << 30, 600.0  # = transforms
 
 @command()
 def parse(
-    files: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, readable=True, help="Dump files (.gz read transparently).")],
+    files: Annotated[list[Path], typer.Argument(exists=True, readable=True, help="Dump files (.gz read transparently), "
+                                                "or directories: every file under each, as the nightly lists a bucket's.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per file (one per line).")] = False,
     table: Annotated[Optional[str], typer.Option("--table", help="Also print this records table.")] = None,
     limit: Annotated[int, typer.Option(help="Rows of --table to print (0: all).")] = 20,
@@ -137,6 +138,7 @@ def parse(
 
     \b
         dumpscope parse --summary dumps/*.txt
+        dumpscope parse --summary data/sample_bucket/2026-11-20
         dumpscope parse module.hlo.txt --table hlo_instr --limit 5
     """
     from flows.commands.parse import ParseLimits, print_parsed
@@ -233,7 +235,8 @@ def aggregate_cmd(
 def accept(
     target: Annotated[str, typer.Argument(help="An incident id (I-1a2b3c4d, see `dumpscope incidents`), or a series id "
                                           "or shell pattern of series ids (jax-pmap/*).")],
-    run_id: Annotated[Optional[str], typer.Argument(help="Run whose values become the new baseline (default: the latest).")] = None,
+    run_id: Annotated[Optional[str], typer.Argument(help="Run whose values become the new baseline: an id, latest or "
+                                                    "previous (default: the latest).")] = None,
     # Optional to Typer so that a missing --note is one line (flows.commands.accept says it), not a usage box.
     note: Annotated[Optional[str], typer.Option(help="Why the change is intended (required; shown on the accepts page).")] = None,
     metric: Annotated[Optional[str], typer.Option(help="Accept only this metric (default: every metric).")] = None,
@@ -261,7 +264,8 @@ def accept(
 @command()
 def incidents(
     incident: Annotated[Optional[str], typer.Argument(help="One incident (I-xxxxxxxx): its steps, cause, evidence and page.")] = None,
-    run_id: Annotated[Optional[str], typer.Option("--run", help="The run (default: the latest): what that run's summary listed.")] = None,
+    run_id: Annotated[Optional[str], typer.Option("--run", help="The run: an id, latest or previous (default: the latest); "
+                                                  "what that run's summary listed.")] = None,
     status: Annotated[str, typer.Option(help="new (opened in the run), open (new or still open there), fixed, accepted, "
                                         "lost (improvements lost in the run), improvements (new or still in effect), "
                                         "or all (every incident ever, with its last status).")] = "open",
@@ -288,8 +292,8 @@ def incidents(
 
 @command()
 def diff(
-    run_a: Annotated[str, typer.Argument(help="The earlier run.")],
-    run_b: Annotated[str, typer.Argument(help="The later run.")],
+    run_a: Annotated[str, typer.Argument(help="The earlier run: an id, or previous (the run before the latest).")],
+    run_b: Annotated[str, typer.Argument(help="The later run: an id, or latest.")],
     series: Annotated[Optional[str], typer.Option(help="Only series matching this pattern (shell-style, e.g. 'jax-pmap/*').")] = None,
     warehouse: Warehouse = DEFAULT_WAREHOUSE,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per change.")] = False,
@@ -300,6 +304,7 @@ def diff(
 
     \b
         dumpscope diff 2026-11-19 2026-11-20 --series 'jax-pmap/*'
+        dumpscope diff previous latest
     """
     from flows.commands import diff as command_module
 
@@ -393,6 +398,10 @@ def serve(
     summary_json: SummaryJson = None,
     verbose: Verbose = False,
     log_level: LogLevel = None,
+    prefect_wait: Annotated[float, typer.Option(
+        "--prefect-wait", envvar="DUMPSCOPE_PREFECT_WAIT", min=0, metavar="SECONDS",  # preflight.PREFECT_WAIT_VAR
+        help="How long to wait for the Prefect server at PREFECT_API_URL while it is starting (refusing "
+        "connections): serve and the server often start together; said on stderr.")] = 120.0,  # PREFECT_WAIT_SECONDS
 ) -> None:
     """Register the nightly as a scheduled deployment and serve it (needs a Prefect server); each
     scheduled run is a night as `run` runs it.
@@ -403,9 +412,12 @@ def serve(
         PREFECT_API_URL=http://127.0.0.1:4200/api dumpscope serve --cron "0 2 * * *" --bucket s3://dumps/nightly \\
             --site /srv/dumpscope/site --publish /var/www/dumpscope --notify "$SLACK_URL"
     """
+    from flows.commands import preflight
     from flows.commands import watch as command_module
 
-    command_module.serve(night=_night(**locals()), cron=cron, settle=settle, **_reporting(**locals()))
+    preflight.cron_schedule(cron)  # before anything else: a schedule Prefect refuses is a mistake, however the rest is
+    command_module.serve(night=_night(**locals()), cron=cron, settle=settle, prefect_wait=prefect_wait,
+                         **_reporting(**locals()))
 
 
 def _reporting(*, fail_on, fail_on_regression, wait, dask_address, summary_json, verbose, log_level, **_rest) -> dict:
@@ -420,6 +432,8 @@ def _reporting(*, fail_on, fail_on_regression, wait, dask_address, summary_json,
     if summary_json is not None and not summary_json.parent.is_dir():  # found before the night, not after it
         problem = "is a file, not a directory" if summary_json.parent.exists() else "does not exist"
         raise CommandError(f"--summary-json {summary_json}: {summary_json.parent.absolute()} {problem}", exit_code=2)
+    if summary_json is not None and summary_json.is_dir():
+        raise CommandError(f"--summary-json {summary_json} is a directory: give the summary's file", exit_code=2)
     if dask_address is not None:
         from flows.commands import preflight
 
@@ -445,7 +459,8 @@ def check(
     directory: Annotated[Path, typer.Argument(help="Dumps of a change, laid out as one night's jobs: DIR/<job>/... "
                                               "(like one run directory of the bucket; DIR/run.json optional).",
                                               exists=True, file_okay=False, dir_okay=True)],  # else exit 2: a bad argument
-    against: Annotated[Optional[str], typer.Option("--against", help="The run to compare with (default: the latest).")] = None,
+    against: Annotated[Optional[str], typer.Option("--against", help="The run to compare with: an id, latest or previous "
+                                                   "(default: the latest).")] = None,
     warehouse: Annotated[str, typer.Option("--warehouse", help="DuckDB warehouse file (opened read-only), or the URL of a "
                                            "snapshot published by `run --publish` (https://…/warehouse.duckdb, "
                                            "s3://…: fetched first).")] = str(DEFAULT_WAREHOUSE),

@@ -213,11 +213,13 @@ def render_site(warehouse: Path, site_dir: Path, settings_path: Path | None = No
 
 
 @task
-def publish_release(site_dir: Path, warehouse: Path, dest: str, storage_options: dict | None = None):
-    """The site and a warehouse snapshot, copied where readers get them (``flows.publish.release``)."""
+def publish_release(site_dir: Path, warehouse: Path, dest: str, storage_options: dict | None = None,
+                    settings_path: Path | None = None):
+    """The site and a warehouse snapshot, copied where readers get them (``flows.publish.release``);
+    the snapshot carries the settings' ``[site] url``, for a pull request's ``check``."""
     from flows.publish.release import release
 
-    return release(site_dir, warehouse, dest, storage_options)
+    return release(site_dir, warehouse, dest, storage_options, load_settings(settings_path).site_url)
 
 
 @task
@@ -381,10 +383,10 @@ def _night(orchestrated: bool, *, bucket, warehouse, staging_dir, settle_seconds
             summary.seconds["site"] = time.perf_counter() - t4
             if publish_to:
                 t5 = time.perf_counter()
-                # The bucket's storage options serve a destination on the same kind of store only.
-                same_store = "://" in bucket and publish_to.split("://", 1)[0] == bucket.split("://", 1)[0]
+                from flows.publish.release import storage_options_for
+
                 done = step(publish_release)(Path(site_dir), warehouse, publish_to,
-                                             storage_options if same_store else None)
+                                             storage_options_for(publish_to, bucket, storage_options), settings_path)
                 summary.published = (f"{done.dest} ({done.files} files, {done.bytes / (1 << 20):.1f} MiB; "
                                      f"snapshot {done.snapshot})")
                 summary.publish_warning = done.warning

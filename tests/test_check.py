@@ -161,6 +161,38 @@ def test_markdown_links_to_the_site_when_its_url_is_set(sample_warehouse, tmp_pa
     assert "on top of [<code>I-" in out.stdout and "](https://dumps.example.org/nightly/incidents/i-" in out.stdout
 
 
+def test_markdown_links_to_the_site_a_snapshot_carries_and_only_as_a_plain_url(sample_warehouse, tmp_path, monkeypatch):
+    """A pull request's job passes no settings: the published snapshot carries the night's [site]
+    url. On main it carried none, and the comment had no link. The value is a foreign file's:
+    rebuilt from its parts, so nothing in it reaches the Markdown as syntax."""
+    from flows.warehouse.snapshot import write_snapshot
+
+    monkeypatch.chdir(tmp_path)  # no ./dumpscope.toml
+    pr = night_copy(tmp_path)
+    edit_gz(pr / EVAL_HLO, ROOT_LINE, WITH_ALL_REDUCE)
+    snapshot_file = tmp_path / "warehouse.duckdb"
+    write_snapshot(sample_warehouse, snapshot_file, "https://dumps.example.org/nightly")
+
+    def comment(site_url: str | None = None, *args: str) -> str:
+        if site_url is not None:
+            with duckdb.connect(str(snapshot_file)) as con:
+                con.execute("UPDATE schema_info SET value = ? WHERE key = 'site_url'", [site_url])
+        out = check(snapshot_file, pr, "--format", "markdown", *args)
+        assert out.exit_code == 0, out.output
+        return out.stdout
+
+    run_link = f"against run [<code>{LAST_NIGHT}</code>]({{}}runs/{LAST_NIGHT}.html)"
+    assert run_link.format("https://dumps.example.org/nightly/") in comment()
+    assert "jax-jit / [jit_eval_metrics](https://dumps.example.org/nightly/series/jax-jit-jit-eval-metrics-" in comment()
+    hostile = comment("https://x.org/a) [e](javascript:alert(1)) <img src=x>")
+    assert run_link.format("https://x.org/a%29%20%5Be%5D%28javascript%3Aalert%281%29%29%20%3Cimg%20src%3Dx%3E/") in hostile
+    for value in ("javascript:alert(1)//https://x.org/", "https://x.org/?q=1", "https://user@x.org/", "//x.org/", ""):
+        assert "](" not in comment(value), value  # no link at all
+    settings = tmp_path / "mine.toml"
+    settings.write_text('[site]\nurl = "https://mine.example.org/"\n')
+    assert run_link.format("https://mine.example.org/") in comment(None, "--settings", str(settings))  # the settings win
+
+
 def test_a_new_program_is_listed_as_new_not_as_a_regression(sample_warehouse, tmp_path):
     pr = night_copy(tmp_path)
     (pr / "jax-sharded").mkdir()

@@ -103,6 +103,29 @@ def accepts_logged(warehouse: Path) -> int:
 VERBATIM_SQL = "SELECT 'float32[s0, 128]' AS shape, '[bold]x[/bold] [/<stage>]' AS \"[series]\""
 
 
+def test_parse_takes_a_directory_and_parses_every_file_under_it_as_the_nightly_lists_them(tmp_path):
+    """On main a directory was refused (a usage error: "is a directory"). Its files are parsed in
+    path order, exactly as when named one by one; a run's run.json is metadata, not a dump; a
+    symbolic link and a FIFO below it are failed, never read (a FIFO would block for ever)."""
+    night = Path(shutil.copytree(ROOT / "data" / "sample_bucket" / "2026-11-20", tmp_path / "night"))
+    (night / "jax-jit" / "passwd").symlink_to("/etc/passwd")
+    os.mkfifo(night / "jax-jit" / "pipe")
+    files = sorted((p for p in night.rglob("*") if p.is_file() and p.name != "run.json" and not p.is_symlink()
+                    and p.name != "pipe"), key=str)  # by path, as the nightly's listing sorts them
+    assert (night / "run.json").is_file() and len(files) == 46
+    whole = invoke("parse", "--json", str(night))
+    one_by_one = invoke("parse", "--json", *map(str, files))
+    assert whole.exit_code == 1  # the link and the FIFO failed
+    got = [json.loads(line) for line in whole.stdout.splitlines()]
+    refused = {g["path"]: g["errors"] for g in got if g["status"] == "failed"}
+    assert refused == {f"{night}/jax-jit/passwd": [f"{night}/jax-jit/passwd: not read (not a regular file: symlink)"],
+                       f"{night}/jax-jit/pipe": [f"{night}/jax-jit/pipe: not read (not a regular file: FIFO)"]}
+    assert [g for g in got if g["status"] != "failed"] == [json.loads(line) for line in one_by_one.stdout.splitlines()]
+    (tmp_path / "empty").mkdir()
+    empty = invoke("parse", str(tmp_path / "empty"))
+    assert (empty.exit_code, empty.output) == (2, f"error: {tmp_path}/empty holds no file to parse\n")
+
+
 def test_sql_prints_values_verbatim_in_every_format(sample_warehouse):
     w = str(sample_warehouse)
     table = invoke("sql", VERBATIM_SQL, "--warehouse", w)
@@ -137,6 +160,70 @@ def test_diff_pattern_that_matches_nothing_is_an_error_not_no_differences(sample
     missing = invoke("diff", "2026-11-19", "2099-01-01", "--warehouse", w)
     assert (missing.exit_code, missing.output) == (
         2, "error: no run '2099-01-01' in the warehouse; latest runs: 2026-11-20, 2026-11-19, 2026-11-18, 2026-11-17\n")
+
+
+def test_latest_and_previous_name_runs_wherever_a_run_is_taken(sample_warehouse, tmp_path):
+    """On main `diff latest` was "no run 'latest' in the warehouse" (exit 2)."""
+    w = str(sample_warehouse)
+    by_name = invoke("diff", "previous", "latest", "--series", "jax-pmap/*", "--warehouse", w)
+    by_id = invoke("diff", "2026-11-19", "2026-11-20", "--series", "jax-pmap/*", "--warehouse", w)
+    assert by_name.exit_code == 0 and by_name.output == by_id.output
+    assert by_name.output.startswith("2026-11-19 → 2026-11-20\n")
+    for name, run_id in (("latest", "2026-11-20"), ("previous", "2026-11-19")):
+        assert invoke("incidents", "--run", name, "--format", "json", "--warehouse", w).output == invoke(
+            "incidents", "--run", run_id, "--format", "json", "--warehouse", w).output
+    one = invoke("incidents", "I-f515e5b1", "--run", "previous", "--format", "json", "--warehouse", w)
+    assert json.loads(one.output)["status"] == "new"  # it opened in 2026-11-19
+    check = invoke("check", str(ROOT / "data" / "sample_bucket" / "2026-11-20"), "--against", "previous",
+                   "--format", "json", "--warehouse", w)
+    assert check.exit_code == 0 and ("I-9e63cf25", "fixes") in [(r["incident_id"], r["change"]) for r in json.loads(check.output)]
+    accepted = invoke("accept", "I-f515e5b1", "previous", "--note", "intended", "--warehouse", str(writable(sample_warehouse, tmp_path)))
+    assert accepted.exit_code == 0 and accepted.output.startswith("accepted I-f515e5b1 at 2026-11-19; "), accepted.output
+    # A warehouse with one run has no previous one.
+    one_run = tmp_path / "one.duckdb"
+    with duckdb.connect(str(sample_warehouse), read_only=True) as con:
+        first = con.execute("SELECT run_id FROM runs ORDER BY started_at LIMIT 1").fetchall()[0][0]
+    shutil.copyfile(sample_warehouse, one_run)
+    with duckdb.connect(str(one_run)) as con:
+        con.execute("DELETE FROM runs WHERE run_id <> ?", [first])
+    out = invoke("diff", "previous", "latest", "--warehouse", str(one_run))
+    assert (out.exit_code, out.output) == (2, f"error: no run 'previous' in the warehouse; latest runs: {first}\n")
+
+
+def test_the_incidents_list_as_json_has_each_incident_s_steps_and_page(sample_warehouse, tmp_path):
+    """On main the list's objects had neither (only one incident's JSON had them)."""
+    w = str(sample_warehouse)
+    settings = tmp_path / "dumpscope.toml"
+    settings.write_text('[site]\nurl = "https://dumps.example.org/nightly"\n')
+    listed = json.loads(invoke("incidents", "--format", "json", "--settings", str(settings), "--warehouse", w).output)
+    assert len(listed) == 15 and all(r["steps"] for r in listed)
+    for r in listed[:3] + listed[-1:]:
+        one = json.loads(invoke("incidents", r["incident_id"], "--format", "json", "--settings", str(settings),
+                                "--warehouse", w).output)
+        assert (r["steps"], r["page"]) == (one["steps"], one["page"])
+        assert r["page"].startswith("https://dumps.example.org/nightly/incidents/i-")
+    every = json.loads(invoke("incidents", "--status", "all", "--format", "json", "--warehouse", w).output)
+    pmap = next(r for r in every if r["incident_id"] == "I-f515e5b1")
+    assert pmap["page"].startswith("incidents/i-f515e5b1-") and {s["series"] for s in pmap["steps"]} == {
+        f"jax-pmap/jit__fun/{kind}" for kind in (
+            "xla_hlo/before_optimizations", "xla_hlo/after_optimizations", "xla_buffer_assignment/buffer_assignment",
+            "xla_buffer_assignment/values", "xla_buffer_assignment/live_ranges", "xla_memory_usage_report/memory_usage_report")}
+    assert len({s["metric"] for s in pmap["steps"]}) == 16  # its headline: two metrics, "+14 more"
+
+
+def test_site_never_builds_over_a_file_or_a_directory_of_other_files(sample_warehouse, tmp_path):
+    """The build replaces its directory whole: on main `site --out letters` swapped the user's
+    directory aside and removed it, and `--out notes.txt` moved the file aside (exit 0 both)."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "letters").mkdir()
+    (tmp_path / "letters" / "letter.txt").write_text("dear reader\n")
+    for out, said in (("notes.txt", "is a file, not a directory: give the directory the site is built into"),
+                      ("letters", "holds files that are not a site, and the build replaces the directory whole: "
+                                  "give a new directory, or one a build made")):
+        done = invoke("site", "--warehouse", str(sample_warehouse), "--out", str(tmp_path / out))
+        assert (done.exit_code, done.output) == (2, f"error: --out {tmp_path / out} {said}\n")
+    assert (tmp_path / "notes.txt").read_text() == "mine\n" and os.listdir(tmp_path / "letters") == ["letter.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["letters", "notes.txt"]
 
 
 def test_incidents_of_a_run_that_does_not_exist(sample_warehouse):

@@ -79,6 +79,7 @@ def test_a_served_run_imports_the_nightly_on_the_dask_scheduler_serve_exported()
     assert out.stdout.split() == ["DaskTaskRunner", "tcp://127.0.0.1:8786"], out.stderr[-2000:]
 
 
+@pytest.mark.integration  # serve's --cron check imports Prefect's croniter, which runs `file` (platform.architecture)
 def test_serve_and_watch_refuse_a_mistake_in_one_line_before_prefect_starts(tmp_path, monkeypatch):
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # serve's check for a server passes; none runs
     for command in ("serve", "watch"):
@@ -90,22 +91,119 @@ def test_serve_and_watch_refuse_a_mistake_in_one_line_before_prefect_starts(tmp_
         assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, (command, out.output)
 
 
+@pytest.mark.integration  # serve's --cron check imports Prefect's croniter, which runs `file` (platform.architecture)
+@pytest.mark.parametrize("command", ["watch", "serve"])
+def test_watch_and_serve_find_before_the_night_what_it_would_fail_on(command, tmp_path, monkeypatch):
+    """--summary-json into no directory and a --dask-address nothing answers at (a8ea99c, 4e40821
+    checked them for run), and a PREFECT_API_URL nothing answers at: one line, exit 2, for watch
+    and serve too (serve waits for a starting server: DUMPSCOPE_PREFECT_WAIT=0 here)."""
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # port 9: nothing listens
+    monkeypatch.setenv("DUMPSCOPE_PREFECT_WAIT", "0")
+    (tmp_path / "notes.txt").write_text("not a directory\n")
+    night = [command, "--bucket", str(SAMPLE), "--warehouse", str(tmp_path / "w.duckdb")]
+    for args, said in (
+            (["--summary-json", str(tmp_path / "nope" / "s.json")],
+             f"--summary-json {tmp_path}/nope/s.json: {tmp_path}/nope does not exist"),
+            (["--summary-json", str(tmp_path / "notes.txt" / "s.json")],
+             f"--summary-json {tmp_path}/notes.txt/s.json: {tmp_path}/notes.txt is a file, not a directory"),
+            (["--dask-address", "tcp://127.0.0.1:9"], "--dask-address tcp://127.0.0.1:9: no scheduler answers there "
+                                                      "(Connection refused)"),
+            ([], "PREFECT_API_URL http://127.0.0.1:9/api: no Prefect server answers there (Connection refused)")):
+        out = CliRunner().invoke(app, [*night, *args])
+        assert (out.exit_code, out.output.splitlines()) == (2, [f"error: {said}"]), (args, out.output)
+    assert not (tmp_path / "w.duckdb").exists()
+
+
+CRON_REFUSED = ("error: --cron '0 25 * * *': not a schedule Prefect takes: five fields, minute (0-59) hour (0-23) "
+                "day of month (1-31) month (1-12) day of week (0-6, 0 Sunday), e.g. '0 2 * * *' (02:00 each night)")
+
+
+@pytest.mark.integration  # Prefect's croniter runs `file` on import (platform.architecture)
+def test_a_cron_schedule_prefect_refuses_is_one_line_before_anything_else(tmp_path, monkeypatch):
+    """On main: Prefect's 67 lines of pydantic once the deployment was built (exit 1), or, with no
+    server running, "needs a Prefect server" or "no Prefect server answers there" instead."""
+    args = ["serve", "--cron", "0 25 * * *", "--bucket", str(tmp_path / "no-such-bucket"), "--warehouse",
+            str(tmp_path / "w.duckdb")]
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    out = CliRunner().invoke(app, args)
+    assert (out.exit_code, out.output.splitlines()) == (2, [CRON_REFUSED])
+    with _answering_server() as api:
+        monkeypatch.setenv("PREFECT_API_URL", api)
+        for cron in ("0 25 * * *", "0 2 * *", "H 2 * * *", "0 2 * * * *x"):
+            out = CliRunner().invoke(app, [*args[:2], cron, *args[3:]])
+            assert out.exit_code == 2 and out.output.splitlines() == [
+                CRON_REFUSED.replace("'0 25 * * *'", f"'{cron}'")], out.output
+
+
+def test_serve_waits_for_a_prefect_server_that_is_starting_and_says_so(monkeypatch):
+    """serve and the Prefect server start together (systemd at boot): the server refuses connections
+    until it is up, which took 30-60 s on a loaded machine; serve gave it one try of 10 s. Here
+    the server comes up when serve says it waits; a wrong URL (an unknown host) is not waited for."""
+    from flows.commands import preflight
+    from flows.errors import CommandError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{port}/api")
+    told: list[str] = []
+    with contextlib.ExitStack() as later:
+        def notice(line: str) -> None:
+            told.append(line)
+            if len(told) == 1:  # the server comes up now
+                later.enter_context(_answering_server(port))
+
+        preflight.prefect_api(wait=120, notice=notice)
+    assert told[0] == (f"waiting up to 120 s for the Prefect server at http://127.0.0.1:{port}/api to start (Connection "
+                       "refused; --prefect-wait or DUMPSCOPE_PREFECT_WAIT sets how long)")
+    assert told[1].startswith(f"the Prefect server at http://127.0.0.1:{port}/api answered after ") and len(told) == 2
+    with pytest.raises(CommandError, match=r"no Prefect server answers there \(Connection refused\)$"):
+        preflight.prefect_api()  # run: no wait
+    monkeypatch.setenv("PREFECT_API_URL", "http://no-such-host.invalid:4200/api")
+    told.clear()
+    with pytest.raises(CommandError, match=r"no Prefect server answers there \(") as refused:
+        preflight.prefect_api(wait=120, notice=told.append)
+    assert refused.value.exit_code == 2 and told == []
+
+
+@pytest.mark.integration  # building the deployment runs `file` on the interpreter (platform.architecture)
+@pytest.mark.parametrize("status, said", [
+    (401, "the API refused GET /api/deployments/name/nightly--bucket--duckdb/dumpscope-nightly (HTTP 401): "
+          "set PREFECT_API_KEY (a Prefect Cloud workspace wants one)"),
+    (404, "the API refused POST /api/flows/ (HTTP 404): give a Prefect server's API URL, e.g. http://127.0.0.1:4200/api"),
+])
+def test_what_the_prefect_api_refuses_after_its_health_check_is_one_line(status, said, tmp_path):
+    """A server that passes the health check (Prefect Cloud without a key answers 401; another API
+    whose /health says true) and refuses the deployment: on main Prefect's 78-81-line traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DUMPSCOPE_"))}
+    env |= {"PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    with _answering_server(refusing=status) as api:
+        done = subprocess.run([sys.executable, "-m", "flows.cli", "serve", "--bucket", str(SAMPLE), "--warehouse",
+                               str(tmp_path / "w.duckdb")], cwd=ROOT, env=env | {"PREFECT_API_URL": api},
+                              capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout, done.stderr.splitlines()) == (2, "", [f"error: PREFECT_API_URL {api}: {said}"])
+
+
 @contextlib.contextmanager
-def _answering_server():
-    """A stand-in for a Prefect server's API URL: its health check answers, nothing else runs."""
+def _answering_server(port: int = 0, refusing: int | None = None):
+    """A stand-in for a Prefect server's API URL: its health check answers; every other request
+    is answered ``refusing`` (an HTTP status) when given, else as the health check (on ``port``)."""
     import http.server
     import threading
 
     class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
-            self.send_response(200)
+        def answer(self):
+            health = self.path.endswith("/health")
+            self.send_response(refusing if refusing and (refusing == 401 or not health) else 200)
             self.end_headers()
-            self.wfile.write(b"true")
+            self.wfile.write(b'{"detail": "no"}' if refusing and not health else b"true")
+
+        do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = answer
 
         def log_message(self, *args):
             pass
 
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health) as server:
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), Health) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             yield f"http://127.0.0.1:{server.server_port}/api"
@@ -162,18 +260,26 @@ def test_a_served_night_publishes_the_site_and_snapshot_to_s3_and_notifies(prefe
     with moto_s3("site") as (endpoint, client), receiver() as (hook, received):
         aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
                "AWS_ENDPOINT_URL_S3": endpoint}
-        with server_log.open("w") as out:
-            server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                       "--port", str(port)], env=base_env, stdout=out, stderr=subprocess.STDOUT)
-        serve = None
+        # The secrets as the systemd unit's EnvironmentFile gives them: in serve's environment.
+        secrets = aws | {"DUMPSCOPE_NOTIFY": json.dumps([hook])}
+        server = serve = None
         try:
-            _wait_for(f"{api}/health", 120, server, server_log)
+            # Started as systemd starts the two units: serve before the server answers, which it waits for.
             with serve_log.open("w") as out:
                 serve = subprocess.Popen(
                     [sys.executable, "-m", "flows.cli", "serve", "--cron", "0 0 1 1 *", "--bucket", str(bucket),
                      "--warehouse", str(warehouse), "--settle", "0", "--workers", "1", "--site", str(tmp_path / "site"),
-                     "--publish", "s3://site/nightly", "--notify", hook, "--fail-on", "new"],
-                    cwd=ROOT, env=base_env | aws | {"PREFECT_API_URL": api}, stdout=out, stderr=subprocess.STDOUT)
+                     "--publish", "s3://site/nightly", "--fail-on", "new"],
+                    cwd=ROOT, env=base_env | secrets | {"PREFECT_API_URL": api, "DUMPSCOPE_PREFECT_WAIT": "300"},
+                    stdout=out, stderr=subprocess.STDOUT)
+            waiting = f"waiting up to 300 s for the Prefect server at {api} to start (Connection refused; "
+            while waiting not in serve_log.read_text():  # on main: exit 2, no Prefect server answers there
+                assert serve.poll() is None, serve_log.read_text()[-3000:]
+                time.sleep(0.5)
+            with server_log.open("w") as out:
+                server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                           "--port", str(port)], env=base_env, stdout=out, stderr=subprocess.STDOUT)
+            _wait_for(f"{api}/health", 300, server, server_log)
             with temporary_settings(updates={PREFECT_API_URL: api}):
                 deadline = time.monotonic() + 120
                 while True:  # serve registers the deployment, then polls for its runs
@@ -200,7 +306,9 @@ def test_a_served_night_publishes_the_site_and_snapshot_to_s3_and_notifies(prefe
                 "--storage-option", "secret=testing", "--storage-option", "client_kwargs.region_name=us-east-1"])
             assert local.exit_code == published.exit_code == 0, (local.output, published.output)
             assert json.loads(published.stdout) == json.loads(local.stdout) != []
+            assert f"the Prefect server at {api} answered after " in serve_log.read_text()
         finally:
             if serve is not None:
                 _stop(serve)
-            _stop(server)
+            if server is not None:
+                _stop(server)

@@ -133,13 +133,15 @@ EXPECTED: dict[str, tuple[int, list, object]] = {
     "run --fail-on new": (0, [], report_says(NIGHT)),
     # The URL is never called here: a re-run has no new incident to announce
     # (tests/test_notify.py sends to a local receiver).
-    "run --notify json://127.0.0.1:9000/hook": (0, [], lambda d: query(
+    "run --notify json://127.0.0.1:9000/hook": (0, [
+        "Notifications: nothing new sent: this night loaded nothing new, and a run's new incidents are sent once, by "
+        "the night that loads it (a re-run never sends them again)."], lambda d: query(
         d / "data" / "warehouse.duckdb", "SELECT count(*) FROM notifications") == [(0,)]),
     "run --site site": (0, [], lambda d: "Dumpscope" in (d / "site" / "index.html").read_text(encoding="utf-8")),
     # Without a Prefect server `serve` stops at once with the way to start one; the
     # README's s3 bucket and /srv warehouse are never reached.
     "serve --cron 0 2 * * * --bucket s3://dumps/nightly --warehouse /srv/dumpscope/warehouse.duckdb --site /srv/dumpscope/site "
-    "--publish /var/www/dumpscope --fail-on new": (
+    "--publish /var/www/dumpscope/site --fail-on new": (
         2, ["error: scheduled runs need a Prefect server: start one with `prefect server start`"], None),
     # `check` against the run these dumps are: nothing new; against the night before,
     # the ONNX export failure they fix.

@@ -161,12 +161,12 @@ def test_two_publishes_racing_keep_what_dest_resolves_to_and_what_readers_were_o
     before = Path(os.readlink(www)).name
     write_snapshot, racing = release_module.write_snapshot, []
 
-    def another_publish_meanwhile(warehouse, target):
+    def another_publish_meanwhile(warehouse, target, site_url=None):
         if not racing:  # the first publish to write its snapshot: the other one starts and ends
             racing.append("started")
             release(sample_site_dir, sample_warehouse, str(www))
             racing.append(Path(os.readlink(www)).name)
-        return write_snapshot(warehouse, target)
+        return write_snapshot(warehouse, target, site_url)
 
     monkeypatch.setattr(release_module, "write_snapshot", another_publish_meanwhile)
     release(sample_site_dir, sample_warehouse, str(www))
@@ -201,7 +201,7 @@ def test_a_directory_publish_that_fails_removes_its_copy(sample_warehouse, sampl
     www, releases = tmp_path / "www", tmp_path / "www.releases"
     release(sample_site_dir, sample_warehouse, str(www))
 
-    def full_disk(warehouse, target):
+    def full_disk(warehouse, target, site_url=None):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(release_module, "write_snapshot", full_disk)

@@ -48,6 +48,44 @@ def test_the_summary_of_the_sample_is_plain_text_in_a_few_lines(sample_warehouse
     assert [line for line in lines if MARKUP.search(line)] == []
 
 
+def test_with_a_site_url_the_summary_gives_the_run_s_page_and_each_new_incident_s(sample_warehouse, tmp_path):
+    """On main the terminal showed no page even with [site] url (the report and the chats had them)."""
+    from flows.commands.night import NightOptions
+    from flows.commands.run import summary_lines
+    from flows.nightly import NightSummary
+    from transforms.escape import slug
+
+    settings = tmp_path / "dumpscope.toml"
+    settings.write_text('[site]\nurl = "https://dumps.example.org/nightly"\n')
+    night = NightOptions(bucket="data/sample_bucket", warehouse=sample_warehouse, settings=settings)
+    lines = summary_lines(NightSummary(seen=184, skipped=184), night)
+    assert lines[2:4] == [VERDICT, "  page: https://dumps.example.org/nightly/runs/2026-11-20.html"]
+    new = [line.split()[0] for line in lines if line.startswith("I-")]
+    assert len(new) == 5 and [line for line in lines if line.startswith("  page: ") and "/incidents/" in line] == [
+        f"  page: https://dumps.example.org/nightly/incidents/{slug(i)}.html" for i in new]
+    assert lines[lines.index(PMAP_DIFF) + 1].startswith("  page: https://dumps.example.org/nightly/incidents/i-")
+
+
+def test_with_notification_targets_the_summary_says_what_was_sent_or_why_nothing(sample_warehouse, monkeypatch):
+    """On main a night with --notify that sent nothing (a re-run) said nothing about it."""
+    from flows.commands.night import NightOptions
+    from flows.commands.run import summary_lines
+    from flows.nightly import NightSummary
+
+    night = NightOptions(bucket="data/sample_bucket", warehouse=sample_warehouse)
+    assert not [line for line in summary_lines(NightSummary(seen=184, skipped=184), night) if "Notif" in line]
+    monkeypatch.setenv("DUMPSCOPE_NOTIFY", '["json://127.0.0.1:9000/hook"]')
+    for summary, said in (
+            (NightSummary(seen=184, skipped=184), "nothing new sent: this night loaded nothing new, and a run's new "
+             "incidents are sent once, by the night that loads it (a re-run never sends them again)."),
+            (NightSummary(seen=190, new=6, skipped=184), "nothing new sent: the runs this night loaded opened no "
+                                                         "regression or failure."),
+            (NightSummary(seen=190, new=6, new_incidents=2, notified=1), "1 message(s) sent.")):
+        assert summary_lines(summary, night)[-1] == f"Notifications: {said}"
+    owed = NightSummary(seen=184, skipped=184, undelivered=["notification of run 2026-11-20 to json failed: refused"])
+    assert "Notif" not in summary_lines(owed, night)[-1]  # its warning says it
+
+
 def test_a_hostile_name_pastes_as_itself_and_shows_its_control_characters():
     from transforms.trends.night_report import night_brief
 
@@ -109,6 +147,19 @@ MISTAKES = {
     # Port 9 (discard): nothing listens there. On main the night started and failed at its parse tasks.
     "no Dask scheduler there": (["--dask-address", "tcp://127.0.0.1:9"],
                                 "error: --dask-address tcp://127.0.0.1:9: no scheduler answers there (Connection refused)"),
+    # On main the night ran, then: the file moved aside and a site in its place (exit 0); the
+    # directory of a letter swapped aside and removed; IsADirectoryError tracebacks (exit 1).
+    "site is a file": (["--warehouse", "wh.duckdb", "--site", "notes.txt"],
+                       "error: --site notes.txt is a file, not a directory: give the directory the site is built into"),
+    "site in a directory of other files": (["--warehouse", "wh.duckdb", "--site", "letters"],
+                                           "error: --site letters holds files that are not a site, and the build "
+                                           "replaces the directory whole: give a new directory, or one a build made"),
+    "report is a directory": (["--warehouse", "wh.duckdb", "--report", "letters"],
+                              "error: --report letters is a directory: give the report's file"),
+    "report under a file": (["--warehouse", "wh.duckdb", "--report", "notes.txt/report.md"],
+                            "error: --report notes.txt/report.md: {cwd}/notes.txt is a file, not a directory"),
+    "summary JSON is a directory": (["--warehouse", "wh.duckdb", "--summary-json", "letters"],
+                                    "error: --summary-json letters is a directory: give the summary's file"),
 }
 
 
@@ -154,6 +205,8 @@ def test_an_operators_mistake_is_one_line_exit_2_before_prefect(mistake, tmp_pat
     """On main: a warehouse that is a directory or no DuckDB file started Prefect and the night,
     and ended after about a minute with a traceback (exit 1)."""
     (tmp_path / "notes.txt").write_text("not a warehouse\n")
+    (tmp_path / "letters").mkdir()
+    (tmp_path / "letters" / "letter.txt").write_text("dear reader\n")
     (tmp_path / "data").symlink_to(ROOT / "data")
     args, said = MISTAKES[mistake]
     done = _dumpscope(["run", *args], tmp_path, timeout=60)
@@ -163,6 +216,61 @@ def test_an_operators_mistake_is_one_line_exit_2_before_prefect(mistake, tmp_pat
     if said:
         assert lines == [said.format(cwd=tmp_path)]
     assert not (tmp_path / "data" / "warehouse.duckdb").exists() or (ROOT / "data" / "warehouse.duckdb").exists()
+    assert (tmp_path / "notes.txt").read_text() == "not a warehouse\n" and os.listdir(tmp_path / "letters") == ["letter.txt"]
+
+
+NO_CREDENTIALS = ("Unable to locate credentials; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the "
+                  "environment, or --storage-option key=... --storage-option secret=...; anon=true for a public bucket")
+
+
+@pytest.mark.integration
+def test_an_s3_bucket_or_destination_without_credentials_is_one_line_exit_2_before_prefect(tmp_path):
+    """On main an s3:// bucket without credentials was botocore's NoCredentialsError, 102 lines and
+    exit 1; an s3:// --publish without them, or to a bucket that does not exist, failed once
+    the whole night had run, at its publish."""
+    from tests.moto_s3 import moto_s3
+
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    with moto_s3("dumps") as (endpoint, _client):
+        aws = {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+               "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
+        keys = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+        for args, env, said in (
+                (["--bucket", "s3://dumps/nightly"], aws,
+                 f"error: access to the bucket s3://dumps/nightly denied ({NO_CREDENTIALS})"),
+                (["--bucket", "s3://dumps/nightly"], aws | {"AWS_ACCESS_KEY_ID": "testing"},
+                 "error: access to the bucket s3://dumps/nightly denied (Partial credentials found in env, missing: "
+                 f"AWS_SECRET_ACCESS_KEY{NO_CREDENTIALS.removeprefix('Unable to locate credentials')})"),
+                (["--publish", "s3://dumps/site"], aws,
+                 f"error: --publish access to the bucket s3://dumps/site denied ({NO_CREDENTIALS})"),
+                (["--publish", "s3://nosuch/site"], aws | keys, "error: --publish no bucket at s3://nosuch/site")):
+            with pytest.MonkeyPatch.context() as mp:  # only the AWS_* variables of the case
+                for k in [k for k in os.environ if k.startswith("AWS_")]:
+                    mp.delenv(k)
+                done = _dumpscope(["run", *args], tmp_path, timeout=120, env=env)
+            *lines, probe = done.stderr.splitlines()
+            assert (done.returncode, done.stdout, probe) == (2, "", "prefect not imported"), done.stderr
+            assert lines == [said], done.stderr
+
+
+@pytest.mark.integration
+def test_a_publish_directory_this_user_may_not_write_is_one_line_exit_2_before_prefect(tmp_path):
+    """--publish DIR/site switches a link in DIR: a DIR this user may not write failed the night at
+    its publish, after all its work. Run as a user without root's powers (a user namespace), on a
+    directory of mode 555."""
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    (tmp_path / "www").mkdir(mode=0o555)
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    done = subprocess.run(["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c", _PROBE,
+                           "run", "--warehouse", "wh.duckdb", "--publish", "www/site"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    *lines, probe = done.stderr.splitlines()
+    assert (done.returncode, done.stdout, probe) == (2, "", "prefect not imported"), done.stderr
+    www = tmp_path / "www"
+    assert lines == [f"error: --publish www/site: this user may not write {www} (each release goes into {www}/site.releases, "
+                     "and DEST, a link to it, is switched in its directory): make that directory this user's, or "
+                     "give a DEST in one that is"]
 
 
 @pytest.mark.integration

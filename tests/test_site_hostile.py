@@ -39,7 +39,9 @@ JOB_PMAP = "jax-pmap\u202e＜img＞ {{7*7}} " + "L" * 150
 JOB_BYTES = os.fsdecode(b"jax-bytes-\xff\xfe<b>\xe9")  # not UTF-8: the listing names it with \xNN escapes
 JOB_BYTES_SHOWN = "jax-bytes-\\xff\\xfe<b>\\xe9"
 PROGRAM = "{%x%}{{7*7}}" + IMG  # in the XLA dump file names
-MODULE = "</title>" + SCRIPT + JS_LINK  # the HloModule header (no whitespace there); pages are titled by it
+# The HloModule header: no whitespace, ':' or '//' there (XLA's lexer ends the name at the first two,
+# the third starts a comment), so its link is relative; pages are titled by it.
+MODULE = "</title>" + SCRIPT + "[x](evil.html)"
 SOURCE = f"/src/{IMG}|a*b_{JS_LINK}.py"  # source_file metadata (pages show its base name)
 SOURCE_NAME = SOURCE.rsplit("/", 1)[1]
 OP_NAME = f"jit(train_step{SCRIPT})"

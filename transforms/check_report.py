@@ -239,9 +239,16 @@ def _markdown_incident(result: CheckResult, r: dict) -> list[str]:
         links = [f"[{code(i)}]({p})" if (p := _page(result, "incidents", f"{slug(i)}.html")) else code(i)
                  for i in r["stacked_on"]]
         on_top = " — on top of " + ", ".join(links)
-    out = [f"- **{md_text(r['kind'])}** {md_text(r['job'])} / {md_text(r['program'])}{name}: "
+    # The program leads to the page of its series that stepped most (an incident the change
+    # would open has no page yet); each step to its series' page when the steps are of several.
+    pages = [_page(result, "series", f"{slug(s['series'])}.html") if s.get("series") else None for s in r["steps"]]
+    program = md_text(r["program"])
+    program = f"[{program}]({pages[0]})" if pages and pages[0] else program
+    several = len(set(filter(None, pages))) > 1
+    out = [f"- **{md_text(r['kind'])}** {md_text(r['job'])} / {program}{name}: "
            f"{md_text(r['headline'].removeprefix(r['job'] + ' / ' + r['program'] + ': '))}{on_top}"]
-    details = [f"  - {md_text(step_line(s))}" + (f" ({md_text(_where(s))})" if _where(s) else "") for s in r["steps"]]
+    details = [f"  - {md_text(step_line(s))}" + (f" ({md_text(_where(s))})" if _where(s) else "")
+               + (f" · [series]({page})" if several and page else "") for s, page in zip(r["steps"], pages)]
     if r.get("cause"):
         details += ["", "  Cause:", ""] + [f"  - {md_text(c)}" for c in r["cause"]]
     evidence = r.get("evidence") or []

@@ -37,7 +37,7 @@ from flows.errors import CommandError
 from flows.resources import MemoryBudget
 from flows.verdict import changes
 from flows.verdict.aggregate import aggregate
-from flows.warehouse.reads import NoSuchRun, runs_latest_first
+from flows.warehouse.reads import NoSuchRun, run_named, runs_latest_first
 from transforms.trends.rules import Settings
 
 INCIDENT_ID = re.compile(r"I-[0-9a-f]{8}")
@@ -62,6 +62,7 @@ def accept(con: duckdb.DuckDBPyConnection, settings: Settings, target: str, run_
     runs = runs_latest_first(con)
     if not runs:
         raise AcceptRefused("the warehouse has no runs yet")
+    run_id = run_named(con, run_id) if run_id is not None else None
     if run_id is not None and run_id not in runs:
         raise NoSuchRun(run_id, runs[:5])
     run_id = run_id or runs[0]

@@ -1,7 +1,8 @@
 """``dumpscope diff RUN_A RUN_B``: structure and metrics of every series in both runs.
 
 The runs' series, items and metrics are read by ``flows.verdict.changes``; the structural
-diff is ``transforms.trends.diffs``'. A run that does not exist is ``NoSuchRun`` and a pattern
+diff is ``transforms.trends.diffs``'. A run is an id, ``latest`` or ``previous``
+(``flows.warehouse.reads.run_named``); a run that does not exist is ``NoSuchRun`` and a pattern
 that matches nothing ``DiffRefused`` (both exit 2); a warehouse that cannot be read is
 ``DiffFailed`` (exit 1).
 """
@@ -19,7 +20,7 @@ import polars as pl
 
 from flows.errors import CommandError
 from flows.verdict import changes
-from flows.warehouse.reads import NoSuchRun, runs_latest_first
+from flows.warehouse.reads import NoSuchRun, run_named, runs_latest_first
 from flows.warehouse.store import connect_readonly
 from transforms.trends.diffs import EVIDENCE_COLUMNS, PAIR_COLUMNS, diff_pairs, diff_text
 from transforms.units import human_delta, human_ratio, human_value
@@ -34,15 +35,17 @@ class DiffFailed(CommandError, ValueError):
     """The warehouse could not be opened or read: one line for people."""
 
 
-def diff_warehouse(warehouse: Path, run_a: str, run_b: str, pattern: str | None = None) -> pl.DataFrame:
-    """``diff_runs`` on the published warehouse; every failure is a ``CommandError`` with one
-    line for people (``DiffFailed``, or ``NoSuchRun``/``DiffRefused`` when the arguments are wrong)."""
+def diff_warehouse(warehouse: Path, run_a: str, run_b: str, pattern: str | None = None) -> tuple[pl.DataFrame, str, str]:
+    """``diff_runs`` on the published warehouse, and the two run ids (``latest`` and ``previous``
+    name runs: ``run_named``); every failure is a ``CommandError`` with one line for people
+    (``DiffFailed``, or ``NoSuchRun``/``DiffRefused`` when the arguments are wrong)."""
     try:
         con = connect_readonly(warehouse)
     except (FileNotFoundError, duckdb.Error) as exc:
         raise DiffFailed(str(exc)) from None
     try:
-        return diff_runs(con, run_a, run_b, pattern)
+        run_a, run_b = run_named(con, run_a), run_named(con, run_b)
+        return diff_runs(con, run_a, run_b, pattern), run_a, run_b
     except duckdb.Error as exc:
         raise DiffFailed(str(exc)) from None
     finally:
@@ -111,7 +114,7 @@ def _presence(a: pl.DataFrame, b: pl.DataFrame, run_a: str, run_b: str) -> pl.Da
 
 def main(*, run_a: str, run_b: str, series: str | None, warehouse: Path, as_json: bool) -> None:
     try:
-        result = diff_warehouse(warehouse, run_a, run_b, series)
+        result, run_a, run_b = diff_warehouse(warehouse, run_a, run_b, series)
     except ValueError as exc:  # one line for people, whatever refused the comparison
         if isinstance(exc, CommandError):
             raise

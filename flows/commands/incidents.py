@@ -2,7 +2,8 @@
 
 A run's list is what that run's summary listed (``incidents_at(run)``: the same statuses,
 the same counts); ``--status all`` is every incident ever, each with its status at the
-last run it is listed in (the latest run while it is open, else the run it closed in).
+last run it is listed in (the latest run while it is open, else the run it closed in). As
+JSON each incident has its steps and its page too (``[site] url``'s, else its path in a site).
 ``I-xxxxxxxx`` shows one incident: its steps with their before, after and latest values,
 its cause, the dump paths and lines its evidence comes from, and its page on the site.
 """
@@ -19,7 +20,7 @@ import polars as pl
 from flows.errors import CommandError
 from flows.verdict import incident_detail as detail
 from flows.verdict import incidents as verdict
-from flows.warehouse.reads import NoSuchRun, runs_latest_first, run_exists
+from flows.warehouse.reads import NoSuchRun, run_exists, run_named, runs_latest_first
 from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text, slug
 from transforms.trends.headlines import IMPACT_TEXT, closing_text
@@ -51,25 +52,40 @@ def _connect(warehouse: Path) -> duckdb.DuckDBPyConnection:
         raise IncidentsError(str(exc)) from None
 
 
-def list_incidents(warehouse: Path, run_id: str | None, status: str) -> tuple[str | None, list[dict]]:
+def list_incidents(warehouse: Path, run_id: str | None, status: str, *, whole: bool = False,
+                   site_url: str | None = None) -> tuple[str | None, list[dict]]:
+    """(the run, its incidents with ``status``); ``whole``: each with its steps and its page (on
+    the site at ``site_url`` when given), as ``one_incident`` gives them."""
     con = _connect(warehouse)
     try:
+        run_id = run_named(con, run_id) if run_id is not None else None
         if run_id is not None and not run_exists(con, run_id):
             raise NoSuchRun(run_id, runs_latest_first(con, 5))
         if status == "all":
-            return None, detail.every_incident(con).select(COLUMNS).to_dicts()
-        if run_id is None:
-            latest = verdict.latest_run(con)
-            if latest is None:
-                return None, []
-            run_id = latest[0]
-        frame = verdict.incidents_at(con, run_id)
-        improvement = pl.col("kind") == "improvement"
-        wanted = pl.col("status").is_in(verdict.STATUSES[status]) & (
-            improvement if status in verdict.KINDS_OF else ~improvement | pl.col("status").is_in(["accepted"]))
-        return run_id, frame.filter(wanted).select(COLUMNS).to_dicts()
+            rows = detail.every_incident(con).select(COLUMNS).to_dicts()
+        else:
+            if run_id is None:
+                latest = verdict.latest_run(con)
+                if latest is None:
+                    return None, []
+                run_id = latest[0]
+            frame = verdict.incidents_at(con, run_id)
+            improvement = pl.col("kind") == "improvement"
+            wanted = pl.col("status").is_in(verdict.STATUSES[status]) & (
+                improvement if status in verdict.KINDS_OF else ~improvement | pl.col("status").is_in(["accepted"]))
+            rows = frame.filter(wanted).select(COLUMNS).to_dicts()
+        if whole:
+            steps = detail.steps_by_incident(con, [r["incident_id"] for r in rows])
+            rows = [r | {"steps": steps[r["incident_id"]], "page": page_of(r["incident_id"], site_url)} for r in rows]
+        return (None if status == "all" else run_id), rows
     finally:
         con.close()
+
+
+def page_of(incident_id: str, site_url: str | None) -> str:
+    """The incident's page: on the site at ``site_url`` (``[site] url``), else its path in a site."""
+    page = f"incidents/{slug(incident_id)}.html"
+    return f"{site_url.rstrip('/')}/{page}" if site_url else page
 
 
 def one_incident(warehouse: Path, incident_id: str, run_id: str | None = None, site_url: str | None = None) -> dict:
@@ -82,6 +98,7 @@ def one_incident(warehouse: Path, incident_id: str, run_id: str | None = None, s
             raise NoSuchIncident(f"no incident {incident_id!r} in the warehouse (`dumpscope incidents --status all` lists them)")
         row = every.row(0, named=True)
         if run_id is not None:
+            run_id = run_named(con, run_id)
             at = detail.status_at(con, incident_id, run_id)
             if at.is_empty():
                 raise NoSuchIncident(f"incident {incident_id} is not listed at run {run_id!r} (it opened {row['opened_run']}"
@@ -91,20 +108,19 @@ def one_incident(warehouse: Path, incident_id: str, run_id: str | None = None, s
         evidence = detail.evidence_of(con, incident_id)
     finally:
         con.close()
-    page = f"incidents/{slug(incident_id)}.html"
-    return {**row, "steps": steps, "evidence": evidence,
-            "page": f"{site_url.rstrip('/')}/{page}" if site_url else page, "impact_means": IMPACT_TEXT}
+    return {**row, "steps": steps, "evidence": evidence, "page": page_of(incident_id, site_url), "impact_means": IMPACT_TEXT}
 
 
 def main(*, incident: str | None, run_id: str | None, status: str, fmt: str, warehouse: Path,
          settings: Path | None) -> None:
     """A run's incidents with ``status`` (default run: the latest), or one ``incident`` whole."""
-    if incident is not None:
-        from flows.commands.preflight import settings as load_settings
+    from flows.commands.preflight import settings as load_settings
 
-        print_one(one_incident(warehouse, incident, run_id, load_settings(settings).site_url), fmt)
+    site_url = load_settings(settings).site_url
+    if incident is not None:
+        print_one(one_incident(warehouse, incident, run_id, site_url), fmt)
         return
-    run, rows = list_incidents(warehouse, run_id, status)
+    run, rows = list_incidents(warehouse, run_id, status, whole=fmt == "json", site_url=site_url)
     print_incidents(run, status, rows, fmt)
 
 

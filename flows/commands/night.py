@@ -5,13 +5,15 @@ One definition for the three commands (the options themselves are declared once 
 ``flows.cli``): storage options and notification targets go to the environment (values are
 never flow parameters: ``flows.storage_secrets``), and each operator mistake exits 2 in one
 line before Prefect starts: the storage options, the notification URLs, the settings file,
-the memory limit, the bucket, the ``--publish`` destination. The exit status a night ends
+the memory limit, the warehouse, the site directory and the report file, the bucket, the
+``--publish`` destination, the Prefect server. The exit status a night ends
 with is ``NightSummary.exit_status`` (``flows.night_summary``): ``run`` exits with it, a served
 night's flow run ends in the state it names.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +42,13 @@ class NightOptions:
     parse_seconds: float | None = None
 
 
-def prepare(options: NightOptions) -> dict:
+def prepare(options: NightOptions, *, prefect_wait: float = 0.0, notice: Callable[[str], None] | None = None) -> dict:
     """Check ``options`` (exit 2 in one line on a mistake) and return the nightly flow's
     parameters they make (storage options and notification targets exported to the
-    environment instead)."""
+    environment instead). ``prefect_wait``: how long a Prefect server that is starting is
+    waited for (``serve``; ``notice`` is told), else none (``preflight.prefect_api``)."""
     from flows.ingest.bucket import check_bucket, parse_storage_options
+    from flows.publish.release import storage_options_for
 
     try:
         storage_options = parse_storage_options(options.storage_option)
@@ -56,11 +60,18 @@ def prepare(options: NightOptions) -> dict:
     conf = preflight.settings(options.settings)
     memory = preflight.memory_limit(options.memory_limit, conf, options.settings)
     preflight.warehouse_to_write(options.warehouse)
+    if options.site_dir is not None:
+        preflight.site_directory("--site", options.site_dir)
+    if options.report_path is not None:
+        preflight.report_file(options.report_path)
     if not options.storage_secret:  # with one, the options are Prefect's to give: the flow says it, unretried
         check_bucket(options.bucket, storage_secrets.resolve(None))
     if options.publish_to:
-        preflight.publish_destination(options.publish_to)
-    preflight.prefect_api()  # last: the other mistakes are found without a network call
+        store_options = storage_options_for(options.publish_to, options.bucket, storage_secrets.resolve(None))
+        # With a storage secret, the bucket's options (on the same store, the publish's) are Prefect's to give.
+        preflight.publish_destination(options.publish_to, store_options,
+                                      look=not (options.storage_secret and store_options is not None))
+    preflight.prefect_api(prefect_wait, notice)  # last: the other mistakes are found without a network call
     limits = {k: v for k, v in (("max_line_bytes", options.max_line_bytes), ("max_dump_bytes", options.max_dump_bytes),
                                 ("parse_seconds", options.parse_seconds)) if v is not None}
     return dict(bucket=options.bucket, warehouse=options.warehouse, storage_secret=options.storage_secret,

@@ -1,6 +1,9 @@
 """``dumpscope parse``: parse dump files on the spot and print what each holds.
 
-Imports neither Prefect nor DuckDB, so the command answers in a fraction of a second.
+A directory stands for every file under it, as the nightly lists a bucket's (``dump_files``):
+in path order, never through a symbolic link below it; a link, a FIFO or a device is listed
+and reported failed, not read (``flows.ingest.local_open``); ``run.json`` files are a run's
+metadata, not dumps. Imports neither Prefect nor DuckDB, so the command answers in a fraction of a second.
 Holds no dump whole: records are dropped as they are parsed, or, for ``--table``,
 spooled to disk a batch at a time and printed from there (peak RSS flat in the file's
 size; ``benchmarks/bench_real.py``).
@@ -17,11 +20,16 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from dataclasses import dataclass
+
 import polars as pl
 
+from flows.errors import CommandError
+from flows.ingest.local_open import Refused, Unopened, open_regular_below
+from transforms.layout import RUN_META, escape_name
 from transforms.parse import DEFAULT_LIMITS, ParseLimits, iter_dump
 from transforms.parsers.formats import all_tables
-from transforms.records import DumpSummary, Status
+from transforms.records import DumpKind, DumpSummary, Status
 
 
 _JSON_ROWS = 2048  # rows turned into Python objects at a time by --json --table
@@ -39,24 +47,64 @@ def json_value(value: object) -> object:
     return value
 
 
-def print_parsed(files: list[Path], *, as_json: bool, table: str | None, limit: int, summary: bool,
+@dataclass(frozen=True, slots=True)
+class DumpFile:
+    """A file to parse: ``path`` as given or found; ``root`` and ``rel`` when it was found under
+    the directory ``root`` (opened by ``open_regular_below``: a regular file below it, or none)."""
+    path: Path
+    root: Path | None = None
+    rel: str | None = None
+
+    def open(self):
+        return self.path.open("rb") if self.root is None else open_regular_below(str(self.root), self.rel)
+
+
+def dump_files(paths: list[Path]) -> list[DumpFile]:
+    """``paths``, each directory replaced by every file under it as the nightly lists a bucket's:
+    in path order, symbolic links (to files or directories), FIFOs and devices listed (to be
+    refused when opened), never followed; ``run.json`` (a run's metadata) left out. Raises
+    ``CommandError`` (exit 2) for a directory that holds no file."""
+    out = []
+    for path in paths:
+        if not path.is_dir():
+            out.append(DumpFile(path))
+            continue
+        found = []
+        for parent, dirs, names in os.walk(path):
+            links = [d for d in dirs if os.path.islink(os.path.join(parent, d))]  # os.walk lists them, never enters
+            found += [os.path.relpath(os.path.join(parent, n), path) for n in names + links if n != RUN_META]
+        if not found:
+            raise CommandError(f"{path} holds no file to parse", exit_code=2)
+        # Shown by the name the nightly gives it (bytes that are not UTF-8 written \\xNN), opened by its own.
+        out += [DumpFile(Path(escape_name(str(path / rel))), path, rel) for rel in sorted(found)]
+    return out
+
+
+def print_parsed(paths: list[Path], *, as_json: bool, table: str | None, limit: int, summary: bool,
                  limits: ParseLimits = DEFAULT_LIMITS) -> int:
-    """Parse and print each file; returns how many failed. Raises ValueError for an unknown table.
-    ``limits`` bound each parse (a file past one is failed, the others are still read).
+    """Parse and print each file (every file under a directory: ``dump_files``); returns how many
+    failed. Raises ValueError for an unknown table. ``limits`` bound each parse (a file past one
+    is failed, the others are still read).
 
     Streams: the batches of a dump are dropped as they come, and those of ``table`` are
     spooled to disk (``TableSpool``), so memory stays flat however big the file is."""
     if table is not None and table not in all_tables():
         raise ValueError(f"unknown table {table!r}; known: {', '.join(sorted(all_tables()))}")
+    dumps = dump_files(paths)
+    files = [d.path for d in dumps]
     overview = _overview_table(files) if summary and not as_json else None
     shared = Path(os.path.commonpath([f.parent for f in files])) if overview is not None else None
     failed = 0
-    for file in files:
+    for dump in dumps:
+        file = dump.path
         with contextlib.ExitStack() as stack:
             spool = TableSpool(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dumpscope-parse-"))),
                                table, limit) if table else None
-            with file.open("rb") as raw:
-                s = parse_streaming(raw, str(file), spool, limits)
+            try:
+                with dump.open() as raw:
+                    s = parse_streaming(raw, str(file), spool, limits)
+            except (Refused, Unopened) as exc:  # as the nightly: failed, not read
+                s = DumpSummary(DumpKind.UNKNOWN, failed=True, errors=[f"{file}: not read ({exc.reason})"])
             failed += s.status is Status.FAILED
             if as_json:
                 _print_json(file, s, spool)

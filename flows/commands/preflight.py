@@ -1,17 +1,22 @@
 """What every command checks before any work starts, each failure an operator's mistake told
 in one line (a ``CommandError``): the settings file and the memory limit (exit 2), the
-notification targets and the ``--publish`` destination (exit 2), the warehouse a night writes (exit 2: a directory, a file
+notification targets and the ``--publish`` destination (exit 2: a directory this user may not
+write, a store's bucket not there or without credentials), the site directory and the report
+file (exit 2: the build replaces a site directory whole), the warehouse a night writes (exit 2: a directory, a file
 that is no warehouse, a place this user cannot write), and the warehouse's one writer (exit 1
 when the file is no warehouse, 3 when another writer holds it). The bucket's check is ``flows.ingest.bucket.check_bucket``
 (exit 2), the warehouse file's ``flows.warehouse.inspect.check_warehouse`` (exit 1). The Dask
 scheduler of ``--dask-address``, and the Prefect server ``PREFECT_API_URL`` names when it is
-set, must answer before the night starts (exit 2).
+set, must answer before the night starts (exit 2); ``serve`` waits for a server that is still
+starting (``PREFECT_WAIT_SECONDS``, ``--prefect-wait``), ``run`` does not. ``serve``'s ``--cron``
+must be a schedule Prefect takes (exit 2, before anything else).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,6 +27,14 @@ from transforms.trends.rules import Settings
 BAD_ARGUMENT = 2
 DASK_CONNECT_SECONDS = 5.0  # a scheduler answers in milliseconds; a typo must not hold the night up for long
 PREFECT_ANSWER_SECONDS = 10.0  # a server's health check, likewise
+# serve: a Prefect server started beside it (systemd starts both at boot) refuses connections
+# until it is up, which took 30-60 s on a loaded machine; serve waits this long by default.
+PREFECT_WAIT_SECONDS = 120.0
+PREFECT_WAIT_VAR = "DUMPSCOPE_PREFECT_WAIT"  # --prefect-wait's environment variable
+# What a server that is not up yet does: refuse or drop the connection, or not answer in time
+# (a proxy in front of it answers 502-504). An unknown host or another answer is a mistake at once.
+_NOT_UP_YET = (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
+_PROXY_WAITING = (502, 503, 504)
 
 
 def settings(path: Path | None) -> Settings:
@@ -105,13 +118,18 @@ def dask_scheduler(address: str) -> None:
         raise CommandError(f"{where}: no scheduler answers there ({reason})", exit_code=BAD_ARGUMENT) from None
 
 
-def prefect_api() -> None:
+def prefect_api(wait: float = 0.0, notice: Callable[[str], None] | None = None) -> None:
     """Exit 2 with one line when ``PREFECT_API_URL`` is set and no Prefect API answers there
     within ``PREFECT_ANSWER_SECONDS`` (a typo in its host or port, a server not started, another
     web server at that address): found here, not as Prefect's traceback once the night begins.
     A Prefect server answers ``<url>/health`` with ``true``; Prefect Cloud's workspace URLs may
-    answer 401 or 403 without a key, which counts as a server (Prefect says what the key lacks).
-    Unset, the command starts its own temporary server."""
+    answer 401 or 403 without a key, which counts as a server (``serve`` says what the key lacks).
+    Unset, the command starts its own temporary server.
+
+    With ``wait`` (seconds, ``serve``), a server that is not up yet (the connection refused or
+    dropped, no answer in time, a proxy's 502-504) is asked again every second until ``wait``
+    has passed; ``notice`` is told once that it is waited for, and how long, and when it answered.
+    Without (``run``, ``watch``), the first refusal is the answer: a wrong URL costs no time."""
     import urllib.error
     import urllib.request
 
@@ -122,31 +140,128 @@ def prefect_api() -> None:
     if not url.startswith(("http://", "https://")):
         raise CommandError(f"{where}: not an http(s) URL: e.g. http://127.0.0.1:4200/api", exit_code=BAD_ARGUMENT)
     health = url.rstrip("/") + "/health"
-    try:
-        with urllib.request.urlopen(health, timeout=PREFECT_ANSWER_SECONDS) as answer:
-            body = answer.read(64)
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):  # a server that wants a key
-            return
-        raise CommandError(f"{where}: answers, but not as a Prefect API (GET {health}: HTTP {exc.code}): "
-                           "give the server's API URL, e.g. http://127.0.0.1:4200/api", exit_code=BAD_ARGUMENT) from None
-    except (OSError, ValueError) as exc:  # refused, unknown host, timed out, a malformed URL
-        reason = getattr(exc, "reason", None) or exc
-        reason = getattr(reason, "strerror", None) or str(reason) or type(exc).__name__
-        raise CommandError(f"{where}: no Prefect server answers there ({reason})", exit_code=BAD_ARGUMENT) from None
+    started = time.monotonic()
+    told = False  # notice was told that the server is waited for
+    while True:
+        try:
+            with urllib.request.urlopen(health, timeout=PREFECT_ANSWER_SECONDS) as answer:
+                body = answer.read(64)
+            break
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):  # a server that wants a key: it is there
+                body = b"true"
+                break
+            if exc.code not in _PROXY_WAITING:
+                raise CommandError(f"{where}: answers, but not as a Prefect API (GET {health}: HTTP {exc.code}): "
+                                   "give the server's API URL, e.g. http://127.0.0.1:4200/api",
+                                   exit_code=BAD_ARGUMENT) from None
+            reason, final = f"HTTP {exc.code}", False
+        except (OSError, ValueError) as exc:  # refused, unknown host, timed out, a malformed URL
+            cause = getattr(exc, "reason", None) or exc
+            reason = getattr(cause, "strerror", None) or str(cause) or type(exc).__name__
+            final = not isinstance(cause, _NOT_UP_YET)  # an unknown host, a malformed URL: no wait mends it
+        left = wait - (time.monotonic() - started)
+        if final or left <= 0:
+            said = f"answered there in {wait:g} s" if wait and not final else "answers there"
+            raise CommandError(f"{where}: no Prefect server {said} ({reason})", exit_code=BAD_ARGUMENT)
+        if not told and notice is not None:
+            notice(f"waiting up to {wait:g} s for the Prefect server at {url} to start ({reason}; "
+                   f"--prefect-wait or {PREFECT_WAIT_VAR} sets how long)")
+            told = True
+        time.sleep(min(1.0, left))
     if body.strip() != b"true":
         raise CommandError(f"{where}: answers, but not as a Prefect API (GET {health} did not say true): give the "
                            "server's API URL, e.g. http://127.0.0.1:4200/api", exit_code=BAD_ARGUMENT)
+    if told:
+        notice(f"the Prefect server at {url} answered after {time.monotonic() - started:.0f} s")
 
 
-def publish_destination(dest: str) -> None:
-    """Exit 2 with one line unless ``--publish DEST`` can take a release (``flows.publish.release``)."""
-    from flows.publish.release import BadDestination, check_destination
+def cron_schedule(cron: str) -> None:
+    """Exit 2 with one line unless ``cron`` (``serve --cron``) is a schedule Prefect takes (its own
+    ``CronSchedule``): else Prefect's 67-line validation error came once the deployment was built."""
+    from prefect.client.schemas.schedules import CronSchedule
+    from pydantic import ValidationError
+
+    from transforms.escape import plain_text, shell_word
+
+    try:
+        CronSchedule(cron=cron)
+    except ValidationError:
+        raise CommandError(f"--cron {plain_text(shell_word(cron))}: not a schedule Prefect takes: five fields, minute "
+                           "(0-59) hour (0-23) day of month (1-31) month (1-12) day of week (0-6, 0 Sunday), "
+                           "e.g. '0 2 * * *' (02:00 each night)", exit_code=BAD_ARGUMENT) from None
+
+
+def publish_destination(dest: str, storage_options: dict | None = None, *, look: bool = True) -> None:
+    """Exit 2 with one line unless ``--publish DEST`` can take a release (``flows.publish.release``):
+    a directory DEST's parent, where the link to each release is switched, and its releases
+    directory must be this user's to write; a store's bucket must be there and take the
+    credentials (``storage_options``, else the environment's), found with one cheap look as the
+    bucket's are (``check_bucket``; not with ``look`` False: the options are not known yet).
+    Else the night did all its work and failed at its publish."""
+    from flows.ingest.bucket import BucketUnusable, check_bucket
+    from flows.publish.release import BadDestination, check_destination, is_local, local_path, releases_dir
+    from transforms.escape import plain_text
 
     try:
         check_destination(dest)
     except BadDestination as exc:
         raise CommandError(str(exc), exit_code=BAD_ARGUMENT) from None
+    if not is_local(dest):
+        if not look:
+            return
+        try:
+            check_bucket(dest, storage_options)
+        except BucketUnusable as exc:
+            raise CommandError(f"--publish {exc}", exit_code=BAD_ARGUMENT) from None
+        return
+    path = local_path(dest)
+    for place in (path.parent, releases_dir(path)):
+        if place.is_dir() and not os.access(place, os.W_OK | os.X_OK):
+            raise CommandError(f"--publish {plain_text(dest)}: this user may not write {plain_text(place)} (each release "
+                               f"goes into {plain_text(releases_dir(path))}, and DEST, a link to it, is switched in its "
+                               "directory): make that directory this user's, or give a DEST in one that is",
+                               exit_code=BAD_ARGUMENT)
+
+
+def site_directory(flag: str, path: Path) -> None:
+    """Exit 2 with one line unless the site can be built into ``path`` (``--site``, ``site --out``):
+    the build replaces the directory whole, so an existing one must be empty or a site built
+    before (its ``index.html`` or its manifest), never a file or a directory of other files;
+    else a night did all its work and then swapped the user's directory aside."""
+    from flows.publish.site_mkdocs import MANIFEST
+    from transforms.escape import plain_text
+
+    shown = plain_text(path)
+    if path.exists() and not path.is_dir():
+        raise CommandError(f"{flag} {shown} is a file, not a directory: give the directory the site is built into",
+                           exit_code=BAD_ARGUMENT)
+    if path.is_dir() and any(path.iterdir()) and not ((path / "index.html").is_file() or (path / MANIFEST).is_file()):
+        raise CommandError(f"{flag} {shown} holds files that are not a site, and the build replaces the directory "
+                           "whole: give a new directory, or one a build made", exit_code=BAD_ARGUMENT)
+    _under_directories(flag, path)
+
+
+def report_file(path: Path) -> None:
+    """Exit 2 with one line unless ``--report`` can be written: a file (not a directory) under
+    directories (the night creates those missing), else the night failed once it wrote it."""
+    from transforms.escape import plain_text
+
+    if path.is_dir():
+        raise CommandError(f"--report {plain_text(path)} is a directory: give the report's file", exit_code=BAD_ARGUMENT)
+    _under_directories("--report", path)
+
+
+def _under_directories(flag: str, path: Path) -> None:
+    """Exit 2 when what ``path`` is to be made under holds a file where a directory must be."""
+    from transforms.escape import plain_text
+
+    place = path.absolute().parent
+    while not place.exists() and place != place.parent:  # the directories the night creates
+        place = place.parent
+    if not place.is_dir():
+        raise CommandError(f"{flag} {plain_text(path)}: {plain_text(place)} is a file, not a directory",
+                           exit_code=BAD_ARGUMENT)
 
 
 def warehouse_to_write(path: Path) -> None:

@@ -1,6 +1,7 @@
 """``dumpscope site``: build the report site from the published warehouse.
 
-Refused with one line (exit 1) when the file is no warehouse, when a records file is gone
+Refused with one line (exit 2) when ``--out`` is a file, or a directory of files that are not a
+site (the build replaces it whole); (exit 1) when the file is no warehouse, when a records file is gone
 or cut since the last night (a site with its rows silently missing would mislead; the next
 night heals the store and rebuilds the site with --site-dir), or when the warehouse is
 older than this Dumpscope (``OlderWarehouse``).
@@ -21,6 +22,7 @@ def main(*, warehouse: Path, out: Path, settings: Path | None, wait: bool = True
     from flows.warehouse.inspect import check_warehouse, damaged_store
 
     conf = preflight.settings(settings)
+    preflight.site_directory("--out", out)
     check_warehouse(warehouse)
     if (damage := damaged_store(warehouse)):
         raise CommandError(damage)

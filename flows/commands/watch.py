@@ -11,8 +11,10 @@ at the next interval.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -68,16 +70,20 @@ def watch(*, night: NightOptions, interval: float, settle: float, iterations: in
 @storage_secrets.restores_environment
 def serve(*, night: NightOptions, cron: str, settle: float, fail_on: str | None = None, wait_for_lock: bool = True,
           dask_address: str | None = None, summary_json: Path | None = None, verbose: bool = False,
-          log_level: str | None = None) -> None:
+          log_level: str | None = None, prefect_wait: float = preflight.PREFECT_WAIT_SECONDS) -> None:
     """Register the nightly as the deployment ``dumpscope-nightly`` on ``cron`` and serve it: each
     scheduled run is one night as ``dumpscope run`` runs it (``night``: its options, checked once
     here; storage options, notification targets and the Dask scheduler stay in this process's
     environment, which the served runs inherit). With ``fail_on``, a run that finds incidents
-    ends Failed; ``summary_json`` is each served night's summary (the latest's)."""
-    if not os.environ.get("PREFECT_API_URL"):
+    ends Failed; ``summary_json`` is each served night's summary (the latest's). ``cron`` is
+    checked before (``preflight.cron_schedule``, by the command). A Prefect server that is still
+    starting is waited for ``prefect_wait`` seconds, said on stderr. What the server refuses
+    afterwards (a key it wants, an API that is not Prefect's) is one line too."""
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
         raise CommandError("scheduled runs need a Prefect server: start one with `prefect server start` "
                            "and set PREFECT_API_URL=http://127.0.0.1:4200/api (see README)", exit_code=preflight.BAD_ARGUMENT)
-    parameters = prepare(night)
+    parameters = prepare(night, prefect_wait=prefect_wait, notice=lambda line: typer.echo(line, err=True))
     if dask_address:  # the served runs import flows.nightly, which takes its task runner from here
         os.environ[storage_secrets.DASK_VAR] = dask_address
     with prefect_console(log_level or ("INFO" if verbose else "WARNING")):
@@ -97,6 +103,29 @@ def serve(*, night: NightOptions, cron: str, settle: float, fail_on: str | None 
         # (loaded from the file, its postponed annotations such as Path did not resolve, and
         # every run failed its parameter validation).
         # _sync: the deployment itself, even where an event loop or a run context is about (else a coroutine).
-        deployment = nightly.to_deployment(name="dumpscope-nightly", cron=cron, entrypoint_type=EntrypointType.MODULE_PATH,
-                                           parameters={k: v for k, v in parameters.items() if v is not None}, _sync=True)
-        serve_deployments(deployment)
+        with _said_in_one_line(url):
+            deployment = nightly.to_deployment(name="dumpscope-nightly", cron=cron,
+                                               entrypoint_type=EntrypointType.MODULE_PATH,
+                                               parameters={k: v for k, v in parameters.items() if v is not None},
+                                               _sync=True)
+            serve_deployments(deployment)
+
+
+@contextlib.contextmanager
+def _said_in_one_line(url: str) -> Iterator[None]:
+    """What the Prefect API at ``url`` refuses (an HTTP error: a key it wants, an API that is not a
+    Prefect server's), exit 2, or a server that stops answering, exit 1, as one line: it was
+    Prefect's traceback of 70-80 lines."""
+    import httpx
+
+    where = f"PREFECT_API_URL {url}"
+    try:
+        yield
+    except httpx.HTTPStatusError as exc:
+        code = exc.response.status_code
+        hint = ("set PREFECT_API_KEY (a Prefect Cloud workspace wants one)" if code in (401, 403)
+                else "give a Prefect server's API URL, e.g. http://127.0.0.1:4200/api")
+        raise CommandError(f"{where}: the API refused {exc.request.method} {exc.request.url.path} (HTTP {code}): {hint}",
+                           exit_code=preflight.BAD_ARGUMENT) from None
+    except (httpx.TransportError, OSError) as exc:
+        raise CommandError(f"{where}: the Prefect server stopped answering ({type(exc).__name__}: {exc})") from None

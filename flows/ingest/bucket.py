@@ -16,8 +16,9 @@ written (``escape_name``), is decided by ``transforms.layout``.
 local directory that does not exist, an S3 bucket that does not exist; an existing
 but empty prefix is an empty bucket) and ``BucketAccessDenied(url)`` when the store
 refuses the credentials (InvalidAccessKeyId, SignatureDoesNotMatch, ExpiredToken,
-AccessDenied on the listing): both are ``BucketUnusable``, an operator's mistake, not
-worth a retry; ``check_bucket`` finds them with one cheap look before a night starts.
+AccessDenied on the listing; on S3, no credentials at all): both are ``BucketUnusable``, an
+operator's mistake, not worth a retry; ``check_bucket`` finds them with one cheap look before a
+night starts, and an S3 endpoint that does not answer too.
 Raises ``BucketReadError(path, reason)`` for other I/O failures (listing refused,
 object vanished, permission denied) so a flow can retry or record them; bad
 *content* (a broken run.json) is never raised, it is reported in
@@ -172,16 +173,42 @@ def check_bucket(bucket_url: str, storage_options: dict[str, Any] | None = None)
         raise BucketAccessDenied(bucket_url, _denial(exc)) from None
     except OSError:
         return
+    except Exception as exc:
+        raise _client_refusal(bucket_url, exc) from None
     try:
         exists = _root_exists(fs, root)
     except PermissionError as exc:
         raise BucketAccessDenied(bucket_url, _denial(exc)) from None
     except OSError:
         return
+    except Exception as exc:
+        raise _client_refusal(bucket_url, exc) from None
     if not exists:
         raise BucketNotFound(bucket_url)
     if isinstance(fs, LocalFileSystem) and not os.path.isdir(root):
         raise BucketNotFound(bucket_url, "a file, not a directory")
+
+
+_NO_CREDENTIALS_HINT = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the "
+                        "environment, or --storage-option key=... --storage-option secret=...; anon=true for a public bucket")
+
+
+def _client_refusal(bucket_url: str, exc: Exception) -> Exception:
+    """What the store's client raised before the store answered, when it is not an ``OSError``:
+    botocore's credential errors (none found, a profile that does not exist, half of a key
+    pair) are ``BucketAccessDenied``, its other errors (an endpoint that does not answer)
+    ``BucketUnusable``: the client's own words on one line. Anything else is ``exc`` itself."""
+    try:
+        from botocore import exceptions as boto
+    except ImportError:  # no S3 client installed: not one of its errors
+        return exc
+    said = " ".join(str(exc).split())
+    if isinstance(exc, (boto.NoCredentialsError, boto.PartialCredentialsError, boto.ProfileNotFound,
+                        boto.CredentialRetrievalError)):
+        return BucketAccessDenied(bucket_url, f"{said}; {_NO_CREDENTIALS_HINT}")
+    if isinstance(exc, boto.BotoCoreError):
+        return BucketUnusable(bucket_url, said)
+    return exc
 
 
 def _denial(exc: BaseException) -> str:

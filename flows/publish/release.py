@@ -86,6 +86,13 @@ def releases_dir(dest: Path) -> Path:
     return dest.with_name(dest.name + ".releases")
 
 
+def storage_options_for(dest: str, bucket: str, bucket_options: dict) -> dict | None:
+    """The storage options a publish to ``dest`` uses: the bucket's when both are on the same kind
+    of store (``s3://`` and ``s3://``), else none (the ``AWS_*`` environment, or the store's own)."""
+    same_store = "://" in bucket and dest.split("://", 1)[0] == bucket.split("://", 1)[0]
+    return bucket_options if same_store else None
+
+
 def check_destination(dest: str, storage_options: dict | None = None) -> None:
     """Raise ``BadDestination`` when ``dest`` cannot take a release (before any work)."""
     if is_local(dest):
@@ -110,12 +117,14 @@ def check_destination(dest: str, storage_options: dict | None = None) -> None:
         raise BadDestination(f"--publish {dest}: no filesystem for {protocol}:// ({exc})") from None
 
 
-def release(site_dir: Path, warehouse: Path, dest: str, storage_options: dict | None = None) -> Released:
-    """Publish the site in ``site_dir`` and a snapshot of ``warehouse`` to ``dest``."""
+def release(site_dir: Path, warehouse: Path, dest: str, storage_options: dict | None = None,
+            site_url: str | None = None) -> Released:
+    """Publish the site in ``site_dir`` and a snapshot of ``warehouse`` to ``dest``; the snapshot
+    carries ``site_url`` (``[site] url``), for ``check`` to link to the pages."""
     check_destination(dest, storage_options)
     if is_local(dest):
-        return _release_to_directory(site_dir, warehouse, local_path(dest))
-    return _release_to_store(site_dir, warehouse, dest.rstrip("/"), storage_options or {})
+        return _release_to_directory(site_dir, warehouse, local_path(dest), site_url)
+    return _release_to_store(site_dir, warehouse, dest.rstrip("/"), storage_options or {}, site_url)
 
 
 def _linked_release(dest: Path) -> str | None:
@@ -153,7 +162,7 @@ def _is_marked(path: Path, dest: Path, release_id: str) -> bool:
         return False
 
 
-def _release_to_directory(site_dir: Path, warehouse: Path, dest: Path) -> Released:
+def _release_to_directory(site_dir: Path, warehouse: Path, dest: Path, site_url: str | None) -> Released:
     releases = releases_dir(dest)
     releases.mkdir(exist_ok=True)
     before = _linked_release(dest)  # what readers are on: kept, as every release after it
@@ -163,7 +172,7 @@ def _release_to_directory(site_dir: Path, warehouse: Path, dest: Path) -> Releas
     try:
         (building / MARKER).write_bytes(release_marker(dest, name))  # first: a copy killed midway is known as ours
         shutil.copytree(site_dir, building, dirs_exist_ok=True)
-        write_snapshot(warehouse, building / SNAPSHOT_NAME)
+        write_snapshot(warehouse, building / SNAPSHOT_NAME, site_url)
     except BaseException:  # a full disk, an unreadable site: this process lives on (serve), its pid too
         shutil.rmtree(building, ignore_errors=True)
         raise
@@ -222,14 +231,15 @@ def _foreign_warning(releases: Path, foreign: list[str]) -> str:
     return f"{plain_text(releases)} holds {entries} no publish made (no {MARKER} marker), left untouched: {named}{more}"
 
 
-def _release_to_store(site_dir: Path, warehouse: Path, dest: str, storage_options: dict) -> Released:
+def _release_to_store(site_dir: Path, warehouse: Path, dest: str, storage_options: dict,
+                      site_url: str | None) -> Released:
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(dest, **storage_options)
     root = root.rstrip("/")
     with tempfile.TemporaryDirectory(prefix="dumpscope-release-") as tmp:
         snapshot = Path(tmp) / SNAPSHOT_NAME
-        write_snapshot(warehouse, snapshot)
+        write_snapshot(warehouse, snapshot, site_url)
         local = {f.relative_to(site_dir).as_posix(): f for f in sorted(site_dir.rglob("*")) if f.is_file()}
         local[SNAPSHOT_NAME] = snapshot
         at_dest = {p[len(root) + 1:] for p in fs.find(root)} - {PUBLISHING} if fs.exists(root) else set()

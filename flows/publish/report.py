@@ -42,9 +42,10 @@ def night_report(warehouse: Path, run_id: str | None = None, settings: Settings 
     return text, verdict.counts(at)
 
 
-def terminal_summary(warehouse: Path, limit: int = 5) -> list[str]:
-    """The latest run's verdict and its new incidents, as plain-text lines (``night_brief``)."""
-    return night_brief(*_verdict(warehouse, None), limit=limit)
+def terminal_summary(warehouse: Path, limit: int = 5, site_url: str | None = None) -> list[str]:
+    """The latest run's verdict and its new incidents, as plain-text lines (``night_brief``), with
+    their pages on the site at ``site_url`` (``[site] url``) when given."""
+    return night_brief(*_verdict(warehouse, None), limit=limit, site_url=site_url)
 
 
 def write_night_report(warehouse: Path, report_path: Path | None = None,

@@ -47,7 +47,8 @@ from flows.verdict import history
 from flows.verdict import items as items_mod
 from flows.warehouse import loading, siblings
 from flows.warehouse.loading import StagedDump
-from flows.warehouse.reads import NoSuchRun, frame_of, read_with
+from flows.warehouse.reads import NoSuchRun, frame_of, read_with, run_named
+from flows.warehouse.snapshot import site_url_of
 from transforms import check_report
 from transforms.check_report import CheckResult
 from transforms.layout import BucketObject, Role, escape_name
@@ -148,7 +149,8 @@ def judge_directory(con, directory: Path, objects: list[BucketObject], not_read:
     damaged = _damaged(outcomes)
     result = CheckResult(against=reference["run_id"], against_commit=reference["commit"],
                          candidate_commit=info.commit if info else None, dumps=len(objects), damaged=damaged,
-                         run_errors=list(info.meta_errors) if info else [], not_read=not_read, site_url=settings.site_url,
+                         run_errors=list(info.meta_errors) if info else [], not_read=not_read,
+                         site_url=settings.site_url or site_url_of(con),
                          new_programs=verdict.new_programs,
                          **check_report.changes(verdict.incidents, verdict.steps, verdict.diffs, run_id))
     result.opened += unjudged_damage(damaged, fresh, verdict.steps.filter(pl.col("opened_run") == run_id),
@@ -163,6 +165,7 @@ def history_runs(con, against: str | None) -> tuple[pl.DataFrame, list[dict]]:
     if order.is_empty():
         raise CommandError("the warehouse holds no run yet (run `dumpscope run` first)")
     if against is not None:
+        against = run_named(con, against)
         at = order.filter(pl.col("run_id") == against)
         if at.is_empty():
             raise NoSuchRun(against, tail=f" (latest: {order.get_column('run_id')[-1]})")

@@ -1,6 +1,7 @@
 """Shared read helpers over a DuckDB connection: rows as polars frames, values from outside
 registered as data (never formatted into SQL), the order of runs (``LATEST_RUN_FIRST``,
-``runs_latest_first``, ``latest_run_id``), and "no such run".
+``runs_latest_first``, ``latest_run_id``), the run a command's argument names (``run_named``:
+a run id, ``latest`` or ``previous``), and "no such run".
 
 Every module that reads the warehouse uses these, so a query's parameters, a registered frame's
 lifetime and the wording of a missing run are decided once.
@@ -83,3 +84,20 @@ def latest_run_id(con: duckdb.DuckDBPyConnection) -> str | None:
     """The latest run's id (``LATEST_RUN_FIRST``), or None when the warehouse holds no run."""
     found = runs_latest_first(con, 1)
     return found[0] if found else None
+
+
+RUN_ALIASES = ("latest", "previous")  # the latest run and the one before it (LATEST_RUN_FIRST)
+
+
+def run_named(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """The run id ``name`` names wherever a command takes a run: the id itself, or, when no run
+    has that id, ``latest`` (the latest run) or ``previous`` (the one before it). Raises
+    ``NoSuchRun`` (naming the latest runs) for an alias the warehouse has no run for; any
+    other name is returned as it is, for the caller's own check."""
+    if name not in RUN_ALIASES or run_exists(con, name):
+        return name
+    latest = runs_latest_first(con, 5)
+    index = RUN_ALIASES.index(name)
+    if len(latest) <= index:
+        raise NoSuchRun(name, latest)
+    return latest[index]

@@ -188,17 +188,21 @@ def diff_command(r: dict) -> str:
             + f" --series {shell_word(pattern)}")
 
 
-def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None, *, limit: int = 5) -> list[str]:
+def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None, *, limit: int = 5,
+                site_url: str | None = None) -> list[str]:
     """The summary for a person at a terminal, in plain text and a few lines: the counts on one
     line, then each new regression or failure (the first ``limit``, by impact) on one line with
     its first line of cause and its ``dumpscope diff``; the rest is a command away
-    (``dumpscope incidents``). Every name through ``plain_text``: no markup, no entity, control
+    (``dumpscope incidents``). With ``site_url`` (``[site] url``) the run's page and each
+    incident's follow them. Every name through ``plain_text``: no markup, no entity, control
     characters shown as symbols."""
     s = TEXT
     if run_id is None:
         return ["No runs yet: the bucket held no run."]
     c = counts(at)
     lines = [f"Last night ({s.text(run_id)}, commit {s.text(commit or '?')}): {counts_line(c, s)}."]
+    if site_url:
+        lines.append(f"  page: {site_page(site_url, 'runs', f'{slug(run_id)}.html')}")
     rows = ordered(at)
     new = [r for r in rows if section_of(r) == "new"]
     # A revert is news even though nothing opens: what it reopened, on one line each.
@@ -206,6 +210,8 @@ def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None,
         if run_id in (r.get("reopened_runs") or []):
             lines += ["", f"{s.code(r['incident_id'])} {r['kind']} (open since {s.text(r['opened_run'])})"
                           f"{reverted_text(r, run_id, s)}: {s.text(r['headline'])}"]
+            if site_url:
+                lines.append(f"  page: {site_page(site_url, 'incidents', slug(r['incident_id']) + '.html')}")
     for r in new[:limit]:
         lines += ["", f"{s.code(r['incident_id'])} {r['kind']}: {s.text(r['headline'])}"]
         cause = r["cause"].splitlines() if r["cause"] else []
@@ -214,6 +220,8 @@ def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None,
                                                             if len(cause) > 1 else ""))
         if r["last_good_run"]:
             lines.append(f"  {s.code(diff_command(r))}")
+        if site_url:
+            lines.append(f"  page: {site_page(site_url, 'incidents', slug(r['incident_id']) + '.html')}")
     if len(new) > limit:
         lines += ["", f"… and {len(new) - limit} more new: dumpscope incidents --status new"]
     return lines
