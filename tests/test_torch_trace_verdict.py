@@ -125,7 +125,7 @@ def test_metric_rows_are_each_programs_figures_equal_to_torchs(tmp_path):
 # --- compile seconds: a median of runs ---
 
 
-def _walk(values: list[float]) -> list[tuple]:
+def _walk(values: list[float], repeats: tuple[str, ...] = ()) -> list[tuple]:
     runs = [f"r{i}" for i in range(len(values))]
     order = pl.DataFrame({"run_id": runs, "run_seq": list(range(len(runs))),
                           "started_at": [datetime(2026, 1, 1) + timedelta(days=i) for i in range(len(runs))],
@@ -134,7 +134,8 @@ def _walk(values: list[float]) -> list[tuple]:
                         "metric": "dynamo.compile_seconds", "run_id": runs, "value": values})
     health = pl.DataFrame({"series": "s", "job": "j", "program": "p", "run_id": runs, "status": "ok",
                            "detail": pl.Series([None] * len(runs), dtype=pl.String)})
-    _, steps, _ = compute(obs, health, order, [], Settings(), Floors())
+    repeated = pl.DataFrame({"series": "s", "run_id": list(repeats)}, schema={"series": pl.String, "run_id": pl.String})
+    _, steps, _ = compute(obs, health, order, [], Settings(), Floors(), repeats=repeated)
     return steps.select("step", "opened_run", "last_good_run", "baseline", "value", "closed_run").rows()
 
 
@@ -148,6 +149,15 @@ def test_one_slow_run_opens_nothing_a_lasting_level_opens_where_it_began():
     assert _walk([13.6, 13.6, 40.0, 40.0, 40.0]) == [("regression", "r3", "r1", 13.6, 40.0, None)]
 
 
+def test_a_dump_whose_bytes_an_earlier_run_held_is_not_a_second_sample():
+    # r2's log is r1's again (a night copied into the bucket, a job that wrote its log again):
+    # one slow run, measured once, not two slow runs of three.
+    assert _walk([13.6, 275.6, 275.6]) == [("regression", "r2", "r0", 13.6, 275.6, None)]
+    assert _walk([13.6, 275.6, 275.6], repeats=("r2",)) == []
+    # A lasting level still opens when its runs are new measurements; repeats between them change nothing.
+    assert _walk([13.6, 13.6, 40.0, 40.0, 41.0], repeats=("r1", "r3")) == [("regression", "r4", "r1", 13.6, 40.0, None)]
+
+
 def test_window_is_a_setting():
     rule = parse_settings('[[rule]]\nmetric = "*.compile_seconds"\nrel = 1.0\nnoise = 5\nwindow = 5\n').rule_for(
         "s", "dynamo.compile_seconds")
@@ -157,16 +167,20 @@ def test_window_is_a_setting():
 
 
 def test_a_lasting_compile_time_step_opens_one_spike_does_not(tmp_path):
-    """Real logs of the sample: plain (cold cache, a quiet runner) and plain_busy (the same job on a
-    runner kept busy): job 'lasting' is slow from the third night on, job 'spike' one night."""
-    plain, busy = _log(SAMPLE / "2026-11-17" / "torch-trace"), _log(SAMPLE / "2026-11-18" / "torch-trace")
+    """Real logs of one program: warm (a warm cache), plain and cold (a cold one: two jobs a line
+    apart) and busy (cold, a runner kept busy). Job 'lasting' is warm two nights (the second log a
+    copy of the first: one measurement), cold from the third on; job 'spike' is slow one night and
+    then writes the first night's log again (copies: not new samples)."""
+    warm, plain = _log(FIX / "plain_warm"), _log(SAMPLE / "2026-11-17" / "torch-trace")
+    busy, cold = _log(SAMPLE / "2026-11-18" / "torch-trace"), _log(FIX / "graph_break_removed")
     runs = ["2026-10-01", "2026-10-02", "2026-10-03", "2026-10-04"]
-    lasting, spike = [plain, plain, busy, busy], [plain, busy, plain, plain]
+    lasting, spike = [warm, warm, plain, cold], [plain, busy, plain, plain]
     con = _night(tmp_path, {r: {"lasting": a, "spike": b} for r, a, b in zip(runs, lasting, spike)})
-    figures = {log: parse_dump(gzip.open(log), log.name).summary.metrics for log in (plain, busy)}
+    figures = {log: parse_dump(gzip.open(log), log.name).summary.metrics for log in (warm, plain, busy, cold)}
     steps = con.execute("SELECT job, metric, step, opened_run, last_good_run, baseline, value, closed_run "
                         "FROM incident_steps ORDER BY job, metric").fetchall()
-    assert steps == [("lasting", m, "regression", "2026-10-04", "2026-10-02", figures[plain][m], figures[busy][m], None)
+    # The median of the three measurements (warm, plain, cold) is cold's, from r4 on.
+    assert steps == [("lasting", m, "regression", "2026-10-04", "2026-10-02", figures[warm][m], figures[cold][m], None)
                      for m in ("dynamo.compile_seconds", "inductor.compile_seconds")]
     assert figures[busy]["dynamo.compile_seconds"] > 10 * figures[plain]["dynamo.compile_seconds"]  # the spike is real
 

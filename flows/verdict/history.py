@@ -158,7 +158,7 @@ def job_history(con, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame,
     names = pl.DataFrame({"job": jobs}, schema={"job": pl.String})
     seq = order.select("run_id", "run_seq")
     dumps = read_with(con, {"_jobs": names, "_runs": seq.select("run_id")},
-                  "SELECT path, run_id, job, kind, stage, program, status, error, lost_metrics FROM dumps "
+                  "SELECT path, run_id, job, kind, stage, program, status, error, lost_metrics, dump_id FROM dumps "
                   "WHERE job IN (SELECT job FROM _jobs) AND run_id IN (SELECT run_id FROM _runs)")
     clean = seq.filter(pl.col("run_seq") < from_seq).select("run_id")
     stored = read_with(con, {"_jobs": names, "_runs": clean}, f"""

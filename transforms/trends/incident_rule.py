@@ -126,7 +126,21 @@ def compute_incidents(series: pl.DataFrame, dumps: pl.DataFrame, observations: p
     if observations.schema.get("series") == pl.Categorical:  # categoricals: no string per row
         info = info.with_columns(pl.all().cast(pl.Categorical))
     floors = incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count)
-    return incident_mod.compute(observations, health, order, accepts, settings, floors, ok=ok, info=info, since=since)
+    return incident_mod.compute(observations, health, order, accepts, settings, floors, ok=ok, info=info, since=since,
+                                repeats=repeated_contents(usable, dumps, order))
+
+
+def repeated_contents(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame | None:
+    """(series, run_id) of each run where a series' dump holds the bytes (``dumps.dump_id``) its
+    dump held in an earlier run: a night copied into the bucket again, a log rewritten
+    unchanged. A timing in it was measured once, in the earlier run; a median of runs
+    (a rule's ``window``) that sampled it again would turn one slow run into two. None when
+    ``dumps`` carries no content ids."""
+    if "dump_id" not in dumps.columns:
+        return None
+    runs = series.select("series", "run_id", "path").join(dumps.select("path", "dump_id"), on="path")
+    runs = runs.join(order.select("run_id", "run_seq"), on="run_id").sort("series", "run_seq")
+    return runs.filter(~pl.col("dump_id").is_first_distinct().over("series")).select("series", "run_id")
 
 
 def causes(incidents: pl.DataFrame, steps: pl.DataFrame, diffs: pl.DataFrame) -> pl.Series:

@@ -266,10 +266,13 @@ def _accepted_at(accepts: list[dict], series: str, job: str, program: str, opene
 
 
 def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, job: str, program: str, metric: str,
-                rule, floors: Floors, run_ids: list[str], accepts: list[dict]) -> list[_Step]:
+                rule, floors: Floors, run_ids: list[str], accepts: list[dict],
+                repeats: frozenset[int] = frozenset()) -> list[_Step]:
     """The steps of one (series, metric) from its (run_seq, value, previous run_seq) rows in
     run order. Rows equal to the one before may be left out (they change nothing), except
-    at runs with an accept; the previous run_seq keeps each step's last good run exact."""
+    at runs with an accept; the previous run_seq keeps each step's last good run exact.
+    ``repeats``: the run_seqs where the series' dump holds bytes it held in an earlier run
+    (a night copied, a log written again): a median of runs does not sample them again."""
     out: list[_Step] = []
     direction = rule.direction
     # A failure figure of a program seen for the first time is measured from a passing one: an
@@ -288,7 +291,7 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
         return (value - base) * direction < 0 and is_step(value, base)
 
     if rule.window > 1:
-        rows = _medians(rows, rule.window, lambda v, base: worse(v, base) or better(v, base), lambda: level)
+        rows = _medians(rows, rule.window, lambda v, base: worse(v, base) or better(v, base), lambda: level, repeats)
     seen = False  # a value seen yet (before it, a failure figure's level is the passing one it assumes)
     for seq, value, prev_seq in rows:
         if level is None:
@@ -347,16 +350,22 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
     return out
 
 
-def _medians(rows: Iterable[tuple[int, float, int | None]], window: int, stepped, level
-             ) -> Iterator[tuple[int, float, int | None]]:
+def _medians(rows: Iterable[tuple[int, float, int | None]], window: int, stepped, level,
+             repeats: frozenset[int] = frozenset()) -> Iterator[tuple[int, float, int | None]]:
     """A noisy figure's rows as its walk reads them: each value the median of the series' last
     ``window`` values (the lower middle one of an even count, while it has fewer), so one
     outlier moves nothing. The previous run_seq of a row is that of the run before the
     newest values that all stepped from the level (``level()``, read as the walk moves it):
     a step the median confirms has as last good run the one before its lasting level began.
-    Needs every row of the series (``compute`` keeps them for these metrics)."""
+    A row of ``repeats`` (the same bytes as an earlier run's dump: the same measurement, not
+    another one) is not sampled: the walk reads the median as it stood, so the run's accepts
+    still apply. Needs every row of the series (``compute`` keeps them for these metrics)."""
     recent: list[tuple[int, float, int | None]] = []
+    stood: tuple[float, int | None] | None = None
     for row in rows:
+        if row[0] in repeats and stood is not None:
+            yield row[0], *stood
+            continue
         recent = [*recent[-(window - 1):], row]
         values = sorted(v for _, v, _ in recent)
         median = values[(len(values) - 1) // 2]
@@ -367,6 +376,7 @@ def _medians(rows: Iterable[tuple[int, float, int | None]], window: int, stepped
                 if not stepped(value, base):
                     break
                 prev = before
+        stood = median, prev
         yield row[0], median, prev
 
 
@@ -406,7 +416,7 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
 
 def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFrame, accepts: list[dict],
             settings: Settings, floors: Floors = Floors(), *, ok: pl.DataFrame | None = None,
-            info: pl.DataFrame | None = None, since: int | None = None) -> Walked:
+            info: pl.DataFrame | None = None, since: int | None = None, repeats: pl.DataFrame | None = None) -> Walked:
     """Incidents and incident_steps without causes (``incident_rule.causes`` adds them from ``diffs``).
 
     ``observations``: series, job, program, kind, stage, metric, run_id, value — figures
@@ -421,7 +431,9 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     changed at that run or later (opened, moved while open, closed) — a night's, when the
     runs before it are as they were; the others (``Walked.unchanged``) are what an earlier
     walk made of the same runs (the walk is a function of the runs so far, and impact of
-    the step's own runs).
+    the step's own runs). ``repeats`` (series, run_id): the runs where a series' dump holds
+    the bytes of one of its earlier runs (``incident_rule.repeated_contents``), which a median
+    of runs does not sample again.
     """
     run_ids = order.sort("run_seq").get_column("run_id").to_list()
     seq_of = order.select("run_id", "run_seq")
@@ -474,6 +486,11 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
             .iter_rows(named=True)} if "kind" in health.columns else {}
     meta |= {r["series"]: r for r in info.select(pl.col("series", "job", "program", "kind", "stage").cast(pl.String))
              .unique("series").iter_rows(named=True)}  # every series with figures, moving or not
+    repeated: dict[str, set[int]] = {}
+    for series, run_id in (repeats.select(pl.col("series", "run_id").cast(pl.String)).iter_rows()
+                           if repeats is not None else ()):
+        if run_id in seq:
+            repeated.setdefault(series, set()).add(seq[run_id])
     steps: list[_Step] = []
     cols = [obs.get_column(c).to_list() for c in ("series", "metric", "run_seq", "value", "prev_seq")]
     start = 0
@@ -484,7 +501,8 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
         m = meta[series]
         rows = zip(cols[2][start:end], cols[3][start:end], cols[4][start:end])
         steps += walk_metric(rows, series=series, job=m["job"], program=m["program"], metric=metric,
-                             rule=settings.rule_for(series, metric), floors=floors, run_ids=run_ids, accepts=accepts)
+                             rule=settings.rule_for(series, metric), floors=floors, run_ids=run_ids, accepts=accepts,
+                             repeats=frozenset(repeated.get(series, ())))
         start = end
     steps += _health_steps(health.join(seq_of, on="run_id"), run_ids, accepts)
     # A revert is a run that reopened a step of the program: the steps it closed back at their level
