@@ -208,12 +208,14 @@ def build(path: Path, *, runs: int = RUNS, jobs: int = JOBS, per_job: int = PER_
             'fusion f32[1024,64] appeared (×2, 512.0 KiB) model.py:42' || chr(10) || 'all-reduce f32[8,128] appeared',
             ['memory.temp_bytes', 'kernel.launches'], [i.series], (hash(i.s, i.run) % 1000) / 10.0,
             CASE WHEN hash(i.s, i.run, 'a') % 5 = 0 AND c.run_id IS NOT NULL THEN 'bench' END,
-            CASE WHEN hash(i.s, i.run, 'a') % 5 = 0 AND c.run_id IS NOT NULL THEN 'intended' END, []::VARCHAR[]
+            CASE WHEN hash(i.s, i.run, 'a') % 5 = 0 AND c.run_id IS NOT NULL THEN 'intended' END, []::VARCHAR[],
+            []::VARCHAR[], []::VARCHAR[], false
         FROM inc i JOIN r p ON p.run = i.run - 1 LEFT JOIN r c ON c.run = i.close_at;
         INSERT INTO incident_steps SELECT i.incident_id, i.job, i.program, i.series[1], s.kind, s.stage, m.metric,
             CASE WHEN i.kind = 'improvement' THEN 'improvement' WHEN i.kind = 'failure' THEN 'failure' ELSE 'regression' END,
             i.opened_run, i.last_good_run, i.closed_run, i.closed_how, 1048576, 1048576 * 1.03, 1048576 * 1.03, 31457,
-            i.impact, 'fusion.42 = f32[1024,64] fusion(...), metadata={{source_file="model.py" source_line=42}}', NULL
+            i.impact, 'fusion.42 = f32[1024,64] fusion(...), metadata={{source_file="model.py" source_line=42}}', NULL,
+            NULL, false
         FROM incidents i JOIN _series s ON s.series = i.series[1] JOIN (VALUES ('memory.temp_bytes'), ('kernel.launches')) m(metric) ON true;
         INSERT INTO accepts SELECT NULL, closed_run, NULL, accepted_note, accepted_by, TIMESTAMP '2025-01-01' + to_days(1),
             incident_id, [incident_id] FROM incidents WHERE closed_how = 'accepted';

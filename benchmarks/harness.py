@@ -87,9 +87,11 @@ def run(argv: list[str], *, cwd: Path | str | None = None, env: dict | None = No
                 if on_poll:
                     on_poll(tree)
                 peak_tree, peak_procs = max(peak_tree, rss), max(peak_procs, len(tree))
-                if timeout is not None and not timed_out and time.perf_counter() - t0 > timeout:
+                if timeout is not None and time.perf_counter() - t0 > timeout:
+                    if not tree:  # the launcher has not spawned the command yet (a loaded machine): it goes
+                        launcher.kill()
                     timed_out = True
-                    _kill(tree, new_session)
+                    _kill(tree, new_session)  # each poll: a command spawned since the last is killed too
                 try:
                     launcher.wait(poll_s)
                 except subprocess.TimeoutExpired:

@@ -44,8 +44,11 @@ from pathlib import Path, PurePosixPath
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from generate_samples import gzip_to, run_job, versions, write_run  # noqa: E402
+from generate_samples import NOTES, gzip_to, run_job, versions, write_run  # noqa: E402
 from generate_torch_traces import _figures as torch_figures, _free_port  # noqa: E402
+
+# A second ONNX job of first_night_failures: the same exporter without draft export.
+NOTES.setdefault("torch-onnx-nodraft", NOTES["torch-onnx"])
 
 SEED = 20261201
 FIRST_NIGHT = datetime.fromisoformat("2026-10-01T02:00:00+00:00")
@@ -204,12 +207,19 @@ SCENARIOS: dict[str, dict] = {
 
 
 def _inc(name: str, job: str, program: str, kind: str, opened: int, closed: tuple[int, str] | None, *,
-         base: int, metrics: list[str], change: str, stacked_on: str | None = None) -> dict:
+         base: int | None, metrics: list[str], change: str, stacked_on: str | None = None,
+         reopened: tuple[tuple[int, int], ...] = (), reverted: bool = False, base_of: dict[str, int] | None = None) -> dict:
     """An expected incident under the incident model (.briefs/incident_model.md): nights are
     1-based; ``base`` is the night whose figures are its steps' baseline (the level they
-    stepped from); ``metrics`` the exact set that steps (before -> after filled in from the dumps)."""
+    stepped from; None: a program seen first when it opened, its failures measured from a
+    passing figure); ``metrics`` the exact set that steps (before -> after filled in from the
+    dumps); ``reopened``: (night it closed, night a revert reopened it) before its last closing
+    (``closed``); ``reverted``: its closing was a revert (its figures back where they stood
+    before it opened); ``base_of``: metric -> the night of its baseline, where it is not ``base``'s (a
+    step of a run that fixed another past its baseline steps from that one's baseline)."""
     return {"name": name, "job": job, "program": program, "kind": kind, "opened": opened, "closed": closed,
-            "base": base, "metrics": sorted(metrics), "change": change, "stacked_on": stacked_on}
+            "base": base, "metrics": sorted(metrics), "change": change, "stacked_on": stacked_on,
+            "reopened": [list(r) for r in reopened], "reverted": reverted, "base_of": base_of or {}}
 
 
 def _mlp(wide: bool, **more) -> dict:
@@ -500,6 +510,102 @@ SCENARIOS |= {
 }
 
 
+# The revert after an overshoot (issue 44, item 2): an eval step whose kernel launches go 8 -> 10
+# (commit A: accuracy on the softmax) -> 2 (the eval batch becomes empty: XLA folds the step into
+# two constant copies) -> 10 (the batch change reverted) -> 10.
+EVAL = {"width": 64, "layers": 1, "batch": 16, "center": None}
+SCENARIOS |= {
+    "overshoot_revert": {
+        "summary": "A jit eval step (the samples' loss, a one-layer MLP 64 wide, batch 16). Night 2 (commit A) "
+                   "scores it by the probability of the true class (a softmax) instead of the argmax: kernel "
+                   "launches 8 -> 10, kept. Night 3 empties the eval batch (16 -> 0 rows): XLA folds the whole "
+                   "step into two constant copies (launches 10 -> 2, no fusion left). Night 4 reverts night 3: "
+                   "night 2's program again; night 5 the same.",
+        "nights": 5,
+        "jobs": lambda i: {"jax-jit": {"task": "eval", "score": "argmax" if i == 0 else "softmax"}
+                                     | EVAL | {"batch": 0 if i == 2 else 16}},
+        "changes": [
+            {"id": "softmax-score", "night": 2, "job": "jax-jit", "program": "jit_eval_step",
+             "what": "accuracy scored on the softmax (mean probability of the true class) instead of the argmax: "
+                     "two more kernels (launches 8 -> 10, fusions 8 -> 10)",
+             "evidence": [("fusions", "fusion.count", AFTER), ("hlo_instructions", "hlo.instructions", AFTER)]},
+            {"id": "empty-batch", "night": 3, "job": "jax-jit", "program": "jit_eval_step",
+             "what": "the eval batch is empty (0 rows): XLA folds the step into two copies of NaN constants "
+                     "(launches 10 -> 2, fusions 10 -> 0); night 4 reverts it (night 2's program, the same bytes)",
+             "evidence": [("fusions", "fusion.count", AFTER), ("hlo_instructions", "hlo.instructions", AFTER)]},
+        ],
+        "notes": ["night 3 overshoots A's regression: A is fixed there and an improvement (launches 8 -> 2 from "
+                  "A's baseline) opens; night 4 returns every figure to where it stood before night 3's change, "
+                  "so it reverts night 3: night 3's incidents close (lost, fixed) and A reopens with its own "
+                  "first run and commit range; nothing new opens",
+                  "night 4's and night 5's dumps are night 2's bytes"],
+    },
+    "first_night_failures": {
+        "summary": "A torch-onnx job (draft export enabled: TORCH_ONNX_ENABLE_DRAFT_EXPORT=1) exports the "
+                   "samples' MLP every night, each model in its own folder. From night 2 on it also exports a "
+                   "gated model (a data-dependent branch: torch.export's strict and non-strict strategies fail, "
+                   "draft export rescues it) and a classifier left in train mode (its dropout makes the accuracy "
+                   "check fail), and a new job torch-onnx-nodraft exports the gated model without draft export "
+                   "(capture fails: TorchExportError, an error report, no model). Night 4 puts the classifier "
+                   "in eval mode.",
+        "nights": 5,
+        "jobs": lambda i: {
+            "torch-onnx": {"task": "onnx_models", "draft_export": True, "mlp": MLP,
+                           "models": ["mlp"] + (["gated", "classifier"] if i >= 1 else []),
+                           "classifier_train_mode": i in (1, 2)},
+            **({"torch-onnx-nodraft": {"task": "onnx_models", "draft_export": False, "models": ["gated"]}}
+               if i >= 1 else {}),
+        },
+        "changes": [
+            {"id": "draft-rescued", "night": 2, "job": "torch-onnx", "program": "encoder+decoder(x)",
+             "what": "a new model whose torch.export strategies both fail (data-dependent branch); draft export "
+                     "rescues it: the report is ..._strategies.md, two capture steps ❌",
+             "evidence": [("report_outcome", "onnx.step.torch_export_nonstrict 0", "gated/onnx_export_*.md")]},
+            {"id": "train-mode", "night": 2, "job": "torch-onnx", "program": "embed+classify(x)",
+             "what": "a new model left in train mode: its dropout differs between PyTorch and ONNX Runtime, the "
+                     "accuracy check fails (..._accuracy.md); night 4 exports it in eval mode",
+             "evidence": [("max_abs_diff", "onnx.max_abs_diff", "classifier/onnx_export_*.md")]},
+            {"id": "eval-mode", "night": 4, "job": "torch-onnx", "program": "embed+classify(x)",
+             "what": "the classifier exported in eval mode: the accuracy check passes (max_abs_diff 0.40 -> 2.4e-7)",
+             "evidence": [("max_abs_diff", "onnx.max_abs_diff", "classifier/onnx_export_*.md")]},
+            {"id": "capture-fails", "night": 2, "job": "torch-onnx-nodraft", "program": "gated",
+             "what": "the gated model without draft export: capture fails (TorchExportError), an error report "
+                     "(..._pt_export.md) and no model",
+             "evidence": [("report_outcome", "onnx.step.torch_export_strict 0; no program", "gated/onnx_export_*.md")]},
+        ],
+        "notes": ["each failing model is new on night 2 (torch-onnx-nodraft is a new job): a failure the first night "
+                  "it is seen, never a new series listed as not a regression",
+                  "the MLP's report is the same text every night"],
+    },
+}
+_NEW_FAILURES = ("onnx.errors", "onnx.step.torch_export_nonstrict", "onnx.step.torch_export_strict")
+SCENARIOS["overshoot_revert"]["incidents"] = [
+    _inc("A", "jax-jit", "jit_eval_step", "regression", 2, None, base=1, change="softmax-score", reopened=((3, 4),),
+         metrics=["kernel.launches"]),
+    _inc("A-improvement", "jax-jit", "jit_eval_step", "improvement", 2, None, base=1, change="softmax-score",
+         metrics=["fusion.count", "fusion.count.kLoop", "memory.peak_live_bytes"]),
+    # Night 3 fixes A past its baseline: its launches step from A's baseline (night 1), as its memory figures
+    # (night 2 moved them by less than the floor); its peak steps further from A-improvement's (night 2).
+    _inc("B", "jax-jit", "jit_eval_step", "improvement", 3, (4, "lost"), base=1, change="empty-batch",
+         reverted=True, stacked_on="A-improvement", base_of={"memory.peak_live_bytes": 2},
+         metrics=["kernel.launches", *ENTRY_IN, "memory.parameter_bytes", "memory.peak_live_bytes",
+                  "memory.report_total_bytes", "memory.temp_bytes", "memory.total_bytes"]),
+    _inc("C", "jax-jit", "jit_eval_step", "regression", 3, (4, "fixed"), base=1, change="empty-batch",
+         reverted=True, metrics=["fusion.count", "fusion.count.kCustom", "fusion.count.kLoop"]),
+]
+SCENARIOS["first_night_failures"]["incidents"] = [
+    _inc("F-draft", "torch-onnx", "encoder+decoder(x)", "failure", 2, None, base=None, change="draft-rescued",
+         metrics=list(_NEW_FAILURES)),
+    _inc("F-train", "torch-onnx", "embed+classify(x)", "failure", 2, (4, "fixed"), base=None, change="train-mode",
+         metrics=["onnx.step.accuracy"]),
+    # In eval mode its outputs agree again: max_abs_diff 0.40 -> 2.4e-7, better than its first value.
+    _inc("I-train", "torch-onnx", "embed+classify(x)", "improvement", 4, None, base=3, change="eval-mode",
+         metrics=["onnx.max_abs_diff"]),
+    _inc("F-capture", "torch-onnx-nodraft", "gated", "failure", 2, None, base=None, change="capture-fails",
+         metrics=list(_NEW_FAILURES)),
+]
+
+
 # ---------------------------------------------------------------- workers (compilers' processes)
 
 def _jit(cfg: dict, dump_dir: Path) -> dict:
@@ -644,8 +750,13 @@ def _export_name(net, x) -> str | None:
 
     try:
         specs = torch.export.export(net, (x,)).graph_signature.input_specs
-    except Exception:  # no exported program: the report has none either (named after its folder)
-        return None
+    except Exception:  # torch.export fails: the exporter's draft export may still make the program
+        try:
+            if os.environ.get("TORCH_ONNX_ENABLE_DRAFT_EXPORT") != "1":
+                raise
+            specs = torch.export.draft_export(net, (x,)).graph_signature.input_specs
+        except Exception:  # no exported program: the report has none either (named after its folder)
+            return None
     modules, inputs = {}, {}
     for spec in specs:
         if spec.kind == InputKind.USER_INPUT:
@@ -807,10 +918,121 @@ def _verification(report: Path) -> dict:
     return out
 
 
+def _eval(cfg: dict, dump_dir: Path) -> dict:
+    """The samples' loss as a jitted eval step (``jit_eval_step``), scored by the argmax or by the
+    probability the softmax gives the true class."""
+    import jax
+    import jax.numpy as jnp
+    from samples import jax_jobs
+
+    loss, _, _ = jax_jobs._model()
+
+    def eval_step(params, x, y):
+        l, logits = loss(params, x, y)
+        if cfg["score"] == "argmax":
+            return l, jnp.mean(jnp.argmax(logits, -1) == jnp.argmax(y, -1))
+        return l, jnp.mean(jnp.sum(jax.nn.softmax(logits) * y, -1))
+
+    params = jax_jobs._init(cfg["width"], cfg["layers"], cfg["seed"])
+    x, y = jax_jobs._batch(cfg["batch"], cfg["seed"])
+    compiled = jax.jit(eval_step).lower(params, x, y).compile()
+    return {"programs": [jax_jobs._module_figures(compiled, dump_dir)], "devices": jax.device_count()}
+
+
+def _gated(cfg: dict):
+    """Halves its hidden units when their mean is large: a branch on data, which torch.export
+    cannot trace (strict and non-strict); draft export specialises it on the example input."""
+    import torch
+    from torch import nn
+    from samples import torch_jobs
+
+    class Gated(nn.Module):
+        def __init__(self, width: int):
+            super().__init__()
+            self.encoder = nn.Linear(torch_jobs.D_IN, width)
+            self.decoder = nn.Linear(width, torch_jobs.D_OUT)
+
+        def forward(self, x):
+            h = torch.relu(self.encoder(x))
+            if h.mean() > 0.25:
+                h = h * 0.5
+            return self.decoder(h)
+
+    torch.manual_seed(cfg["seed"])
+    return Gated(cfg["mlp"]["width"] if "mlp" in cfg else 64), torch_jobs._inputs(cfg | {"batch": 16})[0]
+
+
+def _classifier(cfg: dict):
+    """A classifier with dropout, in train mode unless ``classifier_train_mode`` is false."""
+    import torch
+    from torch import nn
+    from samples import torch_jobs
+
+    class Classifier(nn.Module):
+        def __init__(self, width: int):
+            super().__init__()
+            self.embed = nn.Linear(torch_jobs.D_IN, width)
+            self.dropout = nn.Dropout(0.1)
+            self.classify = nn.Linear(width, torch_jobs.D_OUT)
+
+        def forward(self, x):
+            return torch.log_softmax(self.classify(self.dropout(torch.relu(self.embed(x)))), dim=-1)
+
+    torch.manual_seed(cfg["seed"])
+    net = Classifier(64)
+    net.train(cfg["classifier_train_mode"])
+    return net, torch_jobs._inputs(cfg | {"batch": 16})[0]
+
+
+def _onnx_models(cfg: dict, dump_dir: Path, figures: Path) -> dict:
+    """Each model of ``cfg["models"]`` exported into its own folder (= its program name when the
+    export makes no program). The models are exported as they are (a model in train mode stays
+    so: ``_onnx`` calls ``eval()`` only on the samples' MLP)."""
+    from samples import torch_jobs
+
+    models = []
+    for name in cfg["models"]:
+        (dump_dir / name).mkdir()
+        model_path = figures.with_suffix(f".{name}.onnx")
+        if name == "mlp":
+            result = _onnx(cfg | cfg["mlp"], dump_dir / name, model_path)
+        else:
+            net, x = (_gated if name == "gated" else _classifier)(cfg)
+            saved = torch_jobs._net, torch_jobs._inputs
+            torch_jobs._net, torch_jobs._inputs = (lambda _cfg: _AsIs(net)), (lambda _cfg: (x, None))
+            try:
+                result = torch_jobs.run_onnx(cfg, dump_dir / name, model_path)
+            finally:
+                torch_jobs._net, torch_jobs._inputs = saved
+            result |= {"verification": _verification(dump_dir / name / result["files"]["report"]),
+                       "program": _export_name(net, x) if result.get("outcome") == "exported" else None,
+                       "train_mode": net.training}
+        result["files"] = {role: f"{name}/{rel}" for role, rel in result["files"].items()}
+        models.append({"name": name} | result)
+    return {"models": models, "draft_export": cfg["draft_export"]}
+
+
+class _AsIs:
+    """A model ``run_onnx`` may call ``eval()`` on without changing its mode (a model left in
+    train mode is the case exported)."""
+
+    def __init__(self, net):
+        self.net = net
+
+    def eval(self):
+        return self.net
+
+
 def worker(job: str, cfg: dict, dump_dir: Path, figures: Path) -> None:
     task = cfg["task"]
+    if cfg.get("draft_export"):  # read when torch.onnx is imported (torch/onnx/_flags.py)
+        os.environ["TORCH_ONNX_ENABLE_DRAFT_EXPORT"] = "1"
     if task == "jit":
         result = _jit(cfg, dump_dir)
+    elif task == "eval":
+        result = _eval(cfg, dump_dir)
+    elif task == "onnx_models":
+        result = _onnx_models(cfg, dump_dir, figures)
     elif task == "pmap":
         result = _pmap(cfg, dump_dir)
     elif task == "inductor":
@@ -852,7 +1074,7 @@ def nights(name: str) -> list[dict]:
 def job_config(scenario: str, night_index: int, night: dict, job: str) -> dict:
     """What the worker needs (``task`` says what it compiles), with the fixed stamp for names it writes."""
     offset = {"jax-jit": 5, "jax-pmap": 20, "torch-inductor": 35, "torch-onnx": 95, "torch-ranks": 50,
-              "torch-ranks-early": 65}[job]
+              "torch-ranks-early": 65, "torch-onnx-nodraft": 125}[job]
     stamp = datetime.fromisoformat(night["started_at"]) + timedelta(seconds=offset, microseconds=123456)
     return {"scenario": scenario, "seed": SEED} | night["jobs"][job] | {
         "stamp": stamp.replace(tzinfo=None).isoformat(),
@@ -895,8 +1117,9 @@ def _keep(rel: Path) -> bool:
     return bool(_KEEP.match(rel.name)) and "tlparse" not in rel.parts
 
 
-def programs_of(job: str, doc: dict) -> dict[str, dict]:
-    """The programs of one job's figures, by the name Dumpscope's parser gives them, with key figures."""
+def programs_of(job: str, doc: dict, job_out: Path | None = None) -> dict[str, dict]:
+    """The programs of one job's figures, by the name Dumpscope's parser gives them, with key figures
+    (``job_out``: the job's folder in the bucket, where a report that names no model is read)."""
     out = {}
     if job.startswith("jax-"):
         for p in doc["programs"]:
@@ -933,11 +1156,14 @@ def programs_of(job: str, doc: dict) -> dict[str, dict]:
     else:
         for m in doc.get("models") or [doc]:
             report = m["files"]["report"]
+            folder = str(PurePosixPath(report).parent) if "/" in report else job
             # The model as its exported program names it (parser rule, from torch.export's API); a report
-            # without one is named after its folder.
-            program = m.get("program") or (str(PurePosixPath(report).parent) if "/" in report else job)
+            # without one (capture failed) as the parser names it, by the model's first frame in the
+            # report's tracebacks (forward at <file>:<line>), else after its folder.
+            program = m.get("program") or (job_out and _parsed_program(job_out / report)) or folder
             out[program] = {
                 "files": [report],
+                **({"folder": folder} if program != m.get("program") and program != folder else {}),
                 "outcome": m["outcome"],
                 "report_outcome": m["report_outcome"],
                 "model_parameters": m["model_parameters"],
@@ -947,32 +1173,43 @@ def programs_of(job: str, doc: dict) -> dict[str, dict]:
     return out
 
 
-def run_scenario(name: str, scratch: Path, out: Path) -> dict:
-    """Every night of one scenario into ``out/<name>``; its manifest entry."""
+def _parsed_program(path: Path) -> str | None:
+    """The program ``transforms.parse.parse_dump`` names a dump by."""
+    from transforms.parse import parse_dump
+
+    with open(path, "rb") as f:
+        return parse_dump(f, path.name).summary.program
+
+
+def run_scenario(name: str, scratch: Path, out: Path, *, compile: bool = True) -> dict:
+    """Every night of one scenario into ``out/<name>``; its manifest entry (``compile`` False: of
+    the nights already there, the compilers not run again)."""
     bucket = out / name
-    shutil.rmtree(bucket, ignore_errors=True)
+    if compile:
+        shutil.rmtree(bucket, ignore_errors=True)
     entry_nights = []
     for i, night in enumerate(nights(name)):
         entry_jobs = {}
         for job in night["jobs"]:
             cfg = job_config(name, i, night, job)
-            if cfg["task"] == "ranks":
+            if compile and cfg["task"] == "ranks":
                 run_ranks_job(night, job, cfg, scratch / name, bucket)
-            else:
+            elif compile:
                 run_job(night, job, scratch / name, bucket, cfg=cfg, script=Path(__file__).resolve(), keep=_keep,
                         made_by="data/generate_incident_buckets.py")
             job_out = bucket / night["run_id"] / job
             figures = job_out / "compiler_figures.json"
             doc = json.loads(figures.read_text())
-            if "damage" in cfg:
+            if "damage" in cfg and compile:
                 dump_dir = scratch / name / night["run_id"] / job
                 doc["damaged"] = damage(job_out, dump_dir, doc["programs"][0]["files"], cfg["damage"])
                 figures.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
             entry_jobs[job] = {"config": {k: v for k, v in cfg.items() if k not in ("stamp", "pid", "scenario")},
-                               "programs": programs_of(job, doc)}
+                               "programs": programs_of(job, doc, job_out)}
             if "damaged" in doc:
                 entry_jobs[job]["damaged"] = doc["damaged"]
-        write_run(night, bucket)
+        if compile:
+            write_run(night, bucket)
         entry_nights.append({k: night[k] for k in ("run_id", "started_at", "commit", "tags")} | {"jobs": entry_jobs})
     return _manifest_entry(name, entry_nights, bucket)
 
@@ -980,8 +1217,16 @@ def run_scenario(name: str, scratch: Path, out: Path) -> dict:
 def _manifest_entry(name: str, entry_nights: list[dict], bucket: Path) -> dict:
     spec = SCENARIOS[name]
     run_ids = [n["run_id"] for n in entry_nights]
+    # A model whose report names none (its capture failed) is named here by its folder, in the
+    # manifest as the parser names it (``programs_of``: its first frame, forward at <file>:<line>).
+    alias = {(job, figs["folder"]): program for n in entry_nights for job, e in n["jobs"].items()
+             for program, figs in e["programs"].items() if "folder" in figs}
+
+    def named(x: dict) -> dict:
+        return x | {"program": alias.get((x["job"], x["program"]), x["program"])}
+
     changes, incidents = [], []
-    for ch in spec["changes"]:
+    for ch in map(named, spec["changes"]):
         opened = run_ids[ch["night"] - 1]
         closed = ch.get("closed")
         lifecycle = {}
@@ -994,8 +1239,8 @@ def _manifest_entry(name: str, entry_nights: list[dict], bucket: Path) -> dict:
             else:
                 lifecycle[run_id] = "open"
         before, after = run_ids[ch["night"] - 2], opened
-        figures = {run_id: entry_nights[run_ids.index(run_id)]["jobs"][ch["job"]]["programs"][ch["program"]]
-                   for run_id in (before, after)}
+        figures = {run_id: entry_nights[run_ids.index(run_id)]["jobs"].get(ch["job"], {}).get("programs", {}).get(ch["program"])
+                   for run_id in (before, after)}  # None: a program new at the change
         evidence = [{"compiler_figure": fig, "parsed_as": metric, "dump": dump,
                      "per_run": {n["run_id"]: _figure(n, ch, fig) for n in entry_nights}}
                     for fig, metric, dump in ch["evidence"]]
@@ -1009,7 +1254,7 @@ def _manifest_entry(name: str, entry_nights: list[dict], bucket: Path) -> dict:
                           "closed_as": closed["as"] if closed else None, "lifecycle": lifecycle,
                           "state_at_last_run": lifecycle[run_ids[-1]] if run_ids[-1] in lifecycle else closed["as"]})
     if "incidents" in spec:
-        incidents = _expected_incidents(spec["incidents"], run_ids, bucket)
+        incidents = _expected_incidents([named(inc) for inc in spec["incidents"]], run_ids, bucket)
     return {
         "summary": spec["summary"],
         "notes": spec.get("notes", []),
@@ -1024,21 +1269,39 @@ def _expected_incidents(expected: list[dict], run_ids: list[str], bucket: Path) 
     one, and each step's baseline -> value as the project's parser reads the dumps (per series)."""
     from transforms.trends.rules import ZERO_WHEN_ABSENT
 
+    from transforms.trends.incidents import healthy_value
+
     figures = _series_figures(bucket, run_ids)
     out = []
     for inc in expected:
         closed = inc["closed"]
         last = closed[0] if closed else len(run_ids)
-        lifecycle = {run_ids[k - 1]: "new" if k == inc["opened"] else closed[1] if closed and k == last else "open"
-                     for k in range(inc["opened"], last + 1)}
-        before, after = (figures[run_ids[inc[k] - 1]].get((inc["job"], inc["program"]), {}) for k in ("base", "opened"))
+        gaps = {c: r for c, r in inc.get("reopened", [])}
+        how = "lost" if inc["kind"] == "improvement" else "fixed"
+        lifecycle, k = {}, inc["opened"]
+        while k <= last:
+            if k in gaps:  # closed there, then reopened by a revert: not listed in between
+                lifecycle[run_ids[k - 1]] = how
+                k = gaps[k]
+                lifecycle[run_ids[k - 1]] = "open"
+            else:
+                lifecycle[run_ids[k - 1]] = "new" if k == inc["opened"] else closed[1] if closed and k == last else "open"
+            k += 1
+        after = figures[run_ids[inc["opened"] - 1]].get((inc["job"], inc["program"]), {})
+        if inc["base"] is None:  # first seen when it opened: its failures step from a passing figure
+            before = {series: {m: healthy_value(m) for m in inc["metrics"] if healthy_value(m) is not None}
+                      | {_STATUS: "ok"} for series in after}
+        else:
+            before = figures[run_ids[inc["base"] - 1]].get((inc["job"], inc["program"]), {})
         steps = []
         for series in sorted(before.keys() & after.keys()):
             if "dump.status" in inc["metrics"] and after[series][_STATUS] != "ok" == before[series][_STATUS]:
                 steps.append({"series": series, "metric": "dump.status", "before": None, "after": None})
             for metric in inc["metrics"]:
                 zero = 0 if re.search(ZERO_WHEN_ABSENT, metric) else None
-                b, a = before[series].get(metric, zero), after[series].get(metric, zero)
+                base = before if metric not in inc.get("base_of", {}) else \
+                    figures[run_ids[inc["base_of"][metric] - 1]].get((inc["job"], inc["program"]), {})
+                b, a = base.get(series, {}).get(metric, zero), after[series].get(metric, zero)
                 if b is not None and a is not None and b != a:
                     steps.append({"series": series, "metric": metric, "before": b, "after": a})
         out.append({"name": inc["name"], "change": inc["change"], "job": inc["job"], "program": inc["program"],
@@ -1046,7 +1309,10 @@ def _expected_incidents(expected: list[dict], run_ids: list[str], bucket: Path) 
                     "closed": run_ids[closed[0] - 1] if closed else None, "closed_as": closed[1] if closed else None,
                     "stacked_on": inc["stacked_on"], "lifecycle": lifecycle,
                     "state_at_last_run": lifecycle.get(run_ids[-1], closed and closed[1]),
-                    "metrics": inc["metrics"], "steps": steps})
+                    "metrics": inc["metrics"], "steps": steps}
+                   | ({"reopened": [[run_ids[c - 1], run_ids[r - 1]] for c, r in inc["reopened"]]}
+                      if inc.get("reopened") else {})
+                   | ({"reverted": True} if inc.get("reverted") else {}))
     return out
 
 
@@ -1072,20 +1338,25 @@ _STATUS = "__status__"  # the dump's parse status, beside its metrics (failure s
 
 def _figure(night: dict, change: dict, key: str):
     """One key figure of the changed program in one night (``damaged``: the files cut that night)."""
-    job = night["jobs"][change["job"]]
+    job = night["jobs"].get(change["job"], {})
     if key == "damaged":
         return sorted(d["file"] for d in job.get("damaged", {}).values())
-    return job["programs"][change["program"]][key]
+    program = job.get("programs", {}).get(change["program"])
+    return None if program is None else program.get(key)  # None: the program (or its job) not there that night
 
 
-def write_manifest(out: Path, entries: dict[str, dict]) -> None:
+def write_manifest(out: Path, entries: dict[str, dict], *, every: bool = True) -> None:
+    """The manifest with ``entries`` (``every``: all the scenarios were made now; else the others'
+    entries and the versions they were made with stay, and ``entries`` say their own)."""
     path = out / "MANIFEST.json"
     old = json.loads(path.read_text()) if path.exists() else {}
+    if not every and old.get("versions") and old["versions"] != versions():
+        entries = {name: entry | {"versions": versions()} for name, entry in entries.items()}
     scenarios = (old.get("scenarios") or {}) | entries
     doc = {
         "made_by": "data/generate_incident_buckets.py",
         "command": COMMAND,
-        "versions": versions(),
+        "versions": versions() if every or not old.get("versions") else old["versions"],
         "layout": "<scenario>/<run_id>/run.json and <scenario>/<run_id>/<job>/<dump>.gz (+ compiler_figures.json "
                   "per job: the compilers' own figures); the sample bucket's layout (data/README.md)",
         "conventions": {
@@ -1119,6 +1390,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=HERE.parent / "tests" / "incident_buckets")
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/dumpscope-incidents"))
     ap.add_argument("--scenarios", nargs="*", choices=sorted(SCENARIOS), help="scenarios to make (default: all)")
+    ap.add_argument("--manifest-only", action="store_true",
+                    help="write the scenarios' manifest entries from the nights already in --out (no compiler runs)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--dump-dir", type=Path, help=argparse.SUPPRESS)
@@ -1133,9 +1406,9 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.scenarios or SCENARIOS:
         t1 = time.perf_counter()
         print(f"== {name}", flush=True)
-        entries[name] = run_scenario(name, args.scratch, args.out)
+        entries[name] = run_scenario(name, args.scratch, args.out, compile=not args.manifest_only)
         print(f"{name}: {time.perf_counter() - t1:.0f} s", flush=True)
-    write_manifest(args.out, entries)
+    write_manifest(args.out, entries, every=not args.scenarios)
     print(f"done in {time.perf_counter() - t0:.0f} s", flush=True)
 
 

@@ -99,6 +99,9 @@ SHARED_FIXTURE_MODULES = {"test_bad_input", "test_browser_harness", "test_bucket
                           "test_onnx_report", "test_parse_memory", "test_foreign_warehouse", "test_records_heal", "test_records_store",
                           "test_s3_dask", "test_scale", "test_site", "test_site_daily", "test_site_names", "test_site_history",
                           "test_site_hostile", "test_site_incremental", "test_sql_records", "test_warehouse"}
+# ... of which these build their fixture a bucket at a time, for the bucket a test names first
+# (``[bucket-night]``): a unit per bucket, so the buckets are built on every worker at once.
+SHARED_BY_BUCKET = {"test_check_equals_nightly"}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -112,6 +115,8 @@ def pytest_xdist_make_scheduler(config, log):
     class SharedFixturesTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
+            if Path(module).stem in SHARED_BY_BUCKET:  # one unit per bucket, the first parameter
+                return f"{module}[{nodeid.partition('[')[2].split('-', 1)[0]}]"
             return module if Path(module).stem in SHARED_FIXTURE_MODULES else nodeid
 
     config.option.loadscopereorder = False  # keep _schedule's order (xdist would put the largest units first)

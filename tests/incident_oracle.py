@@ -6,7 +6,7 @@ without counters, dump kind, stage). Output (``incidents``): one dict per incide
 by ``(job, program, opened_run, improvement)``, with its kind, closing, ``stacked_on``,
 status at every run from the opening one, metrics and steps (series, metric, baseline,
 value). Only the stable pieces of the project are used: the parser, ``normalize_program``,
-``DEFAULT_RULES`` (direction, the median window of noisy timings) and ``step_test``/``Floors``
+``DEFAULT_RULES`` (direction, the median window of noisy timings) and ``step_test``/``floor_test``/``Floors``
 (floors). No accepts, and no renaming of colliding programs (``#2``): a bucket that needs either raises.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transforms.parse import parse_dump
-from transforms.trends.incidents import Floors, step_test
+from transforms.trends.incidents import Floors, floor_test, step_test
 from transforms.trends.rules import DEFAULT_RULES, FALLBACK_RULE, ZERO_WHEN_ABSENT
 from transforms.trends.series import normalize_program
 
@@ -36,6 +36,13 @@ class Step:
     below: "Step | None" = None
     closed: int | None = None
     how: str | None = None
+    before: float | None = None  # the level before the run it opened in
+    undid: tuple = ()  # the steps that run closed
+    reverted: bool = False
+    lives: list = None  # (from, to) runs it was open: its first and each a revert reopened
+
+    def __post_init__(self):
+        self.lives = [[self.opened, None]]
 
 
 def read_bucket(bucket: Path) -> tuple[list[str], list[set[str]], dict[str, dict]]:
@@ -75,19 +82,37 @@ def walk(values: list[tuple[int, float]], metric: str, **names) -> list[Step]:
     if rule.window > 1:
         values = [(run, sorted(v for _, v in values[max(0, k + 1 - rule.window):k + 1])[k // 2 if k + 1 < rule.window
                   else (rule.window - 1) // 2]) for k, (run, _) in enumerate(values)]
-    failure = metric.startswith("onnx.step.") or metric == "onnx.errors"
+    failure = metric.startswith("onnx.step.") or metric in ("onnx.errors", "dynamo.failures")
 
     def past(v: float, base: float, way: int) -> bool:  # way 1: worse, -1: better
         return (v - base) * direction * way > 0 and is_step(v, base)
 
-    level, stack, out = None, [], []
-    for run, v in values:
+    past_floor = floor_test(metric, rule, Floors())
+
+    # A failure figure starts from passing: a program failing the first night it is seen is a failure.
+    level = (1.0 if metric.startswith("onnx.step.") else 0.0) if failure else None
+    stack, out = [], []
+    for k, (run, v) in enumerate(values):
         if level is None:
             level = v
             continue
+        before, closed = (level if k else None), []  # the first value: no level was seen before it
         while stack and not past(v, stack[-1].baseline, -1 if stack[-1].kind == "improvement" else 1):
             top = stack.pop()
             top.closed, top.how, level = run, "lost" if top.kind == "improvement" else "fixed", top.baseline
+            top.lives[-1][1] = run
+            top.reverted = top.before is not None and not past_floor(v, top.before)  # back to the level before its run
+            closed.append(top)
+        # A revert of a run that also closed steps: those reopen, nothing opens.
+        undone = next((s for s in closed if s.undid and s.reverted), None)
+        if undone is not None:
+            for s in reversed(undone.undid):
+                s.closed, s.how = None, None
+                s.lives.append([run, None])
+                s.before, s.undid = before, tuple(closed)
+                stack.append(s)
+            level = undone.before
+            continue
         top = stack[-1] if stack else None
         if past(v, level, 1) and (top is None or top.kind != "improvement"):
             kind = "failure" if failure else "regression"
@@ -95,7 +120,8 @@ def walk(values: list[tuple[int, float]], metric: str, **names) -> list[Step]:
             kind = "improvement"
         else:
             continue  # below the floor, or a partial recovery (loss) of the open steps
-        step = Step(metric=metric, kind=kind, opened=run, baseline=level, value=v, below=top, **names)
+        step = Step(metric=metric, kind=kind, opened=run, baseline=level, value=v, below=top, before=before,
+                    undid=tuple(closed), **names)
         out.append(step)
         stack.append(step)
         level = v
@@ -111,7 +137,7 @@ def health(runs: dict[int, tuple], jobs: list[set[str]], job: str, **names) -> l
             continue
         if status == "ok":
             if open_ is not None:
-                open_.closed, open_.how, open_ = i, "fixed", None
+                open_.closed, open_.how, open_.lives[-1][1], open_ = i, "fixed", i, None
             seen_ok = True
         elif open_ is None and seen_ok:
             metric = "dump.vanished" if status == "absent" else "dump.status"
@@ -144,6 +170,8 @@ def incidents(bucket: Path) -> dict[tuple, dict]:
     groups: dict[tuple, list[Step]] = {}
     for s in steps:
         groups.setdefault(key(s), []).append(s)
+    # Runs where a revert reopened a step of a program: there, steps back at their level are reverted.
+    revert_runs = {(s.job, s.program, a) for s in steps for a, _ in s.lives[1:]}
     out = {}
     for k, group in groups.items():
         kinds = {s.kind for s in group}
@@ -152,14 +180,33 @@ def incidents(bucket: Path) -> dict[tuple, dict]:
         how = None if closed is None else "lost" if kind == "improvement" else "fixed"
         opened = group[0].opened
         last = len(run_ids) - 1 if closed is None else closed
+        # Its status at each run: open while a step of it is; closed runs (all steps closed) that a
+        # revert later reopened say how it closed there, the runs up to the reopening are not listed.
+        lives = sorted((life for s in group for life in s.lives), key=lambda ab: (ab[0], ab[1] is None, ab[1] or 0))
+        lifecycle = {}
+        for i in range(opened, last + 1):
+            open_ = any(a <= i and (b is None or i < b) for a, b in lives)
+            closing = any(b == i for _, b in lives)
+            if i == opened:
+                lifecycle[run_ids[i]] = "new"
+            elif open_:
+                lifecycle[run_ids[i]] = "open"
+            elif closing:
+                lifecycle[run_ids[i]] = "lost" if kind == "improvement" else "fixed"
+        reopened, end = [], lives[0][1]
+        for a, b in lives[1:]:  # the union of its lives: where it was closed, then reopened
+            if end is not None and a > end:
+                reopened.append((run_ids[end], run_ids[a]))
+            end = None if end is None or b is None else max(end, b)
         out[k] = {
             "kind": kind,
             "closed": None if closed is None else run_ids[closed],
             "closed_as": how,
             "stacked_on": sorted({key(s.below) for s in group if s.below is not None}),
-            "lifecycle": {run_ids[i]: "new" if i == opened else how if i == closed else "open"
-                          for i in range(opened, last + 1)},
+            "lifecycle": lifecycle,
             "metrics": sorted({s.metric for s in group}),
             "steps": sorted((s.series, s.metric, s.baseline, s.value) for s in group),
-        }
+        } | ({"reopened": [list(r) for r in reopened]} if reopened else {}) | (
+            {"reverted": True} if closed is not None and (group[0].job, group[0].program, closed) in revert_runs
+            and all(s.reverted for s in group if s.closed == closed) else {})
     return out

@@ -404,6 +404,7 @@ def test_a_damaged_dump_is_one_failure_whoever_judges_it():
     none is a failure entry of its own; of a known series it is the rule's; and once the rule opens
     a failure for a new series itself (a first-night failure), it is not said twice."""
     from flows.verdict.candidate import unjudged_damage
+    from transforms.trends.rules import Settings
 
     def damaged(path, program):
         return {"path": path, "job": "jax-new", "kind": "xla_hlo", "program": program, "status": "failed",
@@ -413,7 +414,8 @@ def test_a_damaged_dump_is_one_failure_whoever_judges_it():
                           "series": ["jax-new/new_step/xla_hlo", "jax-new/known_step/xla_hlo", "jax-new/judged_step/xla_hlo"]})
     opened = pl.DataFrame({"series": ["jax-new/judged_step/xla_hlo"]})
     got = unjudged_damage([damaged("a", "new_step"), damaged("b", "known_step"), damaged("c", "judged_step"),
-                           damaged("d", None)], fresh, opened, {"jax-new/new_step/xla_hlo", "jax-new/judged_step/xla_hlo"})
+                           damaged("d", None)], fresh, opened, {"jax-new/new_step/xla_hlo", "jax-new/judged_step/xla_hlo"},
+                          Settings())
     assert [(r["program"], r["steps"][0]["series"], r["headline"]) for r in got] == [
         ("new_step", "jax-new/new_step/xla_hlo", "jax-new / new_step: xla_hlo does not parse: the file is empty (0 bytes), "
                                                   "not XLA HLO module text"),

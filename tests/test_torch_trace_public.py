@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from transforms.parse import parse_dump
-from transforms.records import DumpKind
+from transforms.records import DumpKind, lost_match
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "torch_trace"
 ENTRIES = json.loads((CORPUS / "MANIFEST.json").read_text(encoding="utf-8"))["files"]
@@ -59,3 +59,54 @@ def test_what_is_wrong_with_the_damaged_ones_is_said_by_line():
     [error] = parse_dump(io.BytesIO(text), "cache_hit_miss.log").summary.errors
     assert error.startswith("cache_hit_miss.log: line 7541: the log ends inside the lazy backward compile of 1/0 "
                             "(opened at line 3411, no bwd_compilation_metrics)")
+
+
+# --- damage costs only the figures read from it (DumpSummary.lost; issue 44, item 4) ---
+
+FIRST = "multi_rank_runtime_rank_0.first.log.gz"  # whole: one function compiled twice
+
+
+def _garbled(lineno: int) -> bytes:
+    """The whole log with its line ``lineno`` (1-based) cut in the middle of its JSON, newline kept."""
+    lines = gzip.decompress((CORPUS / FIRST).read_bytes()).split(b"\n")
+    lines[lineno - 1] = lines[lineno - 1][: len(lines[lineno - 1]) // 2]
+    return b"\n".join(lines)
+
+
+def _whole() -> dict[str, float]:
+    return parse_dump(io.BytesIO(gzip.decompress((CORPUS / FIRST).read_bytes())), "a.log").summary.metrics
+
+
+@pytest.mark.parametrize(("lineno", "record", "lost"), [
+    (56, "describe_tensor", ()),  # read by no figure
+    (1340, "inductor_output_code", ("kernel.*",)),  # its kernels are counted from its payload
+    (3132, "compilation_metrics", None),  # a compile's figures: every one in doubt
+])
+def test_a_garbled_record_costs_what_its_kind_feeds(lineno, record, lost):
+    text = _garbled(lineno)
+    assert text.split(b"\n")[lineno - 1].split(b"] ", 1)[1].startswith(b'{"' + record.encode())
+    s = parse_dump(io.BytesIO(text), "a.log").summary
+    assert s.status.value == "partial" and s.lost == lost
+    assert s.errors[0].startswith(f"a.log: line {lineno}: record is not valid JSON")
+    if lost is None:  # the rule before: nothing stands (the figures stay, for people, never judged)
+        assert not s.figures_stand
+        return
+    assert s.figures_stand
+    whole = _whole()
+    assert s.metrics == {k: v for k, v in whole.items() if not lost_match(k, lost)}
+    assert s.metrics["dynamo.recompiles"] == 1 and s.metrics["dynamo.compiles"] == 2
+
+
+def test_a_log_cut_short_stands_behind_nothing():
+    text = gzip.decompress((CORPUS / "cache_hit_miss.log.gz").read_bytes())
+    s = parse_dump(io.BytesIO(text), "cache_hit_miss.log").summary
+    assert s.truncated and s.lost is None and not s.figures_stand
+    # Payloads whose MD5 does not match, read by no figure: every figure stands.
+    text = gzip.decompress((CORPUS / "multi_rank_runtime_rank_0.log.gz").read_bytes())
+    s = parse_dump(io.BytesIO(text), "rank_0.log").summary
+    assert (s.status.value, len(s.errors), s.lost, s.figures_stand) == ("partial", 4, (), True)
+    assert (s.metrics["dynamo.recompiles"], s.metrics["kernel.generated"]) == (3, 11)
+    # Payload lines with no record before them: which record is gone is not known, nothing stands.
+    text = gzip.decompress((CORPUS / "export.log.gz").read_bytes())
+    s = parse_dump(io.BytesIO(text), "export.log").summary
+    assert (s.status.value, s.lost, s.figures_stand) == ("partial", None, False)

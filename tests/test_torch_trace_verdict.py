@@ -125,7 +125,7 @@ def test_metric_rows_are_each_programs_figures_equal_to_torchs(tmp_path):
 # --- compile seconds: a median of runs ---
 
 
-def _walk(values: list[float]) -> list[tuple]:
+def _walk(values: list[float], repeats: tuple[str, ...] = ()) -> list[tuple]:
     runs = [f"r{i}" for i in range(len(values))]
     order = pl.DataFrame({"run_id": runs, "run_seq": list(range(len(runs))),
                           "started_at": [datetime(2026, 1, 1) + timedelta(days=i) for i in range(len(runs))],
@@ -134,7 +134,8 @@ def _walk(values: list[float]) -> list[tuple]:
                         "metric": "dynamo.compile_seconds", "run_id": runs, "value": values})
     health = pl.DataFrame({"series": "s", "job": "j", "program": "p", "run_id": runs, "status": "ok",
                            "detail": pl.Series([None] * len(runs), dtype=pl.String)})
-    _, steps, _ = compute(obs, health, order, [], Settings(), Floors())
+    repeated = pl.DataFrame({"series": "s", "run_id": list(repeats)}, schema={"series": pl.String, "run_id": pl.String})
+    _, steps, _ = compute(obs, health, order, [], Settings(), Floors(), repeats=repeated)
     return steps.select("step", "opened_run", "last_good_run", "baseline", "value", "closed_run").rows()
 
 
@@ -148,6 +149,15 @@ def test_one_slow_run_opens_nothing_a_lasting_level_opens_where_it_began():
     assert _walk([13.6, 13.6, 40.0, 40.0, 40.0]) == [("regression", "r3", "r1", 13.6, 40.0, None)]
 
 
+def test_a_dump_whose_bytes_an_earlier_run_held_is_not_a_second_sample():
+    # r2's log is r1's again (a night copied into the bucket, a job that wrote its log again):
+    # one slow run, measured once, not two slow runs of three.
+    assert _walk([13.6, 275.6, 275.6]) == [("regression", "r2", "r0", 13.6, 275.6, None)]
+    assert _walk([13.6, 275.6, 275.6], repeats=("r2",)) == []
+    # A lasting level still opens when its runs are new measurements; repeats between them change nothing.
+    assert _walk([13.6, 13.6, 40.0, 40.0, 41.0], repeats=("r1", "r3")) == [("regression", "r4", "r1", 13.6, 40.0, None)]
+
+
 def test_window_is_a_setting():
     rule = parse_settings('[[rule]]\nmetric = "*.compile_seconds"\nrel = 1.0\nnoise = 5\nwindow = 5\n').rule_for(
         "s", "dynamo.compile_seconds")
@@ -157,16 +167,20 @@ def test_window_is_a_setting():
 
 
 def test_a_lasting_compile_time_step_opens_one_spike_does_not(tmp_path):
-    """Real logs of the sample: plain (cold cache, a quiet runner) and plain_busy (the same job on a
-    runner kept busy): job 'lasting' is slow from the third night on, job 'spike' one night."""
-    plain, busy = _log(SAMPLE / "2026-11-17" / "torch-trace"), _log(SAMPLE / "2026-11-18" / "torch-trace")
+    """Real logs of one program: warm (a warm cache), plain and cold (a cold one: two jobs a line
+    apart) and busy (cold, a runner kept busy). Job 'lasting' is warm two nights (the second log a
+    copy of the first: one measurement), cold from the third on; job 'spike' is slow one night and
+    then writes the first night's log again (copies: not new samples)."""
+    warm, plain = _log(FIX / "plain_warm"), _log(SAMPLE / "2026-11-17" / "torch-trace")
+    busy, cold = _log(SAMPLE / "2026-11-18" / "torch-trace"), _log(FIX / "graph_break_removed")
     runs = ["2026-10-01", "2026-10-02", "2026-10-03", "2026-10-04"]
-    lasting, spike = [plain, plain, busy, busy], [plain, busy, plain, plain]
+    lasting, spike = [warm, warm, plain, cold], [plain, busy, plain, plain]
     con = _night(tmp_path, {r: {"lasting": a, "spike": b} for r, a, b in zip(runs, lasting, spike)})
-    figures = {log: parse_dump(gzip.open(log), log.name).summary.metrics for log in (plain, busy)}
+    figures = {log: parse_dump(gzip.open(log), log.name).summary.metrics for log in (warm, plain, busy, cold)}
     steps = con.execute("SELECT job, metric, step, opened_run, last_good_run, baseline, value, closed_run "
                         "FROM incident_steps ORDER BY job, metric").fetchall()
-    assert steps == [("lasting", m, "regression", "2026-10-04", "2026-10-02", figures[plain][m], figures[busy][m], None)
+    # The median of the three measurements (warm, plain, cold) is cold's, from r4 on.
+    assert steps == [("lasting", m, "regression", "2026-10-04", "2026-10-02", figures[warm][m], figures[cold][m], None)
                      for m in ("dynamo.compile_seconds", "inductor.compile_seconds")]
     assert figures[busy]["dynamo.compile_seconds"] > 10 * figures[plain]["dynamo.compile_seconds"]  # the spike is real
 
@@ -232,3 +246,79 @@ def test_a_log_staged_by_parser_version_1_is_parsed_again_with_each_programs_fig
     again = stage_object(LocalFileSystem(), obj, tmp_path / "staging")
     assert (again.parsed, again.summary["parser_version"], again.summary["programs"]) == (
         True, P.PARSER_VERSION, first.summary["programs"])
+
+
+# --- damage spoils only what it touches (issue 44, item 4) ---
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus" / "torch_trace"
+INNER = "inner at /home/skarjala/pytorch/torch/_dynamo/external_utils.py:66"
+
+
+def _named(tmp_path: Path, corpus_file: str, name: str) -> Path:
+    """A corpus log (one of tlparse's test inputs) under the name PyTorch gives a rank's log."""
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    return Path(shutil.copy(CORPUS / corpus_file, tmp_path / "logs" / name))
+
+
+def test_a_payload_no_figure_reads_spoils_nothing_and_the_nights_real_step_is_judged(tmp_path):
+    """Rank 0 of one job on three nights, from tlparse's own test inputs: whole (one recompile); recompiled
+    three times with four inductor_runtime_and_tensor_meta payloads whose MD5 does not match (read by no
+    figure); then the same with two output-code payloads damaged too (their kernel.* figures lost). Main made
+    night 2 a failure headed by the checksum message, its figures dropped from trends and totals, the real
+    step (recompiles 1 -> 3) hidden."""
+    nights = {"2026-10-01": {"torch-trace": _named(tmp_path, "multi_rank_runtime_rank_0.first.log.gz",
+                                                   "dedicated_log_torch_trace_rank_0_k3j9x2ab.log.gz")},
+              "2026-10-02": {"torch-trace": _named(tmp_path, "multi_rank_runtime_rank_0.log.gz",
+                                                   "dedicated_log_torch_trace_rank_0_p0q7rt1z.log.gz")},
+              "2026-10-03": {"torch-trace": _named(tmp_path, "collectives_parity_rank_0.log.gz",
+                                                   "dedicated_log_torch_trace_rank_0_w2e8c5dn.log.gz")}}
+    con = _night(tmp_path, nights)
+    assert con.execute("SELECT run_id, status, lost_metrics FROM dumps ORDER BY run_id").fetchall() == [
+        ("2026-10-01", "ok", None), ("2026-10-02", "partial", []), ("2026-10-03", "partial", ["kernel.*"])]
+    # Night 2: the recompiles are a regression of their own, not a failure of the log.
+    [(iid, kind, metrics, headline)] = con.execute(
+        "SELECT incident_id, kind, metrics, headline FROM incidents WHERE opened_run = '2026-10-02'").fetchall()
+    assert (kind, metrics) == ("regression", ["dynamo.compiles", "dynamo.guards", "dynamo.recompiles"])
+    assert "dynamo.recompiles 1 → 3 (+2)" in headline
+    steps = con.execute("SELECT metric, baseline, value FROM incident_steps WHERE incident_id = ? ORDER BY metric",
+                        [iid]).fetchall()
+    assert steps == [("dynamo.compiles", 2, 4), ("dynamo.guards", 127, 275), ("dynamo.recompiles", 1, 3)]
+    # Its figures are charted and summed: compile seconds 4.03 -> 6.66 s, not dropped (main: -100 %).
+    trend = con.execute("""SELECT run_id, value FROM metric_trends WHERE metric = 'dynamo.compile_seconds'
+                           ORDER BY run_id""").fetchall()
+    assert trend == [("2026-10-01", 4.025805), ("2026-10-02", 6.660633), ("2026-10-03", 6.660633)]
+    assert con.execute("SELECT run_id, value FROM job_totals WHERE metric = 'dynamo.compile_seconds' ORDER BY run_id"
+                       ).fetchall() == trend
+    # The damage is shown in ingest health and as the run's events, with the checksum message.
+    assert con.execute("SELECT run_id, partial FROM run_rollups ORDER BY run_id").fetchall() == [
+        ("2026-10-01", 0), ("2026-10-02", 1), ("2026-10-03", 1)]
+    [(detail,)] = con.execute("SELECT detail FROM series_events WHERE run_id = '2026-10-02' AND event = 'partial_dump'"
+                              ).fetchall()
+    assert "line 1686: the payload of artifact inductor_runtime_and_tensor_meta (lines 1687-1784) does not match" in detail
+    # Night 3 loses the kernel.* figures the verdict reads (fallbacks): a failure about the log, its other
+    # figures still judged: the compile seconds' level lasted two nights of three (4.03 -> 6.66 s, Inductor's
+    # 1.92 -> 4.03 s), a step in the same incident, from night 1.
+    [(kind, metrics, headline, good)] = con.execute(
+        "SELECT kind, metrics, headline, last_good_run FROM incidents WHERE opened_run = '2026-10-03'").fetchall()
+    assert (kind, metrics, good) == ("failure", ["dump.lost", "dynamo.compile_seconds", "inductor.compile_seconds"],
+                                     "2026-10-01")
+    assert headline.startswith(f"torch-trace / {INNER.replace('/home/skarjala/pytorch/torch/_dynamo/', '')}: "
+                               "torch_trace damaged, kernel.* not read: line 1340: the payload of inductor_output_code")
+    assert con.execute("SELECT count(*) FROM metrics WHERE run_id = '2026-10-03' AND metric LIKE 'kernel.%'"
+                       ).fetchall() == [(0,)]
+    assert con.execute("SELECT value FROM metric_trends WHERE run_id = '2026-10-03' AND metric = 'dynamo.recompiles'"
+                       ).fetchall() == [(3,)]
+    # check of night 2's log against night 1 says what the nightly said: the regression, no failure.
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    con.close()
+    pr = tmp_path / "pr" / "torch-trace"
+    pr.mkdir(parents=True)
+    shutil.copy(nights["2026-10-02"]["torch-trace"], pr)
+    out = CliRunner().invoke(app, ["check", str(pr.parent), "--warehouse", str(tmp_path / "wh.duckdb"), "--against",
+                                   "2026-10-01", "--format", "json", "--fail-on", "new"])
+    assert out.exit_code == 4, out.output
+    assert [(e["change"], e["kind"], e["metrics"]) for e in json.loads(out.stdout)] == [
+        ("opens", "regression", ["dynamo.compiles", "dynamo.guards", "dynamo.recompiles"])]

@@ -335,8 +335,25 @@ def test_accepts_logged_before_schema_14_keep_no_closed_incidents(tmp_path):
         con.execute("ALTER TABLE accepts DROP COLUMN closed_incidents")
         con.execute(ws.set_version_sql(13))
     with Warehouse(db) as con:
-        assert schema_version(con) == 14
+        assert schema_version(con) == ws.SCHEMA_VERSION
         assert con.execute("SELECT series, closed_incidents FROM accepts").fetchall() == [("jax/*", None)]
         [(comment,)] = con.execute("SELECT comment FROM duckdb_columns() WHERE table_name = 'accepts' "
                                    "AND column_name = 'closed_incidents'").fetchall()
         assert comment.startswith("The incidents this accept closed")
+
+
+def test_dumps_loaded_before_schema_15_stand_behind_no_damaged_figure(tmp_path):
+    """Migration 15 adds dumps.lost_metrics: an older partial dump reads NULL (every figure in doubt, the
+    rule it was loaded under) until its content is parsed again."""
+    db = tmp_path / "v14.duckdb"
+    with Warehouse(db) as con:
+        con.execute("INSERT INTO dumps (path, run_id, job, kind, status) VALUES ('r1/j/a.log', 'r1', 'j', 'torch_trace', "
+                    "'partial')")
+        con.execute("ALTER TABLE dumps DROP COLUMN lost_metrics")
+        con.execute(ws.set_version_sql(14))
+    with Warehouse(db) as con:
+        assert schema_version(con) == ws.SCHEMA_VERSION
+        assert con.execute("SELECT path, lost_metrics FROM dumps").fetchall() == [("r1/j/a.log", None)]
+        [(comment,)] = con.execute("SELECT comment FROM duckdb_columns() WHERE table_name = 'dumps' "
+                                   "AND column_name = 'lost_metrics'").fetchall()
+        assert comment.startswith("Of a partial dump whose parser tells what its damage cost")

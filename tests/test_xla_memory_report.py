@@ -228,6 +228,28 @@ def test_a_bad_slot_row_costs_only_itself():
     assert (s.errors, s.truncated, s.metrics) == ([], False, whole.metrics)
 
 
+def test_an_empty_allocation_is_a_whole_block():
+    """XLA prints an empty allocation's share as "0B(-nan%)" (0 of 0 bytes): the eval step of
+    tests/incident_buckets/overshoot_revert on its night of an empty batch (f32[0,32] inputs) reads ok,
+    every block whole; main read the report partial (unrecognized lines, blocks short of 100 %)."""
+    import gzip
+
+    path = next((Path(__file__).parent / "incident_buckets" / "overshoot_revert" / "2026-10-03" / "jax-jit").glob(
+        "*memory-usage-report.txt.gz"))
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines(keepends=True)
+    assert lines[40] == "         0B(-nan%);         0B;            0;                1; f32[0,32]\n"
+    tables, s = run(xr, lines)
+    assert (s.errors, s.truncated) == ([], False)
+    assert s.metrics == {"memory.report_allocations": 11, "memory.report_hidden_slots": 0, "memory.report_slots": 11,
+                         "memory.report_spaces": 1, "memory.report_total_bytes": 10560, "memory.report_values": 11}
+    empty = tables["memory_report_slots"].filter(pl.col("size_bytes_approx") == 0)
+    assert empty.select("cumulative_percent", "shapes").rows() == [(100, ["f32[0,32]"]), (100, ["f32[0,8]"])]
+    # A -nan share of a block that holds bytes is no report's: the row is skipped with an error.
+    bad = lines[4].replace("(100%)", "(-nan%)")
+    _, s = run(xr, [*lines[:4], bad, *lines[5:]])
+    assert s.errors == ["line 5: slot row not read: cumulative percentage -nan% of 8.0KiB, not an empty block"]
+
+
 def _head(path: Path) -> str:
     return path.read_bytes()[:65536].decode("utf-8", "replace")
 

@@ -2,13 +2,13 @@
 
 ``CheckResult`` holds the answer of ``flows.commands.check.check_dir``: the incidents the candidate
 directory would open (regressions and failures; improvements apart), the open ones it
-would fix, the improvements it would lose, its new programs, its damaged dumps, what was
-wrong with its run.json and what the nightly's listing leaves out of it. ``changes`` says
-each as a plain object, from the incidents the rule found over history + candidate: its
-steps, the top lines of its cause (the structural diff of the candidate against the
-reference run) and their evidence (dump paths and lines). Pure: names come from dumps and
-paths, and reach the text through ``transforms.escape`` (terminal text: control characters
-made visible).
+would fix, the improvements it would lose, the closed ones a revert would reopen, its new
+programs, its damaged dumps, what was wrong with its run.json and what the nightly's listing
+leaves out of it. ``changes`` says each as a plain object, from the incidents the rule found
+over history + candidate: its steps, the top lines of its cause (the structural diff of the
+candidate against the reference run) and their evidence (dump paths and lines). Pure: names
+come from dumps and paths, and reach the text through ``transforms.escape`` (terminal text:
+control characters made visible).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class CheckResult:
     improvements: list[dict] = field(default_factory=list)  # improvements it would open
     fixed: list[dict] = field(default_factory=list)  # open regressions and failures it would fix
     lost: list[dict] = field(default_factory=list)  # improvements in effect that it would lose
+    reopened: list[dict] = field(default_factory=list)  # closed incidents a revert would reopen (not new: no --fail-on new)
     new_programs: list[dict] = field(default_factory=list)  # job, program, series
     damaged: list[dict] = field(default_factory=list)  # path, kind, status, error
     run_errors: list[str] = field(default_factory=list)  # what was wrong with DIR/run.json
@@ -54,7 +55,8 @@ class CheckResult:
 def changes(incidents: pl.DataFrame, steps: pl.DataFrame, diffs: pl.DataFrame, run_id: str) -> dict[str, list[dict]]:
     """What the candidate run ``run_id`` does to the incidents of the walk over history +
     candidate (``steps`` theirs; ``diffs``: the rows of what it opens): the ``CheckResult``
-    fields ``opened`` (regressions and failures), ``improvements``, ``fixed`` and ``lost``."""
+    fields ``opened`` (regressions and failures), ``improvements``, ``fixed``, ``lost`` and
+    ``reopened`` (the same incidents again: a revert undid the change that closed them)."""
     opened = incidents.filter(pl.col("opened_run") == run_id)
     closed_here = (pl.col("closed_run") == run_id) & (pl.col("opened_run") != run_id)
     return {
@@ -62,6 +64,8 @@ def changes(incidents: pl.DataFrame, steps: pl.DataFrame, diffs: pl.DataFrame, r
         "improvements": _described(opened.filter(pl.col("kind") == "improvement"), steps, diffs, change="opens"),
         "fixed": _described(incidents.filter(closed_here & (pl.col("closed_how") == "fixed")), steps, diffs, change="fixes"),
         "lost": _described(incidents.filter(closed_here & (pl.col("closed_how") == "lost")), steps, diffs, change="loses"),
+        "reopened": _described(incidents.filter(pl.col("reopened_runs").list.contains(run_id)),
+                               steps.filter(pl.col("reopened_run") == run_id), diffs, change="reopens"),
     }
 
 
@@ -111,7 +115,7 @@ def _number(value: float | None) -> float | int | None:
 
 def render(result: CheckResult, directory: str, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(result.opened + result.improvements + result.fixed + result.lost + [
+        return json.dumps(result.opened + result.improvements + result.fixed + result.lost + result.reopened + [
             {"incident_id": None, "change": "new_program", "job": p["job"], "program": p["program"], "kind": "new_program",
              "headline": f"{p['job']} / {p['program']}: new program, not in the warehouse", "metrics": [],
              "series": p["series"], "steps": [], "cause": [], "evidence": []} for p in result.new_programs],
@@ -126,7 +130,8 @@ def counts(result: CheckResult) -> tuple[str, str]:
     head = f"{n} new incident{'' if n == 1 else 's'}" + (
         f": {_n(kinds.count('regression'), 'regression')}, {_n(kinds.count('failure'), 'failure')}" if n else "")
     rest = (f"{len(result.fixed)} fixed; {_n(len(result.improvements), 'improvement')}, {len(result.lost)} lost; "
-            f"{_n(len(result.new_programs), 'new program')}, {_n(len(result.damaged), 'damaged dump')}")
+            + (f"{len(result.reopened)} reopened by a revert; " if result.reopened else "")
+            + f"{_n(len(result.new_programs), 'new program')}, {_n(len(result.damaged), 'damaged dump')}")
     return head, rest
 
 
@@ -134,7 +139,8 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-SECTIONS = (("opened", "Would open"), ("fixed", "Would fix"), ("improvements", "Would improve"), ("lost", "Would lose"))
+SECTIONS = (("opened", "Would open"), ("fixed", "Would fix"), ("improvements", "Would improve"), ("lost", "Would lose"),
+            ("reopened", "Would reopen (a revert: the change that closed them is undone)"))
 
 
 def step_line(s: dict) -> str:

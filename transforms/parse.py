@@ -19,6 +19,8 @@ its name declares (``transforms.records.FIGURE_BOUNDS``) is left out of the summ
 program's figures and the totals alike), with an error naming the metric and the dump: the
 dump is ``partial`` and its other figures are kept. The parsers check the values they read
 where they know their meaning (and name the line); this catches what any of them let through.
+A partial dump whose parser names what its damage cost (``DumpSummary.lost``: such a dropped
+metric is added to it) keeps only its other figures; a cut or failed one's are all in doubt.
 
 Limits (``ParseLimits``) bound what one dump may cost, whatever its bytes: the
 reader never holds a line longer than ``max_line_bytes`` nor reads more than
@@ -41,7 +43,7 @@ import polars as pl
 from transforms.parsers.formats import classify, describe, is_binary, kind_from_name, module_for, parser_version
 from transforms.naming import program_from_path
 from transforms.reading import LineReader, ReadLimitError, strip_gz
-from transforms.records import DumpKind, DumpSummary, ParseError, Status, TableBatch, figure_problem
+from transforms.records import DumpKind, DumpSummary, ParseError, Status, TableBatch, figure_problem, lost_match
 
 IDENTITY_COLUMNS = pl.Schema({"dump_id": pl.String, "parser_version": pl.Int16})
 
@@ -127,6 +129,7 @@ def iter_dump(raw: BinaryIO, name: str, *, dump_id: str = "",
     if reader.error:  # the parser saw a clean end, but the bytes were cut short
         summary.errors.append(f"{name}: {reader.error}")
         summary.truncated = True
+    _keep_what_stands(summary)
     last = reader.lines_read
     if summary.status is not Status.OK and not summary.errors or summary.truncated and not _names_line(
             summary.errors, last):
@@ -209,6 +212,8 @@ def _impossible_figures(summary: DumpSummary, name: str) -> list[str]:
             if (why := figure_problem(metric, value)) is None:
                 continue
             del metrics[metric]
+            if summary.lost is not None:  # a parser that tells what damage cost: this figure too
+                summary.lost = (*summary.lost, metric)
             if program is not None or metric not in named:
                 named.add(metric)
                 of = f" (program {program})" if program is not None else ""
@@ -216,6 +221,19 @@ def _impossible_figures(summary: DumpSummary, name: str) -> list[str]:
     if len(errors) > _MAX_FIGURE_ERRORS:
         errors[_MAX_FIGURE_ERRORS:] = [f"{name}: {len(errors) - _MAX_FIGURE_ERRORS} more metrics not stored"]
     return errors
+
+
+def _keep_what_stands(summary: DumpSummary) -> None:
+    """A damaged dump whose parser named what the damage cost (``DumpSummary.lost``) keeps its other
+    figures, and only those; a cut or failed dump's figures are all in doubt (``lost`` None)."""
+    if summary.truncated or summary.failed:
+        summary.lost = None
+    if summary.lost is None or summary.status is not Status.PARTIAL:
+        return
+    summary.lost = tuple(sorted(set(summary.lost)))
+    for metrics in (summary.metrics, *summary.programs.values()):
+        for metric in [m for m in metrics if lost_match(m, summary.lost)]:
+            del metrics[metric]
 
 
 def _names_line(errors: list[str], lineno: int) -> bool:

@@ -18,6 +18,13 @@ a line they do not understand) goes into ``DumpSummary.errors`` and makes the
 status ``partial``. ``dump_id`` and ``parser_version`` columns are added by the
 caller (``transforms.parse``), not by each parser.
 
+Damage spoils only what it touches, when the parser can tell what that is: a partial dump's
+``DumpSummary.lost`` names the metrics (shell patterns: ``kernel.*``) its damage cost, and its
+other figures stand: the driver keeps only those, and they are stored, charted and judged like
+an ``ok`` dump's (a failure incident opens only when a lost figure is one the verdict reads).
+``lost`` None, the default, is "every figure": a parser that cannot tell keeps the rule that a
+partial dump's figures are not believed; a cut dump (``truncated``) is always so.
+
 A figure is checked before it is stored (``FIGURE_BOUNDS``: docs/metrics.md, "What a figure
 may be"): a parser checks each value where it knows what the value means and leaves a record
 holding one no format can mean out of its figures, with an error naming the line; the driver
@@ -237,12 +244,27 @@ class DumpSummary:
     # {metric: value}, the same metric names as ``metrics`` (which then holds the dump's totals).
     # Empty for formats with one program per dump.
     programs: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Of a damaged (partial) dump: the metrics its damage cost, as shell patterns, when the parser
+    # can tell; its other figures stand. None: every figure is in doubt (a parser that cannot tell,
+    # a cut dump). Meaningless for an ok dump.
+    lost: tuple[str, ...] | None = None
+
+    @property
+    def figures_stand(self) -> bool:
+        """Whether the dump's figures are believed: ok, or partial with what it lost known."""
+        return self.status is Status.OK or (self.status is Status.PARTIAL and self.lost is not None
+                                            and not self.truncated)
 
     @property
     def status(self) -> Status:
         if self.failed:
             return Status.FAILED
         return Status.PARTIAL if (self.errors or self.truncated) else Status.OK
+
+
+def lost_match(metric: str, lost: Iterable[str]) -> bool:
+    """Whether ``metric`` is one of the ``lost`` patterns (``DumpSummary.lost``)."""
+    return any(fnmatch.fnmatchcase(metric, pattern) for pattern in lost)
 
 
 ParserOutput = Iterator["TableBatch | DumpSummary"]

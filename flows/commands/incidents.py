@@ -23,7 +23,7 @@ from flows.verdict import incidents as verdict
 from flows.warehouse.reads import NoSuchRun, run_exists, run_named, runs_latest_first
 from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text, slug
-from transforms.trends.headlines import IMPACT_TEXT
+from transforms.trends.headlines import IMPACT_TEXT, closing_text
 from transforms.units import human_value
 
 STATUSES = ("new", "open", "fixed", "accepted", "lost", "improvements", "all")
@@ -156,13 +156,17 @@ def print_one(info: dict, fmt: str) -> None:
         return
     from flows.commands.query import print_table
 
-    closed = f", {info['closed_how']} in {info['closed_run']}" if info["closed_run"] else ""
+    closed = (f", {info['closed_how']} in {info['closed_run']}" + (" (reverted)" if info.get("reverted") else "")
+              if info["closed_run"] else "")
     lines = [f"{info['incident_id']}  {info['kind']}, {info['status']}  {info['job']} / {info['program']}",
              f"opened in {info['opened_run']} (last good {info['last_good_run'] or 'none'}){closed}; "
              f"commits {info['last_good_commit'] or '?'} → {info['first_bad_commit'] or '?'}",
              info["headline"]]
     if info.get("stacked_on"):
         lines.append(f"on top of {', '.join(info['stacked_on'])} (the same figures stepped again while it was open)")
+    for run, after in zip(info.get("reopened_runs") or [], info.get("reopened_after") or []):
+        lines.append(f"reopened in {run}: a revert undid the change that "
+                     f"{'lost' if info['kind'] == 'improvement' else 'fixed'} it in {after}")
     if info.get("accepted_by"):
         lines.append(f"accepted by {info['accepted_by']}" + (f": {info['accepted_note']}" if info["accepted_note"] else ""))
     print("\n".join(plain_text(line) for line in lines))
@@ -170,7 +174,7 @@ def print_one(info: dict, fmt: str) -> None:
     print_table(["series", "metric", "step", "before", "after", "latest", "closed"],
                 [(s["series"], s["metric"], s["step"], human_value(s["metric"], s["baseline"]),
                   human_value(s["metric"], s["value"]), human_value(s["metric"], s["latest_value"]),
-                  f"{s['closed_how']} {s['closed_run']}" if s["closed_run"] else "open") for s in info["steps"]],
+                  closing_text(s)) for s in info["steps"]],
                 title="steps (before: the level the figure stepped from; latest: while the step was open)",
                 width=TABLE_WIDTH)
     for s in info["steps"]:

@@ -293,6 +293,8 @@ def _parse_into(raw, obj: BucketObject, staging: Path, sha: str, size: int, limi
             # them instead of the totals. Staged only by parser versions that give them (a
             # torch_trace staged by version 1 has no such key and is parsed again: PARSER_VERSION).
             "programs": summary.programs,
+            # A partial dump's lost figures when its parser tells (its other figures stand); None: all.
+            "lost": None if summary.lost is None else list(summary.lost),
             "parser_version": version,
             "rows": rows,
             "first_path": obj.path,  # provenance only: the same content may sit under other paths

@@ -147,9 +147,10 @@ def _aggregate_runs(con: duckdb.DuckDBPyConnection, settings: Settings, budget: 
     # A night reads its window of runs, not the history (dumps and series of half a million
     # paths at a year); the jobs it walks for incidents read theirs a group at a time.
     dumps, series = history.night_frames(con, runs, order, from_seq, settings)
-    # Figures of partial or failed dumps are left out of trends: a cut file is not a
-    # compiler change (the incidents report it as a failure about the dump).
-    usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+    # Figures of failed dumps, and of partial ones whose parser cannot tell what the damage cost,
+    # are left out of trends: a cut file is not a compiler change (the incidents report it as a
+    # failure about the dump). A partial dump that names what it lost keeps its other figures.
+    usable = series.join(dumps.filter(incident_rule.figures_stand(dumps)).select("path"), on="path", how="semi")
     lap("read")
 
     prior = history.prior_trends(con, order, from_seq)
@@ -238,7 +239,8 @@ def _incidents(con: duckdb.DuckDBPyConnection, jobs: list[str], series: pl.DataF
         if programs is not None:  # the job's dumps stay whole: a program's series is absent where the job ran without it
             group_series = group_series.join(programs.rename({"program": "series_program"}), on=["job", "series_program"],
                                              how="semi")
-        usable = group_series.join(group_dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+        usable = group_series.join(group_dumps.filter(incident_rule.figures_stand(group_dumps)).select("path"), on="path",
+                                   how="semi")
         observations = history.observations(con, usable, slim=True)
         del usable
         parts.append(incident_rule.compute_incidents(group_series, group_dumps, observations, order, accepts, settings,

@@ -62,7 +62,8 @@ from transforms.trends.rules import Settings
 
 CANDIDATE_RUN = "candidate"  # the run id the candidate gets (another one if the warehouse has a run of that name)
 # The columns of the candidate's dumps rows that series, health and items read.
-DUMP_COLUMNS = ("path", "run_id", "job", "kind", "stage", "program", "status", "error", "dump_id", "parser_version")
+DUMP_COLUMNS = ("path", "run_id", "job", "kind", "stage", "program", "status", "error", "dump_id", "parser_version",
+                "lost_metrics")
 
 
 @dataclass
@@ -153,7 +154,7 @@ def judge_directory(con, directory: Path, objects: list[BucketObject], not_read:
                          new_programs=verdict.new_programs,
                          **check_report.changes(verdict.incidents, verdict.steps, verdict.diffs, run_id))
     result.opened += unjudged_damage(damaged, fresh, verdict.steps.filter(pl.col("opened_run") == run_id),
-                                     {s for p in verdict.new_programs for s in p["series"]})
+                                     {s for p in verdict.new_programs for s in p["series"]}, settings)
     return result
 
 
@@ -203,7 +204,7 @@ def judge(con, order: pl.DataFrame, accepts: list[dict], candidate: Candidate, s
         series, stored_dumps = history.job_history(con, group, mine, order, seq)
         dumps = pl.concat([stored_dumps, candidate.dumps.filter(in_group).select(stored_dumps.columns)])
         new_programs += _new_programs(mine, series.filter(pl.col("run_id") != run_id))
-        usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+        usable = series.join(dumps.filter(incident_rule.figures_stand(dumps)).select("path"), on="path", how="semi")
         observations = pl.concat([history.observations(con, usable.filter(pl.col("run_id") != run_id), slim=True),
                                   _observations(usable.filter(pl.col("run_id") == run_id), candidate.metrics)])
         parts.append(incident_rule.compute_incidents(series, dumps, observations, order, accepts, settings))
@@ -295,16 +296,19 @@ def _damaged(outcomes: list[Outcome]) -> list[dict]:
                         "status": "unreadable", "error": o.error})
         elif s["status"] != "ok" and (s["kind"] != "unknown" or o.staged.sha256 is None):
             out.append({"path": o.obj.path, "job": o.obj.job or "", "kind": s["kind"], "program": s["program"],
-                        "status": s["status"], "error": "\n".join(s["errors"])})
+                        "status": s["status"], "error": "\n".join(s["errors"]),
+                        "lost": loading.lost_of(s["status"], s.get("lost"))})
     return out
 
 
-def unjudged_damage(damaged: list[dict], fresh: pl.DataFrame, opened_steps: pl.DataFrame, new_series: set[str]) -> list[dict]:
+def unjudged_damage(damaged: list[dict], fresh: pl.DataFrame, opened_steps: pl.DataFrame, new_series: set[str],
+                    settings: Settings) -> list[dict]:
     """A ``failure`` entry for each damaged dump the rule opens nothing for because it cannot
     judge it: of a program with no history (its series is new) or of none (a file no parser
     names): a check never passes a dump the parsers could not read. A damaged dump of a known
     series is the rule's alone: a failure incident when it parsed before, nothing new when its
-    failure is open already."""
+    failure is open already. A partial dump whose damage cost no figure the verdict reads
+    (``incident_rule.reads_any``) is listed, never a failure, as at night."""
     by_path = {p: (series, program) for p, series, program in fresh.select("path", "series", "series_program").iter_rows()}
     judged = set(opened_steps.get_column("series").to_list())
     out = []
@@ -312,6 +316,8 @@ def unjudged_damage(damaged: list[dict], fresh: pl.DataFrame, opened_steps: pl.D
         series, program = by_path.get(d["path"], (None, d["program"] or ""))
         if series is not None and (series not in new_series or series in judged):
             continue
+        if d.get("lost") is not None and not incident_rule.reads_any(settings, series or "", d["lost"]):
+            continue  # damage that cost no figure the verdict reads: listed, not a failure
         step = {"series": series, "dump_kind": d["kind"], "stage": None, "metric": "dump.status", "step": "failure",
                 "before": None, "after": None, "change": None, "detail": f"{d['path']}: {d['error']}"}
         out.append({

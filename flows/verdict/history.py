@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from flows.warehouse.reads import frame_of, read_with, registered
+from flows.warehouse.reads import FIGURES_STAND, frame_of, read_with, registered
 from transforms.trends.renames import series_renames
 from transforms.trends.rules import Settings
 from transforms.trends.series import SERIES_SCHEMA, assign_series, compile_overrides
@@ -70,7 +70,7 @@ def per_program_paths(con, dumps: pl.DataFrame) -> pl.DataFrame:
     return split_programs(logs, metrics)
 
 
-DUMP_COLUMNS = "path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at"
+DUMP_COLUMNS = "path, run_id, job, kind, stage, program, status, error, dump_id, parser_version, ingested_at, lost_metrics"
 
 
 def first_dirty_run(con, stamp: str, order: pl.DataFrame, accepts: pl.DataFrame) -> int | None:
@@ -158,7 +158,7 @@ def job_history(con, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame,
     names = pl.DataFrame({"job": jobs}, schema={"job": pl.String})
     seq = order.select("run_id", "run_seq")
     dumps = read_with(con, {"_jobs": names, "_runs": seq.select("run_id")},
-                  "SELECT path, run_id, job, kind, stage, program, status, error FROM dumps "
+                  "SELECT path, run_id, job, kind, stage, program, status, error, lost_metrics, dump_id FROM dumps "
                   "WHERE job IN (SELECT job FROM _jobs) AND run_id IN (SELECT run_id FROM _runs)")
     clean = seq.filter(pl.col("run_seq") < from_seq).select("run_id")
     stored = read_with(con, {"_jobs": names, "_runs": clean}, f"""
@@ -176,9 +176,9 @@ def job_groups(con, jobs: list[str], batch_rows: int) -> list[list[str]]:
     sizes = {}
     if jobs:
         names = pl.DataFrame({"job": jobs}, schema={"job": pl.String})
-        sizes = dict(read_with(con, {"_jobs": names}, """
+        sizes = dict(read_with(con, {"_jobs": names}, f"""
             SELECT d.job, count(*) AS n FROM metrics m JOIN dumps d USING (path)
-            WHERE d.status = 'ok' AND d.job IN (SELECT job FROM _jobs) GROUP BY d.job""").iter_rows())
+            WHERE {FIGURES_STAND} AND d.job IN (SELECT job FROM _jobs) GROUP BY d.job""").iter_rows())
     groups: list[list[str]] = [[]]
     held = 0
     for job in jobs:
@@ -191,12 +191,12 @@ def job_groups(con, jobs: list[str], batch_rows: int) -> list[list[str]]:
 
 
 def stored_usable(con, names: pl.Series, order: pl.DataFrame, from_seq: int) -> pl.DataFrame:
-    """Stored series rows, runs before ``from_seq``, of these series whose dump parsed ok."""
+    """Stored series rows, runs before ``from_seq``, of these series whose dump's figures stand."""
     clean = order.filter(pl.col("run_seq") < from_seq).select("run_id")
     stored = read_with(con, {"_names": names.cast(pl.String).to_frame("series"), "_runs": clean}, f"""
         SELECT {', '.join(SERIES_SCHEMA.names())} FROM dump_series
         WHERE series IN (SELECT series FROM _names) AND run_id IN (SELECT run_id FROM _runs)
-          AND path IN (SELECT path FROM dumps WHERE status = 'ok')""")
+          AND path IN (SELECT path FROM dumps WHERE {FIGURES_STAND})""")
     return stored.cast(dict(SERIES_SCHEMA))
 
 

@@ -33,7 +33,8 @@ def status_at(con: duckdb.DuckDBPyConnection, incident_id: str, run_id: str) -> 
 
 def steps_of(con: duckdb.DuckDBPyConnection, incident_id: str) -> list[dict]:
     """The incident's steps, the largest impact first."""
-    return frame_of(con, "SELECT * FROM incident_steps WHERE incident_id = ? ORDER BY impact DESC, metric, series",
+    return frame_of(con, "SELECT * FROM incident_steps WHERE incident_id = ? "
+                         "ORDER BY impact DESC, metric, series, reopened_run NULLS FIRST",
                     [incident_id]).to_dicts()
 
 

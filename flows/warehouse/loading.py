@@ -11,6 +11,11 @@
 - The nightly's side: ``load_staged`` turns a night's staged outcomes (``flows.ingest.staging``)
   into batches of ``StagedDump`` (``LOAD_BATCH`` dumps a transaction), ``run_row`` a bucket's
   run into a runs row, and ``drop_loaded_staging`` removes the staged contents once loaded.
+
+A partial dump whose parser named what its damage cost keeps those in ``dumps.lost_metrics`` and
+its other figures in ``metrics`` (the driver dropped the lost ones): they are believed like an ok
+dump's (``flows.warehouse.reads.FIGURES_STAND``). Any other partial or failed dump's rows are
+kept for people to read, never judged (``lost_metrics`` NULL).
 """
 
 from __future__ import annotations
@@ -61,6 +66,9 @@ class StagedDump:
     programs: dict[str, dict[str, float]] | None = None
     # table -> parquet files and/or polars frames (with dump_id, parser_version first)
     tables: dict[str, list[Path | pl.DataFrame]] | None = None
+    # A partial dump's figures its damage cost, when its parser tells (DumpSummary.lost): its metric
+    # rows are the others, believed like an ok dump's (dumps.lost_metrics). None: every figure.
+    lost: list[str] | None = None
 
     @classmethod
     def from_parsed(cls, parsed, *, path: str, run_id: str, job: str, size_bytes: int, dump_id: str) -> "StagedDump":
@@ -73,7 +81,14 @@ class StagedDump:
             kind=s.kind.value, stage=s.stage, program=s.program, status=s.status.value,
             error="\n".join(s.errors) or None, parser_version=parser_version(s.kind),
             metrics=dict(s.metrics), programs=dict(s.programs) or None, tables={t: [f] for t, f in parsed.tables.items()},
+            lost=lost_of(s.status.value, s.lost),
         )
+
+
+def lost_of(status: str, lost) -> list[str] | None:
+    """``dumps.lost_metrics`` of a dump: what a partial dump's damage cost when its parser tells
+    (its other figures stand); NULL otherwise (an ok dump loses nothing, a failed one all)."""
+    return list(lost) if status == "partial" and lost is not None else None
 
 
 def needs_parse(con: duckdb.DuckDBPyConnection, dump_id: str, kind: str, parser_version: int) -> bool:
@@ -175,14 +190,16 @@ def _place_records(con, parsed: list[StagedDump]) -> dict[str, int]:
 
 
 DUMP_FIELDS = ("path", "run_id", "job", "kind", "stage", "program", "size_bytes", "dump_id", "parser_version", "status",
-               "error", "source_version")  # the dumps columns a StagedDump gives
-_DUMP_TYPES = {"size_bytes": pa.int64(), "parser_version": pa.int16()}
+               "error", "source_version", "lost_metrics")  # the dumps columns a StagedDump gives
+_DUMP_TYPES = {"size_bytes": pa.int64(), "parser_version": pa.int16(), "lost_metrics": pa.list_(pa.string())}
+_DUMP_ATTRS = {"lost_metrics": "lost"}  # a column whose StagedDump field is named otherwise
 
 
 def dump_rows(rows: list[StagedDump]) -> pa.Table:
     """The dumps rows of these dumps (``DUMP_FIELDS``), as they are loaded: a copy's unknown
     fields are null here (the load takes them from its content's existing row)."""
-    return pa.table({c: pa.array([getattr(d, c) for d in rows], _DUMP_TYPES.get(c, pa.string())) for c in DUMP_FIELDS})
+    return pa.table({c: pa.array([getattr(d, _DUMP_ATTRS.get(c, c)) for d in rows], _DUMP_TYPES.get(c, pa.string()))
+                     for c in DUMP_FIELDS})
 
 
 def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> None:
@@ -203,7 +220,8 @@ def _upsert_dumps(con, parsed: list[StagedDump], copies: list[StagedDump]) -> No
                    coalesce(i.program, e.program) AS program, i.size_bytes, i.dump_id,
                    coalesce(i.parser_version, e.parser_version) AS parser_version,
                    coalesce(i.status, e.status) AS status, CASE WHEN i.status IS NULL THEN e.error ELSE i.error END AS error,
-                   ?::TIMESTAMP AS ingested_at, i.source_version
+                   ?::TIMESTAMP AS ingested_at, i.source_version,
+                   CASE WHEN i.status IS NULL THEN e.lost_metrics ELSE i.lost_metrics END AS lost_metrics
             FROM _dumps_in i
             LEFT JOIN (SELECT * FROM dumps WHERE path NOT IN (SELECT path FROM _dumps_in)
                          AND dump_id IN (SELECT dump_id FROM _dumps_in)  -- the batch's contents, not the history
@@ -274,7 +292,7 @@ def _refresh_other_paths(con) -> None:
     """Paths outside the batch whose content was just re-parsed take the new results."""
     con.execute(
         """
-        UPDATE dumps SET parser_version = n.parser_version, status = n.status, error = n.error
+        UPDATE dumps SET parser_version = n.parser_version, status = n.status, error = n.error, lost_metrics = n.lost_metrics
         FROM (SELECT * FROM dumps WHERE path IN (SELECT path FROM _paths) AND dump_id IN (SELECT dump_id FROM _ids)) n
         WHERE dumps.dump_id = n.dump_id AND dumps.path NOT IN (SELECT path FROM _paths)
         """
@@ -323,7 +341,8 @@ def staged_dump(o: Outcome, *, with_records: bool) -> StagedDump:
     fields = {"path": obj.path, "run_id": obj.run_id, "job": obj.job or "", "size_bytes": obj.size,
               "source_version": obj.version or None,
               "dump_id": o.staged.sha256, "kind": s["kind"], "stage": s["stage"], "program": s["program"],
-              "status": s["status"], "error": "\n".join(s["errors"]) or None, "parser_version": s["parser_version"]}
+              "status": s["status"], "error": "\n".join(s["errors"]) or None, "parser_version": s["parser_version"],
+              "lost": lost_of(s["status"], s.get("lost"))}
     if not with_records:  # content already loaded (another path): its records and metrics are reused
         return StagedDump(**fields)
     return StagedDump(**fields, metrics=s["metrics"], programs=s.get("programs") or None, tables={t: [p] for t, p in o.staged.tables.items()})

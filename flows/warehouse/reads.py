@@ -21,6 +21,9 @@ from flows.errors import CommandError
 # The latest run first: by start, a tie broken by run id (the verdict views and
 # ``transforms.trends.metric_trends.run_order`` order runs the same way, oldest first).
 LATEST_RUN_FIRST = "ORDER BY started_at DESC, run_id DESC"
+# The dumps (a row of ``dumps``) whose figures are believed: ok, or partial with what the damage
+# cost named (its other figures stored; ``transforms.trends.incident_rule.figures_stand`` in polars).
+FIGURES_STAND = "(status = 'ok' OR (status = 'partial' AND lost_metrics IS NOT NULL))"
 
 
 class NoSuchRun(CommandError, LookupError, exit_code=2):

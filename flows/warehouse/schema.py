@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 
 import polars as pl
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 
 def quote_ident(name: str) -> str:
@@ -74,6 +74,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
             "error": ("VARCHAR", "Errors of the parse, each naming the file and line, joined by newlines; NULL when none."),
             "ingested_at": ("TIMESTAMP", "When this row was last written (UTC)."),
             "source_version": ("VARCHAR", "What the store said of the object's version when it was read: the ETag or version id on S3, else the modification time in nanoseconds. A different value makes the next night read the bytes again (and reload them when their hash changed)."),
+            "lost_metrics": ("VARCHAR[]", "Of a partial dump whose parser tells what its damage cost: those metrics (shell patterns, e.g. kernel.*; empty: none); its other metrics stand and are stored, charted and judged like an ok dump's (a failure incident opens only when a lost one is a figure the verdict reads). NULL for every other dump: an ok one lost nothing, a failed one, or a partial one whose parser cannot tell, everything."),
         },
     ),
     "metrics": (
@@ -190,10 +191,16 @@ FROM metrics m LEFT JOIN runs r USING (run_id)
 _RUN_ORDER = "(started_at, run_id)"
 VERDICT_VIEWS: dict[str, tuple[str, str]] = {
     "incident_status": (
-        "Each incident's status at each run it is listed in, from the run it opened in to the run it closed in (or the latest run while open): new (opened there), open (opened earlier, not closed by then), fixed, accepted or lost (closed there). age_runs: runs since it opened. The one definition of every status and count Dumpscope shows.",
+        "Each incident's status at each run it is listed in, from the run it opened in to the run it closed in (or the latest run while open), but for the runs after a closing that a revert undid, up to the run that reopened it: new (opened there), open (opened earlier, not closed by then; also in the run a revert reopened it), fixed, accepted or lost (closed there). age_runs: runs since it opened. The one definition of every status and count Dumpscope shows.",
         f"""
+WITH gaps AS (
+    SELECT g.incident_id, (c.started_at, c.run_id) AS c_at, (o.started_at, o.run_id) AS o_at
+    FROM (SELECT incident_id, unnest(reopened_after) AS closed_run, unnest(reopened_runs) AS reopened_run
+          FROM incidents WHERE len(reopened_runs) > 0) g
+    JOIN runs c ON c.run_id = g.closed_run JOIN runs o ON o.run_id = g.reopened_run)
 SELECT r.run_id, i.incident_id,
        CASE WHEN i.closed_run = r.run_id THEN i.closed_how
+            WHEN list_contains(i.reopened_after, r.run_id) THEN CASE WHEN i.kind = 'improvement' THEN 'lost' ELSE 'fixed' END
             WHEN i.opened_run = r.run_id THEN 'new'
             ELSE 'open' END AS status,
        (SELECT count(*) FROM runs x WHERE (x.started_at, x.run_id) > (o.started_at, o.run_id)
@@ -203,6 +210,8 @@ JOIN runs o ON o.run_id = i.opened_run
 LEFT JOIN runs c ON c.run_id = i.closed_run
 JOIN runs r ON (r.started_at, r.run_id) >= (o.started_at, o.run_id)
            AND (c.run_id IS NULL OR (r.started_at, r.run_id) <= (c.started_at, c.run_id))
+LEFT JOIN gaps g ON g.incident_id = i.incident_id AND (r.started_at, r.run_id) > g.c_at AND (r.started_at, r.run_id) < g.o_at
+WHERE g.incident_id IS NULL
 """,
     ),
     "run_verdicts": (
@@ -224,12 +233,12 @@ GROUP BY r.run_id, r.started_at
         """
 SELECT t.*, s.incident_id, s.step, s.opened_run, s.baseline, t.value - s.baseline AS change
 FROM metric_trends t JOIN runs r USING (run_id)
-LEFT JOIN (SELECT s.*, o.started_at AS o_at, c.started_at AS c_at FROM incident_steps s
-           JOIN runs o ON o.run_id = s.opened_run LEFT JOIN runs c ON c.run_id = s.closed_run) s
+LEFT JOIN (SELECT s.*, o.started_at AS o_at, o.run_id AS from_run, c.started_at AS c_at FROM incident_steps s
+           JOIN runs o ON o.run_id = coalesce(s.reopened_run, s.opened_run) LEFT JOIN runs c ON c.run_id = s.closed_run) s
   ON s.series = t.series AND s.metric = t.metric
- AND (s.o_at, s.opened_run) <= (r.started_at, r.run_id)
+ AND (s.o_at, s.from_run) <= (r.started_at, r.run_id)
  AND (s.closed_run IS NULL OR (s.c_at, s.closed_run) > (r.started_at, r.run_id))
-QUALIFY row_number() OVER (PARTITION BY t.series, t.metric, t.run_id ORDER BY s.o_at DESC NULLS LAST, s.opened_run DESC) = 1
+QUALIFY row_number() OVER (PARTITION BY t.series, t.metric, t.run_id ORDER BY s.o_at DESC NULLS LAST, s.from_run DESC) = 1
 """,
     ),
     "regressions": (
@@ -346,6 +355,10 @@ MIGRATIONS: list[Migration] = [
     # A pattern accept did not say which incidents it closed (issue 29); older rows keep NULL.
     Migration(14, "accepts: the incidents each accept closed", (
         "ALTER TABLE accepts ADD COLUMN IF NOT EXISTS closed_incidents VARCHAR[]",)),
+    # Damage spoils only what it touches (issue 44): a partial dump says which figures it lost; older rows
+    # keep NULL (every figure in doubt) until their content is parsed again (torch_trace PARSER_VERSION 5).
+    Migration(15, "dumps: the figures a partial dump's damage cost", (
+        "ALTER TABLE dumps ADD COLUMN IF NOT EXISTS lost_metrics VARCHAR[]",)),
 ]
 
 
@@ -469,7 +482,7 @@ def verdict_view_docs() -> dict[str, dict[str, str]]:
     return {
         "incident_status": {
             "run_id": "Run (runs.run_id).", "incident_id": "Incident (incidents.incident_id).",
-            "status": "new (opened in this run), open (opened earlier, not closed by this run), fixed, accepted or lost (closed in this run).",
+            "status": "new (opened in this run), open (opened earlier, not closed by this run; or reopened in it by a revert), fixed, accepted or lost (closed in this run).",
             "age_runs": "Runs since the incident opened (0 in its opening run)."},
         "run_verdicts": {
             "run_id": "Run (runs.run_id).", "started_at": "Start of the run.",

@@ -35,7 +35,10 @@ compiled output code, its ``bwd_compilation_metrics`` never comes), inside a pay
 does not match) or mid-line is ``truncated``, with an error naming the last line, and its open
 compiles count nowhere. Damage inside the log (a record that is not JSON, payload lines
 without a record, a payload whose MD5 does not match, an output code the inductor parser
-finds cut) is an error naming the line. A record costs only itself: one nested deeper than
+finds cut) is an error naming the line, and costs only the figures read from it
+(``DumpSummary.lost``): a payload whose MD5 does not match costs nothing (the figures are the
+records') but an output code's ``kernel.*``; a garbled record what its kind feeds (a compile's
+metrics, a record of no kind known: every figure); the other figures stand. A record costs only itself: one nested deeper than
 ``_MAX_DEPTH`` is refused before ``json.loads`` (torch's nest 4 deep), and any failure while one
 record is read (``records.OneRecord``) skips it and its payload with an error naming its line.
 A metrics record holding a figure no compile can have (``_FIELD_BOUNDS``: a negative, NaN or
@@ -64,7 +67,10 @@ from transforms.records import (BATCH_ROWS, COUNT, SECONDS, DumpKind, DumpSummar
 # negative guards); a record nested too deep or that fails is skipped alone (was: the log failed).
 # 4: a rank's log by its rank: from a name without a random part (..._rank_0.log) or, when the name has
 # none, from its records (was: stage trace, and ranks told apart by file order).
-PARSER_VERSION = 4
+# 5: damage costs the figures read from it (DumpSummary.lost): a payload whose MD5 does not match costs
+# nothing but an output code's kernel.* (its record carries the rest), a garbled record what its kind feeds
+# (was: every figure of the log in doubt, the program a failure)
+PARSER_VERSION = 5
 
 _PREFIX = re.compile(r"(?:\[rank\d+\]:)?[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]*:\d+\] (?=\{)")
 # torch names a log dedicated_log_torch_trace_[rank_<n>_]<random>.log (tempfile.mkstemp: 8 random characters
@@ -82,6 +88,12 @@ _MAX_ERRORS, _TEXT, _SMALL_BATCH, _HASH_BLOCK = 50, 1000, 4096, 1 << 20
 # Refused before json.loads: the C decoder would take ~1,000 levels and raise RecursionError past
 # them, and what it took would reach code that recurses again (str() of a reason).
 _MAX_DEPTH = 32
+# What a record that cannot be read costs (DumpSummary.lost), by the name its line starts with:
+# the figures of that kind of record, None for every figure (a compile's metrics, a record of no
+# kind we know: its compile may count nowhere). Records of other known kinds feed no figure.
+_RECORD_NAME = re.compile(r'\{\s*"(\w+)"')
+_FEEDS = {"inductor_output_code": ("kernel.*",), "compilation_metrics": None, "bwd_compilation_metrics": None}
+_GRAPH_BREAK_ARTIFACT = '"dynamo_graph_break_reason"'
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\[\s\S])*+(?:"|\\?\Z)')  # linear: an unclosed one runs to the end
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")  # bytes.translate drops them, in C
 _LONG_ROWS = ("torch_trace_compiles", "torch_trace_graph_breaks", "torch_trace_kernels", "torch_trace_extern_calls")
@@ -352,11 +364,19 @@ class _Trace:
         self.programs: dict[str, dict[str, float]] = {}
         self.ranks: set[int] = set()
         self.record_line = 0  # the line of the record being read
+        self.lost: set[str] | None = set()  # the figures the damage so far cost (None: every one)
 
     def error(self, lineno: int, msg: str) -> None:
         self.n_errors += 1
         if len(self.errors) < _MAX_ERRORS:
             self.errors.append(line_error(lineno, msg))
+
+    def costs(self, figures: Iterable[str] | None) -> None:
+        """The damage just reported costs these figures (patterns; None: every one)."""
+        if figures is None:
+            self.lost = None
+        elif self.lost is not None:
+            self.lost.update(figures)
 
     def add(self, table: str, row: tuple) -> Iterator[TableBatch]:
         if (batch := self.buf[table].add(row)) is not None:
@@ -392,6 +412,7 @@ class _Trace:
 
     def _unreadable(self, why: str) -> None:
         self.error(self.record_line, f"record {why}; it and its payload are skipped")
+        self.costs(None)  # read halfway: what it counted already, and which compile, is not known
         self.md5, self.orphan = None, True  # what is left of its payload goes with it, unreported
 
     def _hash(self, last: int) -> None:
@@ -404,6 +425,7 @@ class _Trace:
                 self.orphan = True
                 self.error(last - len(pbuf) + 1, "payload line without a record before it (the record is lost or "
                                                  "the log starts mid-payload); skipped up to the next record")
+                self.costs(None)  # the log's start, or a record whose kind is unknown, is gone
         else:
             if pbuf[0][-1:] == "\n":  # payload line k is "\t" + line k + "\n": drop the tabs, keep the last "\n" back
                 text = "".join(pbuf)[1:].replace("\n\t", "\n")
@@ -431,6 +453,8 @@ class _Trace:
         else:
             self.error(self.payload_start, f"the payload of {self.payload_of} (lines {self.payload_start + 1}-{last}) "
                                            "does not match the record's MD5: lines lost or altered")
+            # Only an output code's kernels are read from a payload; a record's counts stand.
+            self.costs(("kernel.*",) if self.payload_of == "inductor_output_code" else ())
         return False
 
     def _payload(self, it: Iterator[str]) -> Iterator[str]:
@@ -478,6 +502,7 @@ class _Trace:
                 self.error(lineno, "the log ends mid-line (its last line has no newline and is not a whole record)")
             else:
                 self.error(lineno, f"{msg}; it and its payload are skipped")
+                self.costs(_garbled_costs(raw))
             return
         self.good += 1
         name = next(iter(rec))
@@ -552,6 +577,7 @@ class _Trace:
         if wrong:  # a figure no compile can have: the record's others are not believed, nor its compile's
             self.error(lineno, f"{name} of compile {cid}: {'; '.join(wrong[:3])}: stored as null, and the "
                                "compile's figures are not counted")
+            self.costs(None)
             if comp is not None and phase in ("forward", "backward"):
                 comp.impossible = True
         figures: dict[str, float] = {}
@@ -611,6 +637,8 @@ class _Trace:
         for e in summary.errors if summary is not None else ():
             rel = _REL_LINE.match(e)
             self.error(lineno + int(rel[1]) if rel else lineno, f"output code of compile {cid}: {rel[2] if rel else e}")
+        if summary is None or summary.errors:
+            self.costs(("kernel.*",))  # its kernels are counted from a code the inductor parser found damaged
         end = self.lineno - (self.held is not None)
         hashed = self._end_payload(at_end=self.held is None)
         figures = dict(summary.metrics) if summary is not None else {}
@@ -700,7 +728,19 @@ class _Trace:
         programs = {p: _rounded(m) for p, m in self.programs.items()}
         return DumpSummary(kind=DumpKind.TORCH_TRACE, stage=f"rank_{min(self.ranks)}" if self.ranks else "trace",
                            program=next(iter(programs)) if len(programs) == 1 else None,
-                           metrics=_rounded(self.totals), errors=errors, truncated=self.truncated, programs=programs)
+                           metrics=_rounded(self.totals), errors=errors, truncated=self.truncated, programs=programs,
+                           lost=None if self.lost is None else tuple(sorted(self.lost)))
+
+
+def _garbled_costs(raw: str) -> tuple[str, ...] | None:
+    """What a record that is not JSON costs, by the name its line starts with (``_FEEDS``): None
+    (every figure) when no name can be read, or for a kind we do not know."""
+    m = _RECORD_NAME.search(raw, 0, 4096)
+    if m is None or m[1] not in KNOWN_RECORDS:
+        return None
+    if m[1] == "artifact":  # a graph break's record counts the break
+        return ("dynamo.graph_breaks",) if _GRAPH_BREAK_ARTIFACT in raw[:4096] else ()
+    return _FEEDS.get(m[1], ())
 
 
 def _rounded(metrics: dict[str, float]) -> dict[str, float]:

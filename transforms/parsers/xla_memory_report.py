@@ -67,7 +67,8 @@ import polars as pl
 from transforms.records import DumpKind, DumpSummary, ParserOutput, RowBuffer, TableBatch, line_error
 from transforms.parsers.xla_live_ranges import Lines, drive
 
-PARSER_VERSION = 6  # 6: a newer-layout report ending in the one empty line XLA closes a block with, not the second
+PARSER_VERSION = 7  # 7: an empty allocation's block ("0B(-nan%)", a zero-size array) is whole (was: unrecognized lines, partial)
+# 6: a newer-layout report ending in the one empty line XLA closes a block with, not the second
 # that closes its memory space, is cut (a cut between two blocks read ok with fewer blocks); a slot row with a size past 2^63
 # bytes (failed the whole dump) or a percentage past 100 is an error and skips that row
 # 5: a cut between lines is truncated where the text shows it (a space without its total
@@ -81,7 +82,9 @@ _SPACE = re.compile(r"^Memory Space: (.*) \(color=(\d{1,9})\)$")
 _TOTAL = re.compile(r"^Total bytes(?: used)?: (\d{1,18})\b")
 _HEADER = re.compile(r"^\s*cumulative_size;\s+size;\s+offset;\s+used_by_n_values;\s+shapes_list$")
 _NUM = r"(\d{1,6}(?:\.\d{1,4})?)(B|KiB|MiB|GiB|TiB|PiB|EiB)"  # bounded: junk fails, not overflows
-_SLOT = re.compile(r"^\s*" + _NUM + r"\(\s*(\d{1,3})%\);\s+" + _NUM + r";\s+(\d{1,18});\s+(\d{1,9}); (.*)$")
+# XLA prints a block's cumulative share as size * 100 / the block's size: "-nan%" for an empty
+# allocation (a zero-size array: f32[0,32]), whose one row is then the whole block.
+_SLOT = re.compile(r"^\s*" + _NUM + r"\(\s*(\d{1,3}|-?nan)%\);\s+" + _NUM + r";\s+(\d{1,18});\s+(\d{1,9}); (.*)$")
 _REST = re.compile(r"^\s*The rest (\d{1,9}) values are less than")
 _ALLOC = re.compile(r"^allocation (\d{1,9}): size ")
 # Lines of the older format's allocation summary, kept in the allocation table of the
@@ -185,6 +188,8 @@ def _bytes(number: str, unit: str) -> int:
 def _bad_slot(m: re.Match) -> str | None:
     """Why a slot row's figures cannot be XLA's (None: they can): a percentage past 100, a size past
     the Int64 columns (a number of EiB no memory holds)."""
+    if m[3].endswith("nan"):
+        return None if _bytes(m[1], m[2]) == 0 else f"cumulative percentage {m[3]}% of {m[1]}{m[2]}, not an empty block"
     if int(m[3]) > 100:
         return f"cumulative percentage {m[3]}% is past 100%"
     if max(_bytes(m[1], m[2]), _bytes(m[4], m[5])) > _MAX_BYTES:
@@ -283,7 +288,7 @@ class _Report:
                 self.error(lineno, f"slot row not read: {why}")
                 self.unsure, self.space_bytes = True, None
                 return None
-            self.percent = int(m[3])
+            self.percent = 100 if m[3].endswith("nan") else int(m[3])
             self.block_bytes = max(self.block_bytes, int(m[6]) + _bytes_at_most(m[4], m[5]))
             self.n_slots += 1
             self.n_values += int(m[7])

@@ -26,9 +26,10 @@ from transforms.site.data import (MAX_RUN_ROWS, SiteData, commit_link, commit_ra
                                   incident_link, marked, program_anchor, run_info, run_link, series_anchor, series_file,
                                   series_link, state_text)
 from transforms.trends.diffs import change_entries
-from transforms.trends.headlines import IMPACT_TEXT, headline
+from transforms.trends.headlines import IMPACT_TEXT, closing_text, headline
 from transforms.trends.incident_rule import NOT_RUN
 from transforms.trends.night_report import SECTIONS, counts, counts_line, ordered, section_of
+from transforms.trends.rollups import not_regressions
 from transforms.units import delta_in, human_ratio, table_unit, value_in
 
 HEADLINE = {  # metric -> column title of the overview's headline figures
@@ -73,8 +74,8 @@ def overview_page(d: SiteData) -> dict:
     health = d.rollups.filter(pl.col("run_id") == run).select(
         "job", "dumps", "parsed", "partial", "failed", "unknown", "series", "new_series", "vanished_series",
         "changed_series").to_dicts()
-    problems = [{**p, "dump": dump_link(d, p["path"])} for p in d.events.filter(
-        (pl.col("run_id") == run) & (pl.col("event") != "first_run")).select("job", "series", "event", "path", "detail").to_dicts()]
+    problems = [{**p, "dump": dump_link(d, p["path"])} for p in not_regressions(d.events, d.steps, run).select(
+        "job", "series", "event", "path", "detail").to_dicts()]
     return {"run": run, "info": info, **run_info(d, info), "headline": headline, **_verdict(d, run, here=""),
             "headline_metrics": metrics_shown, "headline_labels": HEADLINE, "health": health, "problems": problems,
             "previous": d.previous, "history_chart": _incidents_chart(d), "accepts": d.accepts.height,
@@ -205,7 +206,7 @@ def incident_pages(d: SiteData):
             "value": value_in(s["metric"], s["value"], unit), "latest": value_in(s["metric"], s["latest_value"], unit),
             "change": delta_in(s["metric"], s["change"], unit) if s["change"] is not None else "",
             "on_top": {"id": s["stacked_on"], "link": d.incident_link(s["stacked_on"], "incidents")} if s["stacked_on"] else None,
-            "closed": f"{s['closed_how']} {s['closed_run']}" if s["closed_run"] else "open", "detail": s["detail"] or ""}
+            "closed": closing_text(s), "detail": s["detail"] or ""}
             for s in rows.iter_rows(named=True)]
         evidence = _evidence(d.diffs.filter((pl.col("run_id") == r["opened_run"]) & (pl.col("job") == r["job"])
                                             & (pl.col("program") == r["program"])))
@@ -220,6 +221,10 @@ def incident_pages(d: SiteData):
             "on_top": [{"id": i, "link": d.incident_link(i, "incidents")} for i in (r["stacked_on"] or [])],
             "evidence": evidence, "causes": _cause_links((r["cause"] or "").splitlines(), evidence),
             "impact_means": IMPACT_TEXT,
+            "reopened": [{"run": run, "link": d.known_run(run, "incidents"), "closed": closed,
+                          "closed_link": d.known_run(closed, "incidents"),
+                          "how": "lost" if r["kind"] == "improvement" else "fixed"}
+                         for run, closed in zip(r.get("reopened_runs") or [], r.get("reopened_after") or [])],
         }
 
 

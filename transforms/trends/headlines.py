@@ -85,6 +85,10 @@ def failure_text(row: dict[str, Any]) -> str:
     detail = (row.get("detail") or "").split("\n", 1)[0]
     path, sep, error = detail.partition(": ")
     error = error.removeprefix(path + ": ") if sep else detail  # the error names the file again
+    if row["metric"] == "dump.lost":  # "figures lost (kernel.*): <path>: line N: ..."
+        what, _, why = error.partition("): ")
+        return f"{row.get('dump_kind') or 'dump'} damaged, {what.removeprefix('figures lost (')} not read: " \
+               f"{why.removeprefix(path + ': ')}".rstrip(": ")
     return f"{row.get('dump_kind') or 'dump'} does not parse: {error}".rstrip(": ")
 
 
@@ -105,3 +109,12 @@ def headline(job: str, program: str, rows: list[dict[str, Any]], most: int = 2) 
     parts = [step_text(r) for r in shown[:most]]
     more = len(shown) - len(parts)
     return f"{job} / {program}: " + "; ".join(parts) + (f"; +{more} more" if more > 0 else "")
+
+
+def closing_text(row: dict[str, Any]) -> str:
+    """How a step row (incident_steps) ended, as tables show it: ``fixed 2026-10-04 (reverted)``,
+    ``open``; a life a revert gave it again says from which run (``reopened 2026-10-04, open``)."""
+    again = f"reopened {row['reopened_run']}, " if row.get("reopened_run") else ""
+    if not row.get("closed_run"):
+        return again + "open"
+    return again + f"{row['closed_how']} {row['closed_run']}" + (" (reverted)" if row.get("reverted") else "")

@@ -2,9 +2,11 @@
 
 ``compute_incidents`` is what the nightly (``flows.verdict.aggregate``, a group of jobs at a time)
 and ``dumpscope check`` (history + the candidate directory as one more run) both run:
-each series' health per run (``program_health``: the worst status of its dumps, or
-``absent`` in a later run of its job that did not write it), the figures of the dumps
-that parsed ok, and ``transforms.trends.incidents.compute`` with the settings' floors.
+each series' health per run (``program_health``: the worst status of its dumps, a partial
+one that names what its damage cost ``ok`` or ``damaged`` by whether the verdict reads a
+lost figure, or ``absent`` in a later run of its job that did not write it), the figures of
+the dumps whose figures stand (``figures_stand``), and ``transforms.trends.incidents.compute``
+with the settings' floors.
 
 ``causes`` attaches to each incident the top lines of its structural diff (rows of the
 ``diffs`` table, or computed in memory by ``check``): a failure's error first, then new
@@ -15,13 +17,14 @@ are one line after its error; vanished dumps are one line. Pure: frames in, fram
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 import polars as pl
 
 from transforms.trends import incidents as incident_mod
 from transforms.trends.headlines import failure_text
-from transforms.trends.rules import Settings
+from transforms.trends.rules import DEFAULT_RULES, NEUTRAL, Settings
 from transforms.volatile import normalise
 
 CAUSE_LINES = 5
@@ -33,12 +36,28 @@ _CAUSE_ORDER = {"compile_failure": 0, "graph_break": 0, "recompile": 0, "collect
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Failure)\w*): (?P<message>.*)$")
 
 
-def program_health(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame:
+def figures_stand(dumps: pl.DataFrame) -> pl.Expr:
+    """Of ``dumps`` rows: whose figures are believed (stored, charted, judged): ok, or partial with
+    what its damage cost named (``lost_metrics``: its other figures stand). SQL: ``reads.FIGURES_STAND``."""
+    ok = pl.col("status") == "ok"
+    return ok | ((pl.col("status") == "partial") & pl.col("lost_metrics").is_not_null()) \
+        if "lost_metrics" in dumps.columns else ok
+
+
+def program_health(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame,
+                   settings: Settings | None = None) -> pl.DataFrame:
     """Each series' state per run for the incidents: the worst status of its dumps (ok,
-    partial, failed), or ``absent`` in a later run of its job that did not write it.
-    ``series``: dump_series rows; ``dumps``: path, run_id, job, status, error."""
-    known = series.join(dumps.select("path", "status", "error"), on="path").filter(pl.col("kind") != "unknown")
-    rank = pl.col("status").replace_strict({"ok": 0, "partial": 1, "failed": 2}, default=2, return_dtype=pl.Int64)
+    damaged, partial, failed), or ``absent`` in a later run of its job that did not write it.
+    ``series``: dump_series rows; ``dumps``: path, run_id, job, status, error (, lost_metrics).
+    A partial dump whose figures stand (``figures_stand``) is ``ok`` when the figures it lost
+    are none the verdict reads (``settings``' rules give them no direction), else ``damaged``:
+    a failure about the dump whose other figures are judged."""
+    cols = ["path", "status", "error", *(["lost_metrics"] if "lost_metrics" in dumps.columns else [])]
+    known = series.join(dumps.select(cols), on="path").filter(pl.col("kind") != "unknown")
+    if "lost_metrics" in known.columns:
+        known = _damage_judged(known, settings or Settings())
+    rank = pl.col("status").replace_strict({"ok": 0, "damaged": 1, "partial": 2, "failed": 3}, default=3,
+                                           return_dtype=pl.Int64)
     present = (known.with_columns(rank.alias("_rank")).sort("_rank", descending=True)
                .group_by("series", "run_id").first()
                .select("series", "job", pl.col("series_program").alias("program"), "kind", "stage", "run_id", "status",
@@ -55,6 +74,41 @@ def program_health(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFram
     return pl.concat([present, absent.select(present.columns)]).sort("series", "run_id")
 
 
+def _damage_judged(known: pl.DataFrame, settings: Settings) -> pl.DataFrame:
+    """``known`` (series rows with their dump's status, error, lost_metrics) with each partial dump
+    whose figures stand ``ok`` (it lost none the verdict reads) or ``damaged`` (it did: the error
+    then says which figures). Such dumps are rare: only their rows are looked at."""
+    standing = (pl.col("status") == "partial") & pl.col("lost_metrics").is_not_null()
+    damaged = known.filter(standing)
+    if damaged.is_empty():
+        return known
+    read = [reads_any(settings, series, lost) for series, lost in damaged.select("series", "lost_metrics").iter_rows()]
+    damaged = damaged.with_columns(pl.Series("_read", read, pl.Boolean)).with_columns(
+        pl.when("_read").then(pl.lit("damaged")).otherwise(pl.lit("ok")).alias("status"),
+        pl.when("_read").then(pl.concat_str(pl.lit("figures lost ("), pl.col("lost_metrics").list.join(", "),
+                                            pl.lit("): "), pl.col("error").fill_null("")))
+        .otherwise(pl.col("error")).alias("error")).drop("_read")
+    return pl.concat([known.filter(~standing), damaged.select(known.columns)])
+
+
+def reads_any(settings: Settings, series: str, patterns: list[str]) -> bool:
+    """Whether the verdict reads a metric that one of ``patterns`` may name: a rule with a direction
+    (the series' own and the defaults) whose metric pattern can match the same name."""
+    rules = [r for r in settings.rules if fnmatch.fnmatchcase(series, r.series) and r.direction != NEUTRAL]
+    rules += [r for r in DEFAULT_RULES if r.direction]
+    return any(_may_overlap(p, r.metric) for p in patterns for r in rules)
+
+
+def _may_overlap(a: str, b: str) -> bool:
+    """Whether two shell patterns can match one name (an exact name against a pattern: whether it
+    matches; two patterns: their literal beginnings agree, which over-reads, never under-reads)."""
+    wild = re.compile(r"[*?\[]")
+    if not wild.search(a) or not wild.search(b):
+        return fnmatch.fnmatchcase(a, b) if not wild.search(a) else fnmatch.fnmatchcase(b, a)
+    head_a, head_b = wild.split(a, 1)[0], wild.split(b, 1)[0]
+    return head_a.startswith(head_b) or head_b.startswith(head_a)
+
+
 def compute_incidents(series: pl.DataFrame, dumps: pl.DataFrame, observations: pl.DataFrame, order: pl.DataFrame,
                       accepts: list[dict], settings: Settings, *, since: int | None = None,
                       ) -> incident_mod.Walked:
@@ -65,14 +119,28 @@ def compute_incidents(series: pl.DataFrame, dumps: pl.DataFrame, observations: p
     dumps that parsed ok (strings or categoricals); ``order``: run_id, run_seq, started_at,
     commit of the runs; ``accepts``: the accept log's rows; ``since``: only the incidents
     touched from that run_seq on (``incidents.compute``)."""
-    health = program_health(series, dumps, order)
-    ok = health.filter(pl.col("status") == "ok").select("series", "run_id")
-    usable = series.join(dumps.filter(pl.col("status") == "ok").select("path"), on="path", how="semi")
+    health = program_health(series, dumps, order, settings)
+    ok = health.filter(pl.col("status").is_in(["ok", "damaged"])).select("series", "run_id")
+    usable = series.join(dumps.filter(figures_stand(dumps)).select("path"), on="path", how="semi")
     info = usable.select("series", "job", pl.col("series_program").alias("program"), "kind", "stage").unique("series")
     if observations.schema.get("series") == pl.Categorical:  # categoricals: no string per row
         info = info.with_columns(pl.all().cast(pl.Categorical))
     floors = incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count)
-    return incident_mod.compute(observations, health, order, accepts, settings, floors, ok=ok, info=info, since=since)
+    return incident_mod.compute(observations, health, order, accepts, settings, floors, ok=ok, info=info, since=since,
+                                repeats=repeated_contents(usable, dumps, order))
+
+
+def repeated_contents(series: pl.DataFrame, dumps: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame | None:
+    """(series, run_id) of each run where a series' dump holds the bytes (``dumps.dump_id``) its
+    dump held in an earlier run: a night copied into the bucket again, a log rewritten
+    unchanged. A timing in it was measured once, in the earlier run; a median of runs
+    (a rule's ``window``) that sampled it again would turn one slow run into two. None when
+    ``dumps`` carries no content ids."""
+    if "dump_id" not in dumps.columns:
+        return None
+    runs = series.select("series", "run_id", "path").join(dumps.select("path", "dump_id"), on="path")
+    runs = runs.join(order.select("run_id", "run_seq"), on="run_id").sort("series", "run_seq")
+    return runs.filter(~pl.col("dump_id").is_first_distinct().over("series")).select("series", "run_id")
 
 
 def causes(incidents: pl.DataFrame, steps: pl.DataFrame, diffs: pl.DataFrame) -> pl.Series:
@@ -109,7 +177,7 @@ def _failure_lines(rows: list[dict]) -> list[str]:
     for r in rows:
         if r["metric"] == "dump.vanished":
             vanished.append(r["series"])
-        elif r["metric"] == "dump.status":
+        elif r["metric"] in ("dump.status", "dump.lost"):
             text = failure_text(r)
             path = (r.get("detail") or "").split(": ", 1)[0]
             line = f"{text} ({path})" if path else text
@@ -158,8 +226,10 @@ def figure_states(rows: pl.DataFrame, steps: pl.DataFrame, runs: pl.DataFrame) -
     seq = runs.select("run_id", pl.col("run_seq").cast(pl.Int64))
     if steps.is_empty() or rows.is_empty():
         return rows.with_columns(pl.lit(None, t).alias(c) for c, t in FIGURE_STATE.items())
-    open_ = (steps.select("series", "metric", "incident_id", "step", "baseline", "opened_run", "closed_run")
-             .join(seq.rename({"run_id": "opened_run", "run_seq": "_from"}), on="opened_run")
+    lives = pl.coalesce("reopened_run", "opened_run") if "reopened_run" in steps.columns else pl.col("opened_run")
+    open_ = (steps.select("series", "metric", "incident_id", "step", "baseline", "opened_run", "closed_run",
+                          lives.alias("_life"))
+             .join(seq.rename({"run_id": "_life", "run_seq": "_from"}), on="_life").drop("_life")
              .join(seq.rename({"run_id": "closed_run", "run_seq": "_to"}), on="closed_run", how="left")
              .drop("closed_run"))
     keyed = rows.with_row_index("_row").join(seq.rename({"run_seq": "_at"}), on="run_id", how="left")

@@ -15,6 +15,15 @@ from) and a stack of open steps, each with its own *baseline* (the level before 
    level becomes the value.
 3. Below the floor nothing happens and the level stays: a slow creep opens a step in
    the run where it passes the floor, against the level it crept from.
+4. Revert: a run that closed steps and opened one (an overshoot) is undone when a later
+   value is back within the floor of the level before it, while the step it opened is
+   open: that step closes (``reverted``), the steps it closed reopen (a row each, from the
+   revert's run: the same incident, its first opening and commit range), nothing opens.
+   A plain fix opens no step: a figure back at its old level after one is a new step.
+
+A failure figure (``onnx.step.*``, ``onnx.errors``, ``dynamo.failures``) starts from its
+passing value (``healthy_value``), so a program failing the first night it is seen opens a
+failure that night.
 
 An accept at a run closes the accepted steps ``accepted`` there and makes the value
 there the level. Floors by family (``Floors``, settings ``[floors]``): bytes at least
@@ -22,16 +31,20 @@ there the level. Floors by family (``Floors``, settings ``[floors]``): bytes at 
 ``rel``); noisy floats (ONNX accuracy) their rule's ``noise``, a regression only past
 its ``limit``.
 
-Only figures of dumps that parsed ``ok`` are walked: a ``partial`` or ``failed`` dump,
-or a series that vanished from a job that still ran, opens a ``failure`` step about the
-dump (closed ``fixed`` when it parses again); an ONNX export step that stops passing
+Only figures of dumps whose figures stand are walked (``ok``, or partial naming what its
+damage cost: ``incident_rule.figures_stand``): a ``partial`` or ``failed`` dump, one that
+lost figures the verdict reads (``damaged``: ``dump.lost``, its other figures walked), or a
+series that vanished from a job that still ran, opens a ``failure`` step about the dump
+(closed ``fixed`` when it parses again); an ONNX export step that stops passing
 (``onnx.step.*`` down, ``onnx.errors`` up) is a failure too.
 
 The steps of one program (job + program, across dump kinds and stages) opened in one
 run form one regression incident (its regression and failure steps; kind ``failure`` if
 any is one) and one improvement incident (its improvement steps). An incident is open
 while any of its steps is; it closes in the run its last step closes: ``fixed`` /
-``lost`` (``accepted`` if any step was accepted). ``stacked_on`` names the incidents of
+``lost`` (``accepted`` if any step was accepted); a revert that reopens one of its steps
+opens it again (``reopened_runs``, ``reopened_after``: its status at the run it had
+closed in stays what it was). ``stacked_on`` names the incidents of
 the steps directly below its own when it opened. Statuses at a run: ``new``, ``open``,
 ``fixed``, ``accepted``, ``lost`` (``STATUSES``); kinds: ``KINDS``.
 
@@ -43,6 +56,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple
 
@@ -61,7 +75,8 @@ STEP_SCHEMA = pl.Schema({
     "dump_kind": pl.String, "stage": pl.String, "metric": pl.String, "step": pl.String,
     "opened_run": pl.String, "last_good_run": pl.String, "closed_run": pl.String, "closed_how": pl.String,
     "baseline": pl.Float64, "value": pl.Float64, "latest_value": pl.Float64, "change": pl.Float64,
-    "impact": pl.Float64, "detail": pl.String, "stacked_on": pl.String,
+    "impact": pl.Float64, "detail": pl.String, "stacked_on": pl.String, "reopened_run": pl.String,
+    "reverted": pl.Boolean,
 })
 STEP_DOCS = {
     "": "Every step behind each incident (drill-down): one row per series and metric whose figure stepped away from its level, or per dump that failed, in the run the incident opened. A step stays open until its figure is back within the floor of its own baseline (or past it the good way: fixed), loses its improvement (lost) or is accepted.",
@@ -71,7 +86,7 @@ STEP_DOCS = {
     "series": "Series id <job>/<program>/<kind>[/<stage>].",
     "dump_kind": "Dump format the figure comes from.",
     "stage": "Compiler stage (NULL when the format has none).",
-    "metric": "Metric that stepped (docs/metrics.md); for a failure about a dump: dump.status or dump.vanished.",
+    "metric": "Metric that stepped (docs/metrics.md); for a failure about a dump: dump.status (it did not parse), dump.lost (damage cost figures the verdict reads; its other figures are judged) or dump.vanished.",
     "step": "regression (worse past the floor), improvement (better past the floor) or failure.",
     "opened_run": "Run where the figure stepped.",
     "last_good_run": "The series' run before that (the diff of the step is last_good_run → opened_run).",
@@ -84,6 +99,8 @@ STEP_DOCS = {
     "impact": "How much the step matters, for ranking only (docs/trends.md: bytes against the program's memory, counts weighted by family).",
     "detail": "For a failure: the dump's path and error; else NULL.",
     "stacked_on": "The incident of the step directly below this one on the same series and metric when it opened (a further step on top of an open one); NULL when none was open.",
+    "reopened_run": "NULL for a step's first life; else the run where a revert reopened it (the change that had closed it was undone): this row is its life from that run, with its first opened_run, last_good_run and baseline.",
+    "reverted": "Closed by a revert: its figure went back within its floor to where it stood before the step's run (closed_how says fixed or lost).",
 }
 
 INCIDENT_SCHEMA = pl.Schema({
@@ -92,6 +109,7 @@ INCIDENT_SCHEMA = pl.Schema({
     "last_good_commit": pl.String, "first_bad_commit": pl.String, "closed_run": pl.String, "closed_how": pl.String,
     "headline": pl.String, "cause": pl.String, "metrics": pl.List(pl.String), "series": pl.List(pl.String),
     "impact": pl.Float64, "accepted_by": pl.String, "accepted_note": pl.String, "stacked_on": pl.List(pl.String),
+    "reopened_runs": pl.List(pl.String), "reopened_after": pl.List(pl.String), "reverted": pl.Boolean,
 })
 INCIDENT_DOCS = {
     "": "One row per incident: one step of one program, opened in the run where its figures stepped, with its cause, commit range and lifecycle. A program's regression and failure steps of one run are one incident, its improvement steps another. Status at a run: incidents_at(run) / incident_status.",
@@ -114,6 +132,9 @@ INCIDENT_DOCS = {
     "accepted_by": "Who accepted it (NULL unless accepted).",
     "accepted_note": "Why it was accepted (the note given to dumpscope accept).",
     "stacked_on": "Open incidents this one's steps stepped further from (the same figures, the same way): it is news of its own, and its fix returns to their level.",
+    "reopened_runs": "Runs where a revert reopened it (the change that had closed it was undone: its figures went back to where they stood before that change), in run order; empty for most. It stays the same incident: its opened_run and commit range are its first.",
+    "reopened_after": "For each of reopened_runs, the run it had closed in before (its status there: fixed, or lost for an improvement).",
+    "reverted": "Closed by a revert (closed_how fixed or lost): its figures went back within their floor to where they stood before it opened.",
 }
 
 _FAILURE_METRICS = ("onnx.step.", "onnx.errors", "dynamo.failures")
@@ -121,6 +142,15 @@ _FAILURE_METRICS = ("onnx.step.", "onnx.errors", "dynamo.failures")
 
 def _failure_metric(metric: str) -> bool:
     return metric.startswith(_FAILURE_METRICS[0]) or metric in _FAILURE_METRICS[1:]
+
+
+def healthy_value(metric: str) -> float | None:
+    """What a failure figure reads when nothing failed (an ONNX step passed: 1; errors and
+    failed compiles: 0), the level a program seen for the first time is measured from; None
+    for a figure that is no failure's."""
+    if metric.startswith(_FAILURE_METRICS[0]):
+        return 1.0
+    return 0.0 if metric in _FAILURE_METRICS[1:] else None
 
 
 class Walked(NamedTuple):
@@ -158,10 +188,29 @@ class _Step:
     touched_seq: int | None = None  # the last run its row changed in (opened, latest value, closed)
     job: str = ""
     program: str = ""
+    # A revert (docs/trends.md): the level just before the run the step opened in (before that
+    # run closed anything), and the steps that run closed; a later return within the floor to
+    # that level undoes the run: the step closes ``reverted`` and those steps reopen.
+    before: float | None = None
+    undid: tuple["_Step", ...] = ()
+    reverted: bool = False  # closed by a revert
+    reopened_seq: int | None = None  # this row is a life the step got again when a revert reopened it there
 
     @property
     def improvement(self) -> bool:
         return self.step == "improvement"
+
+    @property
+    def from_seq(self) -> int:
+        """The run this row's life began in: its opening, or the revert that reopened it."""
+        return self.opened_seq if self.reopened_seq is None else self.reopened_seq
+
+    def reopened(self, seq: int, value: float, below: "_Step | None") -> "_Step":
+        """The step again, open from ``seq`` (a revert undid what closed it): its first opening,
+        baseline and commit range stay."""
+        return _Step(self.series, self.metric, self.step, self.opened_seq, self.last_good_seq, self.baseline,
+                     self.value, value, detail=self.detail, below=below, touched_seq=seq, job=self.job,
+                     program=self.program, reopened_seq=seq)
 
 
 def incident_id(job: str, program: str, opened_run: str, improvement: bool = False) -> str:
@@ -169,21 +218,32 @@ def incident_id(job: str, program: str, opened_run: str, improvement: bool = Fal
     return "I-" + hashlib.sha1(key.encode()).hexdigest()[:8]
 
 
+def floor_test(metric: str, rule, floors: Floors):
+    """``past_floor(value, base)`` for one metric: whether ``value`` is further from ``base``
+    than the noise, the family floor and the rule's threshold, either way."""
+    noise, rel = rule.noise, rule.rel or 0.0
+    fixed = max(noise, rule.abs or 0.0,
+                floors.bytes if is_bytes_metric(metric) else 0.0 if metric.startswith("onnx.max_") else floors.count)
+
+    def past_floor(value: float, base: float) -> bool:
+        diff = value - base
+        size = diff if diff >= 0 else -diff
+        return not (size <= noise or size < fixed or size < rel * (base if base >= 0 else -base))
+
+    return past_floor
+
+
 def step_test(metric: str, rule, floors: Floors):
     """``is_step(value, baseline)`` for one metric: whether ``value`` is a step away from
     ``baseline`` (past the noise, the family floor and the rule's threshold; a noisy
     figure regresses only past its limit). Built once per metric: it runs on every change."""
-    noise, direction, limit = rule.noise, rule.direction, rule.limit
-    rel = rule.rel or 0.0
-    fixed = max(noise, rule.abs or 0.0,
-                floors.bytes if is_bytes_metric(metric) else 0.0 if metric.startswith("onnx.max_") else floors.count)
+    direction, limit = rule.direction, rule.limit
+    past_floor = floor_test(metric, rule, floors)
 
     def is_step(value: float, base: float) -> bool:
-        diff = value - base
-        size = diff if diff >= 0 else -diff
-        if size <= noise or size < fixed or size < rel * (base if base >= 0 else -base):
+        if not past_floor(value, base):
             return False
-        if limit is not None and diff * direction > 0:
+        if limit is not None and (value - base) * direction > 0:
             return value * direction > limit * direction
         return True
 
@@ -206,15 +266,21 @@ def _accepted_at(accepts: list[dict], series: str, job: str, program: str, opene
 
 
 def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, job: str, program: str, metric: str,
-                rule, floors: Floors, run_ids: list[str], accepts: list[dict]) -> list[_Step]:
+                rule, floors: Floors, run_ids: list[str], accepts: list[dict],
+                repeats: frozenset[int] = frozenset()) -> list[_Step]:
     """The steps of one (series, metric) from its (run_seq, value, previous run_seq) rows in
     run order. Rows equal to the one before may be left out (they change nothing), except
-    at runs with an accept; the previous run_seq keeps each step's last good run exact."""
+    at runs with an accept; the previous run_seq keeps each step's last good run exact.
+    ``repeats``: the run_seqs where the series' dump holds bytes it held in an earlier run
+    (a night copied, a log written again): a median of runs does not sample them again."""
     out: list[_Step] = []
-    level: float | None = None
+    direction = rule.direction
+    # A failure figure of a program seen for the first time is measured from a passing one: an
+    # export or compile that fails the first night it is seen is a failure that night.
+    level: float | None = healthy_value(metric) if direction and _failure_metric(metric) else None
     stack: list[_Step] = []
     is_step = step_test(metric, rule, floors)
-    direction = rule.direction
+    past_floor = floor_test(metric, rule, floors)
     accept_runs = {a["run_id"] for a in accepts}  # most runs have none: their rows skip the accept checks
     value = None
 
@@ -225,26 +291,46 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
         return (value - base) * direction < 0 and is_step(value, base)
 
     if rule.window > 1:
-        rows = _medians(rows, rule.window, lambda v, base: worse(v, base) or better(v, base), lambda: level)
+        rows = _medians(rows, rule.window, lambda v, base: worse(v, base) or better(v, base), lambda: level, repeats)
+    seen = False  # a value seen yet (before it, a failure figure's level is the passing one it assumes)
     for seq, value, prev_seq in rows:
         if level is None:
-            level = value
+            level, seen = value, True
             continue
         run_id = run_ids[seq]
+        before, seen = (level if seen else None), True
         # 1. Close, from the top: a step no longer past its baseline the way it stepped.
+        closed: list[_Step] = []
         while stack and not (better if stack[-1].improvement else worse)(value, stack[-1].baseline):
             top = stack.pop()
             top.closed_seq, top.closed_how, top.latest = seq, "lost" if top.improvement else "fixed", value
+            # Reverted: back within the floor to the level before its run (a fix past it is no revert).
+            top.reverted = top.before is not None and not past_floor(value, top.before)
             level = top.baseline
+            closed.append(top)
+        # 1b. A revert of a run that also closed steps (an overshoot: it fixed a regression and
+        # opened an improvement) undoes that run: what it closed reopens (their first opening and
+        # commit range), nothing opens.
+        undone = next((s for s in closed if s.undid and s.reverted), None)
+        if undone is not None:
+            for s in reversed(undone.undid):  # closed from the top: reopened from the bottom
+                again = s.reopened(seq, value, stack[-1] if stack else None)
+                again.before, again.undid = before, tuple(closed)  # a reland undoes this revert in turn
+                out.append(again)
+                stack.append(again)
+            level = undone.before
         # 2. Open: past the floor from the level, and not against the open steps.
         top = stack[-1] if stack else None
         kind = None
-        if direction and worse(value, level) and (top is None or not top.improvement):
+        if undone is not None:
+            pass  # a revert opens nothing
+        elif direction and worse(value, level) and (top is None or not top.improvement):
             kind = "failure" if _failure_metric(metric) else "regression"
         elif direction and better(value, level) and (top is None or top.improvement):
             kind = "improvement"
         if kind is not None:
-            out.append(_Step(series, metric, kind, seq, prev_seq, level, value, value, below=top, job=job, program=program))
+            out.append(_Step(series, metric, kind, seq, prev_seq, level, value, value, below=top, job=job, program=program,
+                             before=before, undid=tuple(closed)))
             stack.append(out[-1])
             level = value
         # Accepts at this run, after the opening (a step that stepped here is recorded, then
@@ -264,16 +350,22 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
     return out
 
 
-def _medians(rows: Iterable[tuple[int, float, int | None]], window: int, stepped, level
-             ) -> Iterator[tuple[int, float, int | None]]:
+def _medians(rows: Iterable[tuple[int, float, int | None]], window: int, stepped, level,
+             repeats: frozenset[int] = frozenset()) -> Iterator[tuple[int, float, int | None]]:
     """A noisy figure's rows as its walk reads them: each value the median of the series' last
     ``window`` values (the lower middle one of an even count, while it has fewer), so one
     outlier moves nothing. The previous run_seq of a row is that of the run before the
     newest values that all stepped from the level (``level()``, read as the walk moves it):
     a step the median confirms has as last good run the one before its lasting level began.
-    Needs every row of the series (``compute`` keeps them for these metrics)."""
+    A row of ``repeats`` (the same bytes as an earlier run's dump: the same measurement, not
+    another one) is not sampled: the walk reads the median as it stood, so the run's accepts
+    still apply. Needs every row of the series (``compute`` keeps them for these metrics)."""
     recent: list[tuple[int, float, int | None]] = []
+    stood: tuple[float, int | None] | None = None
     for row in rows:
+        if row[0] in repeats and stood is not None:
+            yield row[0], *stood
+            continue
         recent = [*recent[-(window - 1):], row]
         values = sorted(v for _, v, _ in recent)
         median = values[(len(values) - 1) // 2]
@@ -284,6 +376,7 @@ def _medians(rows: Iterable[tuple[int, float, int | None]], window: int, stepped
                 if not stepped(value, base):
                     break
                 prev = before
+        stood = median, prev
         yield row[0], median, prev
 
 
@@ -291,7 +384,8 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
     """Failure steps about dumps: partial/failed after ok, and vanished series.
 
     ``health``: series, job, program, run_seq, status (worst of the series' dumps in the
-    run, 'absent' where the series' job ran without it), detail."""
+    run, 'damaged' where it lost figures the verdict reads, 'absent' where the series' job ran
+    without it), detail."""
     out = []
     for (series, job, program), group in health.sort("run_seq").group_by(["series", "job", "program"], maintain_order=True):
         last_ok: int | None = None
@@ -310,7 +404,7 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
                     open_, last_ok = None, None  # accepted: not ok, not reported again until it is ok once
                 continue
             if last_ok is not None:
-                metric = "dump.vanished" if status == "absent" else "dump.status"
+                metric = {"absent": "dump.vanished", "damaged": "dump.lost"}.get(status, "dump.status")
                 open_ = _Step(series, metric, "failure", seq, last_ok, None, None, None, detail=detail, job=job, program=program)
                 out.append(open_)
                 acc = _accepted_at(accepts, series, job, program, run_ids[seq], run_ids[seq])
@@ -322,7 +416,7 @@ def _health_steps(health: pl.DataFrame, run_ids: list[str], accepts: list[dict])
 
 def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFrame, accepts: list[dict],
             settings: Settings, floors: Floors = Floors(), *, ok: pl.DataFrame | None = None,
-            info: pl.DataFrame | None = None, since: int | None = None) -> Walked:
+            info: pl.DataFrame | None = None, since: int | None = None, repeats: pl.DataFrame | None = None) -> Walked:
     """Incidents and incident_steps without causes (``incident_rule.causes`` adds them from ``diffs``).
 
     ``observations``: series, job, program, kind, stage, metric, run_id, value — figures
@@ -337,7 +431,9 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     changed at that run or later (opened, moved while open, closed) — a night's, when the
     runs before it are as they were; the others (``Walked.unchanged``) are what an earlier
     walk made of the same runs (the walk is a function of the runs so far, and impact of
-    the step's own runs).
+    the step's own runs). ``repeats`` (series, run_id): the runs where a series' dump holds
+    the bytes of one of its earlier runs (``incident_rule.repeated_contents``), which a median
+    of runs does not sample again.
     """
     run_ids = order.sort("run_seq").get_column("run_id").to_list()
     seq_of = order.select("run_id", "run_seq")
@@ -368,7 +464,16 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
     # Only pairs whose value ever changes can step, and a value equal to the one before
     # changes no state (figures are deterministic): the first value, the change points and
     # runs with an accept reach the Python loop; most compiler figures never move.
-    moving = obs.filter("_moved").select("series", "metric").unique()
+    moving = obs.filter("_moved").select("series", "metric")
+    # ... and a failure figure failing at its first value (a program that fails the first night it is seen).
+    names = obs.get_column("metric").unique().cast(pl.String).to_list()
+    healthy = {m: healthy_value(m) for m in names if healthy_value(m) is not None}
+    if healthy:
+        name = pl.col("metric").cast(pl.String)
+        first = obs.filter(~pl.col("_same") & name.is_in(list(healthy)))  # one row per pair at most
+        failing = first.filter(pl.col("value") != name.replace_strict(healthy, default=None))
+        moving = pl.concat([moving, failing.select("series", "metric")])
+    moving = moving.unique()
     obs = (obs.join(moving, on=["series", "metric"], how="semi")
            .filter(~pl.col("_same") | pl.col("_moved") | pl.col("run_seq").is_in(accept_seqs)
                    | pl.col("metric").cast(pl.String).is_in(whole))
@@ -381,6 +486,11 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
             .iter_rows(named=True)} if "kind" in health.columns else {}
     meta |= {r["series"]: r for r in info.select(pl.col("series", "job", "program", "kind", "stage").cast(pl.String))
              .unique("series").iter_rows(named=True)}  # every series with figures, moving or not
+    repeated: dict[str, set[int]] = {}
+    for series, run_id in (repeats.select(pl.col("series", "run_id").cast(pl.String)).iter_rows()
+                           if repeats is not None else ()):
+        if run_id in seq:
+            repeated.setdefault(series, set()).add(seq[run_id])
     steps: list[_Step] = []
     cols = [obs.get_column(c).to_list() for c in ("series", "metric", "run_seq", "value", "prev_seq")]
     start = 0
@@ -391,13 +501,18 @@ def compute(observations: pl.DataFrame, health: pl.DataFrame, order: pl.DataFram
         m = meta[series]
         rows = zip(cols[2][start:end], cols[3][start:end], cols[4][start:end])
         steps += walk_metric(rows, series=series, job=m["job"], program=m["program"], metric=metric,
-                             rule=settings.rule_for(series, metric), floors=floors, run_ids=run_ids, accepts=accepts)
+                             rule=settings.rule_for(series, metric), floors=floors, run_ids=run_ids, accepts=accepts,
+                             repeats=frozenset(repeated.get(series, ())))
         start = end
     steps += _health_steps(health.join(seq_of, on="run_id"), run_ids, accepts)
+    # A revert is a run that reopened a step of the program: the steps it closed back at their level
+    # before are reverted there (any other return to a level is a plain fix or loss). Of every
+    # incident: an incident's closing is a revert by another's reopening.
+    revert_runs = {(s.job, s.program, s.reopened_seq) for s in steps if s.reopened_seq is not None}
     unchanged: list[str] = []
     if since is not None:
         steps, unchanged = _of_incidents_touched(steps, since, run_ids)
-    return Walked(*_frames(steps, meta, order, accepts, program_bytes), unchanged)
+    return Walked(*_frames(steps, meta, order, accepts, program_bytes, revert_runs), unchanged)
 
 
 def _of_incidents_touched(steps: list[_Step], since: int, run_ids: list[str]) -> tuple[list[_Step], list[str]]:
@@ -406,7 +521,7 @@ def _of_incidents_touched(steps: list[_Step], since: int, run_ids: list[str]) ->
     def key(s: _Step) -> tuple:
         return s.job, s.program, s.opened_seq, s.improvement
 
-    touched = {key(s) for s in steps if max(s.opened_seq, s.closed_seq or 0, s.touched_seq or 0) >= since}
+    touched = {key(s) for s in steps if max(s.from_seq, s.closed_seq or 0, s.touched_seq or 0) >= since}
     others = {key(s) for s in steps} - touched
     return ([s for s in steps if key(s) in touched],
             sorted(incident_id(job, program, run_ids[seq], improvement) for job, program, seq, improvement in others))
@@ -446,7 +561,9 @@ def _program_bytes(obs: pl.DataFrame, info: pl.DataFrame) -> dict[tuple[str, str
 
 
 def _frames(steps: list[_Step], meta: dict, order: pl.DataFrame, accepts: list[dict],
-            program_bytes: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
+            program_bytes: dict, revert_runs: set[tuple[str, str, int]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The frames of ``steps``; ``revert_runs``: (job, program, run_seq) of every run that reopened a
+    step (``compute``)."""
     runs = order.sort("run_seq")
     run_ids = runs.get_column("run_id").to_list()
     started = runs.get_column("started_at").to_list()
@@ -474,7 +591,8 @@ def _frames(steps: list[_Step], meta: dict, order: pl.DataFrame, accepts: list[d
         score = impact(s.metric, s.step, change, s.baseline, memory)
         row = (iid, s.job, s.program, s.series, m.get("kind"), m.get("stage"), s.metric, s.step, rid(s.opened_seq),
                rid(s.last_good_seq), rid(s.closed_seq), s.closed_how, s.baseline, s.value, s.latest, change, score,
-               s.detail, None if s.below is None else iid_of(s.below))
+               s.detail, None if s.below is None else iid_of(s.below), rid(s.reopened_seq),
+               s.reverted and (s.job, s.program, s.closed_seq) in revert_runs)
         step_rows.append(row)
         groups.setdefault(iid, []).append((row, s))
     incidents = []
@@ -487,6 +605,7 @@ def _frames(steps: list[_Step], meta: dict, order: pl.DataFrame, accepts: list[d
         closed = None if any(r["_step"].closed_seq is None for r in rows) else max(r["_step"].closed_seq for r in rows)
         accepted = [r for r in rows if r["closed_how"] == "accepted"]
         how = None if closed is None else "accepted" if accepted else "lost" if kind == "improvement" else "fixed"
+        gaps = _gaps([r["_step"] for r in rows])
         acc = accepts[accepted[0]["_step"].accept] if accepted and accepted[0]["_step"].accept is not None else {}
         seq = rows[0]["_step"].opened_seq
         good = min((r["last_good_run"] for r in rows if r["last_good_run"]), default=None, key=position.__getitem__)
@@ -501,9 +620,25 @@ def _frames(steps: list[_Step], meta: dict, order: pl.DataFrame, accepts: list[d
             "closed_run": rid(closed), "closed_how": how, "headline": headline(rows[0]["job"], rows[0]["program"], rows),
             "cause": None, "metrics": sorted({r["metric"] for r in rows}), "series": sorted({r["series"] for r in rows}),
             "impact": sum(r["impact"] for r in once), "accepted_by": acc.get("accepted_by"),
-            "accepted_note": acc.get("note"), "stacked_on": sorted({r["stacked_on"] for r in rows if r["stacked_on"]})})
+            "accepted_note": acc.get("note"),
+            "stacked_on": sorted({r["stacked_on"] for r in rows if r["stacked_on"] and r["reopened_run"] is None}),
+            "reopened_runs": [run_ids[o] for _, o in gaps], "reopened_after": [run_ids[c] for c, _ in gaps],
+            "reverted": closed is not None and all(r["reverted"] for r in rows if r["_step"].closed_seq == closed)})
     step_frame = pl.DataFrame(step_rows, schema=STEP_SCHEMA, orient="row")
     return in_order(pl.DataFrame(incidents, schema=INCIDENT_SCHEMA), step_frame)
+
+
+def _gaps(steps: list[_Step]) -> list[tuple[int, int]]:
+    """(closed, reopened) run_seqs where an incident's steps were all closed, then a revert
+    reopened one: its lives are the union of its rows' (each from its opening or reopening
+    to its closing)."""
+    lives = sorted((s.from_seq, math.inf if s.closed_seq is None else s.closed_seq) for s in steps)
+    out, end = [], lives[0][1]
+    for start, stop in lives[1:]:
+        if start > end:
+            out.append((int(end), start))
+        end = max(end, stop)
+    return out
 
 
 def in_order(incidents: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

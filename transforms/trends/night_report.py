@@ -9,7 +9,8 @@ One story, in the order a person reads it: the counts ("2 new, 1 still open, 1 f
 0 improvements, 0 lost"), then each new regression or failure with its headline, what
 it stacks on, its commit range and cause, then what was fixed or accepted, what is
 still open (with its age), the new improvements and the improvements lost. Every line
-says its incident's kind. Input is the ``incidents_at(run)`` rows (``flows.verdict.incidents``),
+says its incident's kind; a revert says so on the lines of what it closed ("reverted")
+and of what it reopened ("reopened in this run"). Input is the ``incidents_at(run)`` rows (``flows.verdict.incidents``),
 so every count here is the count the CLI, the notifications and the site show. Names
 come from dumps and paths: each reaches the text through ``transforms.escape``.
 """
@@ -152,7 +153,7 @@ def night_markdown(run_id: str | None, commit: str | None, at: pl.DataFrame | No
             continue
         lines += [s.heading(2, title), ""]
         for r in chosen:
-            lines += _new(r, commit_url, compare_url, s, site_url) if key == "new" else [_short(r, key, s, site_url)]
+            lines += _new(r, commit_url, compare_url, s, site_url) if key == "new" else [_short(r, key, s, site_url, run_id)]
         lines.append("")
     if not rows:
         lines += ["Nothing changed: no incident is open.", ""]
@@ -202,7 +203,15 @@ def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None,
     lines = [f"Last night ({s.text(run_id)}, commit {s.text(commit or '?')}): {counts_line(c, s)}."]
     if site_url:
         lines.append(f"  page: {site_page(site_url, 'runs', f'{slug(run_id)}.html')}")
-    new = [r for r in ordered(at) if section_of(r) == "new"]
+    rows = ordered(at)
+    new = [r for r in rows if section_of(r) == "new"]
+    # A revert is news even though nothing opens: what it reopened, on one line each.
+    for r in rows:
+        if run_id in (r.get("reopened_runs") or []):
+            lines += ["", f"{s.code(r['incident_id'])} {r['kind']} (open since {s.text(r['opened_run'])})"
+                          f"{reverted_text(r, run_id, s)}: {s.text(r['headline'])}"]
+            if site_url:
+                lines.append(f"  page: {site_page(site_url, 'incidents', slug(r['incident_id']) + '.html')}")
     for r in new[:limit]:
         lines += ["", f"{s.code(r['incident_id'])} {r['kind']}: {s.text(r['headline'])}"]
         cause = r["cause"].splitlines() if r["cause"] else []
@@ -218,7 +227,20 @@ def night_brief(run_id: str | None, commit: str | None, at: pl.DataFrame | None,
     return lines
 
 
-def _short(r: dict, key: str, s: Style, site_url: str | None = None) -> str:
+def reverted_text(r: dict, run_id: str | None, style: Style = TEXT) -> str:
+    """What a revert did to an incident at ``run_id`` (``incidents_at`` row), as the end of its
+    line: ", reopened in this run: ..." or ": reverted ..."; empty when no revert touched it there."""
+    reopened, after = r.get("reopened_runs") or [], r.get("reopened_after") or []
+    if run_id is not None and run_id in reopened:
+        closed = after[reopened.index(run_id)]
+        return (f", reopened in this run: the change that {'lost' if r['kind'] == 'improvement' else 'fixed'} it "
+                f"in {style.text(closed)} was reverted")
+    if r.get("reverted") and r.get("closed_run") == run_id:
+        return ": reverted (its figures are back where they stood before it opened)"
+    return ""
+
+
+def _short(r: dict, key: str, s: Style, site_url: str | None = None, run_id: str | None = None) -> str:
     age = f"{r['age_runs']} run{'' if r['age_runs'] == 1 else 's'}"
     when = {"open": f"open since {s.text(r['opened_run'])} ({age})",
             "fixed": f"opened {s.text(r['opened_run'])}, fixed in this run",
@@ -226,4 +248,4 @@ def _short(r: dict, key: str, s: Style, site_url: str | None = None) -> str:
                         + (f": {s.text(r['accepted_note'])}" if r["accepted_note"] else ""),
             "improvement": "opened in this run",
             "lost": f"opened {s.text(r['opened_run'])}, lost in this run"}[key]
-    return f"- {_incident(r, s, site_url)} {r['kind']}: {s.text(r['headline'])} — {when}"
+    return f"- {_incident(r, s, site_url)} {r['kind']}: {s.text(r['headline'])} — {when}{reverted_text(r, run_id, s)}"

@@ -7,6 +7,7 @@
   and vanished series, changed series (what got worse is the incidents' to say).
 - ``job_totals``: per run, job, kind, stage and metric, the sum over the job's series
   and its delta against the job's previous run: the headline figures.
+- ``not_regressions``: what a run's page lists as such (a new series that fails is its incident's).
 """
 
 from __future__ import annotations
@@ -131,6 +132,16 @@ def series_events(dumps: pl.DataFrame, series: pl.DataFrame, order: pl.DataFrame
     parts = [f.with_columns(pl.col("event").cast(EVENT)) for f in (first, new, vanished, missing, bad, same)]
     out = pl.concat(parts, how="vertical_relaxed").join(seq, on="run_id")
     return out.select(EVENT_SCHEMA.names()).cast(dict(EVENT_SCHEMA)).sort("started_at", "run_id", "job", "event", "series", "path", nulls_last=False)
+
+
+def not_regressions(events: pl.DataFrame, steps: pl.DataFrame, run_id: str | None) -> pl.DataFrame:
+    """The events of ``run_id`` a run's page lists as "Not regressions": all but a job's first run,
+    and but a new series whose figures fail in it (its failure incident opened with it there: a
+    failure the first night it is seen is the incident's, never news of a new series).
+    ``steps``: incident_steps rows (series, step, opened_run)."""
+    failing = steps.filter((pl.col("step") == "failure") & (pl.col("opened_run") == (run_id or ""))).get_column("series")
+    return events.filter((pl.col("run_id") == (run_id or "")) & (pl.col("event") != "first_run")
+                         & ~((pl.col("event") == "new_series") & pl.col("series").is_in(failing.unique().implode())))
 
 
 def _recent_events(dumps: pl.DataFrame, series: pl.DataFrame, order: pl.DataFrame, from_seq: int,
