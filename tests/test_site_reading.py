@@ -229,3 +229,30 @@ def test_a_table_or_chart_takes_the_unit_its_largest_figure_reads_in_four_digits
     assert value_in("memory.temp_bytes", 546 * KiB, byte_unit(7 * MiB)) == "546 KiB"
     assert value_in("memory.temp_bytes", 30 * KiB, byte_unit(300 * MiB)) == "0.0293 MiB"
     assert value_in("kernel.launches", 1234, byte_unit(300 * MiB)) == "1,234"
+
+
+def test_a_step_a_revert_reopened_is_open_again_and_fixed_between():
+    """A step's row is one life of it: a revert reopens a fixed step in a row of its own
+    (``reopened_run``). temp_bytes was fixed in run 3 and reopened by a revert in run 5, live_out
+    stayed open: run 4's pages lead with live_out, one step fixed; from run 5 both are open again
+    and the incident keeps the headline it opened with (the second life is not one more open step,
+    nor the first one a fixed one)."""
+    from types import SimpleNamespace
+
+    from transforms.site.pages import _Headlines
+    from transforms.trends.incidents import STEP_SCHEMA
+
+    def step(metric: str, baseline: float, value: float, **life) -> dict:
+        return {"incident_id": "I-1a2b3c4d", "job": "jax-jit", "program": "train", "series": SERIES, "dump_kind": "xla_buffer_assignment",
+                "stage": "buffer_assignment", "metric": metric, "step": "regression", "opened_run": "r1", "last_good_run": "r0",
+                "baseline": baseline, "value": value, "change": value - baseline, "impact": 1.0, **life}
+
+    steps = pl.DataFrame([step("memory.temp_bytes", 100 * KiB, 300 * KiB, closed_run="r3", closed_how="fixed", reverted=True),
+                          step("memory.temp_bytes", 100 * KiB, 300 * KiB, reopened_run="r5"),
+                          step("memory.live_out_bytes", 80 * KiB, 150 * KiB)], schema=STEP_SCHEMA)
+    runs = pl.DataFrame({"run_id": [f"r{n}" for n in range(7)], "run_seq": list(range(7))})
+    incident = {"incident_id": "I-1a2b3c4d", "job": "jax-jit", "program": "train", "headline": "as it opened"}
+    headlines = _Headlines(SimpleNamespace(steps=steps, runs=runs))
+    fixed_one = "jax-jit / train: memory.live_out_bytes 80.0 KiB → 150.0 KiB (+70.0 KiB); 1 step fixed since it opened"
+    assert [headlines.at(incident, "open", f"r{n}") for n in range(1, 7)] == [
+        "as it opened", "as it opened", fixed_one, fixed_one, "as it opened", "as it opened"]

@@ -136,19 +136,22 @@ def _incidents_chart(d: SiteData) -> dict | None:
 class _Headlines:
     """What a page says an incident is (``at``): the headline it opened with, unless it is still
     open at the page's run and some of its steps closed by then: its steps still open lead, and
-    how many were fixed follows (a figure fixed since is not what is wrong)."""
+    how many were fixed follows (a figure fixed since is not what is wrong). A step's row is one
+    life of it (a revert reopens a fixed step in a row of its own, ``reopened_run``): a step is
+    open at a run when one of its lives is, fixed when it lived before and none is."""
 
     def __init__(self, d: SiteData):
         self.steps = {i: rows.to_dicts() for (i,), rows in d.steps.partition_by("incident_id", as_dict=True).items()}
         self.seq = dict(d.runs.select("run_id", "run_seq").iter_rows())
 
     def at(self, r: dict, status: str, run_id: str | None) -> str:
-        steps = self.steps.get(r["incident_id"], [])
         if status not in ("new", "open") or run_id not in self.seq:
             return r["headline"]
-        now = self.seq[run_id]
-        still = [s for s in steps if s["closed_run"] is None or self.seq.get(s["closed_run"], now + 1) > now]
-        fixed = len(steps) - len(still)
+        now, later = self.seq[run_id], float("inf")  # later: after every run (a life not closed)
+        began = [s for s in self.steps.get(r["incident_id"], [])
+                 if self.seq.get(s.get("reopened_run") or s["opened_run"], later) <= now]
+        still = [s for s in began if self.seq.get(s["closed_run"], later) > now]
+        fixed = len({(s["series"], s["metric"]) for s in began} - {(s["series"], s["metric"]) for s in still})
         if not fixed or not still:
             return r["headline"]
         return headline(r["job"], r["program"], still) + f"; {fixed} step{'s' if fixed != 1 else ''} fixed since it opened"
