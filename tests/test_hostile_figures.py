@@ -352,7 +352,8 @@ def test_a_chart_of_values_no_figure_can_be_is_drawn():
                          "last": [False, False, True] * 2})
     spec = charts.small_multiples(rows, title="forward")
     last = [r.split(",") for r in spec["data"]["values"].splitlines() if r.startswith("2026-11-20")]
-    assert sorted(r[8] for r in last) == ["1e+308", "NaN KiB"]  # the label column (l) of each panel's last point
+    # The label column (l) of each panel's last point; the bytes in the chart's one unit (2048 B: four digits).
+    assert sorted(r[8] for r in last) == ["1e+308", "NaN B"]
 
 
 # --- a warehouse that already holds them ---

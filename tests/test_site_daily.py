@@ -1,12 +1,13 @@
 """The site as a daily tool, in headless Chromium at 1400 px, at 420 px and in dark mode.
 
 One site is built from the sample warehouse (module-scoped), with a commit URL, a compare
-URL and a bucket URL template set. A handful of pages are opened once in each of three
+URL and a bucket URL template set. A page of every kind is opened once in each of three
 browser contexts (a wide screen, a phone, a wide screen whose system prefers dark) through
-the harness (tests/browser.py), with a probe that reads back what a reader sees: the
-labels of last night's points, the marks where incidents opened, where each table's first
-column sits against the viewport and its scroll box, the ONNX step words, the colour
-scheme. The tests then assert on those reports. Screenshots of the overview, an incident,
+the harness (tests/browser.py), with a probe that opens every closed block and reads back
+what a reader sees: the labels of last night's points, the marks where incidents opened,
+where each table's first column sits against the viewport and its scroll box, whether a
+table fits its box or became cards, how wide the page's content and its charts are, the
+ONNX step words, the colour scheme. The tests then assert on those reports. Screenshots of the overview, an incident,
 a series and a run page at both widths go to tests/artifacts/ (daily_<page>_<width>.png);
 ``DUMPSCOPE_UPDATE_README_SHOT=1`` also refreshes the README's picture of the overview
 (tests/artifacts/readme_overview.png, the one artifact in git).
@@ -32,20 +33,36 @@ SERIES = series_file("jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment"
 RUN = "runs/2026-11-20.html"
 MODES = {"wide": (1400, "light"), "phone": (420, "light"), "dark": (1400, "dark")}
 INCIDENT = "incident"  # stands for the page of incident I-f515e5b1 (its file name ends in a hash)
-PAGES = {  # mode -> pages opened in it
-    "wide": ("index.html", INCIDENT, SERIES, RUN, "memory.html", "fusion.html", "kernels.html", "compile.html",
-             "onnx.html", "series/index.html"),
-    "phone": ("index.html", INCIDENT, SERIES, RUN, "kernels.html", "compile.html", "onnx.html"),
+EVERY_KIND = ("index.html", INCIDENT, SERIES, RUN, "memory.html", "fusion.html", "kernels.html", "compile.html",
+              "onnx.html", "series/index.html", "incidents/index.html", "runs/index.html", "diff.html", "accepts.html",
+              "query.html", "metrics.html")
+PAGES = {  # mode -> pages opened in it (on a phone, every kind but those whose tables another page's repeat:
+    # fusion's sections are memory's, the accept log's rows the incidents index's, the reference pages alike)
+    "wide": EVERY_KIND,
+    "phone": tuple(p for p in EVERY_KIND if p not in ("fusion.html", "accepts.html", "metrics.html")),
     "dark": ("index.html", "kernels.html", "onnx.html"),
 }
+# Pages that hide the table of contents: their content spans the width (the section and reference pages keep it).
+NO_TOC = ("index.html", INCIDENT, SERIES, RUN, "series/index.html", "incidents/index.html", "runs/index.html",
+          "accepts.html", "query.html")
 SHOTS = {"index.html": "overview", INCIDENT: "incident", SERIES: "series", RUN: "run"}
 BUCKET_URL = "https://bucket.example/browse/{path}"
 
-# What the reader sees: read in the page once its charts drew.
-_PROBE = """() => {
+# What the reader sees: read in the page once its charts drew, every closed block opened (not the
+# charts' action menus), two frames later (assets/tables.js measures a block's tables when it opens);
+# then closed again, so the screenshot shows the page as it opens (every excerpt open made the
+# incident's and the run's pictures 4 MB and seconds each).
+_PROBE = """async () => {
+  const height = document.documentElement.scrollHeight;  // as the page opens: its blocks closed
+  const opened = Array.from(document.querySelectorAll('article details:not([open])')).filter((b) => !b.closest('.vega-embed'));
+  for (const block of opened) block.open = true;
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
   const inside = (box, outer) => box.left >= outer.left - 1 && box.right <= outer.right + 1;
   const viewport = {left: 0, right: window.innerWidth};
   const charts = Array.from(document.querySelectorAll('.ds-chart')).map((el) => {
+    const svg = el.querySelector('svg.marks');
+    const axes = (kind) => svg ? Array.from(svg.querySelectorAll('g.role-axis'))
+      .filter((g) => (g.getAttribute('aria-label') || '').startsWith(kind)).length : 0;
     // Marks drawn where they apply: a point sized 0 elsewhere has no area (charts.py draws rings
     // and triangles on every row, never on filtered data, which Vega warns about).
     const count = (cls) => Array.from(el.querySelectorAll(`svg g.${cls} path`)).filter((p) => p.getBBox().width > 0).length;
@@ -57,34 +74,48 @@ _PROBE = """() => {
       opened: count('ds_opened_marks'),
       open: count('ds_open_marks'),
       axis_fill: axis ? getComputedStyle(axis).fill : null,
+      width: svg ? svg.getBoundingClientRect().width : 0,
+      box: el.clientWidth,
+      x_axes: axes('X-axis'),
+      y_axes: axes('Y-axis'),
     };
   });
   const tables = Array.from(document.querySelectorAll('article table')).map((table) => {
     const box = table.closest('.md-typeset__scrollwrap, .ds-scroll') || table.parentElement;
     const outer = box.getBoundingClientRect();
     const bounds = {left: Math.max(outer.left, 0), right: Math.min(outer.right, window.innerWidth)};
-    const first = Array.from(table.querySelectorAll('tr > :first-child'));
-    const last = Array.from(table.querySelectorAll('tr > :last-child'));
+    const shown = (cells) => cells.filter((c) => c.getClientRects().length > 0);  // cards hide the header row
+    const first = shown(Array.from(table.querySelectorAll('tr > :first-child')));
+    const last = shown(Array.from(table.querySelectorAll('tr > :last-child')));
     return {
-      head: table.querySelector('tr').innerText.slice(0, 60),
+      head: Array.from(table.querySelector('tr').children, (c) => c.textContent.trim()).join('\t').slice(0, 60),
       first_inside: first.every((c) => inside(c.getBoundingClientRect(), bounds)),
       first_width: Math.min(...first.map((c) => c.getBoundingClientRect().width)),
       last_inside: last.every((c) => inside(c.getBoundingClientRect(), bounds)),
       scrolls: box.scrollWidth > box.clientWidth + 1,
+      cards: table.classList.contains('ds-cards'),
+      right: table.getBoundingClientRect().right,
     };
   });
   const body = getComputedStyle(document.body);
-  return {
+  const seen = {
     charts, tables,
     scheme: document.body.getAttribute('data-md-color-scheme'),
     background: body.backgroundColor,
     toggle: document.querySelectorAll('form[data-md-component="palette"] input').length,
     page_overflow: document.documentElement.scrollWidth - window.innerWidth,
+    cause_top: (document.querySelector('article h2') || {getBoundingClientRect: () => ({top: -1})}).getBoundingClientRect().top + window.scrollY,
+    height,
+    article: document.querySelector('article').getBoundingClientRect().width,
+    toc: !!document.querySelector('.md-sidebar--secondary:not([hidden])') &&
+         getComputedStyle(document.querySelector('.md-sidebar--secondary')).display !== 'none',
     status: (document.querySelector('.ds-status') || {}).innerText || '',
     dumps: Array.from(document.querySelectorAll('article a.ds-dump')).map((a) => a.getAttribute('href')),
     onnx: Array.from(document.querySelectorAll('table.ds-matrix td[class]')).map((td) => td.textContent),
     text: document.body.innerText,
   };
+  for (const block of opened) block.open = false;
+  return seen;
 }"""
 
 
@@ -195,19 +226,47 @@ def test_a_chart_with_nothing_to_show_is_not_drawn(daily_site, reports):
     assert "XLA fusions by kind" in fusion  # the small multiples: one panel per program
 
 
-def test_tables_keep_their_first_column_in_view(reports):
-    for (mode, page), report in ((k, r) for k, r in reports.items() if k not in ("click", "click_open")):
+def _pages(reports):
+    return ((k, r) for k, r in reports.items() if k not in ("click", "click_open"))
+
+
+def test_no_table_is_cut_at_either_width(reports):
+    """Issue 47: at 1400 px the incident's steps and the runs index scrolled sideways in their boxes
+    beside an empty column, and on a phone nearly every table did. Now, every block open, every
+    table of every kind of page fits its box: at 1400 px as a table, at 420 px as a table or as
+    cards (a row a block, assets/tables.js); its first column in view, the page never wider than
+    the screen."""
+    for (mode, page), report in _pages(reports):
+        width = MODES[mode][0]
         for table in report.probe["tables"]:
+            assert not table["scrolls"] and table["right"] <= width + 1, (mode, page, table)
             assert table["first_inside"], (mode, page, table)
-            assert table["first_width"] > (60 if mode == "phone" else 80), (mode, page, table)  # no letter-per-line column
+            assert table["first_width"] > (40 if mode == "phone" else 80), (mode, page, table)  # no letter-per-line column
+            assert mode == "phone" or not table["cards"], (mode, page, table)
         assert report.probe["page_overflow"] <= 0, (mode, page, report.probe["page_overflow"])
-    # At 1400 px the series index and the ingest health fit whole: no column is cut off.
-    for page, head in (("series/index.html", "series"), ("index.html", "job\tdumps")):
-        tables = [t for t in reports["wide", page].probe["tables"] if t["head"].startswith(head)]
-        assert tables and all(t["last_inside"] and not t["scrolls"] for t in tables), (page, tables)
-    # On a phone a run's regressions scroll sideways inside their box, the series column staying.
-    run = [t for t in reports["phone", RUN].probe["tables"] if t["head"].startswith("series\tmetric")]
-    assert run and run[0]["scrolls"] and run[0]["first_inside"]
+    # The steps of I-f515e5b1 and the runs index, whole tables at 1400 px; on a phone, a run's figures as cards.
+    for page, head in ((INCIDENT, "series\tmetric\tstep"), ("runs/index.html", "run\tstarted"), (RUN, "series\tmetric")):
+        assert [t["cards"] for t in reports["wide", page].probe["tables"] if t["head"].startswith(head)] == [False], page
+        assert [t["cards"] for t in reports["phone", page].probe["tables"] if t["head"].startswith(head)] == [True], page
+
+
+def test_pages_use_the_width_at_1400_px_and_read_on_a_phone(reports):
+    """At 1400 px a page without sections to jump to hides the table of contents and its content
+    spans the screen (the runs index was 1118 px wide beside an empty column); a chart takes the
+    width of its box at both widths (the compile page drew 260 px of 1100) and never overflows
+    it; its panels each have their own x axis (no axis under an empty cell). On a phone the query
+    page is its sections and a line a table (it was 90,522 px tall), and an incident's page shows
+    its facts and the start of its cause on the first screen."""
+    for page in NO_TOC:
+        probe = reports["wide", page].probe
+        assert not probe["toc"] and probe["article"] >= 1300, (page, probe["article"])
+    for (mode, page), report in _pages(reports):
+        for chart in report.probe["charts"]:
+            assert chart["width"] <= chart["box"] + 1, (mode, page, chart)
+            assert mode == "phone" or chart["width"] >= 0.8 * chart["box"], (mode, page, chart)
+            assert chart["x_axes"] == chart["y_axes"], (mode, page, chart)
+    assert reports["phone", "query.html"].probe["height"] < 10_000
+    assert reports["phone", INCIDENT].probe["cause_top"] < 1000
 
 
 def test_onnx_steps_say_passed_or_failed_in_words(reports):
@@ -314,3 +373,79 @@ def test_every_incident_and_diff_item_leads_to_its_excerpt_on_the_page(daily_sit
             if page != "diff.html":
                 assert found["items"], page  # every incident of the sample has a cause
     assert len(pages) == 24 and excerpts > 100
+
+
+_SEARCH_JS = """async (queries) => {
+  const input = document.querySelector('input[data-md-component="search-query"]');
+  document.querySelector('label[for="__search"]').click();
+  input.focus();
+  const hits = () => Array.from(document.querySelectorAll('.md-search-result__list > li > a'), (a) => a.getAttribute('href'));
+  const type = (text) => {
+    input.value = text;
+    input.dispatchEvent(new Event('input', {bubbles: true}));
+    input.dispatchEvent(new KeyboardEvent('keyup', {bubbles: true, key: 'Enter'}));
+  };
+  const until = async (done) => {  // the search worker loads the index once, then answers within a frame or two
+    for (let i = 0; i < 100 && !done(); i++) await new Promise((r) => setTimeout(r, 100));
+  };
+  const found = {};
+  for (const query of queries) {
+    type('');  // an empty query empties the list: the next hits are the next query's
+    await until(() => hits().length === 0);
+    type(query);
+    await until(() => hits().length > 0);
+    found[query] = hits()[0] || null;
+  }
+  return found;
+}"""
+
+
+def test_the_search_finds_an_incident_a_run_and_a_series_by_what_a_terminal_prints(daily_site, browser):
+    """Issue 47: an incident id pasted from the terminal found the overview, the incidents index and
+    the kernels page, not the incident. Each of these queries now leads to its own page first."""
+    from transforms.site.data import incident_file, run_file, series_file
+
+    cases = {"I-f515e5b1": incident_file("I-f515e5b1"), "2026-11-19": run_file("2026-11-19"),
+             "jax-pmap/jit__fun/xla_hlo/after_optimizations": series_file("jax-pmap/jit__fun/xla_hlo/after_optimizations"),
+             "torch-inductor/model__0_forward/inductor_ir/post_fusion": series_file("torch-inductor/model__0_forward/inductor_ir/post_fusion")}
+    with serve_directory(daily_site.out) as base:
+        browser._page.goto(base + "index.html")
+        hits = browser._page.evaluate(_SEARCH_JS, list(cases))
+        browser._page.goto("about:blank")
+    found = {query: hit and hit.split("?")[0].removeprefix(base) for query, hit in hits.items()}
+    assert found == {q: page.replace(".md", ".html") for q, page in cases.items()}
+
+
+_DRAW_JS = """async (spec) => {
+  const el = document.createElement('div');
+  el.style.width = '600px';
+  document.querySelector('article').prepend(el);
+  await window.vegaEmbed(el, spec, {renderer: 'svg', ast: true, actions: false});
+  const middle = (p) => { const b = p.getBoundingClientRect(); return b.top + b.height / 2; };
+  return {points: Array.from(el.querySelectorAll('g.ds_point_marks path'), middle),
+          plot: el.querySelector('g.cell path.background, g.cell > path').getBoundingClientRect().height,
+          off: Array.from(el.querySelectorAll('g.ds_off_marks text'), (t) => t.textContent).filter((t) => t)};
+}"""
+
+
+def test_a_spike_does_not_flatten_an_open_step_in_the_browser(daily_site, browser):
+    """The chart of tests/test_site_reading.py's spike, drawn by the site's Vega: the open step
+    (774 KiB to 1331 KiB) rises a third of its panel's plot (it was 7 px of 110 under the 7 MiB
+    spike); the spike sits on the panel's top edge, its value written there."""
+    import csv
+    import io
+
+    from tests.test_site_reading import spike_rows
+    from transforms.site import charts
+
+    spec = charts.small_multiples(spike_rows(), title="train")
+    spec["data"] = {"values": list(csv.DictReader(io.StringIO(spec["data"]["values"]))),
+                    "format": {"parse": spec["data"]["format"]["parse"]}}  # rows, as assets/charts.js gives them
+    with serve_directory(daily_site.out) as base:
+        browser._page.goto(base + "index.html")
+        drawn = browser._page.evaluate(_DRAW_JS, spec)
+        browser._page.goto("about:blank")
+    baseline, spike, back, opened, latest = drawn["points"]  # the change points: runs 1, 4, 5, 7, 8
+    assert baseline == back and opened == latest and spike < opened < baseline  # SVG: up is a smaller y
+    assert (baseline - opened) / drawn["plot"] >= 0.2, drawn  # a third of the span, less the scale's padding
+    assert drawn["off"] == ["↑ 7168 KiB"]

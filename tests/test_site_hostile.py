@@ -279,7 +279,7 @@ def test_the_payloads_read_as_text(visited, hostile_site):
     _shows(visited["series/index.html"], SERIES, JOB_PMAP)
     series_page = visited[html(series_file(f"{JOB_JAX}/{MODULE}/xla_hlo/after_optimizations"))]
     _shows(series_page, MODULE, JOB_JAX)
-    assert series_page.probe["title"].startswith(f"{MODULE} · xla_hlo")  # the <title> did not end early
+    assert series_page.probe["title"].startswith(f"{JOB_JAX} / {MODULE} · xla_hlo")  # the <title> did not end early
     pmap = [p for p in visited if p.startswith("series/jax-pmap")]
     assert pmap and all(SERIES.split("\n")[-1] in visited[p].probe["text"] for p in pmap)
     # status.js found each page's entry in series-data.js (by its page's slug, whatever its name) and wrote it as text.

@@ -293,6 +293,25 @@ def test_strict_still_aborts_an_incremental_build_on_any_other_warning(tmp_path)
     assert any("new text" in e["text"] for e in index["docs"])
 
 
+def test_a_page_that_says_index_lead_is_one_search_entry_of_what_heads_it(tmp_path):
+    """The search plugin parses none of such a page (an incident's, a run's, a series' tables);
+    its one entry, what it says before its first section, is boosted, and a night that carries
+    the page carries its entry."""
+    from flows.publish.site_mkdocs import LEAD_BOOST, build
+
+    lead = ("---\nsearch:\n  exclude: true\nindex_lead: true\n---\n# Incident I-1a2b3c4d\n\nlead text\n\n"
+            "## Steps\n\n| a | b |\n| --- | --- |\n| table text | 1 |\n")
+    pages = {"index.md": "# Home\n\n[a](a.md)\n", "a.md": lead}
+    out = tmp_path / "site"
+    for night in range(2):
+        result = build(_project(tmp_path / "src", pages | {"index.md": f"# Home {night}\n\n[a](a.md)\n"}), out, [])
+        assert (result.full, result.pages_built) == ((True, 2) if night == 0 else (False, 1))
+        entries = [e for e in json.loads((out / "search" / "search_index.json").read_text())["docs"]
+                   if e["location"].startswith("a.html")]
+        assert entries == [{"location": "a.html", "title": "Incident I-1a2b3c4d", "text": "<p>lead text</p>",
+                            "boost": LEAD_BOOST}], entries
+
+
 def test_the_status_data_is_inert_text_for_any_run_id():
     """Run ids and commits are data: in assets/status-data.js they are JSON strings that no
     ``<``, ``&`` or line separator can end or turn into markup (status.js writes them as text)."""

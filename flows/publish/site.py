@@ -57,7 +57,7 @@ HOOKS = Path(__file__).with_name("site_hooks.py")  # mkdocs hooks: HTML tables M
 VEGA_BUNDLE = "assets/vega-bundle.js"
 # The chart loader, the stylesheet, the status line's ages, and the theme's inline scripts as files (the CSP
 # forbids inline scripts).
-ASSETS = ("charts.js", "dumpscope.css", "status.js", "moved.js", "material-base.js", "material-palette.js",
+ASSETS = ("charts.js", "dumpscope.css", "status.js", "tables.js", "moved.js", "material-base.js", "material-palette.js",
           "material-content.js")
 STATUS_DATA = "assets/status-data.js"  # what the pages' status line says (site_status), written each night
 CHARTS_SUFFIX = ".charts.js"  # a page's chart file, beside it (chart_file)
@@ -412,9 +412,7 @@ def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) ->
     page("onnx.md.j2", "onnx.md", **sections.onnx_page(d))
     page("diff.md.j2", "diff.md", **pages.diff_page(d))
     page("accepts.md.j2", "accepts.md", **pages.accepts_page(d))
-    page("query.md.j2", "query.md", warehouse=d.warehouse_path, tables=d.tables.to_dicts(),
-         columns={name: rows.to_dicts() for (name,), rows in d.columns.group_by("name", maintain_order=True)},
-         latest=d.latest, records_runs=d.records_runs or {"whole": [], "partial": [], "without": 0})
+    page("query.md.j2", "query.md", **pages.query_page(d))
     run_rows = pages.run_rows(d)
     page("runs.md.j2", "runs/index.md", **pages.runs_index(d, run_rows))
     for month, context in archive.archive_pages(d, run_rows):

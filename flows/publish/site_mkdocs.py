@@ -22,6 +22,12 @@ dirty (mkdocs' ``build(dirty=True)``):
   top-level pages, and a change to it changes mkdocs.yml, hence the key.
 
 No previous site, no manifest, a damaged manifest or another key: a full build.
+
+A page whose front matter says ``index_lead: true`` (an incident, a run, a series: a thousand
+pages of tables) is not parsed by the search plugin (``search: exclude``); it is one entry of
+the index, what heads it (its HTML up to its first section, read by the search plugin's own
+``SearchIndex``), boosted (``LEAD_BOOST``) so that its id or name finds it before the pages
+that mention it (``lead_entries``), in a full build and a dirty one alike.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import shutil
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 
 import jinja2
 from mkdocs.plugins import BasePlugin
@@ -41,6 +48,8 @@ from mkdocs.plugins import BasePlugin
 MANIFEST = ".dumpscope-site.json"  # in the site: the key and each page's Markdown hash (swapped in with it)
 SEARCH_INDEX = "search/search_index.json"
 DIRTY_WARNING = "A 'dirty' build is being performed"  # mkdocs.commands.build's warning, filtered
+INDEX_LEAD = "index_lead"  # front matter: the search indexes the page's lead only (lead_entries)
+LEAD_BOOST = 4  # a lead's search boost: found by its id or name before the pages that mention it
 _DISTRIBUTIONS = ("dumpscope", "mkdocs", "mkdocs-material", "markdown", "pymdown-extensions", "jinja2")
 
 
@@ -135,6 +144,22 @@ def _by_page(index: dict) -> dict[str, list]:
     return groups
 
 
+def lead_entries(page) -> list[dict]:
+    """The search index's entry of a page that says ``index_lead``: its title and what it says
+    before its first section (``<h2``), as the search plugin makes an entry (its ``SearchIndex``;
+    an element marked ``data-search-exclude`` left out), boosted by ``LEAD_BOOST``. Parsing the
+    lead alone, not a page of tables, keeps a thousand series pages from costing the build."""
+    from material.plugins.search.plugin import SearchIndex
+
+    content = page.content or ""
+    cut = content.find("<h2")
+    lead = SimpleNamespace(meta={"search": {"boost": LEAD_BOOST}}, content=content if cut < 0 else content[:cut],
+                           toc=page.toc, url=page.url, title=page.title)
+    index = SearchIndex()
+    index.add_entry_from_context(lead)
+    return index.entries[:1]  # the lead is one section
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -160,6 +185,7 @@ class _Carry(BasePlugin):
         self.doc_urls: list[str] = []  # every page's URL, in the site's order
         self.carried_pages: set[str] = set()  # URLs
         self.linked: dict[Path, os.stat_result] = {}
+        self.leads: dict[str, list] = {}  # URL -> its search entry, of each page built that says index_lead
         self.built = 0
 
     def on_env(self, env, *, config, files):
@@ -200,6 +226,11 @@ class _Carry(BasePlugin):
                 self.carried_pages.add(file.url)
         return files
 
+    def on_page_context(self, context, *, page, config, nav):
+        if page.meta.get(INDEX_LEAD):
+            self.leads[page.url] = lead_entries(page)
+        return context
+
     def on_post_page(self, output, *, page, config):
         self.built += 1
         return output
@@ -209,16 +240,16 @@ class _Carry(BasePlugin):
             now = path.stat()
             if (now.st_ino, now.st_mtime_ns, now.st_size) != (before.st_ino, before.st_mtime_ns, before.st_size):
                 raise RuntimeError(f"{path}: a file carried over from the published site was written in place")
-        if self.carried_pages:
+        if self.carried_pages or self.leads:
             self._merge_search_index(Path(config.site_dir) / SEARCH_INDEX)
         (Path(config.site_dir) / MANIFEST).write_text(json.dumps({"key": self.key, "pages": self.hashes}, sort_keys=True),
                                                       encoding="utf-8")
 
     def _merge_search_index(self, path: Path) -> None:
-        """The built pages' entries and the carried pages' from the published index, page by
-        page in the order of the site's pages (a full build's order)."""
+        """The built pages' entries (the search plugin's, and the leads), and the carried pages'
+        from the published index, page by page in the order of the site's pages (a full build's order)."""
         new = json.loads(path.read_text(encoding="utf-8"))
-        built, old = _by_page(new), self.built_from.search
+        built, old = _by_page(new) | self.leads, self.built_from.search if self.built_from else {}
         new["docs"] = [entry for url in self.doc_urls
                        for entry in (old if url in self.carried_pages else built).get(url, [])]
         path.write_text(json.dumps(new, separators=(",", ":"), default=str), encoding="utf-8")

@@ -93,6 +93,33 @@ function withEnds(spec) {
   return { ...spec, data: { ...spec.data, values } };
 }
 
+// Every chart fits its container: its title and legend cut to its width. Small multiples (a facet
+// of panels) fill it: as many columns as fit panels of at least MIN_PANEL px (at most the spec's
+// columns, and no more than there are panels), each as wide as the row allows, and a little taller
+// when wide. A spec's own panel size is for a reader without this script (the export).
+// PANEL_CHROME: a panel's y axis, its spacing and the padding.
+const MIN_PANEL = 240, MAX_PANEL = 1200, PANEL_CHROME = 78, ACTIONS = 40;  // vega-embed: the actions button's 38 px
+
+function fitWidth(spec, width) {
+  if (!(width > 0)) return spec;
+  const out = { ...spec };
+  if (typeof spec.title === "string" && spec.title) out.title = { text: spec.title, limit: width };
+  const legend = (spec.config && spec.config.legend) || {};
+  out.config = { ...spec.config, legend: { ...legend, labelLimit: Math.min(legend.labelLimit || 420, width - 60),
+                                           columns: width < 520 ? 1 : legend.columns } };
+  const inner = spec.spec;
+  if (!spec.facet || !inner || typeof inner.width !== "number") return out;
+  const field = spec.facet.field;
+  const panels = new Set(Array.isArray(spec.data && spec.data.values) ? spec.data.values.map((r) => r[field]) : []).size || 1;
+  const fit = Math.max(1, Math.floor(width / (MIN_PANEL + PANEL_CHROME)));
+  const columns = Math.max(1, Math.min(spec.columns || 1, panels, fit));
+  const panel = Math.min(MAX_PANEL, Math.floor(width / columns) - PANEL_CHROME);
+  if (panel < 80) return out;  // no room to reckon with: the spec's size, scrolled in its box
+  const height = Math.round(Math.min(220, Math.max(inner.height || 110, panel * 0.4)));
+  const facet = { ...spec.facet, header: { ...(spec.facet.header || {}), labelLimit: panel } };
+  return { ...out, facet, columns, spec: { ...inner, width: panel, height } };
+}
+
 function draw() {
   const specs = window.dumpscopeCharts;
   if (!specs || typeof specs !== "object") return;
@@ -102,7 +129,7 @@ function draw() {
     const options = { actions: { export: true, source: false, compiled: false, editor: false },
                       theme: dark() ? "dark" : undefined, renderer: "svg", ast: true };
     // A copy: withRows and withEnds make new objects, and a redraw starts from the file's spec.
-    window.vegaEmbed(el, withEnds(withRows(structuredClone(spec))), options).catch((err) => {
+    window.vegaEmbed(el, fitWidth(withEnds(withRows(structuredClone(spec))), el.clientWidth - ACTIONS), options).catch((err) => {
       el.textContent = "chart failed: " + err;
       console.error(err);
     });
@@ -110,5 +137,11 @@ function draw() {
 }
 
 draw();
-// Redraw in the other palette when the dark-mode toggle flips.
+// Redraw in the other palette when the dark-mode toggle flips, and to the new width when the
+// window's changes (a phone turned), once it has settled.
 new MutationObserver(draw).observe(document.body, { attributes: true, attributeFilter: ["data-md-color-scheme"] });
+let drawnWidth = window.innerWidth, resizing = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizing);
+  resizing = setTimeout(() => { if (window.innerWidth !== drawnWidth) { drawnWidth = window.innerWidth; draw(); } }, 250);
+});

@@ -26,11 +26,11 @@ from transforms.site.data import (MAX_RUN_ROWS, SiteData, commit_link, commit_ra
                                   incident_link, marked, program_anchor, run_info, run_link, series_anchor, series_file,
                                   series_link, state_text)
 from transforms.trends.diffs import change_entries
-from transforms.trends.headlines import IMPACT_TEXT, closing_text
+from transforms.trends.headlines import IMPACT_TEXT, closing_text, headline
 from transforms.trends.incident_rule import NOT_RUN
 from transforms.trends.night_report import SECTIONS, counts, counts_line, ordered, section_of
 from transforms.trends.rollups import not_regressions
-from transforms.units import human_delta, human_ratio, human_value
+from transforms.units import delta_in, human_ratio, table_unit, value_in
 
 HEADLINE = {  # metric -> column title of the overview's headline figures
     "memory.peak_live_bytes": "peak live", "memory.temp_bytes": "temp", "memory.total_bytes": "memory (total)",
@@ -42,11 +42,11 @@ HEADLINE = {  # metric -> column title of the overview's headline figures
 _HEADLINE_STAGES = ("after_optimizations", "buffer_assignment", "live_ranges", "post_fusion", "export", "output_code")
 
 
-def _value_cell(metric: str, value, delta, previous) -> Markup:
-    change = human_delta(metric, delta) if delta else ""
+def _value_cell(metric: str, value, delta, previous, unit: tuple[str, int]) -> Markup:
+    change = delta_in(metric, delta, unit) if delta else ""
     ratio = f" ({human_ratio(delta / previous)})" if delta and previous else ""
     small = Markup("<br><small>{}</small>").format(change + ratio) if change else ""
-    return Markup("{}").format(human_value(metric, value)) + small
+    return Markup("{}").format(value_in(metric, value, unit)) + small
 
 
 def _run_diff(d: SiteData, run_id: str | None, job: str, program: str, here: str) -> Markup | None:
@@ -65,8 +65,9 @@ def overview_page(d: SiteData) -> dict:
     headline = []
     totals = _slowest_rank(d.totals.filter((pl.col("run_id") == run) & pl.col("metric").is_in(list(HEADLINE)) & (
         pl.col("stage").is_in(_HEADLINE_STAGES) | (pl.col("metric") == "dynamo.compile_seconds"))))
+    unit = table_unit(totals.select("metric", "value").iter_rows())  # one unit for the table's bytes
     for job in totals.get_column("job").unique().sort():
-        cells = {r["metric"]: _value_cell(r["metric"], r["value"], r["delta"], r["previous_value"])
+        cells = {r["metric"]: _value_cell(r["metric"], r["value"], r["delta"], r["previous_value"], unit)
                  for r in totals.filter(pl.col("job") == job).sort("stage").iter_rows(named=True)}
         headline.append({"job": job, "cells": cells})
     metrics_shown = [m for m in HEADLINE if any(m in h["cells"] for h in headline)]
@@ -132,7 +133,31 @@ def _incidents_chart(d: SiteData) -> dict | None:
 
 # ------------------------------------------------------------------ the verdict of a run
 
-def _verdict(d: SiteData, run: str | None, here: str) -> dict:
+class _Headlines:
+    """What a page says an incident is (``at``): the headline it opened with, unless it is still
+    open at the page's run and some of its steps closed by then: its steps still open lead, and
+    how many were fixed follows (a figure fixed since is not what is wrong). A step's row is one
+    life of it (a revert reopens a fixed step in a row of its own, ``reopened_run``): a step is
+    open at a run when one of its lives is, fixed when it lived before and none is."""
+
+    def __init__(self, d: SiteData):
+        self.steps = {i: rows.to_dicts() for (i,), rows in d.steps.partition_by("incident_id", as_dict=True).items()}
+        self.seq = dict(d.runs.select("run_id", "run_seq").iter_rows())
+
+    def at(self, r: dict, status: str, run_id: str | None) -> str:
+        if status not in ("new", "open") or run_id not in self.seq:
+            return r["headline"]
+        now, later = self.seq[run_id], float("inf")  # later: after every run (a life not closed)
+        began = [s for s in self.steps.get(r["incident_id"], [])
+                 if self.seq.get(s.get("reopened_run") or s["opened_run"], later) <= now]
+        still = [s for s in began if self.seq.get(s["closed_run"], later) > now]
+        fixed = len({(s["series"], s["metric"]) for s in began} - {(s["series"], s["metric"]) for s in still})
+        if not fixed or not still:
+            return r["headline"]
+        return headline(r["job"], r["program"], still) + f"; {fixed} step{'s' if fixed != 1 else ''} fixed since it opened"
+
+
+def _verdict(d: SiteData, run: str | None, here: str, headlines: _Headlines | None = None) -> dict:
     """What a run's page and the overview say of its incidents: the lists of the summary
     (``night_report.SECTIONS``), each incident with its kind; the counts line from
     ``night_report.counts``, as in the summary and the CLI."""
@@ -140,12 +165,13 @@ def _verdict(d: SiteData, run: str | None, here: str) -> dict:
     if at is None or at.is_empty():
         return {"counts": Markup(counts_line(counts(None))), "incident_groups": {}, "section_titles": dict(SECTIONS)}
     groups: dict[str, list[dict]] = {}
+    headlines = headlines or _Headlines(d)
     for r in ordered(at):
         key = section_of(r)
         if key is None:
             continue
         groups.setdefault(key, []).append({
-            **r, "link": incident_link(r["incident_id"], here),
+            **r, "link": incident_link(r["incident_id"], here), "headline": headlines.at(r, r["status"], run),
             "diff": _run_diff(d, r["opened_run"], r["job"], r["program"], here),
             "cause_lines": (r["cause"] or "").splitlines()[:3],
             "series_link": d.series_link(r["series"][0], here) if r["series"] else None,
@@ -173,13 +199,15 @@ def incident_pages(d: SiteData):
         return
     steps = d.steps.partition_by("incident_id", as_dict=True)
     status = _status_at_latest(d)
+    headlines = _Headlines(d)
     for r in d.incidents.iter_rows(named=True):
         rows = steps.get((r["incident_id"],))
+        unit = _steps_unit(rows, ("baseline", "value", "latest_value"))
         table = [] if rows is None else [{
             "series": s["series"], "link": d.series_link(s["series"], "incidents"), "metric": s["metric"],
-            "step": s["step"], "baseline": human_value(s["metric"], s["baseline"]),
-            "value": human_value(s["metric"], s["value"]), "latest": human_value(s["metric"], s["latest_value"]),
-            "change": human_delta(s["metric"], s["change"]) if s["change"] is not None else "",
+            "step": s["step"], "baseline": value_in(s["metric"], s["baseline"], unit),
+            "value": value_in(s["metric"], s["value"], unit), "latest": value_in(s["metric"], s["latest_value"], unit),
+            "change": delta_in(s["metric"], s["change"], unit) if s["change"] is not None else "",
             "on_top": {"id": s["stacked_on"], "link": d.incident_link(s["stacked_on"], "incidents")} if s["stacked_on"] else None,
             "closed": closing_text(s), "detail": s["detail"] or ""}
             for s in rows.iter_rows(named=True)]
@@ -187,6 +215,7 @@ def incident_pages(d: SiteData):
                                             & (pl.col("program") == r["program"])))
         yield r["incident_id"], {
             "i": r, "steps": table, "status": status.get(r["incident_id"], "open"),
+            "headline": headlines.at(r, status.get(r["incident_id"], "open"), d.latest),
             "range": commit_range(d, r["last_good_commit"], r["first_bad_commit"]),
             "opened_link": d.known_run(r["opened_run"], "incidents"),
             "good_link": d.known_run(r["last_good_run"], "incidents"),
@@ -202,10 +231,19 @@ def incident_pages(d: SiteData):
         }
 
 
+def _steps_unit(rows: pl.DataFrame | None, columns: tuple[str, ...]) -> tuple[str, int]:
+    """The byte unit of a table of steps (incident_steps rows): that of its largest byte figure in ``columns``."""
+    if rows is None:
+        return table_unit(())
+    return table_unit((m, v) for column in columns for m, v in rows.select("metric", column).iter_rows())
+
+
 def incidents_index(d: SiteData) -> dict:
     status = _status_at_latest(d)
+    headlines = _Headlines(d)
     rows = [] if d.incidents is None else [
         {**r, "link": incident_link(r["incident_id"], "incidents"), "status": status.get(r["incident_id"], "open"),
+         "headline": headlines.at(r, status.get(r["incident_id"], "open"), d.latest),
          "on_top": [{"id": i, "link": d.incident_link(i, "incidents")} for i in (r["stacked_on"] or [])]}
         for r in d.incidents.sort("opened_at", "impact", descending=[True, True]).iter_rows(named=True)]
     first = d.window.get_column("run_id")[0] if d.window.height else None
@@ -227,11 +265,12 @@ def _figure_rows(d: SiteData, run_id: str, here: str) -> list[dict]:
            if "value" in d.trends.columns else None)
     rows = steps.join(now, on=["series", "metric"], how="left") if now is not None else steps.with_columns(pl.lit(None).alias("_now"))
     rows = rows.sort(pl.col("step") == "improvement", pl.col("impact"), descending=[False, True])
+    unit = _steps_unit(rows.head(MAX_RUN_ROWS), ("baseline", "value", "_now"))  # the rows the page lists
     return [{"series": s["series"], "link": d.series_link(s["series"], here), "metric": s["metric"],
              "incident": {"id": s["incident_id"], "link": incident_link(s["incident_id"], here)},
-             "status": status[s["incident_id"]], "step": s["step"], "baseline": human_value(s["metric"], s["baseline"]),
-             "value": human_value(s["metric"], s["value"]),
-             "now": human_value(s["metric"], s["_now"]) if s["_now"] is not None else "",
+             "status": status[s["incident_id"]], "step": s["step"], "baseline": value_in(s["metric"], s["baseline"], unit),
+             "value": value_in(s["metric"], s["value"], unit),
+             "now": value_in(s["metric"], s["_now"], unit) if s["_now"] is not None else "",
              "bad": s["step"] != "improvement"} for s in rows.iter_rows(named=True)]
 
 
@@ -240,6 +279,7 @@ def run_pages(d: SiteData):
     names = ("rollups", "events", "diffs") + (("dump_paths",) if d.dump_paths is not None else ())
     parts = {name: getattr(d, name).partition_by("run_id", as_dict=True) for name in names}
     empty = {name: getattr(d, name).clear() for name in parts}
+    headlines = _Headlines(d)
     for run in d.window.sort("started_at", "run_id", descending=True).iter_rows(named=True):
         part = {name: parts[name].get((run["run_id"],), empty[name]) for name in parts}
         paths = dict(part["dump_paths"].group_by("series").agg(pl.col("path").min()).iter_rows()) if "dump_paths" in part else {}
@@ -258,7 +298,7 @@ def run_pages(d: SiteData):
             "figures": figures[:MAX_RUN_ROWS], "figure_count": len(figures),
             "events": part["events"].filter(pl.col("event") != "first_run").select("job", "series", "event", "detail").to_dicts(),
             "programs": programs, "diff_count": changes.height,
-            **_verdict(d, run["run_id"], here="runs"),
+            **_verdict(d, run["run_id"], here="runs", headlines=headlines),
         }
 
 
@@ -316,12 +356,20 @@ def series_pages(d: SiteData):
     latest = rows.sort("started_at", "run_id").group_by("series", "metric").agg(pl.all().last()).sort("series", "metric")
     ends = charts.WindowEnds(first=d.window.get_column("run_id")[0] if d.window.height else None, latest=d.latest,
                              root="../")
-    specs = charts.small_multiples_by(marked(d, rows, "series"), "series", ends=ends)
+    # Each page's table and chart in one unit: the table's (its latest values, changes and baselines), so
+    # that the page moves with its figures, not with the runs the window holds.
+    units = {series: table_unit((m, v) for m, *values in part.select("metric", "value", "delta", "baseline").iter_rows()
+                                for v in values)
+             for (series,), part in latest.partition_by("series", as_dict=True).items()}
+    specs = charts.small_multiples_by(marked(d, rows, "series"), "series", ends=ends, unit=units)
     last_dump = _last_dumps(d, latest)  # named in the page for a series the latest run did not see
     catalog = _catalog(d)
     patterns = [a for a in d.accepts.iter_rows(named=True) if a.get("series") is not None]
     status = _status_at_latest(d)
-    incidents = {} if d.incidents is None else {r["incident_id"]: r for r in d.incidents.iter_rows(named=True)}
+    headlines = _Headlines(d)
+    incidents = {} if d.incidents is None else {
+        r["incident_id"]: {**r, "headline": headlines.at(r, status.get(r["incident_id"], "open"), d.latest)}
+        for r in d.incidents.iter_rows(named=True)}
     by_series = {s: sorted(set(ids)) for s, ids in d.steps.group_by("series").agg(pl.col("incident_id")).iter_rows()}
     archived: dict[str, list[dict]] = {}  # series -> its incidents closed before the window, newest first
     for r in ([] if d.archived_incidents is None else reversed(d.archived_incidents.to_dicts())):
@@ -332,12 +380,13 @@ def series_pages(d: SiteData):
         last_run = part.sort("started_at").get_column("run_id")[-1]
         seen = catalog.get(series, {})
         current = last_run == d.latest  # seen in the latest run: that run's facts come from series-data.js
+        unit = units.get(series, ("B", 1))
         yield series, {
             "series": series, "job": first["job"], "program": first["program"], "kind": first["kind"], "stage": first["stage"],
-            "table": [{"metric": r["metric"], "value": human_value(r["metric"], r["value"]),
+            "table": [{"metric": r["metric"], "value": value_in(r["metric"], r["value"], unit),
                        "run": None if r["run_id"] == d.latest else r["run_id"],
-                       "change": human_delta(r["metric"], r["delta"]) if r["delta"] else "",
-                       "baseline": human_value(r["metric"], r["baseline"]) if r["step"] else "",
+                       "change": delta_in(r["metric"], r["delta"], unit) if r["delta"] else "",
+                       "baseline": value_in(r["metric"], r["baseline"], unit) if r["step"] else "",
                        "incident": {"text": state_text(r["step"], r["incident_id"]),
                                     "link": incident_link(r["incident_id"], "series"), "bad": r["step"] != "improvement"}
                        if r["step"] else None, "rule": r["rule"]}
@@ -474,3 +523,25 @@ def _anchor_of(line: str, anchors: dict[str, str]) -> str:
         return next((a for text, a in anchors.items() if text.startswith(f"ONNX step {first} ")), "evidence")
     return anchors.get(line) or next((a for text, a in anchors.items() if line.startswith(text + ": ")), "evidence")
 
+
+
+# ------------------------------------------------------------------ the query page
+
+_EXAMPLE_METRIC = "memory.temp_bytes"  # the figure the example follows over the runs, where the warehouse has it
+
+
+def query_page(d: SiteData) -> dict:
+    """The query page: the warehouse by its file's name (the path it has on the machine that
+    built the site is no reader's business, and a published site carries the file at its root),
+    its tables and columns, and examples whose series is one this warehouse holds (the program
+    with the most temp bytes in the latest run, else any series), or a placeholder when none."""
+    latest = d.states.filter(pl.col("run_id") == (d.latest or ""))
+    example = (latest.filter(pl.col("metric") == _EXAMPLE_METRIC).sort("value", "series", descending=[True, False],
+                                                                        nulls_last=True).head(1).select("series", "metric"))
+    if example.is_empty():
+        example = latest.sort("series", "metric").head(1).select("series", "metric")
+    series, metric = example.row(0) if example.height else ("JOB/PROGRAM/KIND/STAGE", _EXAMPLE_METRIC)
+    return {"warehouse": d.warehouse_path.replace("\\", "/").rsplit("/", 1)[-1], "latest": d.latest,
+            "example_series": series, "example_metric": metric, "tables": d.tables.to_dicts(),
+            "columns": {name: rows.to_dicts() for (name,), rows in d.columns.group_by("name", maintain_order=True)},
+            "records_runs": d.records_runs or {"whole": [], "partial": [], "without": 0}}

@@ -1,11 +1,12 @@
 """The figure pages of the report site: memory, fusion, kernels, compile and ONNX (pure).
 
 Each page is a list of trend sections (``SECTIONS``: one metric at one stage per chart,
-a panel per program so that one program's spike does not flatten the others, each
-panel's bytes in its own unit), then the latest run's breakdowns and what changed in its
-structure. A section's table lists every program's latest value, its change against the
-previous run and the incident open on it (``SiteData.with_states``: the only place a
-figure is called worse or better). Contexts for the templates, as in ``transforms.site.pages``.
+a panel per program whose figure moved in the window, so that one program's spike does not
+flatten the others), then the latest run's breakdowns (at the stage its section charts) and
+what changed in its structure. A section's table lists every program's latest value, its
+change against the previous run and the incident open on it (``SiteData.with_states``: the
+only place a figure is called worse or better); its bytes and its chart's are in one unit
+(``transforms.units.byte_unit``). Contexts for the templates, as in ``transforms.site.pages``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from transforms.escape import url_path
 from transforms.site import charts
 from transforms.site.data import (MAX_BREAKDOWN_ROWS, MAX_LINES, MAX_TABLE_ROWS, ONNX_RUNS, SiteData, dump_link, incident_link, marked,
                                   paths_by, program_anchor, state_text)
-from transforms.units import human_bytes, human_delta, human_value
+from transforms.units import byte_unit, delta_in, human_delta, human_value, table_unit, value_in
 from transforms.volatile import normalise
 
 # An ONNX step's outcome: the symbol, the word beside it (no emoji font shows an empty box) and its colour class.
@@ -36,6 +37,9 @@ FUSION_SECTIONS = (("fusion.count", "Inductor fused groups (after fusion)",
 KERNEL_SECTIONS = (
     ("kernel.launches", "Kernel launches (XLA, after optimizations)", pl.col("stage") == "after_optimizations"),
     ("kernel.custom_calls", "Custom calls (XLA, after optimizations)", pl.col("stage") == "after_optimizations"),
+    # Collectives at both stages, each charted and tabled as what it is: XLA's combiners merge many
+    # before its optimizations into few after (jit__fun: 9 all-reduces, then 1).
+    ("kernel.collectives", "Collectives (XLA, after optimizations)", pl.col("stage") == "after_optimizations"),
     ("kernel.collectives", "Collectives (XLA, before optimizations)", pl.col("stage") == "before_optimizations"),
     ("kernel.generated", "Inductor generated kernels (output code)", pl.col("kind") == "inductor_output_code"),
     ("kernel.extern", "Inductor extern kernels (after fusion)", (pl.col("kind") == "inductor_ir") & (pl.col("stage") == "post_fusion")),
@@ -91,9 +95,9 @@ def charted_pairs(d: SiteData) -> pl.DataFrame:
     the window for these (``SiteData.chart_rows``), and only the change points of the rest."""
     parts = []
     for metric, title, where in SECTIONS:
-        rows = _section_lines(d, metric, where)
+        rows = _moved(_section_lines(d, metric, where))
         if rows.height and not charts.is_empty(rows):
-            shown, _ = _top_lines(_last_of_lines(rows), title)
+            shown, _ = _top_lines(_last_of_lines(rows), title, rows.get_column("line").n_unique())
             parts.append(rows.filter(pl.col("line").is_in(shown.implode())).select("series", "metric"))
     kinds = _fusion_kind_lines(d)
     if kinds.height:
@@ -101,6 +105,11 @@ def charted_pairs(d: SiteData) -> pl.DataFrame:
         parts.append(kinds.filter(pl.col("line").is_in(shown.implode())).select("series", "metric"))
     empty = pl.DataFrame(schema={"series": pl.String, "metric": pl.String})
     return pl.concat([empty, *parts]).unique().sort("series", "metric")
+
+
+def _moved(rows: pl.DataFrame) -> pl.DataFrame:
+    """The rows of the lines that moved in the window (``charts.moved_lines``): a panel each."""
+    return rows.join(charts.moved_lines(rows, ["line"]), on="line", how="semi", maintain_order="left")
 
 
 def _last_of_lines(rows: pl.DataFrame) -> pl.DataFrame:
@@ -132,22 +141,29 @@ def _trend_section(d: SiteData, metric: str, title: str, where: pl.Expr, here: s
         return None
     latest = _last_of_lines(rows)
     listed, more = _most_telling(latest)
+    # One unit for the table and its chart: the table's (its largest value or change), so that the page's
+    # Markdown moves with its figures, not with the runs the window holds (a spike in the chart reads in it).
+    unit = table_unit((metric, v) for v in latest.get_column("value").to_list() + latest.get_column("delta").to_list())
     # The latest run's cell is filled in the browser (None): the page's Markdown moves only with its figures.
     table = [{"line": r["line"], "series": d.series_link(r["series"], here),
               "run": None if r["run_id"] == d.latest else r["run_id"],
-              "value": human_value(metric, r["value"]), "change": human_delta(metric, r["delta"]) if r["delta"] else "",
+              "value": value_in(metric, r["value"], unit), "change": delta_in(metric, r["delta"], unit) if r["delta"] else "",
               "incident": _open_cell(d, r, here)} for r in listed.iter_rows(named=True)]
     rest = {"more": more, "query": _figures_query(metric, more)}
     if charts.is_empty(rows):  # a flat line at 0 says nothing: the sentence says why there is no chart
         return {"title": title, "metric": metric, "chart": None, "table": table, **rest,
                 "empty": f"Every program shows 0 for {metric} in the runs shown: nothing to draw."}
-    shown, chart_title = _top_lines(latest, title)
-    drawn, every_run = _every_run(d, rows.filter(pl.col("line").is_in(shown.implode())))
+    moved = _moved(rows)
+    if moved.is_empty():  # flat lines say what the table says: no panel
+        return {"title": title, "metric": metric, "chart": None, "table": table, **rest,
+                "empty": f"No program's {metric} moved in the runs shown: the table lists their values."}
+    shown, chart_title = _top_lines(_last_of_lines(moved), title, latest.height)
+    drawn, every_run = _every_run(d, moved.filter(pl.col("line").is_in(shown.implode())))
     if every_run:
-        chart = charts.panels(marked(d, drawn, here), title=chart_title)
+        chart = charts.panels(marked(d, drawn, here), title=chart_title, unit=unit)
     else:
         chart = charts.small_multiples_by(marked(d, drawn, here).with_columns(pl.lit(chart_title).alias("_chart")),
-                                          "_chart", panel="line")[chart_title]
+                                          "_chart", panel="line", unit=unit)[chart_title]
     return {"title": title, "metric": metric, "chart": chart, "table": table, **rest, "empty": None}
 
 
@@ -170,21 +186,27 @@ def _figures_query(metric: str, more: int) -> str | None:
 
 
 def _top_programs(kinds: pl.DataFrame, most: int = 9) -> pl.Series:
-    """The lines of the fusion-kind panels: every kind of the programs with an open regression
-    in the latest run, then of the largest (by their total fusions), ``most`` programs at most."""
-    last = _last_of_lines(kinds)
+    """The lines of the fusion-kind panels: every kind of the programs one of whose kinds moved
+    in the window, those with an open regression in the latest run first, then the largest (by
+    their total fusions), ``most`` programs at most."""
+    moving = charts.moved_lines(kinds, ["job", "program"])
+    last = _last_of_lines(kinds.join(moving, on=["job", "program"], how="semi"))
     programs = (last.group_by("job", "program").agg(pl.col("step").is_in(["regression", "failure"]).any().alias("_reg"),
                                                     pl.col("value").abs().sum().alias("_size"))
                 .sort("_reg", "_size", "job", "program", descending=[True, True, False, False], maintain_order=True).head(most))
     return last.join(programs.select("job", "program"), on=["job", "program"]).get_column("line")
 
 
-def _top_lines(latest: pl.DataFrame, title: str) -> tuple[pl.Series, str]:
-    """A chart of a hundred panels reads as noise: it draws the programs with an incident open
-    in the latest run, then the largest (``latest``: the last row of each line); tables list them all."""
+def _top_lines(latest: pl.DataFrame, title: str, programs: int) -> tuple[pl.Series, str]:
+    """A chart of a hundred panels reads as noise: of the lines that moved (``latest``: the last
+    row of each), it draws those with an incident open in the latest run, then the largest, and
+    says so when it leaves any of the section's ``programs`` out; tables list them all."""
     shown = (latest.sort(pl.col("step").is_not_null(), pl.col("value").abs(), descending=True, nulls_last=True, maintain_order=True)
              .head(MAX_LINES).get_column("line"))
-    return shown, title if shown.len() == latest.height else f"{title} ({shown.len()} of {latest.height}: with an open incident, then largest)"
+    if shown.len() == programs:
+        return shown, title
+    which = "that moved in the runs shown" + (": with an open incident, then largest" if shown.len() < latest.height else "")
+    return shown, f"{title} ({shown.len()} of {programs}, those {which})"
 
 
 def _diff_rows(d: SiteData, categories: tuple[str, ...], changes: tuple[str, ...] | None = None) -> list[dict]:
@@ -205,18 +227,21 @@ def memory_page(d: SiteData) -> dict:
     sections = _sections(d, MEMORY_SECTIONS)
     alloc = d.allocations.group_by("program", "kind").agg(pl.col("size_bytes").sum()).sort(
         "program", "size_bytes", "kind", descending=[False, True, False])
+    shown_alloc = alloc.head(MAX_BREAKDOWN_ROWS)
+    alloc_unit = byte_unit(shown_alloc.get_column("size_bytes").max())
     largest = (alloc.group_by("program").agg(pl.col("size_bytes").sum()).sort("size_bytes", "program", descending=[True, False])
                .head(MAX_LINES * 3))  # a bar per program and kind: the largest programs
     charted = alloc.join(largest.select("program"), on="program", how="semi")
     breakdown = charts.bar_chart(charted.with_columns(pl.format("{} · {}", "program", "kind").alias("allocation")),
                                  x="size_bytes", y="allocation", color="kind", title=f"Allocations by kind, run {d.latest}",
-                                 bytes_axis=True) if alloc.height else None
+                                 unit=alloc_unit) if alloc.height else None
     peak = d.items.filter(pl.col("category") == "peak_value").sort("bytes", descending=True, nulls_last=True,
                                                                    maintain_order=True).head(20)
-    top = [{"program": r["program"], "value": r["label"], "bytes": human_bytes(r["bytes"]), "source": r["detail"] or "",
-            "dump": dump_link(d, r.get("path"))} for r in peak.iter_rows(named=True)]
+    peak_unit = table_unit(("bytes", b) for b in peak.get_column("bytes").to_list())
+    top = [{"program": r["program"], "value": r["label"], "bytes": value_in("bytes", r["bytes"], peak_unit),
+            "source": r["detail"] or "", "dump": dump_link(d, r.get("path"))} for r in peak.iter_rows(named=True)]
     return {"sections": sections, "breakdown": breakdown, "allocation_table": [
-                {"program": p, "kind": k, "bytes": human_bytes(b)} for p, k, b in alloc.head(MAX_BREAKDOWN_ROWS).iter_rows()],
+                {"program": p, "kind": k, "bytes": value_in("bytes", b, alloc_unit)} for p, k, b in shown_alloc.iter_rows()],
             "allocations_more": max(0, alloc.height - MAX_BREAKDOWN_ROWS),
             "top_at_peak": top, "grew": _diff_rows(d, ("allocation", "peak_value"), ("grew", "appeared")), "run": d.latest}
 
@@ -237,9 +262,10 @@ def fusion_page(d: SiteData) -> dict:
             title=title, facet="line", color="fusion kind", metric_label="fusions")
     ratio = _fused_ratio(d)
     groups = d.items.filter(pl.col("category") == "fused_group").sort("count", descending=True, maintain_order=True).head(20)
+    group_unit = table_unit(("bytes", b) for b in groups.get_column("bytes").to_list())
     return {"kinds_chart": kinds_chart, "sections": _sections(d, FUSION_SECTIONS),
             "ratio_chart": ratio, "groups": [{"program": r["program"], "group": r["label"], "count": r["count"],
-                                             "bytes": human_bytes(r["bytes"]) if r["bytes"] is not None else ""}
+                                             "bytes": value_in("bytes", r["bytes"], group_unit) if r["bytes"] is not None else ""}
                                             for r in groups.iter_rows(named=True)],
             "changes": _diff_rows(d, ("fusion", "fused_group")), "run": d.latest}
 
@@ -258,6 +284,9 @@ def _fused_ratio(d: SiteData) -> dict | None:
     both = _line(both.sort("started_at", "run_id").with_columns(
         ratio.alias("value"), pl.lit("fusion.fused_node_ratio").alias("metric"), pl.lit(None, pl.Float64).alias("delta"),
         moved.fill_null(True).alias("changed")))
+    both = _moved(both)
+    if both.is_empty():
+        return None
     shown = (both.group_by("line").agg(pl.col("value").last()).sort("value", "line", descending=[True, False])
              .head(MAX_LINES).get_column("line"))
     title = "Fused-node ratio (Inductor: fused members / nodes before fusion)"
@@ -267,13 +296,18 @@ def _fused_ratio(d: SiteData) -> dict | None:
 def kernels_page(d: SiteData) -> dict:
     sections = _sections(d, KERNEL_SECTIONS)
     latest = d.trends.filter(pl.col("run_id") == d.latest)
-    fallbacks = latest.filter(pl.col("metric").str.starts_with("kernel.fallback.") & (pl.col("value") > 0))
+    # Each breakdown at the stage its section charts (KERNEL_SECTIONS): the counts beside the chart's.
+    fallbacks = latest.filter(pl.col("metric").str.starts_with("kernel.fallback.") & (pl.col("value") > 0)
+                              & (pl.col("kind") == "inductor_ir") & (pl.col("stage") == "post_fusion"))
     targets = latest.filter(pl.col("metric").str.starts_with("kernel.custom_call.") & (pl.col("stage") == "after_optimizations"))
-    collectives = latest.filter(pl.col("metric").str.starts_with("kernel.collective.") & (pl.col("value") > 0))
+    collectives = latest.filter(pl.col("metric").str.starts_with("kernel.collective.") & (pl.col("value") > 0)
+                                & pl.col("stage").is_in(["after_optimizations", "before_optimizations"]))
     def pick(f: pl.DataFrame, prefix: str) -> dict:
+        # The stage a section charts first (after optimizations before before), then the largest.
         rows = [{"program": r["program"], "stage": r["stage"], "name": r["metric"].removeprefix(prefix),
                  "count": human_value("n", r["value"]), "change": human_delta("n", r["delta"]) if r["delta"] else ""}
-                for r in f.sort("value", descending=True, maintain_order=True).head(MAX_BREAKDOWN_ROWS).iter_rows(named=True)]
+                for r in f.sort(pl.col("stage") == "before_optimizations", pl.col("value"), descending=[False, True],
+                                maintain_order=True).head(MAX_BREAKDOWN_ROWS).iter_rows(named=True)]
         return {"rows": rows, "more": max(0, f.height - MAX_BREAKDOWN_ROWS), "prefix": prefix}
 
     return {"sections": sections, "fallbacks": pick(fallbacks, "kernel.fallback."),
