@@ -108,7 +108,7 @@ _GRAPH_BREAK_ARTIFACT = '"dynamo_graph_break_reason"'
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\[\s\S])*+(?:"|\\?\Z)')  # linear: an unclosed one runs to the end
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")  # bytes.translate drops them, in C
 _LONG_ROWS = ("torch_trace_compiles", "torch_trace_graph_breaks", "torch_trace_kernels", "torch_trace_extern_calls",
-              "torch_trace_guards")
+              "torch_trace_guards", "torch_trace_artifacts")
 # Records that are no artifact of a compile (tlparse folds them into other pages): no torch_trace_artifacts row.
 _NOT_ARTIFACTS = frozenset({"chromium_event", "str", "describe_tensor", "describe_storage", "describe_source"})
 _SHAPE_GUARDS = {"symbolic_shape_specialization": "shape_specialization", "guard_added": "guard_added",
