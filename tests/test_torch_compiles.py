@@ -278,3 +278,28 @@ def test_the_same_job_in_another_process_has_the_same_guards():
         a, b = leaves(first), leaves(second)
         assert (len(a), sum(x != y for x, y in zip(a, b))) == (53, 17)
         assert guards(first).equals(guards(second))
+
+
+def test_shape_specialisations_and_guards_added_with_their_user_lines():
+    """The dynamic case (torch 2.13, dynamic=True): 'if x.shape[0] > 2' guards the batch size, and
+    'h.view(4, 32)' specialises it to 4; tlparse shows these on the compile's metrics page with
+    their user stack. The three guard_added_fast rows are the compile's shape_env_guard_count."""
+    _, tables = _parsed(next(p for p in LOGS if p.parent.name == "dynamic"))
+    guards = _table(tables, "torch_trace_guards")
+    shape = guards.filter(pl.col("source") != "cpp_guard").select(
+        "tlparse_id", "source", "guard", "guarded", "reason", "user_code", "user_lineno", "user_function").rows()
+    model = "h = h.view(4, 32)  # a fixed size: the batch size specialises to 4"
+    linear = "return F.linear(input, self.weight, self.bias)"
+    assert shape == [
+        ("[0/0]", "guard_added_fast", "Eq(s27, 16)", None, None, linear, 134, "forward"),
+        ("[0/0]", "shape_specialization", "s27 = 16", "L['x'].size()[1]", "range_refined_to_singleton", linear, 134,
+         "forward"),
+        ("[0/0]", "guard_added_fast", "s77 > 2", None, None, "if x.shape[0] > 2:  # a guard on the symbolic batch size",
+         21, "forward"),
+        ("[0/0]", "guard_added_fast", "Eq(32*s77, 128)", None, None, model, 23, "forward"),
+        ("[0/0]", "shape_specialization", "s77 = 4", "L['x'].size()[0]", "range_refined_to_singleton", model, 23,
+         "forward")]
+    assert guards.filter(pl.col("source") == "guard_added_fast")["user_filename"][1] == (
+        "/tmp/dumpscope-torch-trace/src/dumpscope_model.py")
+    compiles = _table(tables, "torch_trace_compiles")
+    assert compiles.select("tlparse_id", "guard_count", "shape_env_guard_count").rows() == [("[0/0]", 46, 3)]
