@@ -107,21 +107,25 @@ _FEEDS = {"inductor_output_code": ("kernel.*",), "compilation_metrics": None, "b
 _GRAPH_BREAK_ARTIFACT = '"dynamo_graph_break_reason"'
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\[\s\S])*+(?:"|\\?\Z)')  # linear: an unclosed one runs to the end
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")  # bytes.translate drops them, in C
-_LONG_ROWS = ("torch_trace_compiles", "torch_trace_graph_breaks", "torch_trace_kernels", "torch_trace_extern_calls",
-              "torch_trace_guards", "torch_trace_artifacts")
+_LONG_ROWS = ("torch_trace_compiles", "torch_trace_graph_breaks", "torch_trace_kernels", "torch_trace_extern_calls")
+# Guards and artifacts: a row per tree line or record, tens per compile; in batches of 1,024 the peak RSS of a
+# 200 MB log is +9 MiB, not +24 MiB as in 4,096 (the native high-water of building the frames), and the batches
+# cost little CPU (256: +0.1 s, a frame's fixed cost each; docs/speed.md).
+_FEW_ROWS = {"torch_trace_guards": 1024, "torch_trace_artifacts": 1024}
 # Records that are no artifact of a compile (tlparse folds them into other pages): no torch_trace_artifacts row.
 _NOT_ARTIFACTS = frozenset({"chromium_event", "str", "describe_tensor", "describe_storage", "describe_source"})
 _SHAPE_GUARDS = {"symbolic_shape_specialization": "shape_specialization", "guard_added": "guard_added",
                  "guard_added_fast": "guard_added_fast"}
 # A node of dynamo_cpp_guards_str's tree: "| | +- <NAME>: <text>"; a guard is a leaf whose name is in capitals
 # (TENSOR_MATCH), a GuardManager (and its Dict/Root kinds, KeyValueManager ...) holds guards of its source.
-_CPP_NODE = re.compile(r"^((?:\| )*)\+- (\w+):? ?(.*?)\n?$")
+_CPP_NODE = re.compile(r"((?:\| )*)\+- (\w+):? ?(.*)")  # "." stops at the line's newline
 _GUARD_TYPE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # A leaf ends "<code>  # <user code>  # <file>:<line> in <function>" (the user code when torch has it), read
 # from the last "  # " by string search: a regex searching a hostile line for it would backtrack quadratically.
 _CPP_WHERE = re.compile(r"(\S+):(\d+) in (\S+)(?: \(HINT: [^)]*\))?")
 _CPP_LINE = 1 << 16  # of a tree's line read (torch's longest, GLOBAL_STATE's, is ~600 characters)
 _MAX_STRINGS = 100_000  # interned file names (str records) kept: torch interns one per source file
+_MAX_IDS = 100_000  # id columns remembered (one per compile attempt), then forgotten and made again
 _METRICS = {"compilation_metrics": "forward", "bwd_compilation_metrics": "backward",
             "compilation_metrics_runtime": "forward_runtime", "bwd_compilation_metrics_runtime": "backward_runtime"}
 KNOWN_RECORDS = frozenset({
@@ -424,7 +428,7 @@ def _tlparse_id(rec: dict) -> str | None:
 
 
 def _u32(v: object) -> int | None:
-    """An id tlparse reads (a u32), else None: tlparse reads no id from the record then."""
+    """An id tlparse reads (a u32) that the Int32 columns hold, else None (tlparse then reads no id)."""
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 else None
 
 
@@ -461,7 +465,8 @@ class _Trace:
     def __init__(self) -> None:
         # Rows wait here as Python tuples: smaller batches for those with long texts (fail and restart
         # reasons) or many of them (kernels).
-        self.buf = {t: RowBuffer(t, s, _SMALL_BATCH if t in _LONG_ROWS else BATCH_ROWS) for t, s in TABLES.items()}
+        self.buf = {t: RowBuffer(t, s, _FEW_ROWS.get(t, _SMALL_BATCH if t in _LONG_ROWS else BATCH_ROWS))
+                    for t, s in TABLES.items()}
         self.errors: list[str] = []
         self.n_errors = self.lineno = self.good = 0
         self.truncated = self.newlines = False  # newlines: a line so far ended with one (then a last without is cut)
@@ -473,6 +478,7 @@ class _Trace:
         self.artifact: list | None = None  # the artifact row of the record whose payload is being read
         self.finished: list[tuple] = []  # artifact rows whose payload has ended, to hand out
         self.strings: dict[int, str] = {}  # interned file names (str records), for the guards' user frames
+        self.ids: dict[tuple, tuple] = {}  # the id columns of each (compile id, ids of the record) seen
         self.orphan = False  # in payload lines no record owns (reported once per run of them)
         self.records: dict[tuple[str, str | None], list] = {}  # (name, artifact) -> [records, payload lines, first]
         self.stats: list = [0, 0, 0]  # the entry of the record whose payload is being read
@@ -483,6 +489,19 @@ class _Trace:
         self.ranks: set[int] = set()
         self.record_line = 0  # the line of the record being read
         self.lost: set[str] | None = set()  # the figures the damage so far cost (None: every one)
+
+    def _ids(self, cid: str | None, rec: dict) -> tuple:
+        """``_ids``, once per compile and attempt (every record of a compile asks for the same)."""
+        key = (cid, rec.get("compiled_autograd_id"), rec.get("frame_id"), rec.get("frame_compile_id"), rec.get("attempt"))
+        try:
+            return self.ids[key]
+        except KeyError:
+            if len(self.ids) >= _MAX_IDS:
+                self.ids.clear()
+            ids = self.ids[key] = _ids(cid, rec)
+            return ids
+        except TypeError:  # an id that is a list or an object: no key, and no id read from it
+            return _ids(cid, rec)
 
     def error(self, lineno: int, msg: str) -> None:
         self.n_errors += 1
@@ -655,7 +674,7 @@ class _Trace:
         key = (rec.get("compiled_autograd_id"), rec.get("frame_id"), rec.get("frame_compile_id"))
         comp = self._compile(key, name, lineno)
         if name not in _NOT_ARTIFACTS:
-            row = [*_ids(comp.cid if comp is not None else None, rec), name, artifact or name, lineno, lineno,
+            row = [*self._ids(comp.cid if comp is not None else None, rec), name, artifact or name, lineno, lineno,
                    len(raw.encode()) - whole, 0, 0, None]
             if self.md5 is not None:  # its size is known at the payload's end
                 self.artifact = row
@@ -757,7 +776,7 @@ class _Trace:
         reasons = m.get("restart_reasons")
         guarded = m.get("has_guarded_code")
         yield from self.add("torch_trace_compiles", (
-            *_ids(cid, rec), phase, program, _str(m.get("co_name")),
+            *self._ids(cid, rec), phase, program, _str(m.get("co_name")),
             _str(m.get("co_filename")), *(f[k] for k in (*_INT_FIELDS, *_FLOAT_FIELDS, *_COUNT_FIELDS)), breaks, codes,
             _str(m.get("fail_type")), _str(m.get("fail_reason")), _str(m.get("fail_user_frame_filename")),
             f["fail_user_frame_lineno"], [str(r) for r in reasons] if isinstance(reasons, list) else None,
@@ -796,7 +815,7 @@ class _Trace:
             comp.codes += 1
         self._commit(comp, figures)
         yield from self.add("torch_trace_output_code", (
-            *_ids(cid, rec), phase, graph,
+            *self._ids(cid, rec), phase, graph,
             *(int(figures.get(f"kernel.{k}", 0)) for k in ("generated", "extern_calls", "fallback_calls")),
             hashed and summary is not None and summary.status.value == "ok", lineno, end))
 
@@ -843,7 +862,7 @@ class _Trace:
         if frame is not None and user_file is None:
             user_file, user_line = frame[0], frame[1]
         self._commit(comp, {"dynamo.graph_breaks": 1})
-        row = [*_ids(comp.cid if comp else None, rec), comp.program if comp else None, kind, reason, gb_id, explanation,
+        row = [*self._ids(comp.cid if comp else None, rec), comp.program if comp else None, kind, reason, gb_id, explanation,
                user_file, user_line, frame[2] if frame else None, lineno, end]
         if comp is not None and comp.phase != "closed":
             comp.breaks.append(row)
@@ -854,7 +873,7 @@ class _Trace:
 
     def _python_guards(self, rec: dict, comp: _Compile | None, lineno: int, it: Iterator[str]) -> Iterator[TableBatch]:
         """dynamo_guards: a JSON list written one entry a line ("[", "{...},", ..., "]")."""
-        ids = _ids(comp.cid if comp is not None else None, rec)
+        ids = self._ids(comp.cid if comp is not None else None, rec)
         for text in self._payload(it):
             entry_text = text.strip().rstrip(",")
             if entry_text[:1] != "{":
@@ -877,7 +896,8 @@ class _Trace:
     def _cpp_guards(self, rec: dict, comp: _Compile | None, it: Iterator[str]) -> Iterator[TableBatch]:
         """dynamo_cpp_guards_str: the guard manager's tree, one node a line; a row per leaf guard,
         with the source of the GuardManager above it."""
-        ids = _ids(comp.cid if comp is not None else None, rec)
+        ids = self._ids(comp.cid if comp is not None else None, rec)
+        rows = self.buf["torch_trace_guards"]  # added to directly: a tree has a line per guard and per manager
         sources: list[str | None] = []  # the source of the manager at each depth down to this line
         for text in self._payload(it):
             if (m := _CPP_NODE.match(text)) is None:
@@ -894,10 +914,14 @@ class _Trace:
             if (cut := body.rfind("  # ")) >= 0 and (where := _CPP_WHERE.fullmatch(body, cut + 4)) is not None:
                 code = body[:cut]
             code, _, user_code = code.partition("  # ")
-            yield from self.add("torch_trace_guards", (
-                *ids, "cpp_guard", m[2][:_TEXT], _guard(code.rstrip()), sources[-1] if sources else None, None,
-                user_code.strip()[:_TEXT] or None, where[1][:_TEXT] if where else None,
-                _line_number(where[2]) if where else None, where[3][:_TEXT] if where else None, self.lineno))
+            if where is None:
+                file = line = function = None
+            else:
+                file, line, function = where[1][:_TEXT], _line_number(where[2]), where[3][:_TEXT]
+            batch = rows.add((*ids, "cpp_guard", m[2][:_TEXT], _guard(code.rstrip()), sources[-1] if sources else None,
+                              None, user_code.strip()[:_TEXT] or None, file, line, function, self.lineno))
+            if batch is not None:
+                yield batch
         self._end_payload(at_end=self.held is None)
 
     def _shape_guard(self, name: str, rec: dict, body: dict, comp: _Compile | None,
@@ -917,7 +941,7 @@ class _Trace:
         if code is None and isinstance(where := body.get("frame_locals"), dict):  # guard_added: the user's line
             code = _str(where.get("loc"))
         yield from self.add("torch_trace_guards", (
-            *_ids(comp.cid if comp is not None else None, rec), _SHAPE_GUARDS[name], None, _guard(guard),
+            *self._ids(comp.cid if comp is not None else None, rec), _SHAPE_GUARDS[name], None, _guard(guard),
             guarded[:_TEXT] if guarded else None, reason[:_TEXT] if reason else None,
             code[:_TEXT] if code else None, *frame, lineno))
 
