@@ -30,6 +30,9 @@ Cases (``CASES``):
   that raises (``BackendCompilerFailed``, caught): a failed compile next to a good one.
 - ``ranked``: two ranks (gloo, CPU, ``torch.distributed`` initialised), each compiling the MLP:
   ``dedicated_log_torch_trace_rank_<n>_*.log`` per rank.
+- ``dynamic``: ``dynamic=True``, inference on batch 4, ``forward`` guarding on the batch size
+  (``if x.shape[0] > 2``) then viewing ``h`` as ``(4, 32)``: ``guard_added_fast`` records and a
+  ``symbolic_shape_specialization`` (the batch size fixed to 4).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import time
 from pathlib import Path
 
 CASES = ("plain", "plain_warm", "plain_busy", "graph_break", "graph_break_removed", "recompile", "compile_failure",
-         "ranked")
+         "ranked", "dynamic")
 SEED = 20261127
 DROP_FIELDS = ("dynamo_config", "inductor_config", "compiler_config", "functorch_config")
 
@@ -85,6 +88,11 @@ BODIES = {
         "            h = h * 2"
     ),
     "graph_break_removed": "        h = torch.where(h.sum() > 0, h * 2, h)",
+    "dynamic": (
+        "        if x.shape[0] > 2:  # a guard on the symbolic batch size\n"
+        "            h = h * 2\n"
+        "        h = h.view(4, 32)  # a fixed size: the batch size specialises to 4"
+    ),
 }
 
 
@@ -116,6 +124,10 @@ def _run_case(case: str, src: Path, rank: int | None) -> None:
         with torch.no_grad():
             compiled(torch.randn(4, 16))
             compiled(torch.randn(6, 16))  # a new static shape: recompile
+    elif case == "dynamic":
+        compiled = torch.compile(model, dynamic=True)
+        with torch.no_grad():
+            compiled(torch.randn(4, 16))  # symbolic batch size, guarded (> 2) then specialised (view(4, 32))
     elif case == "compile_failure":
         with torch.no_grad():
             torch.compile(mm.scale_shift)(torch.randn(8))

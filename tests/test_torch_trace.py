@@ -104,7 +104,7 @@ EXPECTED_PROGRAMS = {  # case -> {program: (compiles, graph breaks, recompiles, 
     "plain": {FORWARD: (1, 0, 0, 0)}, "plain_warm": {FORWARD: (1, 0, 0, 0)},
     "graph_break": {FORWARD: (3, 2, 0, 0)},  # forward and its two resume functions
     "graph_break_removed": {FORWARD: (1, 0, 0, 0)}, "recompile": {FORWARD: (2, 0, 1, 0)},
-    "ranked": {FORWARD: (1, 0, 0, 0)},
+    "ranked": {FORWARD: (1, 0, 0, 0)}, "dynamic": {FORWARD: (1, 0, 0, 0)},
     "compile_failure": {f"scale_shift at {SRC}:9": (1, 0, 0, 0), FORWARD: (1, 0, 0, 1)},
 }
 

@@ -11,8 +11,16 @@ per payload line. Read here: ``compilation_metrics`` (one per frame compile, at 
 ``bwd_compilation_metrics`` (a backward graph compiled lazily, at the first backward call),
 ``*_runtime`` variants (rows only), ``dynamo_start`` (a compile begins), ``inductor_output_code``
 (the generated module, fed line by line to ``inductor_code``'s parser), and the
-``artifact`` ``dynamo_graph_break_reason`` (one per graph break). Every other record is counted
-in ``torch_trace_records`` and its payload only hashed.
+``artifact`` ``dynamo_graph_break_reason`` (one per graph break), and the guards of a compile
+(``torch_trace_guards``): each entry of ``dynamo_guards`` (a JSON list, one entry a line), each leaf
+of ``dynamo_cpp_guards_str`` (the guard manager's tree, with the source of the manager above it and
+the user line torch prints after it), each ``symbolic_shape_specialization``, ``guard_added`` and
+``guard_added_fast`` (their user frame from the stack, file names from the ``str`` records), texts
+normalised by ``transforms.volatile`` (ids, addresses). Every record but ``chromium_event``, ``str``
+and ``describe_*`` is a row of ``torch_trace_artifacts``: kind, compile, bytes and lines of its
+payload, the lines where to read it. Every record is counted in ``torch_trace_records``; the
+payloads not read above are only hashed. Compile ids are written as torch prints them
+(``compile_id``: ``0/0``) and as tlparse does (``tlparse_id``: ``[0/0_1]`` for attempt 1).
 
 Programs: one log holds many compiled functions. A program is ``<co_name> at
 <co_filename>:<co_firstlineno>``. A resume function Dynamo makes at a graph break is named
@@ -57,6 +65,7 @@ from typing import Iterable, Iterator
 import polars as pl
 
 from transforms.parsers import inductor_code
+from transforms.volatile import normalise
 from transforms.records import (BATCH_ROWS, COUNT, SECONDS, DumpKind, DumpSummary, OneRecord, ParseError,
                                 ParserOutput, RowBuffer, TableBatch, line_error)
 
@@ -70,7 +79,9 @@ from transforms.records import (BATCH_ROWS, COUNT, SECONDS, DumpKind, DumpSummar
 # 5: damage costs the figures read from it (DumpSummary.lost): a payload whose MD5 does not match costs
 # nothing but an output code's kernel.* (its record carries the rest), a garbled record what its kind feeds
 # (was: every figure of the log in doubt, the program a failure)
-PARSER_VERSION = 5
+# 6: torch_trace_guards and torch_trace_artifacts (every guard and artifact of each compile), tlparse_id (the
+# compile id as tlparse writes it: [0/0_1] a restart), dynamo_time_before_restart_s and backward_compile_time_s
+PARSER_VERSION = 6
 
 _PREFIX = re.compile(r"(?:\[rank\d+\]:)?[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]*:\d+\] (?=\{)")
 # torch names a log dedicated_log_torch_trace_[rank_<n>_]<random>.log (tempfile.mkstemp: 8 random characters
@@ -97,6 +108,24 @@ _GRAPH_BREAK_ARTIFACT = '"dynamo_graph_break_reason"'
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\[\s\S])*+(?:"|\\?\Z)')  # linear: an unclosed one runs to the end
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")  # bytes.translate drops them, in C
 _LONG_ROWS = ("torch_trace_compiles", "torch_trace_graph_breaks", "torch_trace_kernels", "torch_trace_extern_calls")
+# Guards and artifacts: a row per tree line or record, tens per compile; in batches of 1,024 the peak RSS of a
+# 200 MB log is +9 MiB, not +24 MiB as in 4,096 (the native high-water of building the frames), and the batches
+# cost little CPU (256: +0.1 s, a frame's fixed cost each; docs/speed.md).
+_FEW_ROWS = {"torch_trace_guards": 1024, "torch_trace_artifacts": 1024}
+# Records that are no artifact of a compile (tlparse folds them into other pages): no torch_trace_artifacts row.
+_NOT_ARTIFACTS = frozenset({"chromium_event", "str", "describe_tensor", "describe_storage", "describe_source"})
+_SHAPE_GUARDS = {"symbolic_shape_specialization": "shape_specialization", "guard_added": "guard_added",
+                 "guard_added_fast": "guard_added_fast"}
+# A node of dynamo_cpp_guards_str's tree: "| | +- <NAME>: <text>"; a guard is a leaf whose name is in capitals
+# (TENSOR_MATCH), a GuardManager (and its Dict/Root kinds, KeyValueManager ...) holds guards of its source.
+_CPP_NODE = re.compile(r"((?:\| )*)\+- (\w+):? ?(.*)")  # "." stops at the line's newline
+_GUARD_TYPE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# A leaf ends "<code>  # <user code>  # <file>:<line> in <function>" (the user code when torch has it), read
+# from the last "  # " by string search: a regex searching a hostile line for it would backtrack quadratically.
+_CPP_WHERE = re.compile(r"(\S+):(\d+) in (\S+)(?: \(HINT: [^)]*\))?")
+_CPP_LINE = 1 << 16  # of a tree's line read (torch's longest, GLOBAL_STATE's, is ~600 characters)
+_MAX_STRINGS = 100_000  # interned file names (str records) kept: torch interns one per source file
+_MAX_IDS = 100_000  # id columns remembered (one per compile attempt), then forgotten and made again
 _METRICS = {"compilation_metrics": "forward", "bwd_compilation_metrics": "backward",
             "compilation_metrics_runtime": "forward_runtime", "bwd_compilation_metrics_runtime": "backward_runtime"}
 KNOWN_RECORDS = frozenset({
@@ -112,12 +141,14 @@ BASE_METRICS = ("dynamo.compiles", "dynamo.compile_seconds", "dynamo.failures", 
                 "dynamo.recompiles", "dynamo.guards", "inductor.compile_seconds", "inductor.cache_hits",
                 "inductor.cache_misses")  # fmt: skip
 
-_ID = {"compile_id": pl.String, "frame_id": pl.Int32, "frame_compile_id": pl.Int32, "attempt": pl.Int32}
+_ID = {"compile_id": pl.String, "frame_id": pl.Int32, "frame_compile_id": pl.Int32, "attempt": pl.Int32,
+       "tlparse_id": pl.String}
 PHASE = pl.Enum(["forward", "backward", "forward_runtime", "backward_runtime"])
 COMPILES = pl.Schema({
     **_ID, "phase": PHASE, "program": pl.String, "co_name": pl.String, "co_filename": pl.String,
     "co_firstlineno": pl.Int32, "entire_frame_compile_time_s": pl.Float64, "backend_compile_time_s": pl.Float64,
-    "inductor_compile_time_s": pl.Float64, "code_gen_time_s": pl.Float64, "guard_count": pl.Int32,
+    "inductor_compile_time_s": pl.Float64, "code_gen_time_s": pl.Float64, "dynamo_time_before_restart_s": pl.Float64,
+    "backward_compile_time_s": pl.Float64, "guard_count": pl.Int32,
     "shape_env_guard_count": pl.Int32, "graph_op_count": pl.Int32, "graph_node_count": pl.Int32,
     "graph_input_count": pl.Int32, "graph_breaks": pl.Int32, "output_codes": pl.Int32, "fail_type": pl.String,
     "fail_reason": pl.String, "fail_user_frame_filename": pl.String, "fail_user_frame_lineno": pl.Int32,
@@ -126,7 +157,10 @@ COMPILES = pl.Schema({
     "aotautograd_cache_hits": pl.Int32, "aotautograd_cache_misses": pl.Int32, "rank": pl.Int32, "lineno": pl.Int32,
 })  # fmt: skip
 _INT_FIELDS = ("co_firstlineno",)
-_FLOAT_FIELDS = ("entire_frame_compile_time_s", "backend_compile_time_s", "inductor_compile_time_s", "code_gen_time_s")
+_FLOAT_FIELDS = ("entire_frame_compile_time_s", "backend_compile_time_s", "inductor_compile_time_s", "code_gen_time_s",
+                 "dynamo_time_before_restart_s", "backward_compile_time_s")
+# Seconds torch writes in microseconds only (read as seconds, like the others).
+_US_FIELDS = {"backward_compile_time_s": "backward_cumulative_compile_time_us"}
 _COUNT_FIELDS = ("guard_count", "shape_env_guard_count", "graph_op_count", "graph_node_count", "graph_input_count")
 _CACHE_FIELDS = tuple(f"{c}_{w}_cache_{k}_count" for c in ("inductor_fx", "aotautograd") for k in ("hit", "miss")
                       for w in ("local", "remote"))
@@ -145,11 +179,22 @@ OUTPUT_CODE = pl.Schema({
 _CODE_COLS = {"compile_id": pl.String, "output_code_lineno": pl.Int32}
 KERNELS = pl.Schema({**_CODE_COLS, **inductor_code.TABLES["inductor_kernels"]})
 EXTERN_CALLS = pl.Schema({**_CODE_COLS, **inductor_code.TABLES["inductor_extern_calls"]})
+GUARD_SOURCE = pl.Enum(["dynamo_guards", "cpp_guard", "shape_specialization", "guard_added", "guard_added_fast"])
+GUARDS = pl.Schema({
+    **_ID, "source": GUARD_SOURCE, "guard_type": pl.String, "guard": pl.String, "guarded": pl.String,
+    "reason": pl.String, "user_code": pl.String, "user_filename": pl.String, "user_lineno": pl.Int32,
+    "user_function": pl.String, "lineno": pl.Int32,
+})  # fmt: skip
+ARTIFACTS = pl.Schema({
+    **_ID, "record": pl.String, "kind": pl.String, "lineno": pl.Int32, "end_lineno": pl.Int32,
+    "record_bytes": pl.Int64, "payload_bytes": pl.Int64, "payload_lines": pl.Int32, "complete": pl.Boolean,
+})  # fmt: skip
 RECORDS = pl.Schema({"record": pl.String, "artifact": pl.String, "known": pl.Boolean, "records": pl.Int64,
                      "payload_lines": pl.Int64, "first_lineno": pl.Int32})  # fmt: skip
 TABLES = {"torch_trace_compiles": COMPILES, "torch_trace_graph_breaks": GRAPH_BREAKS,
           "torch_trace_output_code": OUTPUT_CODE, "torch_trace_kernels": KERNELS,
-          "torch_trace_extern_calls": EXTERN_CALLS, "torch_trace_records": RECORDS}  # fmt: skip
+          "torch_trace_extern_calls": EXTERN_CALLS, "torch_trace_guards": GUARDS, "torch_trace_artifacts": ARTIFACTS,
+          "torch_trace_records": RECORDS}  # fmt: skip
 
 _ID_DOCS = {
     "compile_id": "Compile id as torch prints it: '<frame_id>/<frame_compile_id>', '!<compiled_autograd_id>/...' "
@@ -157,6 +202,9 @@ _ID_DOCS = {
     "frame_id": "Dynamo's id of the frame (code object) compiled.",
     "frame_compile_id": "Compile of that frame, from 0; above 0 a recompile.",
     "attempt": "Attempt of the compile the record was written in (Dynamo restarts analysis after a graph break).",
+    "tlparse_id": "The record's compile id as tlparse writes it: '[<frame_id>/<frame_compile_id>]', "
+    "'[<frame_id>/<frame_compile_id>_<attempt>]' when the attempt is not 0 (a restart), '[!<compiled_autograd_id>/...]' "
+    "under compiled autograd, '-' for an id the record lacks; null for a record outside any compile.",
 }
 _PHASE_DOC = ("forward (compilation_metrics: Dynamo's compile of a frame, Inductor included), backward "
               "(bwd_compilation_metrics: a backward graph compiled lazily at the first backward call), "
@@ -175,6 +223,10 @@ TABLE_DOCS: dict[str, dict[str, str]] = {
         "backend_compile_time_s": "Seconds in the backend (AOTAutograd and Inductor).",
         "inductor_compile_time_s": "Seconds in Inductor (null when it did not run, e.g. a cache hit).",
         "code_gen_time_s": "Seconds of Inductor's code generation.",
+        "dynamo_time_before_restart_s": "Seconds Dynamo spent on the attempts it restarted (part of "
+        "entire_frame_compile_time_s; 0 when it did not restart).",
+        "backward_compile_time_s": "Seconds of a backward graph compiled lazily at the first backward call "
+        "(backward_cumulative_compile_time_us, on backward rows; outside entire_frame_compile_time_s).",
         "guard_count": "Guards installed on the compiled code (null when the compile failed).",
         "shape_env_guard_count": "Guards on symbolic shapes.",
         "graph_op_count": "Calls (ops) in the captured FX graph.", "graph_node_count": "Nodes of that graph.",
@@ -228,6 +280,43 @@ TABLE_DOCS: dict[str, dict[str, str]] = {
         "": "Extern kernel and ATen fallback calls of the traced output code (inductor_extern_calls rows).",
         "compile_id": _ID_DOCS["compile_id"], "output_code_lineno": "Line of the inductor_output_code record.",
         "lineno": "Line of the call in the log.",
+    },
+    "torch_trace_guards": {
+        "": "One row per guard the log shows for a compile: each entry of a dynamo_guards payload, each guard (a leaf, "
+        "not a GuardManager) of a dynamo_cpp_guards_str tree, each symbolic_shape_specialization, guard_added and "
+        "guard_added_fast record. Not one row per guard_count: torch counts Guard objects "
+        "(len(output.guards)), which the tree shows as more leaves (a tensor's TENSOR_MATCH and its "
+        "DIMENSION_DYNAMIC_MARKING_GUARDs) and dynamo_guards as fewer (only guards with Python code). Ids and "
+        "addresses in the texts are normalised (transforms/volatile.py: ___check_obj_id(X, <id>)).",
+        **_ID_DOCS,
+        "source": "Where the row comes from: dynamo_guards (an entry of that payload), cpp_guard (a leaf of the "
+        "dynamo_cpp_guards_str tree), shape_specialization (symbolic_shape_specialization: a symbolic size fixed to "
+        "a constant), guard_added / guard_added_fast (a guard on symbolic shapes added while tracing).",
+        "guard_type": "The leaf's guard type in the tree (TENSOR_MATCH, ID_MATCH, TYPE_MATCH, ...); null for the others.",
+        "guard": "The guard, normalised: its code (dynamo_guards, the tree), '<symbol> = <value>' (a specialisation), "
+        "the expression (guard_added*). At most 1,000 characters.",
+        "guarded": "What it guards: the source of the tree's GuardManager that holds the leaf (L['x'], G['torch']); "
+        "the sources of the specialised symbol; '<symbol>: <source>' pairs of a guard_added.",
+        "reason": "A specialisation's reason, a guard_added's prefix (eval, ...); else null.",
+        "user_code": "The user's line of code the guard comes from, when the log prints it.",
+        "user_filename": "File of the innermost user frame the guard comes from (as the log writes it: the tree "
+        "prints the last folders only).",
+        "user_lineno": "Line in that file.", "user_function": "Function of that frame.",
+        "lineno": "Line of the guard in the log (the payload line of a dynamo_guards entry or tree leaf, else the record's).",
+    },
+    "torch_trace_artifacts": {
+        "": "One row per record of the log that tlparse shows as an artifact of a compile (every record but "
+        "chromium_event, str and describe_*): its kind, compile, size and the lines where to read it.",
+        **_ID_DOCS,
+        "record": "Record name (the first key of the envelope's JSON).",
+        "kind": "What it is: the artifact's name for 'artifact' records (dynamo_graph_break_reason, ...), else the "
+        "record name (dynamo_output_graph, aot_forward_graph, inductor_output_code, compilation_metrics, ...).",
+        "lineno": "Line of the record in the log.", "end_lineno": "Last line of its payload (lineno when it has none).",
+        "record_bytes": "Bytes of the record's line (its JSON, glog prefix included).",
+        "payload_bytes": "Bytes of the payload as torch wrote it (the text its MD5 is of, without the tabs); 0 "
+        "without a payload.",
+        "payload_lines": "Lines of the payload (0 without one).",
+        "complete": "The payload matched its record's MD5; null without a payload.",
     },
     "torch_trace_records": {
         "": "What the log holds: one row per record name (and artifact name).",
@@ -302,6 +391,8 @@ def _checked(m: dict) -> tuple[dict[str, int | float | None], list[str]]:
     wrong: list[str] = []
     for name, bounds in _FIELD_BOUNDS.items():
         v = m.get(name)
+        if name in _US_FIELDS and (us := m.get(_US_FIELDS[name])) is not None:
+            v = us / 1e6 if isinstance(us, (int, float)) and not isinstance(us, bool) else us
         if v is not None and (why := bounds.problem(v)) is not None:
             wrong.append(f"{name} {why}")
             v = None
@@ -316,6 +407,34 @@ def _cache_counts(figures: dict, wrong: list[str], kind: str, what: str) -> int 
         wrong.append(f"{kind} cache {what}s (local and remote) {why}")
         return None
     return n
+
+
+def _ids(cid: str | None, rec: dict) -> tuple:
+    """The id columns (``_ID``) of a row of ``rec``'s compile ``cid``."""
+    return cid, _int(rec.get("frame_id")), _int(rec.get("frame_compile_id")), _int(rec.get("attempt")), _tlparse_id(rec)
+
+
+def _tlparse_id(rec: dict) -> str | None:
+    """The record's compile id as tlparse prints it (``CompileId``'s Display in its src/types.rs):
+    ``[!<autograd>/<frame>/<compile>_<attempt>]``, the autograd part only under compiled autograd,
+    ``_<attempt>`` only when the attempt is not 0, ``-`` for an id the record lacks."""
+    autograd, frame, compile_, attempt = (_u32(rec.get(k)) for k in (
+        "compiled_autograd_id", "frame_id", "frame_compile_id", "attempt"))
+    if frame is None and compile_ is None:
+        return None
+    head = "" if autograd is None else f"!{autograd}/"
+    tail = f"_{attempt}" if attempt else ""
+    return f"[{head}{'-' if frame is None else frame}/{'-' if compile_ is None else compile_}{tail}]"
+
+
+def _u32(v: object) -> int | None:
+    """An id tlparse reads (a u32) that the Int32 columns hold, else None (tlparse then reads no id)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 else None
+
+
+def _guard(v: object) -> str | None:
+    """A guard's text, bounded, with its process-specific values normalised (ids, addresses)."""
+    return None if v is None else normalise(str(v)[:_TEXT])
 
 
 def _str(v: object) -> str | None:
@@ -346,7 +465,8 @@ class _Trace:
     def __init__(self) -> None:
         # Rows wait here as Python tuples: smaller batches for those with long texts (fail and restart
         # reasons) or many of them (kernels).
-        self.buf = {t: RowBuffer(t, s, _SMALL_BATCH if t in _LONG_ROWS else BATCH_ROWS) for t, s in TABLES.items()}
+        self.buf = {t: RowBuffer(t, s, _FEW_ROWS.get(t, _SMALL_BATCH if t in _LONG_ROWS else BATCH_ROWS))
+                    for t, s in TABLES.items()}
         self.errors: list[str] = []
         self.n_errors = self.lineno = self.good = 0
         self.truncated = self.newlines = False  # newlines: a line so far ended with one (then a last without is cut)
@@ -354,7 +474,11 @@ class _Trace:
         self.pbuf: list[str] = []  # payload lines not hashed yet
         self.md5 = None  # hash of the payload being read
         self.want = self.payload_of = ""  # its record's MD5, and what the record is
-        self.payload_start = self.payload_lines = 0
+        self.payload_start = self.payload_lines = self.payload_bytes = 0
+        self.artifact: list | None = None  # the artifact row of the record whose payload is being read
+        self.finished: list[tuple] = []  # artifact rows whose payload has ended, to hand out
+        self.strings: dict[int, str] = {}  # interned file names (str records), for the guards' user frames
+        self.ids: dict[tuple, tuple] = {}  # the id columns of each (compile id, ids of the record) seen
         self.orphan = False  # in payload lines no record owns (reported once per run of them)
         self.records: dict[tuple[str, str | None], list] = {}  # (name, artifact) -> [records, payload lines, first]
         self.stats: list = [0, 0, 0]  # the entry of the record whose payload is being read
@@ -365,6 +489,19 @@ class _Trace:
         self.ranks: set[int] = set()
         self.record_line = 0  # the line of the record being read
         self.lost: set[str] | None = set()  # the figures the damage so far cost (None: every one)
+
+    def _ids(self, cid: str | None, rec: dict) -> tuple:
+        """``_ids``, once per compile and attempt (every record of a compile asks for the same)."""
+        key = (cid, rec.get("compiled_autograd_id"), rec.get("frame_id"), rec.get("frame_compile_id"), rec.get("attempt"))
+        try:
+            return self.ids[key]
+        except KeyError:
+            if len(self.ids) >= _MAX_IDS:
+                self.ids.clear()
+            ids = self.ids[key] = _ids(cid, rec)
+            return ids
+        except TypeError:  # an id that is a list or an object: no key, and no id read from it
+            return _ids(cid, rec)
 
     def error(self, lineno: int, msg: str) -> None:
         self.n_errors += 1
@@ -414,6 +551,7 @@ class _Trace:
         self.error(self.record_line, f"record {why}; it and its payload are skipped")
         self.costs(None)  # read halfway: what it counted already, and which compile, is not known
         self.md5, self.orphan = None, True  # what is left of its payload goes with it, unreported
+        self.artifact = None
 
     def _hash(self, last: int) -> None:
         """Hash the collected payload lines (``last``: the line of the last one)."""
@@ -431,9 +569,12 @@ class _Trace:
                 text = "".join(pbuf)[1:].replace("\n\t", "\n")
             else:  # lines handed over without their newlines
                 text = "\n".join(p[1:] for p in pbuf) + "\n"
+            data = (text[:-1] if text[-1:] == "\n" else text).encode()
             if self.payload_lines:
                 self.md5.update(b"\n")
-            self.md5.update((text[:-1] if text[-1:] == "\n" else text).encode())
+                self.payload_bytes += 1
+            self.md5.update(data)
+            self.payload_bytes += len(data)
             self.payload_lines += len(pbuf)
         pbuf.clear()
 
@@ -443,7 +584,13 @@ class _Trace:
             return True
         md5, self.md5 = self.md5, None
         self.stats[1] += self.payload_lines
-        if self.payload_lines and md5.hexdigest() == self.want:
+        whole = bool(self.payload_lines) and md5.hexdigest() == self.want
+        if (row := self.artifact) is not None:  # its record's artifact row, now that its size is known
+            self.artifact = None
+            row[-5] = self.payload_start + self.payload_lines
+            row[-3:] = [self.payload_bytes, self.payload_lines, whole]
+            self.finished.append(tuple(row))
+        if whole:
             return True
         last = self.lineno if at_end else self.lineno - 1
         if at_end:
@@ -468,8 +615,11 @@ class _Trace:
                 return
             if self.payload_lines:
                 md5.update(b"\n")
+                self.payload_bytes += 1
             text = raw[1:]
-            md5.update((text[:-1] if text[-1:] == "\n" else text).encode())
+            data = (text[:-1] if text[-1:] == "\n" else text).encode()
+            md5.update(data)
+            self.payload_bytes += len(data)
             self.payload_lines += 1
             # A log's last line "\t" without its newline is an empty line (the MD5 says whether it was cut).
             yield "\n" if not text and self.newlines else text
@@ -478,6 +628,10 @@ class _Trace:
         lineno = self.lineno
         self._hash(lineno - 1)
         self._end_payload()
+        if self.finished:
+            for row in self.finished:
+                yield from self.add("torch_trace_artifacts", row)
+            self.finished.clear()
         self.orphan = False
         whole = raw[-1:] == "\n"
         self.newlines = self.newlines or whole
@@ -516,15 +670,30 @@ class _Trace:
         if isinstance(want := rec.get("has_payload"), str):
             self.stats, self.md5, self.want = stats, hashlib.md5(), want
             self.payload_of = name if artifact is None else f"artifact {artifact}"
-            self.payload_start, self.payload_lines = lineno, 0
+            self.payload_start, self.payload_lines, self.payload_bytes = lineno, 0, 0
         key = (rec.get("compiled_autograd_id"), rec.get("frame_id"), rec.get("frame_compile_id"))
         comp = self._compile(key, name, lineno)
-        if name in _METRICS:
+        if name not in _NOT_ARTIFACTS:
+            row = [*self._ids(comp.cid if comp is not None else None, rec), name, artifact or name, lineno, lineno,
+                   len(raw.encode()) - whole, 0, 0, None]
+            if self.md5 is not None:  # its size is known at the payload's end
+                self.artifact = row
+            else:
+                yield from self.add("torch_trace_artifacts", tuple(row))
+        if name == "str":
+            self._string(rec[name])
+        elif name in _METRICS:
             yield from self._metrics(name, rec, body, key, comp, lineno)
         elif name == "inductor_output_code" and self.md5 is not None:
             yield from self._output_code(rec, comp, lineno, it)
         elif artifact == "dynamo_graph_break_reason" and self.md5 is not None:
             yield from self._graph_break(rec, comp, lineno, it)
+        elif name == "dynamo_guards" and self.md5 is not None:
+            yield from self._python_guards(rec, comp, lineno, it)
+        elif name == "dynamo_cpp_guards_str" and self.md5 is not None:
+            yield from self._cpp_guards(rec, comp, it)
+        elif name in _SHAPE_GUARDS:
+            yield from self._shape_guard(name, rec, body, comp, lineno)
 
     # --- compiles and programs ---
 
@@ -597,7 +766,7 @@ class _Trace:
                 _add(figures, comp.figures)
                 breaks, codes = len(comp.breaks), comp.codes
                 for row in comp.breaks:
-                    row[4] = program
+                    row[5] = program
                     yield from self.add("torch_trace_graph_breaks", tuple(row))
                 comp.figures, comp.breaks, comp.codes, comp.phase = {}, [], 0, "closed"
                 if phase == "forward":
@@ -607,7 +776,7 @@ class _Trace:
         reasons = m.get("restart_reasons")
         guarded = m.get("has_guarded_code")
         yield from self.add("torch_trace_compiles", (
-            cid, _int(key[1]), _int(key[2]), _int(rec.get("attempt")), phase, program, _str(m.get("co_name")),
+            *self._ids(cid, rec), phase, program, _str(m.get("co_name")),
             _str(m.get("co_filename")), *(f[k] for k in (*_INT_FIELDS, *_FLOAT_FIELDS, *_COUNT_FIELDS)), breaks, codes,
             _str(m.get("fail_type")), _str(m.get("fail_reason")), _str(m.get("fail_user_frame_filename")),
             f["fail_user_frame_lineno"], [str(r) for r in reasons] if isinstance(reasons, list) else None,
@@ -646,7 +815,7 @@ class _Trace:
             comp.codes += 1
         self._commit(comp, figures)
         yield from self.add("torch_trace_output_code", (
-            cid, _int(rec.get("frame_id")), _int(rec.get("frame_compile_id")), _int(rec.get("attempt")), phase, graph,
+            *self._ids(cid, rec), phase, graph,
             *(int(figures.get(f"kernel.{k}", 0)) for k in ("generated", "extern_calls", "fallback_calls")),
             hashed and summary is not None and summary.status.value == "ok", lineno, end))
 
@@ -693,13 +862,106 @@ class _Trace:
         if frame is not None and user_file is None:
             user_file, user_line = frame[0], frame[1]
         self._commit(comp, {"dynamo.graph_breaks": 1})
-        row = [comp.cid if comp else None, _int(rec.get("frame_id")), _int(rec.get("frame_compile_id")),
-               _int(rec.get("attempt")), comp.program if comp else None, kind, reason, gb_id, explanation,
+        row = [*self._ids(comp.cid if comp else None, rec), comp.program if comp else None, kind, reason, gb_id, explanation,
                user_file, user_line, frame[2] if frame else None, lineno, end]
         if comp is not None and comp.phase != "closed":
             comp.breaks.append(row)
         else:
             yield from self.add("torch_trace_graph_breaks", tuple(row))
+
+    # --- guards ---
+
+    def _python_guards(self, rec: dict, comp: _Compile | None, lineno: int, it: Iterator[str]) -> Iterator[TableBatch]:
+        """dynamo_guards: a JSON list written one entry a line ("[", "{...},", ..., "]")."""
+        ids = self._ids(comp.cid if comp is not None else None, rec)
+        for text in self._payload(it):
+            entry_text = text.strip().rstrip(",")
+            if entry_text[:1] != "{":
+                continue
+            entry = None
+            if not _nests_deeper(entry_text, _MAX_DEPTH):
+                try:
+                    entry = json.loads(entry_text)
+                except ValueError:
+                    pass
+            if not isinstance(entry, dict):
+                self.error(self.lineno, f"a dynamo_guards entry of compile {ids[0]} is not a JSON object; skipped")
+                self.costs(())
+                continue
+            yield from self.add("torch_trace_guards", (
+                *ids, "dynamo_guards", None, _guard(entry.get("code")), None, None,
+                *self._user_frame(entry.get("user_stack")), self.lineno))
+        self._end_payload(at_end=self.held is None)
+
+    def _cpp_guards(self, rec: dict, comp: _Compile | None, it: Iterator[str]) -> Iterator[TableBatch]:
+        """dynamo_cpp_guards_str: the guard manager's tree, one node a line; a row per leaf guard,
+        with the source of the GuardManager above it."""
+        ids = self._ids(comp.cid if comp is not None else None, rec)
+        rows = self.buf["torch_trace_guards"]  # added to directly: a tree has a line per guard and per manager
+        sources: list[str | None] = []  # the source of the manager at each depth down to this line
+        for text in self._payload(it):
+            if (m := _CPP_NODE.match(text)) is None:
+                continue
+            depth, body = len(m[1]) // 2, m[3][:_CPP_LINE]
+            del sources[depth:]
+            sources.extend([None] * (depth - len(sources)))
+            if _GUARD_TYPE.match(m[2]) is None:  # a manager: the source of the guards below it
+                start = body.find("source=")
+                end = body.find(", accessed_by=", start)
+                sources.append(body[start + 7:end][:_TEXT] if 0 <= start < end else None)
+                continue
+            code, where = body, None
+            if (cut := body.rfind("  # ")) >= 0 and (where := _CPP_WHERE.fullmatch(body, cut + 4)) is not None:
+                code = body[:cut]
+            code, _, user_code = code.partition("  # ")
+            if where is None:
+                file = line = function = None
+            else:
+                file, line, function = where[1][:_TEXT], _line_number(where[2]), where[3][:_TEXT]
+            batch = rows.add((*ids, "cpp_guard", m[2][:_TEXT], _guard(code.rstrip()), sources[-1] if sources else None,
+                              None, user_code.strip()[:_TEXT] or None, file, line, function, self.lineno))
+            if batch is not None:
+                yield batch
+        self._end_payload(at_end=self.held is None)
+
+    def _shape_guard(self, name: str, rec: dict, body: dict, comp: _Compile | None,
+                     lineno: int) -> Iterator[TableBatch]:
+        """symbolic_shape_specialization, guard_added, guard_added_fast: the guard is the record's."""
+        if name == "symbolic_shape_specialization":
+            sources = body.get("sources")
+            guard = f"{_str(body.get('symbol'))} = {_str(body.get('value'))}"
+            guarded = ", ".join(map(str, sources)) if isinstance(sources, list) and sources else None
+            reason = _str(body.get("reason"))
+        else:
+            guard = _str(body.get("expr"))
+            pairs = body.get("symbol_to_sources")
+            guarded = ", ".join(f"{k}: {v}" for k, v in pairs.items()) if isinstance(pairs, dict) and pairs else None
+            reason = _str(body.get("prefix"))
+        code, *frame = self._user_frame(body.get("user_stack"))
+        if code is None and isinstance(where := body.get("frame_locals"), dict):  # guard_added: the user's line
+            code = _str(where.get("loc"))
+        yield from self.add("torch_trace_guards", (
+            *self._ids(comp.cid if comp is not None else None, rec), _SHAPE_GUARDS[name], None, _guard(guard),
+            guarded[:_TEXT] if guarded else None, reason[:_TEXT] if reason else None,
+            code[:_TEXT] if code else None, *frame, lineno))
+
+    def _string(self, value: object) -> None:
+        """A str record, ``["<file name>", <index>]``: the name frames of later stacks give by index."""
+        if (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and _u32(value[1]) is not None
+                and len(self.strings) < _MAX_STRINGS):
+            self.strings[value[1]] = value[0][:_TEXT]
+
+    def _user_frame(self, stack: object) -> tuple[str | None, str | None, int | None, str | None]:
+        """The innermost frame of a structured user stack: its code, file, line and function."""
+        frame = stack[-1] if isinstance(stack, list) and stack else None
+        if not isinstance(frame, dict):
+            return None, None, None, None
+        filename = frame.get("filename")
+        filename = self.strings.get(filename) if isinstance(filename, int) else _str(frame.get("uninterned_filename")
+                                                                                       or filename)
+        loc, function = _str(frame.get("loc")), _str(frame.get("name"))
+        return (loc[:_TEXT] if loc else None, filename[:_TEXT] if filename else None, _int(frame.get("line")),
+                function[:_TEXT] if function else None)
 
     # --- end ---
 
@@ -715,6 +977,8 @@ class _Trace:
                              "cut short, or the process died while compiling; its figures are not counted")
             for row in comp.breaks:
                 yield from self.add("torch_trace_graph_breaks", tuple(row))
+        for row in self.finished:
+            yield from self.add("torch_trace_artifacts", row)
         for (name, artifact), (n, payload_lines, first) in self.records.items():
             yield from self.add("torch_trace_records", (name, artifact, name in KNOWN_RECORDS, n, payload_lines, first))
         for rb in self.buf.values():
