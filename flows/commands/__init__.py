@@ -2,6 +2,7 @@
 
 - ``parse``, ``query`` (``sql``), ``run``, ``aggregate``, ``accept``, ``incidents``, ``diff``,
   ``site``, ``watch`` (and ``serve``), ``check``, ``doctor``;
+- ``night``: what ``run``, ``watch`` and ``serve`` share (a night's options, checked, handed to the flow);
 - ``preflight``: the checks before any work (settings, memory limit, notify targets, the writer);
 - ``signals``: Prefect's settings for this machine and the orderly exit on SIGTERM.
 
