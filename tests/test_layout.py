@@ -61,7 +61,7 @@ FLOWS_LAYERS = [
     ("flows.warehouse",),
     ("flows.verdict",),
     ("flows.publish",),
-    ("flows.nightly", "flows.night_summary", "flows.prefect_server"),
+    ("flows.nightly", "flows.night_settings", "flows.night_summary", "flows.prefect_server"),
     ("flows.commands",),
     ("flows.cli",),
 ]

@@ -1,12 +1,13 @@
-"""What ``run``, ``watch`` and ``serve`` share: a night's options, checked before any work and
-turned into the nightly flow's parameters, and the exit status a night ends with.
+"""What ``run``, ``watch`` and ``serve`` share: a night's options (``NightOptions``), checked
+before any work and turned into the nightly flow's settings (``flows.night_settings.NightSettings``),
+and the exit status a night ends with.
 
 One definition for the three commands (the options themselves are declared once in
-``flows.cli``): storage options and notification targets go to the environment (values are
-never flow parameters: ``flows.storage_secrets``), and each operator mistake exits 2 in one
-line before Prefect starts: the storage options, the notification URLs, the settings file,
-the memory limit, the warehouse, the site directory and the report file, the bucket, the
-``--publish`` destination, the Prefect server. The exit status a night ends
+``flows.cli``, ``night_options``): storage options and notification targets go to the environment
+(values are never flow parameters: ``flows.storage_secrets``), and each operator mistake exits 2
+in one line before Prefect starts: the summary file's directory, the Dask scheduler, the storage
+options, the notification URLs, the settings file, the memory limit, the warehouse, the site
+directory and the report file, the bucket, the ``--publish`` destination, the Prefect server. The exit status a night ends
 with is ``NightSummary.exit_status`` (``flows.night_summary``): ``run`` exits with it, a served
 night's flow run ends in the state it names.
 """
@@ -20,10 +21,13 @@ from pathlib import Path
 from flows import storage_secrets
 from flows.commands import preflight
 from flows.errors import CommandError
+from flows.night_settings import NightSettings
+
 
 @dataclass(frozen=True)
 class NightOptions:
-    """The options every command that runs nights takes (``flows.cli``'s shared declarations)."""
+    """The options every command that runs nights takes (``flows.cli``'s shared declarations), as
+    the person gave them: secrets included (``prepare`` keeps them out of the flow's settings)."""
     bucket: str
     warehouse: Path
     storage_option: list[str] = field(default_factory=list)
@@ -40,16 +44,40 @@ class NightOptions:
     max_line_bytes: int | None = None
     max_dump_bytes: int | None = None
     parse_seconds: float | None = None
+    settle: float = 0.0  # seconds a file must stay unchanged before it is taken
+    wait: bool = False  # for another writer holding the warehouse lock
+    fail_on: str | None = None  # new or open: the exit status (a served run: its state) says incidents
+    dask_address: str | None = None
+    summary_json: Path | None = None
+    verbose: bool = False
+    log_level: str | None = None  # Prefect's log lines that reach the terminal (upper case)
+
+    @property
+    def console_level(self) -> str:
+        """The level of Prefect's log lines the terminal shows."""
+        return self.log_level or ("INFO" if self.verbose else "WARNING")
 
 
-def prepare(options: NightOptions, *, prefect_wait: float = 0.0, notice: Callable[[str], None] | None = None) -> dict:
+def prepare(options: NightOptions, *, prefect_wait: float = 0.0,
+            notice: Callable[[str], None] | None = None) -> NightSettings:
     """Check ``options`` (exit 2 in one line on a mistake) and return the nightly flow's
-    parameters they make (storage options and notification targets exported to the
-    environment instead). ``prefect_wait``: how long a Prefect server that is starting is
-    waited for (``serve``; ``notice`` is told), else none (``preflight.prefect_api``)."""
+    settings they make (storage options and notification targets exported to the
+    environment instead; ``fail_on`` left to the command). ``prefect_wait``: how long a Prefect
+    server that is starting is waited for (``serve``; ``notice`` is told), else none
+    (``preflight.prefect_api``)."""
     from flows.ingest.bucket import check_bucket, parse_storage_options
     from flows.publish.release import storage_options_for
 
+    summary_json = options.summary_json
+    if summary_json is not None and not summary_json.parent.is_dir():  # found before the night, not after it
+        problem = "is a file, not a directory" if summary_json.parent.exists() else "does not exist"
+        raise CommandError(f"--summary-json {summary_json}: {summary_json.parent.absolute()} {problem}",
+                           exit_code=preflight.BAD_ARGUMENT)
+    if summary_json is not None and summary_json.is_dir():
+        raise CommandError(f"--summary-json {summary_json} is a directory: give the summary's file",
+                           exit_code=preflight.BAD_ARGUMENT)
+    if options.dask_address is not None:
+        preflight.dask_scheduler(options.dask_address)
     try:
         storage_options = parse_storage_options(options.storage_option)
     except ValueError as exc:
@@ -74,8 +102,11 @@ def prepare(options: NightOptions, *, prefect_wait: float = 0.0, notice: Callabl
     preflight.prefect_api(prefect_wait, notice)  # last: the other mistakes are found without a network call
     limits = {k: v for k, v in (("max_line_bytes", options.max_line_bytes), ("max_dump_bytes", options.max_dump_bytes),
                                 ("parse_seconds", options.parse_seconds)) if v is not None}
-    return dict(bucket=options.bucket, warehouse=options.warehouse, storage_secret=options.storage_secret,
-                storage_option_names=storage_secrets.option_names(storage_options) or None,
-                settings_path=options.settings, memory_limit=memory, workers=options.workers, site_dir=options.site_dir,
-                publish_to=options.publish_to, report_path=options.report_path, layout_regex=options.layout_regex,
-                marker=options.marker, **limits)
+    return NightSettings(
+        bucket=options.bucket, warehouse=options.warehouse, storage_secret=options.storage_secret,
+        storage_option_names=storage_secrets.option_names(storage_options) or None, settings_path=options.settings,
+        memory_limit=memory, workers=options.workers, site_dir=options.site_dir, publish_to=options.publish_to,
+        report_path=options.report_path, layout_regex=options.layout_regex, marker=options.marker,
+        settle_seconds=options.settle, wait_for_lock=options.wait, dask_address=options.dask_address,
+        summary_path=summary_json, state_path=options.warehouse.with_suffix(".settle.json") if options.settle else None,
+        **limits)

@@ -33,24 +33,21 @@ FAILURES_SHOWN = 3  # failures listed by default (all of them with --verbose)
 
 
 @storage_secrets.restores_environment
-def main(*, night: NightOptions, fail_on: str | None, summary_json: Path | None, settle_seconds: float,
-         wait_for_lock: bool, dask_address: str | None, verbose: bool = False, log_level: str | None = None) -> int:
+def main(night: NightOptions) -> int:
     """Run one night with ``night``'s options (checked first: ``flows.commands.night.prepare``).
     Returns the exit status (``NightSummary.exit_status``)."""
     prefect_defaults()
-    parameters = prepare(night)
-    with prefect_console(log_level or ("INFO" if verbose else "WARNING")):
+    settings = prepare(night)
+    with prefect_console(night.console_level):
         # Imported once the checks passed: Prefect's logging would print the libraries' own
         # complaints about a bad target beside our one line.
         from flows.nightly import run_nightly
 
-        summary = run_nightly(**parameters, settle_seconds=settle_seconds, wait_for_lock=wait_for_lock,
-                              dask_address=dask_address, summary_path=summary_json,
-                              state_path=night.warehouse.with_suffix(".settle.json") if settle_seconds else None)
-    typer.echo("\n".join(summary_lines(summary, night, verbose)))
+        summary = run_nightly(**settings.arguments())
+    typer.echo("\n".join(summary_lines(summary, night, night.verbose)))
     for line in summary.warnings():
         typer.echo(f"warning: {line}", err=True)
-    status, why = summary.exit_status(fail_on)
+    status, why = summary.exit_status(night.fail_on)
     if status == FAILING:
         typer.echo(why, err=True)
     return status
