@@ -187,6 +187,18 @@ def test_every_dump_kind_has_a_row_in_the_readme_formats_table():
     assert sorted(k.value for k in DumpKind if k.value not in rows) == []
 
 
+# What the commands share: each command module imports these of flows.commands, never another command.
+COMMANDS_SHARED = ("flows.commands.preflight", "flows.commands.signals", "flows.commands.night", "flows.commands.output")
+
+
+@pytest.mark.parametrize("path", _modules("flows/commands"), ids=lambda p: p.stem)
+def test_commands_import_no_other_commands_helpers(path):
+    name = _name(path)
+    others = sorted(i for i in _imports(path) if i.startswith("flows.commands.") and not i.startswith(name)
+                    and not any(i == s or i.startswith(s + ".") for s in COMMANDS_SHARED))
+    assert others == [], f"{name} imports {others}: move what they share to {COMMANDS_SHARED}"
+
+
 def test_cli_only_parses_arguments_and_calls_flows():
     imports = _imports(ROOT / "flows" / "cli.py")
     outside = sorted(i for i in imports if i.split(".")[0] in {"duckdb", "polars", "transforms", "prefect", "rich"})

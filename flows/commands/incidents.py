@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from flows.commands.output import print_table
 from flows.errors import CommandError
 from flows.verdict import incident_detail as detail
 from flows.verdict import incidents as verdict
@@ -125,8 +126,6 @@ def main(*, incident: str | None, run_id: str | None, status: str, fmt: str, war
 
 
 def print_incidents(run_id: str | None, status: str, rows: list[dict], fmt: str) -> None:
-    from flows.commands.query import print_table
-
     if fmt == "json":
         json.dump(rows, sys.stdout, default=str, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -154,8 +153,6 @@ def print_one(info: dict, fmt: str) -> None:
         json.dump(info, sys.stdout, default=str, ensure_ascii=False)
         sys.stdout.write("\n")
         return
-    from flows.commands.query import print_table
-
     closed = (f", {info['closed_how']} in {info['closed_run']}" + (" (reverted)" if info.get("reverted") else "")
               if info["closed_run"] else "")
     lines = [f"{info['incident_id']}  {info['kind']}, {info['status']}  {info['job']} / {info['program']}",

@@ -1,6 +1,6 @@
 """What ``run``, ``watch`` and ``serve`` share: a night's options (``NightOptions``), checked
 before any work and turned into the nightly flow's settings (``flows.night_settings.NightSettings``),
-and the exit status a night ends with.
+the exit status a night ends with, and what the terminal shows after a night (``summary_lines``).
 
 One definition for the three commands (the options themselves are declared once in
 ``flows.cli``, ``night_options``): storage options and notification targets go to the environment
@@ -15,13 +15,15 @@ night's flow run ends in the state it names.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from flows import storage_secrets
 from flows.commands import preflight
 from flows.errors import CommandError
 from flows.night_settings import NightSettings
+
+FAILURES_SHOWN = 3  # failures listed by default (all of them with --verbose)
 
 
 @dataclass(frozen=True)
@@ -110,3 +112,59 @@ def prepare(options: NightOptions, *, prefect_wait: float = 0.0,
         settle_seconds=options.settle, wait_for_lock=options.wait, dask_address=options.dask_address,
         summary_path=summary_json, state_path=options.warehouse.with_suffix(".settle.json") if options.settle else None,
         **limits)
+
+
+def summary_lines(summary, night: NightOptions, verbose: bool = False) -> list[str]:
+    """What the terminal shows after a night run with ``night``'s options, in plain text: what
+    was ingested (and what failed), with ``verbose`` the night's counters and seconds, then the
+    latest run's verdict and new incidents, then where the report and the site are, and what
+    was sent to the notification targets."""
+    from flows.publish.report import default_report_path, terminal_summary
+    from transforms.escape import plain_text
+
+    warehouse, report_path = night.warehouse, night.report_path
+    site_dir = night.site_dir or (night.warehouse.with_suffix(".site") if night.publish_to else None)
+
+    if summary.new:
+        done = f"Loaded {summary.new} new dump(s) into {plain_text(warehouse)}"
+        done += f" ({summary.partial} partial, {summary.failed + summary.unreadable} failed)." if (
+            summary.partial or summary.failed or summary.unreadable) else "."
+    else:
+        done = f"Nothing new in the bucket ({summary.skipped} dump(s) loaded already, {summary.deferred} still settling)."
+    lines = [done]
+    problems = summary.failures + [f"run.json: {e}" for e in summary.run_errors]
+    shown = problems if verbose else problems[:FAILURES_SHOWN]
+    lines += [f"  {plain_text(p)}" for p in shown]
+    if len(problems) > len(shown):
+        lines.append(f"  … and {len(problems) - len(shown)} more (--verbose lists them)")
+    if verbose:
+        lines += ["", "Counters:"] + [f"  {k.replace('_', ' ')}: {v}" for k, v in asdict(summary).items()
+                                      if isinstance(v, (int, str)) and v != ""]
+        lines += ["Seconds:"] + [f"  {k}: {v:.2f}" for k, v in summary.seconds.items()]
+    if Path(warehouse).exists():
+        lines += [""] + terminal_summary(warehouse, site_url=preflight.settings(night.settings).site_url)
+    lines += ["", f"Report: {plain_text(report_path or default_report_path(warehouse))}",
+              f"Site: {plain_text(Path(site_dir) / 'index.html')}" if site_dir else "Site: not built (--site DIR builds it)"]
+    if summary.published:
+        lines.append(f"Published: {plain_text(summary.published)}")
+    if (said := notifications_line(summary)) is not None:
+        lines.append(said)
+    return lines
+
+
+def notifications_line(summary) -> str | None:
+    """What the night sent to the notification targets (``--notify``, ``DUMPSCOPE_NOTIFY``), or
+    why it sent nothing: a run's new incidents are sent once, by the night that loads the run.
+    None without targets, and when a message was not delivered (its warning says so)."""
+    if not storage_secrets.notify_targets() or summary.undelivered:
+        return None
+    if summary.notified:
+        return f"Notifications: {summary.notified} message(s) sent."
+    if not summary.new:
+        why = ("this night loaded nothing new, and a run's new incidents are sent once, by the night that loads it "
+               "(a re-run never sends them again)")
+    elif not summary.new_incidents:
+        why = "the runs this night loaded opened no regression or failure"
+    else:
+        why = "the new incidents of the runs this night loaded were sent already"
+    return f"Notifications: nothing new sent: {why}."

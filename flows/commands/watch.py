@@ -21,7 +21,7 @@ import typer
 
 from flows.commands import preflight
 from flows import storage_secrets
-from flows.commands.night import NightOptions, prepare
+from flows.commands.night import NightOptions, prepare, summary_lines
 from flows.commands.signals import prefect_console, prefect_defaults
 from flows.errors import CommandError
 
@@ -35,7 +35,6 @@ def watch(night: NightOptions, *, interval: float, iterations: int) -> None:
     prefect_defaults()
     settings = prepare(night)  # exit 2 in one line on an operator's mistake, before Prefect starts
     settings = replace(settings, state_path=night.warehouse.with_suffix(".settle.json"))  # --settle 0 too
-    from flows.commands.run import summary_lines
     from flows.ingest.bucket import BucketUnusable
 
     done = 0
