@@ -336,8 +336,8 @@ def incidents(
     """
     from flows.commands import incidents as command_module
 
-    if status not in command_module.STATUSES:
-        raise typer.BadParameter(f"use one of {', '.join(command_module.STATUSES)}", param_hint="--status")
+    if status not in command_module.STATUS_CHOICES:
+        raise typer.BadParameter(f"use one of {', '.join(command_module.STATUS_CHOICES)}", param_hint="--status")
     if fmt not in ("table", "json"):
         raise typer.BadParameter("use table or json", param_hint="--format")
     command_module.main(incident=incident, run_id=run_id, status=status, fmt=fmt, warehouse=warehouse, settings=settings)

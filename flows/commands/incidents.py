@@ -27,12 +27,12 @@ from transforms.escape import plain_text, slug
 from transforms.trends.headlines import IMPACT_TEXT, closing_text
 from transforms.units import human_value
 
-STATUSES = ("new", "open", "fixed", "accepted", "lost", "improvements", "all")
+STATUS_CHOICES = (*verdict.SHOWN_BY_STATUS, "all")  # --status: every incident status, improvements, all
 COLUMNS = ("incident_id", "status", "kind", "job", "program", "opened_run", "last_good_run", "last_good_commit",
            "first_bad_commit", "closed_run", "closed_how", "age_runs", "stacked_on", "impact", "metrics", "headline", "cause")
 TABLE_WIDTH = 110  # the table's width when printed to a pipe (a terminal uses its own)
 
-__all__ = ["IncidentsError", "NoSuchIncident", "NoSuchRun", "STATUSES", "list_incidents", "one_incident",
+__all__ = ["IncidentsError", "NoSuchIncident", "NoSuchRun", "STATUS_CHOICES", "list_incidents", "one_incident",
            "main", "print_incidents", "print_one"]
 
 
@@ -72,7 +72,7 @@ def list_incidents(warehouse: Path, run_id: str | None, status: str, *, whole: b
                 run_id = latest[0]
             frame = verdict.incidents_at(con, run_id)
             improvement = pl.col("kind") == "improvement"
-            wanted = pl.col("status").is_in(verdict.STATUSES[status]) & (
+            wanted = pl.col("status").is_in(verdict.SHOWN_BY_STATUS[status]) & (
                 improvement if status in verdict.KINDS_OF else ~improvement | pl.col("status").is_in(["accepted"]))
             rows = frame.filter(wanted).select(COLUMNS).to_dicts()
         if whole:
