@@ -323,3 +323,15 @@ def test_the_sql_guard_sees_sql():
     assert _sql_in(source) == ["line 4: .execute(", "line 5: 'with x AS (SELECT'", "line 5: 'delete FROM t'",
                                "line 5: 'Copy'", "line 7: .register(", "line 8: .sql(", "line 8: 'drop table x'",
                                "line 8: '(select 1)'"]
+
+
+def test_the_tests_readme_names_every_tier_and_what_puts_a_test_in_it():
+    """tests/README.md is where a first test's author learns the tiers: it names each tier, each
+    fixture that sets one, and the lists conftest keeps (a new one there, and the page says it)."""
+    from tests.conftest import TIER_BY_FIXTURE, TIERS
+
+    page = (ROOT / "tests" / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(\w+)`", page))
+    wanted = {*TIERS, *TIER_BY_FIXTURE, "SLOW_MODULES", "SHARED_FIXTURE_MODULES", "SHARED_BY_BUCKET",
+              "_fast_tier_guard", "_schedule", "pytest_xdist_make_scheduler", "_shared_prefect_server"}
+    assert sorted(wanted - named) == []
