@@ -5,7 +5,8 @@
 - ``night``: what ``run``, ``watch`` and ``serve`` share (a night's options, checked, handed to the flow);
 - ``preflight``: the checks before any work (settings, memory limit, notify targets, the writer);
 - ``signals``: Prefect's settings for this machine and the orderly exit on SIGTERM;
-- ``output``: what they print with (JSON values, tables), shared: no command imports another's helpers.
+- ``shared``: what they share (opening the warehouse to read, JSON values, tables): no command imports
+  another's helpers.
 
 They hold no SQL (``tests/test_layout.py``): reads are calls into ``flows.warehouse`` and
 ``flows.verdict``. Each failure a person can act on is a ``flows.errors.CommandError`` whose

@@ -14,15 +14,13 @@ import json
 import sys
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
-from flows.commands.output import print_table
+from flows.commands.shared import open_to_read, print_table
 from flows.errors import CommandError
 from flows.verdict import incident_detail as detail
 from flows.verdict import incidents as verdict
 from flows.warehouse.reads import NoSuchRun, run_exists, run_named, runs_latest_first
-from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text, slug
 from transforms.trends.headlines import IMPACT_TEXT, closing_text
 from transforms.units import human_value
@@ -46,18 +44,11 @@ class NoSuchIncident(IncidentsError, exit_code=2):
     argument, not a failure)."""
 
 
-def _connect(warehouse: Path) -> duckdb.DuckDBPyConnection:
-    try:
-        return connect_readonly(warehouse)
-    except (FileNotFoundError, duckdb.Error) as exc:
-        raise IncidentsError(str(exc)) from None
-
-
 def list_incidents(warehouse: Path, run_id: str | None, status: str, *, whole: bool = False,
                    site_url: str | None = None) -> tuple[str | None, list[dict]]:
     """(the run, its incidents with ``status``); ``whole``: each with its steps and its page (on
     the site at ``site_url`` when given), as ``one_incident`` gives them."""
-    con = _connect(warehouse)
+    con = open_to_read(warehouse, IncidentsError)
     try:
         run_id = run_named(con, run_id) if run_id is not None else None
         if run_id is not None and not run_exists(con, run_id):
@@ -92,7 +83,7 @@ def page_of(incident_id: str, site_url: str | None) -> str:
 def one_incident(warehouse: Path, incident_id: str, run_id: str | None = None, site_url: str | None = None) -> dict:
     """An incident whole: its row, its status at ``run_id`` (default: the last run it is listed
     in), its steps, the evidence of its cause (dump paths and lines) and its site page."""
-    con = _connect(warehouse)
+    con = open_to_read(warehouse, IncidentsError)
     try:
         every = detail.every_incident(con).filter(pl.col("incident_id") == incident_id)
         if every.is_empty():

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from flows.commands.output import json_value
+from flows.commands.shared import json_value
 from flows.errors import CommandError
 from flows.ingest.local_open import Refused, Unopened, open_regular_below
 from transforms.layout import RUN_META, escape_name

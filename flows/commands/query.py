@@ -18,11 +18,10 @@ from pathlib import Path
 
 import duckdb
 
-from flows.commands.output import json_value, print_table
+from flows.commands.shared import json_value, open_to_read, print_table
 from flows.errors import CommandError
 from flows.warehouse import records
 from flows.warehouse.inspect import rows_of, store_damage
-from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text
 from transforms.parsers.formats import all_tables
 
@@ -42,10 +41,7 @@ def run_query(warehouse: Path, query: str) -> tuple[list[str], list[tuple]]:
 def answer(warehouse: Path, query: str) -> tuple[list[str], list[tuple], str | None]:
     """Column names and rows of ``query``, and a note for people when it read the records
     tables and found nothing (which runs they hold); raises QueryError."""
-    try:
-        con = connect_readonly(warehouse, spill=False)
-    except (FileNotFoundError, duckdb.Error) as exc:
-        raise QueryError(_one_line(exc)) from None
+    con = open_to_read(warehouse, QueryError, say=_one_line, spill=False)
     try:
         names, rows = rows_of(con, query)
         note = None

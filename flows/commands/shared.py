@@ -1,13 +1,32 @@
-"""What the commands print with: values made fit for JSON, and rows as a table on a terminal or a pipe.
+"""What the commands share (a command never imports another's helpers): the warehouse opened to
+read, with its refusal as the command's error (``open_to_read``); values made fit for JSON
+(``json_value``), and rows as a table on a terminal or a pipe (``print_table``).
 
-Shared by ``parse``, ``sql`` and ``incidents`` (a command never imports another's helpers).
+DuckDB is imported when a warehouse is opened: ``parse`` prints with this module and loads none.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from pathlib import Path
 
+from flows.errors import CommandError
 from transforms.escape import plain_text
+
+
+def open_to_read(warehouse: Path | str, refused: type[CommandError], *, say: Callable[[BaseException], str] = str,
+                 **options):
+    """A read-only connection to ``warehouse`` (``flows.warehouse.store.connect_readonly`` with
+    ``options``); a file that is missing or no warehouse raises ``refused``, saying ``say(error)``."""
+    import duckdb
+
+    from flows.warehouse.store import connect_readonly
+
+    try:
+        return connect_readonly(warehouse, **options)
+    except (FileNotFoundError, duckdb.Error) as exc:
+        raise refused(say(exc)) from None
 
 
 def json_value(value: object) -> object:
