@@ -13,6 +13,7 @@ that no module imports another in a cycle, deferred imports included):
 4. ``verdict``: the aggregation (history, items, incidents) and reading the incidents back.
 5. ``publish``: the night's report file, notifications and the static site.
 6. ``nightly`` (the Prefect flow; each task one call into the packages above),
+   ``night_settings`` (a night's settings: the flow's parameters, as one value),
    ``night_summary`` (what a night tells: counters, exit status) and ``prefect_server``
    (its temporary API server).
 7. ``commands``: one module per command, values in, printed at its end; each failure a

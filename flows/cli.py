@@ -10,12 +10,16 @@ neither Prefect nor DuckDB and answer in a fraction of a second.
 from __future__ import annotations
 
 import functools
+import inspect
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
 
 import typer
 
 from flows.errors import CommandError
+
+if TYPE_CHECKING:
+    from flows.commands.night import NightOptions
 
 app = typer.Typer(
     name="dumpscope",
@@ -53,6 +57,12 @@ def command(name: str | None = None) -> Callable:
     return register
 
 
+def _parameters(fn: Callable) -> list[inspect.Parameter]:
+    """``fn``'s parameters, their annotations evaluated (Typer reads them); ``NightOptions`` is
+    imported only once a command runs, so it stands for itself here."""
+    return list(inspect.signature(fn, eval_str=True, locals={"NightOptions": "NightOptions"}).parameters.values())
+
+
 # Options shared by several commands: one declaration each.
 DEFAULT_WAREHOUSE = Path("data/warehouse.duckdb")
 DEFAULT_BUCKET = "data/sample_bucket"
@@ -86,7 +96,10 @@ Publish = Annotated[Optional[str], typer.Option(
     "read-only snapshot of the warehouse (DEST/warehouse.duckdb, for `check --warehouse` and SQL) to DEST: a directory "
     "(becomes a link to its latest release, switched atomically) or an fsspec URL (s3://bucket/prefix).")]
 ParseSeconds = Annotated[float, typer.Option("--parse-seconds", help="Longest one parse may take (seconds).")]
-# The options of a night, taken alike by run, watch and serve (flows.commands.night checks them).
+LINE_BYTES, DUMP_BYTES, PARSE_SECONDS = 64 << 20, 4 << 30, 600.0  # = transforms.parse.ParseLimits()
+
+
+# The options of a night, taken alike by run, watch and serve: declared once, in ``night_options``.
 LayoutRegex = Annotated[Optional[str], typer.Option(help="Regex with named groups run_id and job, for other bucket layouts.")]
 Workers = Annotated[Optional[int], typer.Option(help="Parse processes (default: the cores).")]
 StorageSecret = Annotated[Optional[str], typer.Option(
@@ -117,7 +130,72 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Also print the n
 LogLevel = Annotated[Optional[str], typer.Option(
     "--log-level", help="Prefect's log lines at this level and above reach the terminal: DEBUG, INFO, WARNING, "
     "ERROR or CRITICAL (default WARNING; INFO with --verbose). All of them still reach Prefect's API.")]
-LINE_BYTES, DUMP_BYTES, PARSE_SECONDS = 64 << 20, 4 << 30, 600.0  # = transforms.parse.ParseLimits()
+
+
+def night_options(
+    bucket: Bucket = DEFAULT_BUCKET,
+    warehouse: Warehouse = DEFAULT_WAREHOUSE,
+    settle: Settle = 0.0,  # each command's own default (night_command)
+    layout_regex: LayoutRegex = None,
+    marker: Marker = None,
+    workers: Workers = None,
+    wait: WaitForLock = False,  # each command's own default (night_command)
+    storage_option: StorageOptions = None,
+    storage_secret: StorageSecret = None,
+    dask_address: DaskAddress = None,
+    settings: Settings = None,
+    report: Report = None,
+    fail_on: FailOn = None,
+    fail_on_regression: FailOnRegression = False,
+    notify: Notify = None,
+    site_dir: SiteDir = None,
+    publish: Publish = None,
+    max_line_bytes: MaxLineBytes = LINE_BYTES,
+    max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
+    parse_seconds: ParseSeconds = PARSE_SECONDS,
+    memory_limit: NightMemoryLimit = None,
+    summary_json: SummaryJson = None,
+    verbose: Verbose = False,
+    log_level: LogLevel = None,
+) -> NightOptions:
+    """The options of a night, declared once (``night_command`` gives them to run, watch and
+    serve), as one value; the choices Typer does not check are checked here."""
+    from flows.commands.night import NightOptions
+    from flows.commands.signals import LOG_LEVELS
+
+    if fail_on not in (None, "new", "open"):
+        raise typer.BadParameter("use new or open", param_hint="--fail-on")
+    if log_level is not None and log_level.upper() not in LOG_LEVELS:
+        raise typer.BadParameter(f"use one of {', '.join(LOG_LEVELS)}", param_hint="--log-level")
+    return NightOptions(bucket=bucket, warehouse=warehouse, storage_option=storage_option or [],
+                        storage_secret=storage_secret, notify=notify or [], settings=settings, memory_limit=memory_limit,
+                        workers=workers, site_dir=site_dir, publish_to=publish, report_path=report,
+                        layout_regex=layout_regex, marker=marker, max_line_bytes=max_line_bytes,
+                        max_dump_bytes=max_dump_bytes, parse_seconds=parse_seconds, settle=settle, wait=wait,
+                        fail_on=fail_on or ("new" if fail_on_regression else None), dask_address=dask_address,
+                        summary_json=summary_json, verbose=verbose, log_level=log_level.upper() if log_level else None)
+
+
+def night_command(*, settle: float, wait: bool) -> Callable:
+    """``command`` for a command that runs nights: it takes its own parameters, then every option of
+    ``night_options`` (``settle`` and ``wait`` with this command's defaults), and its first
+    parameter, ``night``, receives them as one ``NightOptions``."""
+    shared = [p.replace(default=settle if p.name == "settle" else wait if p.name == "wait" else p.default)
+              for p in _parameters(night_options)]
+
+    def register(fn: Callable) -> Callable:
+        own = _parameters(fn)[1:]  # after ``night``
+
+        @functools.wraps(fn)
+        def with_night(**kwargs):
+            night = night_options(**{p.name: kwargs.pop(p.name) for p in shared})
+            return fn(night, **kwargs)
+
+        with_night.__signature__ = inspect.Signature(own + shared)
+        with_night.__annotations__ = {p.name: p.annotation for p in own + shared}  # for Typer's get_type_hints
+        return command()(with_night)
+
+    return register
 
 
 @command()
@@ -171,33 +249,8 @@ def sql(
     command_module.main(query=query, warehouse=warehouse, fmt=fmt)
 
 
-@command()
-def run(
-    bucket: Bucket = DEFAULT_BUCKET,
-    warehouse: Warehouse = DEFAULT_WAREHOUSE,
-    settle: Settle = 0.0,
-    layout_regex: LayoutRegex = None,
-    marker: Marker = None,
-    workers: Workers = None,
-    wait: WaitForLock = False,
-    storage_option: StorageOptions = None,
-    storage_secret: StorageSecret = None,
-    dask_address: DaskAddress = None,
-    settings: Settings = None,
-    report: Report = None,
-    fail_on: FailOn = None,
-    fail_on_regression: FailOnRegression = False,
-    notify: Notify = None,
-    site_dir: SiteDir = None,
-    publish: Publish = None,
-    max_line_bytes: MaxLineBytes = LINE_BYTES,
-    max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
-    parse_seconds: ParseSeconds = PARSE_SECONDS,
-    memory_limit: NightMemoryLimit = None,
-    summary_json: SummaryJson = None,
-    verbose: Verbose = False,
-    log_level: LogLevel = None,
-) -> int:
+@night_command(settle=0.0, wait=False)
+def run(night: NightOptions) -> int:
     """Run the nightly flow once (Prefect ephemeral mode: no server needed) and print, in plain text,
     what it loaded, the latest run's verdict, its new incidents with a `dumpscope diff` each, and
     where the report and the site are.
@@ -209,7 +262,7 @@ def run(
     """
     from flows.commands import run as command_module
 
-    return command_module.main(night=_night(**locals()), settle_seconds=settle, **_reporting(**locals()))
+    return command_module.main(night)
 
 
 @command("aggregate")
@@ -283,8 +336,8 @@ def incidents(
     """
     from flows.commands import incidents as command_module
 
-    if status not in command_module.STATUSES:
-        raise typer.BadParameter(f"use one of {', '.join(command_module.STATUSES)}", param_hint="--status")
+    if status not in command_module.STATUS_CHOICES:
+        raise typer.BadParameter(f"use one of {', '.join(command_module.STATUS_CHOICES)}", param_hint="--status")
     if fmt not in ("table", "json"):
         raise typer.BadParameter("use table or json", param_hint="--format")
     command_module.main(incident=incident, run_id=run_id, status=status, fmt=fmt, warehouse=warehouse, settings=settings)
@@ -329,34 +382,11 @@ def site(
     command_module.main(warehouse=warehouse, out=out, settings=settings)
 
 
-@command()
+@night_command(settle=30.0, wait=True)
 def watch(
-    bucket: Bucket = DEFAULT_BUCKET,
-    warehouse: Warehouse = DEFAULT_WAREHOUSE,
+    night: NightOptions,
     interval: Annotated[float, typer.Option(help="Seconds between two looks at the bucket.")] = 60.0,
-    settle: Settle = 30.0,
     iterations: Annotated[int, typer.Option(help="Stop after this many looks (0: never).")] = 0,
-    layout_regex: LayoutRegex = None,
-    marker: Marker = None,
-    workers: Workers = None,
-    storage_option: StorageOptions = None,
-    storage_secret: StorageSecret = None,
-    settings: Settings = None,
-    report: Report = None,
-    fail_on: FailOn = None,
-    notify: Notify = None,
-    site_dir: SiteDir = None,
-    publish: Publish = None,
-    max_line_bytes: MaxLineBytes = LINE_BYTES,
-    max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
-    parse_seconds: ParseSeconds = PARSE_SECONDS,
-    memory_limit: NightMemoryLimit = None,
-    wait: WaitForLock = True,
-    dask_address: DaskAddress = None,
-    fail_on_regression: FailOnRegression = False,
-    summary_json: SummaryJson = None,
-    verbose: Verbose = False,
-    log_level: LogLevel = None,
 ) -> None:
     """Keep polling the bucket; ingest new files once they have settled, each look a night as `run` runs it.
 
@@ -367,37 +397,13 @@ def watch(
     """
     from flows.commands import watch as command_module
 
-    command_module.watch(night=_night(**locals()), interval=interval, settle=settle, iterations=iterations,
-                         **_reporting(**locals()))
+    command_module.watch(night, interval=interval, iterations=iterations)
 
 
-@command()
+@night_command(settle=300.0, wait=True)
 def serve(
+    night: NightOptions,
     cron: Annotated[str, typer.Option(help="When the nightly runs (cron syntax, the server's time zone).")] = "0 2 * * *",
-    bucket: Bucket = DEFAULT_BUCKET,
-    warehouse: Warehouse = DEFAULT_WAREHOUSE,
-    settle: Settle = 300.0,
-    layout_regex: LayoutRegex = None,
-    marker: Marker = None,
-    workers: Workers = None,
-    storage_option: StorageOptions = None,
-    storage_secret: StorageSecret = None,
-    settings: Settings = None,
-    report: Report = None,
-    fail_on: FailOn = None,
-    notify: Notify = None,
-    site_dir: SiteDir = None,
-    publish: Publish = None,
-    max_line_bytes: MaxLineBytes = LINE_BYTES,
-    max_dump_bytes: MaxDumpBytes = DUMP_BYTES,
-    parse_seconds: ParseSeconds = PARSE_SECONDS,
-    memory_limit: NightMemoryLimit = None,
-    wait: WaitForLock = True,
-    dask_address: DaskAddress = None,
-    fail_on_regression: FailOnRegression = False,
-    summary_json: SummaryJson = None,
-    verbose: Verbose = False,
-    log_level: LogLevel = None,
     prefect_wait: Annotated[float, typer.Option(
         "--prefect-wait", envvar="DUMPSCOPE_PREFECT_WAIT", min=0, metavar="SECONDS",  # preflight.PREFECT_WAIT_VAR
         help="How long to wait for the Prefect server at PREFECT_API_URL while it is starting (refusing "
@@ -416,42 +422,7 @@ def serve(
     from flows.commands import watch as command_module
 
     preflight.cron_schedule(cron)  # before anything else: a schedule Prefect refuses is a mistake, however the rest is
-    command_module.serve(night=_night(**locals()), cron=cron, settle=settle, prefect_wait=prefect_wait,
-                         **_reporting(**locals()))
-
-
-def _reporting(*, fail_on, fail_on_regression, wait, dask_address, summary_json, verbose, log_level, **_rest) -> dict:
-    """How a night of ``run``, ``watch`` or ``serve`` ends and reports, checked (``_rest``: the
-    command's other parameters)."""
-    from flows.commands.signals import LOG_LEVELS
-
-    if fail_on not in (None, "new", "open"):
-        raise typer.BadParameter("use new or open", param_hint="--fail-on")
-    if log_level is not None and log_level.upper() not in LOG_LEVELS:
-        raise typer.BadParameter(f"use one of {', '.join(LOG_LEVELS)}", param_hint="--log-level")
-    if summary_json is not None and not summary_json.parent.is_dir():  # found before the night, not after it
-        problem = "is a file, not a directory" if summary_json.parent.exists() else "does not exist"
-        raise CommandError(f"--summary-json {summary_json}: {summary_json.parent.absolute()} {problem}", exit_code=2)
-    if summary_json is not None and summary_json.is_dir():
-        raise CommandError(f"--summary-json {summary_json} is a directory: give the summary's file", exit_code=2)
-    if dask_address is not None:
-        from flows.commands import preflight
-
-        preflight.dask_scheduler(dask_address)
-    return dict(fail_on=fail_on or ("new" if fail_on_regression else None), wait_for_lock=wait, dask_address=dask_address,
-                summary_json=summary_json, verbose=verbose, log_level=log_level.upper() if log_level else None)
-
-
-def _night(*, bucket, warehouse, layout_regex, marker, workers, storage_option, storage_secret, settings, report,
-           notify, site_dir, publish, max_line_bytes, max_dump_bytes, parse_seconds, memory_limit, **_rest):
-    """The night options of a command's parameters (``_rest``: the command's own)."""
-    from flows.commands.night import NightOptions
-
-    return NightOptions(bucket=bucket, warehouse=warehouse, storage_option=storage_option or [],
-                        storage_secret=storage_secret, notify=notify or [], settings=settings, memory_limit=memory_limit,
-                        workers=workers, site_dir=site_dir, publish_to=publish, report_path=report,
-                        layout_regex=layout_regex, marker=marker, max_line_bytes=max_line_bytes,
-                        max_dump_bytes=max_dump_bytes, parse_seconds=parse_seconds)
+    command_module.serve(night, cron=cron, prefect_wait=prefect_wait)
 
 
 @command()

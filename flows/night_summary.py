@@ -11,7 +11,10 @@ May import: ``flows.errors`` and the standard library.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from flows.errors import FAILING, UNDELIVERED
@@ -44,6 +47,50 @@ class NightSummary:
     written_mib: dict[str, float] = field(default_factory=dict)  # MiB the writer had written at each stage's end
     published: str = ""  # where the site and the warehouse snapshot were published (--publish), what and how much
     publish_warning: str = ""  # what a directory DEST's releases hold that no publish made (left untouched)
+
+    def stopwatch(self) -> Stopwatch:
+        """The night's clock, started now: each lap's seconds go to ``seconds``."""
+        return Stopwatch(self.seconds)
+
+    def count_listing(self, *, new: int, deferred: int, seen: int, refused: list[str], run_errors: list[str]) -> None:
+        """What discovery found: dumps new, still settling and seen, run ids and job names refused,
+        run.json errors."""
+        self.failures += refused
+        self.new, self.deferred, self.seen, self.skipped = new, deferred, seen, seen - new - deferred
+        self.run_errors = run_errors
+
+    def count_outcomes(self, outcomes: list) -> None:
+        """What staging made of the new dumps (``flows.ingest.staging.Outcome``): parsed, partial,
+        failed, unreadable, held already; the first errors of each dump not ok."""
+        for o in outcomes:
+            if o.staged is None:
+                self.unreadable += 1
+                self.failures.append(f"{o.obj.path}: {o.error}")
+                continue
+            status = o.staged.summary["status"]
+            self.reused += bool(o.staged.summary.get("held"))
+            self.parsed += status != "failed"
+            self.partial += status == "partial"
+            self.failed += status == "failed"
+            if status != "ok":
+                self.failures += o.staged.summary["errors"][:3]
+
+    def count_load(self, loaded) -> None:
+        """What the writer did (``flows.nightly.LoadResult``): rows, incidents, notifications, the
+        records files it healed, its bytes, seconds and memory per stage."""
+        self.rows_loaded, self.new_incidents, self.notified = loaded.rows, loaded.new_incidents, loaded.notified
+        self.undelivered = loaded.undelivered
+        self.failures += loaded.healed
+        self.publish_bytes, self.caught_up, self.leveled = loaded.publish_bytes, loaded.caught_up, loaded.leveled
+        self.seconds.update({f"load.{k}": v for k, v in loaded.seconds.items()})
+        self.peak_mib |= {f"load.{k}": v for k, v in loaded.peak_mib.items()}
+        self.written_mib = {f"load.{k}": v for k, v in loaded.written_mib.items()}
+
+    def count_release(self, done) -> None:
+        """Where the site and snapshot were published (``flows.publish.release.Released``), and what
+        the destination held that no publish made."""
+        self.published = f"{done.dest} ({done.files} files, {done.bytes / (1 << 20):.1f} MiB; snapshot {done.snapshot})"
+        self.publish_warning = done.warning
 
     def exit_status(self, fail_on: str | None) -> tuple[int, str]:
         """(status, why) for a scheduler: ``FAILING`` when ``fail_on`` (``new``: opened by the
@@ -84,3 +131,19 @@ class NightSummary:
             lines += ["", "Notifications not delivered (the night is published; the next run retries them):", ""] + [
                 f"- {u}" for u in self.undelivered]
         return "\n".join(lines)
+
+
+class Stopwatch:
+    """A night's seconds, kept in its summary: each lap's under its name, and the total since start."""
+
+    def __init__(self, seconds: dict[str, float]):
+        self.seconds, self.started = seconds, time.perf_counter()
+
+    @contextlib.contextmanager
+    def lap(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        yield
+        self.seconds[name] = time.perf_counter() - started
+
+    def stop(self) -> None:
+        self.seconds["total"] = time.perf_counter() - self.started

@@ -27,7 +27,6 @@ runs or jobs, and the night's summary lists them among its failures.
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import os
 import sys
@@ -49,7 +48,8 @@ from flows.ingest.pool import chunks_of, process_pool, recognise_held, shut_down
 # The parse worker's code lives in flows.ingest.staging: a spawned worker imports that module
 # (no Prefect, no DuckDB: ~60 MiB less per worker than importing this one).
 from flows.ingest.staging import Outcome, stage_chunk
-from flows.night_summary import NightSummary
+from flows.night_settings import DEFAULT_BUCKET, DEFAULT_LIMITS, NightSettings
+from flows.night_summary import NightSummary, Stopwatch
 from flows.publish.notify import announce, owes_notifications
 from flows.publish.report import write_night_report
 from flows.resources import MemoryBudget, night_limit, peak_mib
@@ -67,9 +67,6 @@ from transforms.parse import ParseLimits
 # The clock settle ages are measured on: the wall clock, since objects carry wall-clock
 # mtimes. A module name so a test can turn it instead of racing it.
 wall_clock = time.time
-
-DEFAULT_BUCKET = "data/sample_bucket"
-DEFAULT_LIMITS = ParseLimits()
 
 
 def _retry_unless_missing(task, task_run, state) -> bool:
@@ -253,7 +250,7 @@ def nightly(
     fail_on: str | None = None,
     summary_path: Path | None = None,
 ):
-    """One night. ``dask_address`` is set by ``run_nightly``, which gives the flow a
+    """One night (its parameters: ``NightSettings``'s fields). ``dask_address`` is set by ``run_nightly``, which gives the flow a
     ``DaskTaskRunner``: the parse tasks then run (and parse) on the Dask workers.
 
     Storage options never arrive as parameters (``flows.storage_secrets``): they come from
@@ -262,10 +259,9 @@ def nightly(
     JSON (``--summary-json``). ``fail_on`` (a served deployment's): the flow run ends Failed when
     it finds incidents, Completed named "Undelivered" when a message is owed, with the exit
     status ``dumpscope run`` would give in the state's message; either way its result is the summary."""
-    parameters = dict(locals())  # exactly the flow's parameters
-    fail_on = parameters.pop("fail_on")
-    summary = _night(True, **parameters)
-    status, why = summary.exit_status(fail_on)
+    night = NightSettings(**locals())  # exactly the flow's parameters
+    summary = _night(True, night)
+    status, why = summary.exit_status(night.fail_on)
     if status == FAILING:
         return Failed(message=f"exit {status}: {why}", data=summary)
     if status == UNDELIVERED:
@@ -281,131 +277,167 @@ def night_in_process(**parameters) -> NightSummary:
     tiers build their nights with it."""
     if parameters.get("dask_address"):
         raise ValueError("dask_address needs the flow's Dask task runner: call run_nightly(..., dask_address=...)")
-    bound = inspect.signature(nightly.fn).bind(**parameters)  # nightly's defaults, and its refusal of unknown names
-    bound.apply_defaults()
-    bound.arguments.pop("fail_on")  # the state of a flow run: there is none here
-    return _night(False, **bound.arguments)
+    # fail_on names the state of a flow run: there is none here.
+    return _night(False, NightSettings(**parameters))
 
 
-def _night(orchestrated: bool, *, bucket, warehouse, staging_dir, settle_seconds, state_path, storage_secret,
-           storage_option_names, layout_regex, marker, wait_for_lock, workers, dask_address, settings_path,
-           report_path, site_dir, max_line_bytes, max_dump_bytes, parse_seconds, memory_limit,
-           publish_to, summary_path) -> NightSummary:
-    """One night: ``orchestrated``, each step is a Prefect task of the running flow (parse
-    chunks submitted to its task runner, items on its task runner, artifacts); otherwise each
-    step's function is called here, in order (``night_in_process``). The parameters are
-    ``nightly``'s (its signature holds their types and defaults)."""
-    def step(task_):  # the task itself, or the plain function it wraps
-        return task_ if orchestrated else task_.fn
+def _night(orchestrated: bool, night: NightSettings) -> NightSummary:
+    """One night, in its steps: ``orchestrated``, each step is a Prefect task of the running flow
+    (parse chunks submitted to its task runner, items on its task runner, artifacts); otherwise
+    each step's function is called here, in order (``night_in_process``). The summary keeps the
+    counters and, by its stopwatch, each step's seconds."""
+    summary = NightSummary()
+    clock = summary.stopwatch()
+    with clock.lap("discover"):
+        here = _Night.start(orchestrated, night)
+        new, runs, held = _discover(here, summary)
+    with clock.lap("parse"):
+        outcomes = _parse(here, summary, new, held)
+    summary.count_outcomes(outcomes)
+    with clock.lap("load"):
+        loaded = _load(here, outcomes, runs)
+    summary.count_load(loaded)
+    with clock.lap("report"):
+        text, summary.incidents = _report(here)
+    _site_and_release(here, summary, clock)
+    clock.stop()
+    _tell(here, summary, text)
+    return summary
 
-    summary, t0 = NightSummary(), time.perf_counter()
-    memory_limit, chosen = night_limit(memory_limit)  # none set: a share of the machine's memory
-    print(f"memory limit: {chosen}")
-    storage_options = storage_secrets.resolve(storage_secret)
-    on_dask = orchestrated and _on_dask()
-    if dask_address and not on_dask:
-        raise ValueError("dask_address needs the Dask task runner: call run_nightly(..., dask_address=...)")
-    # Absolute: Dask workers do not share the flow's working directory.
-    staging_dir = Path(staging_dir or Path(warehouse).with_suffix(".staging")).resolve()
-    limits = ParseLimits(max_line_bytes=max_line_bytes, max_dump_bytes=max_dump_bytes, max_seconds=parse_seconds)
-    # What killed runs left half-written: older than any parse still going on (another run's).
-    housekeeping.sweep_tmp(staging_dir, older_than_seconds=2 * limits.max_seconds + 60)
-    for gone in sweep_work_dirs(Path(warehouse).resolve().parent):  # items work of a killed night (its pid is gone)
-        print(f"removed {gone.name}, left by a killed night")
-    new, summary.deferred, summary.seen, runs, held, refused = step(discover)(
-        bucket, warehouse, settle_seconds, state_path, storage_options, layout_regex, marker)
-    summary.failures += refused
-    summary.new, summary.skipped = len(new), summary.seen - len(new) - summary.deferred
-    summary.run_errors = [e for info in runs.values() for e in info.meta_errors]
-    summary.seconds["discover"] = time.perf_counter() - t0
 
-    t1 = time.perf_counter()
-    workers = workers or os.cpu_count() or 2
+@dataclass(frozen=True)
+class _Night:
+    """What every step of a night reads: its settings, how its steps run, and what the start resolved."""
+    night: NightSettings
+    orchestrated: bool
+    on_dask: bool
+    memory_limit: int | None  # the night's, set or chosen
+    storage_options: dict | None
+    staging_dir: Path  # absolute: Dask workers do not share the flow's working directory
+
+    @classmethod
+    def start(cls, orchestrated: bool, night: NightSettings) -> _Night:
+        """The night's memory limit (said), storage options and staging directory, and what killed
+        nights left behind swept away."""
+        memory_limit, chosen = night_limit(night.memory_limit)  # none set: a share of the machine's memory
+        print(f"memory limit: {chosen}")
+        on_dask = orchestrated and _on_dask()
+        if night.dask_address and not on_dask:
+            raise ValueError("dask_address needs the Dask task runner: call run_nightly(..., dask_address=...)")
+        staging_dir = Path(night.staging_dir or Path(night.warehouse).with_suffix(".staging")).resolve()
+        # What killed runs left half-written: older than any parse still going on (another run's).
+        housekeeping.sweep_tmp(staging_dir, older_than_seconds=2 * night.parse_seconds + 60)
+        for gone in sweep_work_dirs(Path(night.warehouse).resolve().parent):  # items work of a killed night (its pid is gone)
+            print(f"removed {gone.name}, left by a killed night")
+        return cls(night, orchestrated, on_dask, memory_limit, storage_secrets.resolve(night.storage_secret), staging_dir)
+
+    def step(self, task_):
+        """The task itself, or the plain function it wraps."""
+        return task_ if self.orchestrated else task_.fn
+
+
+def _discover(here: _Night, summary: NightSummary) -> tuple[list[BucketObject], dict, dict[str, dict]]:
+    """The bucket's new dumps, its new runs and the contents the warehouse holds of them (counted in ``summary``)."""
+    night = here.night
+    new, deferred, seen, runs, held, refused = here.step(discover)(
+        night.bucket, night.warehouse, night.settle_seconds, night.state_path, here.storage_options,
+        night.layout_regex, night.marker)
+    summary.count_listing(new=len(new), deferred=deferred, seen=seen, refused=refused,
+                          run_errors=[e for info in runs.values() for e in info.meta_errors])
+    return new, runs, held
+
+
+def _parse(here: _Night, summary: NightSummary, new: list[BucketObject], held: dict[str, dict]) -> list[Outcome]:
+    """Each new dump staged: contents the warehouse holds recognised by their hash, the rest parsed
+    (in chunks on the task runner, or here; the process's peak memory then in ``summary``), XLA side
+    files checked against their compile's."""
+    night, workers = here.night, here.night.workers or os.cpu_count() or 2
     # Contents the warehouse holds, under tonight's paths: hashed here, in threads, and no
     # parse process is started for them (on Dask, or from object storage, the workers do it).
-    recognised = [] if on_dask else recognise_held(bucket, storage_options, new, staging_dir, held, workers)
+    recognised = ([] if here.on_dask else
+                  recognise_held(night.bucket, here.storage_options, new, here.staging_dir, held, workers))
     taken = {r.obj.path for r in recognised}
     rest = [o for o in new if o.path not in taken]
-    if orchestrated:
-        chunks = chunks_of(rest, 4 * workers)
-        futures = [parse_chunk.submit(bucket, storage_options, c, staging_dir, workers, in_process=on_dask,
-                                      limits=limits, held=held) for c in chunks]
+    if here.orchestrated:
+        futures = [parse_chunk.submit(night.bucket, here.storage_options, c, here.staging_dir, workers,
+                                      in_process=here.on_dask, limits=night.limits, held=held)
+                   for c in chunks_of(rest, 4 * workers)]
         outcomes = recognised + [o for chunk in _with_progress(futures, total=len(rest)) for o in chunk]
         shut_down_pool()  # its workers' memory is not needed for the rest of the night
     else:
-        outcomes = recognised + (stage_chunk(bucket, storage_options, rest, staging_dir, limits, held) if rest else [])
-    parse_peak = peak_mib()
-    siblings.check_outcomes(outcomes, warehouse)  # XLA side files short of what their compile's other files state
-    summary.seconds["parse"] = time.perf_counter() - t1
-    for o in outcomes:
-        if o.staged is None:
-            summary.unreadable += 1
-            summary.failures.append(f"{o.obj.path}: {o.error}")
-            continue
-        status = o.staged.summary["status"]
-        summary.reused += bool(o.staged.summary.get("held"))
-        summary.parsed += status != "failed"
-        summary.partial += status == "partial"
-        summary.failed += status == "failed"
-        if status != "ok":
-            summary.failures += o.staged.summary["errors"][:3]
+        outcomes = recognised + (stage_chunk(night.bucket, here.storage_options, rest, here.staging_dir, night.limits,
+                                             held) if rest else [])
+    summary.peak_mib["parse"] = peak_mib()
+    siblings.check_outcomes(outcomes, night.warehouse)  # XLA side files short of what their compile's other files state
+    return outcomes
 
-    t2 = time.perf_counter()
-    # Nothing new: no writer, no lock, no copy of the warehouse (the no-op night stays cheap).
-    stale = not (outcomes or runs) and needs_aggregate(warehouse, load_settings(settings_path))
-    owed = not (outcomes or runs or stale) and owes_notifications(warehouse)
-    damaged = not (outcomes or runs or stale or owed) and store_damaged(warehouse)
-    source = DumpSource(bucket, storage_options)  # excerpts: read from the dumps
-    run_items = (items_runner(MemoryBudget(memory_limit).items_workers, source=source) if orchestrated
+
+def _load(here: _Night, outcomes: list[Outcome], runs: dict) -> LoadResult:
+    """The single writer's turn: when there is something to write (dumps or runs, derived tables
+    computed with other settings, a message owed, a damaged records store); else nothing, and no
+    lock or copy of the warehouse (the no-op night stays cheap)."""
+    night = here.night
+    stale = not (outcomes or runs) and needs_aggregate(night.warehouse, load_settings(night.settings_path))
+    owed = not (outcomes or runs or stale) and owes_notifications(night.warehouse)
+    damaged = not (outcomes or runs or stale or owed) and store_damaged(night.warehouse)
+    if not (outcomes or runs or stale or owed or damaged):
+        return LoadResult()
+    source = DumpSource(night.bucket, here.storage_options)  # excerpts: read from the dumps
+    run_items = (items_runner(MemoryBudget(here.memory_limit).items_workers, source=source) if here.orchestrated
                  else items.reading(source))
-    loaded = (step(load)(warehouse, outcomes, runs, wait_for_lock, settings_path, len(storage_secrets.notify_targets()),
-                         staging_dir, memory_limit, run_items=run_items)
-              if outcomes or runs or stale or owed or damaged else LoadResult())
-    summary.rows_loaded, summary.new_incidents, summary.notified = loaded.rows, loaded.new_incidents, loaded.notified
-    summary.undelivered = loaded.undelivered
-    summary.failures += loaded.healed
-    summary.publish_bytes, summary.caught_up, summary.leveled = loaded.publish_bytes, loaded.caught_up, loaded.leveled
-    summary.seconds["load"] = time.perf_counter() - t2
-    summary.seconds.update({f"load.{k}": v for k, v in loaded.seconds.items()})
-    summary.peak_mib = {"parse": parse_peak} | {f"load.{k}": v for k, v in loaded.peak_mib.items()}
-    summary.written_mib = {f"load.{k}": v for k, v in loaded.written_mib.items()}
-    t3 = time.perf_counter()
-    text, summary.incidents = step(report)(warehouse, report_path, settings_path) if Path(warehouse).exists() else ("", {})
-    summary.seconds["report"] = time.perf_counter() - t3
-    if publish_to and site_dir is None:  # a release is a site: built beside the warehouse
-        site_dir = Path(warehouse).with_suffix(".site")
-    if site_dir is not None and Path(warehouse).exists():
-        from flows.publish.site import one_builder
+    return here.step(load)(night.warehouse, outcomes, runs, night.wait_for_lock, night.settings_path,
+                           len(storage_secrets.notify_targets()), here.staging_dir, here.memory_limit,
+                           run_items=run_items)
 
-        with one_builder(Path(site_dir), wait=wait_for_lock):  # two runs at once: one site build, one publish at a time
-            t4 = time.perf_counter()
-            print(step(render_site)(warehouse, Path(site_dir), settings_path))
-            summary.seconds["site"] = time.perf_counter() - t4
-            if publish_to:
-                t5 = time.perf_counter()
-                from flows.publish.release import storage_options_for
 
-                done = step(publish_release)(Path(site_dir), warehouse, publish_to,
-                                             storage_options_for(publish_to, bucket, storage_options), settings_path)
-                summary.published = (f"{done.dest} ({done.files} files, {done.bytes / (1 << 20):.1f} MiB; "
-                                     f"snapshot {done.snapshot})")
-                summary.publish_warning = done.warning
-                print(f"published {summary.published}")
-                summary.seconds["publish_release"] = time.perf_counter() - t5
-    summary.seconds["total"] = time.perf_counter() - t0
-    if summary_path is not None:  # the operator's --summary-json (a served night's too: written here)
-        Path(summary_path).write_text(summary.json(), encoding="utf-8")
-    logger = get_run_logger() if orchestrated else logging.getLogger("dumpscope.nightly")
+def _report(here: _Night) -> tuple[str, dict[str, int]]:
+    """The latest run's summary (Markdown) and its incident counts, once there is a warehouse."""
+    night = here.night
+    if not Path(night.warehouse).exists():
+        return "", {}
+    return here.step(report)(night.warehouse, night.report_path, night.settings_path)
+
+
+def _site_and_release(here: _Night, summary: NightSummary, clock: Stopwatch) -> None:
+    """The report site rebuilt (with ``site_dir``, or beside the warehouse for ``publish_to``: a
+    release is a site), then published; one site build and one publish at a time."""
+    night = here.night
+    site_dir = night.site_dir
+    if night.publish_to and site_dir is None:
+        site_dir = Path(night.warehouse).with_suffix(".site")
+    if site_dir is None or not Path(night.warehouse).exists():
+        return
+    from flows.publish.site import one_builder
+
+    with one_builder(Path(site_dir), wait=night.wait_for_lock):  # two runs at once: one site build, one publish at a time
+        with clock.lap("site"):
+            print(here.step(render_site)(night.warehouse, Path(site_dir), night.settings_path))
+        if night.publish_to:
+            from flows.publish.release import storage_options_for
+
+            with clock.lap("publish_release"):
+                done = here.step(publish_release)(
+                    Path(site_dir), night.warehouse, night.publish_to,
+                    storage_options_for(night.publish_to, night.bucket, here.storage_options), night.settings_path)
+                summary.count_release(done)
+            print(f"published {summary.published}")
+
+
+def _tell(here: _Night, summary: NightSummary, text: str) -> None:
+    """The night said: its summary to ``summary_path`` (the operator's --summary-json, a served
+    night's too), its warnings to the log, its summary and incidents as artifacts and on stdout."""
+    if here.night.summary_path is not None:
+        Path(here.night.summary_path).write_text(summary.json(), encoding="utf-8")
+    logger = get_run_logger() if here.orchestrated else logging.getLogger("dumpscope.nightly")
     for line in summary.warnings():  # a scheduled run's log shows them as warnings (the CLI prints them)
         logger.warning(line)
-    if orchestrated:
+    if here.orchestrated:
         create_markdown_artifact(summary.markdown(), key="nightly-summary", description="Dumpscope nightly ingest")
         if text:
             create_markdown_artifact(text, key="nightly-incidents", description="Dumpscope: the latest run's incidents")
     print(summary.markdown())
     print()
     print(text)
-    return summary
 
 
 def _with_progress(futures: list, total: int):

@@ -421,3 +421,15 @@ def test_each_accepts_row_lists_the_incidents_shown_accepted_at_its_run(sample_w
     assert accepts_rows(w) == [("I-f515e5b1", "2026-11-19", "two psums", ["I-f515e5b1"]),
                                ("jax-pmap/*", "2026-11-20", "new sharding", sorted(shown))]
     assert sorted(shown) == ["I-01dc4499", "I-48d7e96d", "I-a4cd47e9"]
+
+
+def test_the_status_choices_derive_from_the_one_status_vocabulary():
+    """An incident's statuses are ``transforms.trends.incidents.STATUSES``; ``--status`` takes each of
+    them, ``improvements`` and ``all``, and shows only statuses of that vocabulary."""
+    from flows.commands.incidents import STATUS_CHOICES
+    from flows.verdict.incidents import SHOWN_BY_STATUS
+    from transforms.trends.incidents import STATUSES
+
+    assert STATUS_CHOICES == ("new", "open", "fixed", "accepted", "lost", "improvements", "all")
+    assert STATUS_CHOICES[:len(STATUSES)] == STATUSES
+    assert sorted({s for shown in SHOWN_BY_STATUS.values() for s in shown}) == sorted(STATUSES)

@@ -61,7 +61,7 @@ FLOWS_LAYERS = [
     ("flows.warehouse",),
     ("flows.verdict",),
     ("flows.publish",),
-    ("flows.nightly", "flows.night_summary", "flows.prefect_server"),
+    ("flows.nightly", "flows.night_settings", "flows.night_summary", "flows.prefect_server"),
     ("flows.commands",),
     ("flows.cli",),
 ]
@@ -140,12 +140,63 @@ def test_the_cycle_guard_sees_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-@pytest.mark.parametrize("package", ["transforms", "transforms/parsers", "transforms/trends", "transforms/site",
-                                     "flows", "flows/ingest", "flows/warehouse", "flows/verdict", "flows/publish",
-                                     "flows/commands"])
+PACKAGES = sorted(str(p.parent.relative_to(ROOT)) for top in ("transforms", "flows")
+                  for p in (ROOT / top).rglob("__init__.py"))
+
+
+def _package_doc(package: str) -> str:
+    return ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text(encoding="utf-8"))) or ""
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_every_package_says_what_it_holds_and_may_import(package):
-    doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text(encoding="utf-8")))
+    doc = _package_doc(package)
     assert doc and "import" in doc and len(doc.splitlines()) >= 3
+
+
+def _members(package: str) -> list[str]:
+    """The modules and subpackages directly in a package."""
+    return sorted(p.stem if p.suffix == ".py" else p.name for p in (ROOT / package).iterdir()
+                  if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file())
+
+
+def _unlisted(doc: str, members: list[str]) -> list[str]:
+    """The members a package docstring does not name as a literal (``name``, ``package.name``)."""
+    named = set(re.findall(r"``(?:[\w.]+\.)?(\w+)``", doc))
+    return [m for m in members if m not in named]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_module_is_in_its_package_docstring(package):
+    """The docstring is the package's map: a module it does not name is one a reader never finds."""
+    assert _unlisted(_package_doc(package), _members(package)) == [], \
+        f"{package}/__init__.py: name these modules in its docstring"
+
+
+def test_the_map_guard_sees_a_missing_module():
+    doc = "Parsers: ``xla_hlo`` and ``transforms.parsers.formats``; the torch_trace log (prose)."
+    assert _unlisted(doc, ["formats", "torch_trace", "xla_hlo"]) == ["torch_trace"]
+
+
+def test_every_dump_kind_has_a_row_in_the_readme_formats_table():
+    from transforms.records import DumpKind
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Formats", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE))
+    assert sorted(k.value for k in DumpKind if k.value not in rows) == []
+
+
+# What the commands share: each command module imports these of flows.commands, never another command.
+COMMANDS_SHARED = ("flows.commands.preflight", "flows.commands.signals", "flows.commands.night", "flows.commands.shared")
+
+
+@pytest.mark.parametrize("path", _modules("flows/commands"), ids=lambda p: p.stem)
+def test_commands_import_no_other_commands_helpers(path):
+    name = _name(path)
+    others = sorted(i for i in _imports(path) if i.startswith("flows.commands.") and not i.startswith(name)
+                    and not any(i == s or i.startswith(s + ".") for s in COMMANDS_SHARED))
+    assert others == [], f"{name} imports {others}: move what they share to {COMMANDS_SHARED}"
 
 
 def test_cli_only_parses_arguments_and_calls_flows():
@@ -211,8 +262,10 @@ def test_spawn_workers_import_neither_prefect_nor_duckdb():
     assert done.stdout.strip() == "[]"
 
 
-# SQL lives in flows.warehouse and flows.verdict (and the site's reads): these only call them.
-SQL_FREE = ["flows/cli.py", "flows/commands", "flows/nightly.py", "flows/ingest"]
+# Where SQL may live: the warehouse and the verdict, the site's reads and the notifications'
+# ledger, and the memory split (one SET). Every other module of ``flows`` only calls them.
+SQL_HOMES = ("flows/warehouse", "flows/verdict", "flows/publish/site.py", "flows/publish/notify.py",
+             "flows/resources.py")
 SQL_CALLS = {"execute", "executemany", "sql", "register", "query"}
 # A statement's first word (a word: "updated" is a key of a listing, not SQL).
 SQL_START = re.compile(r"\s*\(?\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|WITH|COPY|ATTACH|DROP|ALTER)\b", re.IGNORECASE)
@@ -242,15 +295,20 @@ def _sql_in(source: str) -> list[str]:
 
 
 def _sql_free_modules() -> list[Path]:
-    return sorted(p for entry in SQL_FREE for p in ((ROOT / entry).rglob("*.py") if (ROOT / entry).is_dir()
-                                                    else [ROOT / entry]))
+    """Every module of ``flows`` outside ``SQL_HOMES`` (``transforms`` imports no DuckDB at all)."""
+    return [p for p in _modules("flows")
+            if not any(str(p.relative_to(ROOT)) == home or p.is_relative_to(ROOT / home) for home in SQL_HOMES)]
 
 
 @pytest.mark.parametrize("path", _sql_free_modules(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_sql_stays_in_the_warehouse_and_verdict_layers(path):
     """The nightly's tasks and the commands call into flows/warehouse and flows/verdict; ingest
     never touches the warehouse; the CLI only parses arguments."""
-    assert _sql_in(path.read_text(encoding="utf-8")) == [], f"{path.relative_to(ROOT)}: move its SQL to flows/warehouse or flows/verdict"
+    assert _sql_in(path.read_text(encoding="utf-8")) == [], f"{path.relative_to(ROOT)}: move its SQL to {SQL_HOMES}"
+
+
+def test_every_sql_home_exists():
+    assert [home for home in SQL_HOMES if not (ROOT / home).exists()] == []
 
 
 def test_the_sql_guard_sees_sql():
@@ -265,3 +323,15 @@ def test_the_sql_guard_sees_sql():
     assert _sql_in(source) == ["line 4: .execute(", "line 5: 'with x AS (SELECT'", "line 5: 'delete FROM t'",
                                "line 5: 'Copy'", "line 7: .register(", "line 8: .sql(", "line 8: 'drop table x'",
                                "line 8: '(select 1)'"]
+
+
+def test_the_tests_readme_names_every_tier_and_what_puts_a_test_in_it():
+    """tests/README.md is where a first test's author learns the tiers: it names each tier, each
+    fixture that sets one, and the lists conftest keeps (a new one there, and the page says it)."""
+    from tests.conftest import TIER_BY_FIXTURE, TIERS
+
+    page = (ROOT / "tests" / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(\w+)`", page))
+    wanted = {*TIERS, *TIER_BY_FIXTURE, "SLOW_MODULES", "SHARED_FIXTURE_MODULES", "SHARED_BY_BUCKET",
+              "_fast_tier_guard", "_schedule", "pytest_xdist_make_scheduler", "_shared_prefect_server"}
+    assert sorted(wanted - named) == []

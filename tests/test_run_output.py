@@ -33,7 +33,7 @@ def _incident(**fields) -> dict:
 def test_the_summary_of_the_sample_is_plain_text_in_a_few_lines(sample_warehouse):
     """On main: the 38-row counter table and the report's Markdown (<code>, &#95;, **) in Prefect's log."""
     from flows.commands.night import NightOptions
-    from flows.commands.run import summary_lines
+    from flows.commands.night import summary_lines
     from flows.nightly import NightSummary
 
     night = NightOptions(bucket="data/sample_bucket", warehouse=sample_warehouse, site_dir=Path("site"))
@@ -51,7 +51,7 @@ def test_the_summary_of_the_sample_is_plain_text_in_a_few_lines(sample_warehouse
 def test_with_a_site_url_the_summary_gives_the_run_s_page_and_each_new_incident_s(sample_warehouse, tmp_path):
     """On main the terminal showed no page even with [site] url (the report and the chats had them)."""
     from flows.commands.night import NightOptions
-    from flows.commands.run import summary_lines
+    from flows.commands.night import summary_lines
     from flows.nightly import NightSummary
     from transforms.escape import slug
 
@@ -69,7 +69,7 @@ def test_with_a_site_url_the_summary_gives_the_run_s_page_and_each_new_incident_
 def test_with_notification_targets_the_summary_says_what_was_sent_or_why_nothing(sample_warehouse, monkeypatch):
     """On main a night with --notify that sent nothing (a re-run) said nothing about it."""
     from flows.commands.night import NightOptions
-    from flows.commands.run import summary_lines
+    from flows.commands.night import summary_lines
     from flows.nightly import NightSummary
 
     night = NightOptions(bucket="data/sample_bucket", warehouse=sample_warehouse)

@@ -13,6 +13,7 @@ shared downstream, such as the collective opcodes), ``reading`` (bytes to lines)
 its summary and frames), ``layout`` (what a bucket path and run.json say), ``units``,
 ``volatile`` (the one function that replaces what changes from process to process: ids,
 addresses, pids, temporary folders, path prefixes; every comparison and page goes through it),
-and ``escape`` (the one helper that makes a value from outside safe for where it lands: HTML
+``xla_siblings`` (a cut XLA side file told by the other files of its compile), ``check_report``
+(what ``dumpscope check`` found, as text, Markdown or JSON), and ``escape`` (the one helper that makes a value from outside safe for where it lands: HTML
 text or attribute, Markdown, a slug, a URL, SQL, a shell word).
 """

@@ -2,8 +2,11 @@
 
 - ``parse``, ``query`` (``sql``), ``run``, ``aggregate``, ``accept``, ``incidents``, ``diff``,
   ``site``, ``watch`` (and ``serve``), ``check``, ``doctor``;
+- ``night``: what ``run``, ``watch`` and ``serve`` share (a night's options, checked, handed to the flow);
 - ``preflight``: the checks before any work (settings, memory limit, notify targets, the writer);
-- ``signals``: Prefect's settings for this machine and the orderly exit on SIGTERM.
+- ``signals``: Prefect's settings for this machine and the orderly exit on SIGTERM;
+- ``shared``: what they share (opening the warehouse to read, JSON values, tables): no command imports
+  another's helpers.
 
 They hold no SQL (``tests/test_layout.py``): reads are calls into ``flows.warehouse`` and
 ``flows.verdict``. Each failure a person can act on is a ``flows.errors.CommandError`` whose

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import typer
 
 from flows.commands import preflight
+from flows.commands.shared import open_to_read
 from flows.errors import FAILING, CommandError  # FAILING: --fail-on new found a regression or failure to open
 from flows.ingest.bucket import parse_storage_options
 from flows.resources import MemoryBudget, parse_memory
@@ -28,7 +28,6 @@ from flows.verdict.candidate import BadDirectory
 from flows.verdict.settings import load_settings
 from flows.warehouse.fetch import fetched, is_url
 from flows.warehouse.reads import NoSuchRun
-from flows.warehouse.store import connect_readonly
 from transforms.check_report import FORMATS, CheckResult, render
 from transforms.parse import DEFAULT_LIMITS, ParseLimits
 from transforms.trends.rules import Settings
@@ -49,10 +48,7 @@ def check_dir(directory: Path, warehouse: Path, *, against: str | None = None, s
     settings = settings if settings is not None else load_settings(None)
     budget = budget or MemoryBudget(parse_memory(settings.memory_limit))
     objects, not_read = candidate.list_directory(directory)  # DIR's shape is checked before the warehouse is opened
-    try:
-        con = connect_readonly(warehouse, budget=budget, foreign=foreign)
-    except (FileNotFoundError, duckdb.Error) as exc:
-        raise CheckError(str(exc)) from None
+    con = open_to_read(warehouse, CheckError, budget=budget, foreign=foreign)
     try:
         return candidate.judge_directory(con, directory, objects, not_read, against=against, settings=settings,
                                          limits=limits, batch_rows=budget.incidents_batch_rows)

@@ -18,10 +18,10 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from flows.commands.shared import open_to_read
 from flows.errors import CommandError
 from flows.verdict import changes
 from flows.warehouse.reads import NoSuchRun, run_named, runs_latest_first
-from flows.warehouse.store import connect_readonly
 from transforms.trends.diffs import EVIDENCE_COLUMNS, PAIR_COLUMNS, diff_pairs, diff_text
 from transforms.units import human_delta, human_ratio, human_value
 
@@ -39,10 +39,7 @@ def diff_warehouse(warehouse: Path, run_a: str, run_b: str, pattern: str | None 
     """``diff_runs`` on the published warehouse, and the two run ids (``latest`` and ``previous``
     name runs: ``run_named``); every failure is a ``CommandError`` with one line for people
     (``DiffFailed``, or ``NoSuchRun``/``DiffRefused`` when the arguments are wrong)."""
-    try:
-        con = connect_readonly(warehouse)
-    except (FileNotFoundError, duckdb.Error) as exc:
-        raise DiffFailed(str(exc)) from None
+    con = open_to_read(warehouse, DiffFailed)
     try:
         run_a, run_b = run_named(con, run_a), run_named(con, run_b)
         return diff_runs(con, run_a, run_b, pattern), run_a, run_b

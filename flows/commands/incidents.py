@@ -14,24 +14,23 @@ import json
 import sys
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
+from flows.commands.shared import open_to_read, print_table
 from flows.errors import CommandError
 from flows.verdict import incident_detail as detail
 from flows.verdict import incidents as verdict
 from flows.warehouse.reads import NoSuchRun, run_exists, run_named, runs_latest_first
-from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text, slug
 from transforms.trends.headlines import IMPACT_TEXT, closing_text
 from transforms.units import human_value
 
-STATUSES = ("new", "open", "fixed", "accepted", "lost", "improvements", "all")
+STATUS_CHOICES = (*verdict.SHOWN_BY_STATUS, "all")  # --status: every incident status, improvements, all
 COLUMNS = ("incident_id", "status", "kind", "job", "program", "opened_run", "last_good_run", "last_good_commit",
            "first_bad_commit", "closed_run", "closed_how", "age_runs", "stacked_on", "impact", "metrics", "headline", "cause")
 TABLE_WIDTH = 110  # the table's width when printed to a pipe (a terminal uses its own)
 
-__all__ = ["IncidentsError", "NoSuchIncident", "NoSuchRun", "STATUSES", "list_incidents", "one_incident",
+__all__ = ["IncidentsError", "NoSuchIncident", "NoSuchRun", "STATUS_CHOICES", "list_incidents", "one_incident",
            "main", "print_incidents", "print_one"]
 
 
@@ -45,18 +44,11 @@ class NoSuchIncident(IncidentsError, exit_code=2):
     argument, not a failure)."""
 
 
-def _connect(warehouse: Path) -> duckdb.DuckDBPyConnection:
-    try:
-        return connect_readonly(warehouse)
-    except (FileNotFoundError, duckdb.Error) as exc:
-        raise IncidentsError(str(exc)) from None
-
-
 def list_incidents(warehouse: Path, run_id: str | None, status: str, *, whole: bool = False,
                    site_url: str | None = None) -> tuple[str | None, list[dict]]:
     """(the run, its incidents with ``status``); ``whole``: each with its steps and its page (on
     the site at ``site_url`` when given), as ``one_incident`` gives them."""
-    con = _connect(warehouse)
+    con = open_to_read(warehouse, IncidentsError)
     try:
         run_id = run_named(con, run_id) if run_id is not None else None
         if run_id is not None and not run_exists(con, run_id):
@@ -71,7 +63,7 @@ def list_incidents(warehouse: Path, run_id: str | None, status: str, *, whole: b
                 run_id = latest[0]
             frame = verdict.incidents_at(con, run_id)
             improvement = pl.col("kind") == "improvement"
-            wanted = pl.col("status").is_in(verdict.STATUSES[status]) & (
+            wanted = pl.col("status").is_in(verdict.SHOWN_BY_STATUS[status]) & (
                 improvement if status in verdict.KINDS_OF else ~improvement | pl.col("status").is_in(["accepted"]))
             rows = frame.filter(wanted).select(COLUMNS).to_dicts()
         if whole:
@@ -91,7 +83,7 @@ def page_of(incident_id: str, site_url: str | None) -> str:
 def one_incident(warehouse: Path, incident_id: str, run_id: str | None = None, site_url: str | None = None) -> dict:
     """An incident whole: its row, its status at ``run_id`` (default: the last run it is listed
     in), its steps, the evidence of its cause (dump paths and lines) and its site page."""
-    con = _connect(warehouse)
+    con = open_to_read(warehouse, IncidentsError)
     try:
         every = detail.every_incident(con).filter(pl.col("incident_id") == incident_id)
         if every.is_empty():
@@ -125,8 +117,6 @@ def main(*, incident: str | None, run_id: str | None, status: str, fmt: str, war
 
 
 def print_incidents(run_id: str | None, status: str, rows: list[dict], fmt: str) -> None:
-    from flows.commands.query import print_table
-
     if fmt == "json":
         json.dump(rows, sys.stdout, default=str, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -154,8 +144,6 @@ def print_one(info: dict, fmt: str) -> None:
         json.dump(info, sys.stdout, default=str, ensure_ascii=False)
         sys.stdout.write("\n")
         return
-    from flows.commands.query import print_table
-
     closed = (f", {info['closed_how']} in {info['closed_run']}" + (" (reverted)" if info.get("reverted") else "")
               if info["closed_run"] else "")
     lines = [f"{info['incident_id']}  {info['kind']}, {info['status']}  {info['job']} / {info['program']}",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from flows.commands.shared import json_value
 from flows.errors import CommandError
 from flows.ingest.local_open import Refused, Unopened, open_regular_below
 from transforms.layout import RUN_META, escape_name
@@ -38,13 +38,6 @@ _SHOWN_ROWS = 256  # rows of --table in one printed table (without --json)
 
 def number(value: float) -> float | int:
     return int(value) if float(value).is_integer() else value
-
-
-def json_value(value: object) -> object:
-    """A value JSON can carry: non-finite floats become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 @dataclass(frozen=True, slots=True)

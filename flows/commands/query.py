@@ -18,11 +18,10 @@ from pathlib import Path
 
 import duckdb
 
-from flows.commands.parse import json_value
+from flows.commands.shared import json_value, open_to_read, print_table
 from flows.errors import CommandError
 from flows.warehouse import records
 from flows.warehouse.inspect import rows_of, store_damage
-from flows.warehouse.store import connect_readonly
 from transforms.escape import plain_text
 from transforms.parsers.formats import all_tables
 
@@ -42,10 +41,7 @@ def run_query(warehouse: Path, query: str) -> tuple[list[str], list[tuple]]:
 def answer(warehouse: Path, query: str) -> tuple[list[str], list[tuple], str | None]:
     """Column names and rows of ``query``, and a note for people when it read the records
     tables and found nothing (which runs they hold); raises QueryError."""
-    try:
-        con = connect_readonly(warehouse, spill=False)
-    except (FileNotFoundError, duckdb.Error) as exc:
-        raise QueryError(_one_line(exc)) from None
+    con = open_to_read(warehouse, QueryError, say=_one_line, spill=False)
     try:
         names, rows = rows_of(con, query)
         note = None
@@ -117,28 +113,3 @@ def print_rows(names: list[str], rows: list[tuple], fmt: str) -> None:
         w.writerows(rows)
     else:
         print_table(names, rows)
-
-
-def print_table(names: list[str], rows: list[tuple], title: str | None = None, width: int | None = None,
-                column_options: dict[str, dict] | None = None) -> None:
-    """Rows as a rich table, every header, cell and the title as plain text: ``Text``, never
-    markup, since values come from dumps and paths (``float32[s0, 128]`` is data, and
-    ``[/stage]`` in a column comment is not a closing tag), and control characters shown as
-    symbols (``transforms.escape.plain_text``: an escape sequence would drive the terminal).
-    ``width``: the table's width when printed to a pipe (else its natural width);
-    ``column_options``: rich ``add_column`` options by column name (widths, ratios)."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    out = Table(title=None if title is None else Text(plain_text(title)), title_justify="left")
-    for name in names:  # wrapped on a narrow screen, never cut with "…"
-        out.add_column(Text(plain_text(name)), **({"overflow": "fold"} | (column_options or {}).get(name, {})))
-    for r in rows:
-        out.add_row(*(Text("" if v is None else plain_text(v)) for v in r))
-    console = Console()
-    if not console.is_terminal:
-        # Piped or redirected there is no screen to fit: rows keep their natural width
-        # rather than folding values over lines at 80 columns (or the width asked for).
-        console = Console(width=width or max(80, Console(width=1 << 20).measure(out).maximum))
-    console.print(out)

@@ -15,43 +15,39 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import replace
 
 import typer
 
 from flows.commands import preflight
 from flows import storage_secrets
-from flows.commands.night import NightOptions, prepare
+from flows.commands.night import NightOptions, prepare, summary_lines
 from flows.commands.signals import prefect_console, prefect_defaults
 from flows.errors import CommandError
 
 
 @storage_secrets.restores_environment
-def watch(*, night: NightOptions, interval: float, settle: float, iterations: int, fail_on: str | None = None,
-          wait_for_lock: bool = True, dask_address: str | None = None, summary_json: Path | None = None,
-          verbose: bool = False, log_level: str | None = None) -> None:
+def watch(night: NightOptions, *, interval: float, iterations: int) -> None:
     """Look at the bucket every ``interval`` seconds, ``iterations`` times (0: never stop); each
     look is one night as ``dumpscope run`` runs it (``night``: its options, checked once here),
     its summary printed as ``run`` prints it when it loaded something (every look with
     ``verbose``), and written to ``summary_json`` (the latest night's)."""
     prefect_defaults()
-    parameters = prepare(night)  # exit 2 in one line on an operator's mistake, before Prefect starts
-    from flows.commands.run import summary_lines
+    settings = prepare(night)  # exit 2 in one line on an operator's mistake, before Prefect starts
+    settings = replace(settings, state_path=night.warehouse.with_suffix(".settle.json"))  # --settle 0 too
     from flows.ingest.bucket import BucketUnusable
 
     done = 0
-    with prefect_console(log_level or ("INFO" if verbose else "WARNING")):
+    with prefect_console(night.console_level):
         from flows.nightly import run_nightly
 
         while True:
             started = time.monotonic()
             try:
-                summary = run_nightly(**parameters, settle_seconds=settle, wait_for_lock=wait_for_lock,
-                                      dask_address=dask_address, summary_path=summary_json,
-                                      state_path=night.warehouse.with_suffix(".settle.json"))
-                if summary.new or verbose:
-                    typer.echo("\n".join(summary_lines(summary, night, verbose)))
-                status, why = summary.exit_status(fail_on)
+                summary = run_nightly(**settings.arguments())
+                if summary.new or night.verbose:
+                    typer.echo("\n".join(summary_lines(summary, night, night.verbose)))
+                status, why = summary.exit_status(night.fail_on)
                 if status:  # told, and watched on: the next look may fix it (a message owed is retried)
                     typer.echo(f"warning: {why} (exit status {status} for `dumpscope run`)", err=True)
                 for line in summary.warnings():
@@ -68,9 +64,7 @@ def watch(*, night: NightOptions, interval: float, settle: float, iterations: in
 
 
 @storage_secrets.restores_environment
-def serve(*, night: NightOptions, cron: str, settle: float, fail_on: str | None = None, wait_for_lock: bool = True,
-          dask_address: str | None = None, summary_json: Path | None = None, verbose: bool = False,
-          log_level: str | None = None, prefect_wait: float = preflight.PREFECT_WAIT_SECONDS) -> None:
+def serve(night: NightOptions, *, cron: str, prefect_wait: float = preflight.PREFECT_WAIT_SECONDS) -> None:
     """Register the nightly as the deployment ``dumpscope-nightly`` on ``cron`` and serve it: each
     scheduled run is one night as ``dumpscope run`` runs it (``night``: its options, checked once
     here; storage options, notification targets and the Dask scheduler stay in this process's
@@ -83,19 +77,13 @@ def serve(*, night: NightOptions, cron: str, settle: float, fail_on: str | None 
     if not url:
         raise CommandError("scheduled runs need a Prefect server: start one with `prefect server start` "
                            "and set PREFECT_API_URL=http://127.0.0.1:4200/api (see README)", exit_code=preflight.BAD_ARGUMENT)
-    parameters = prepare(night, prefect_wait=prefect_wait, notice=lambda line: typer.echo(line, err=True))
-    if dask_address:  # the served runs import flows.nightly, which takes its task runner from here
-        os.environ[storage_secrets.DASK_VAR] = dask_address
-    with prefect_console(log_level or ("INFO" if verbose else "WARNING")):
+    settings = prepare(night, prefect_wait=prefect_wait, notice=lambda line: typer.echo(line, err=True))
+    # A served run's state says what run's exit status would (fail_on), and it keeps its settle state (--settle 0 too).
+    settings = replace(settings, fail_on=night.fail_on, state_path=night.warehouse.with_suffix(".settle.json"))
+    if night.dask_address:  # the served runs import flows.nightly, which takes its task runner from here
+        os.environ[storage_secrets.DASK_VAR] = night.dask_address
+    with prefect_console(night.console_level):
         from flows.nightly import nightly
-
-        warehouse = night.warehouse.resolve()
-        parameters |= {"warehouse": str(warehouse), "settle_seconds": settle, "wait_for_lock": wait_for_lock,
-                       "state_path": str(warehouse.with_suffix(".settle.json")), "fail_on": fail_on,
-                       "dask_address": dask_address, "summary_path": summary_json}
-        for key in ("site_dir", "report_path", "settings_path", "summary_path"):  # absolute: the served runs may start elsewhere
-            if parameters.get(key) is not None:
-                parameters[key] = str(Path(parameters[key]).resolve())
         from prefect import serve as serve_deployments
         from prefect.deployments.runner import EntrypointType
 
@@ -106,7 +94,7 @@ def serve(*, night: NightOptions, cron: str, settle: float, fail_on: str | None 
         with _said_in_one_line(url):
             deployment = nightly.to_deployment(name="dumpscope-nightly", cron=cron,
                                                entrypoint_type=EntrypointType.MODULE_PATH,
-                                               parameters={k: v for k, v in parameters.items() if v is not None},
+                                               parameters=settings.parameters(),
                                                _sync=True)
             serve_deployments(deployment)
 

@@ -28,6 +28,7 @@ from flows.verdict.compaction import compact_records, work_dir
 from flows.verdict.settings import accepts_stamp, aggregate_stamp
 from flows.warehouse import schema as ws
 from flows.warehouse.reads import frame_of, read_with, registered
+from flows.warehouse.transactions import transaction
 from transforms.trends import diffs as diff_mod
 from transforms.trends import incident_rule
 from transforms.trends import incidents as incident_mod
@@ -96,18 +97,13 @@ def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: Memor
     for start in starts:
         end = min(start + per_pass, order.height)
         upto = order.filter(pl.col("run_seq") < end)
-        con.begin()
-        try:
+        with transaction(con):
             _aggregate_runs(con, settings, budget, run_items, runs.join(upto.select("run_id"), on="run_id", how="semi"),
                             accepts, upto, start, result, lap, walk=end == order.height, walk_every_job=len(starts) > 1)
             if end == order.height:
                 watermark = con.execute("SELECT max(ingested_at) FROM dumps").fetchall()[0][0]
                 con.execute("INSERT OR REPLACE INTO schema_info VALUES ('aggregated_with', ?), ('aggregated_through', ?), "
                             "('aggregated_accepts', ?)", [stamp, watermark.isoformat(sep=" "), accepted])
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
     lap("write")
     return result
 
@@ -120,11 +116,10 @@ def _renamed_accepts(con: duckdb.DuckDBPyConnection, runs: pl.DataFrame, accepts
     renamed = renames_mod.renamed_accepts(accepts, renames, incidents)
     changed = [r for r, old in zip(renamed.to_dicts(), accepts.to_dicts()) if r != old]
     if changed:
-        con.begin()
-        for r in changed:
-            con.execute("UPDATE accepts SET series = ?, incident_id = ?, closed_incidents = ? WHERE accepted_at = ? AND run_id = ?",
-                        [r["series"], r["incident_id"], r.get("closed_incidents"), r["accepted_at"], r["run_id"]])
-        con.commit()
+        with transaction(con):
+            for r in changed:
+                con.execute("UPDATE accepts SET series = ?, incident_id = ?, closed_incidents = ? WHERE accepted_at = ? AND run_id = ?",
+                            [r["series"], r["incident_id"], r.get("closed_incidents"), r["accepted_at"], r["run_id"]])
     return renamed
 
 

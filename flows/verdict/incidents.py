@@ -14,11 +14,12 @@ import polars as pl
 from flows.errors import CommandError
 from flows.warehouse.reads import LATEST_RUN_FIRST, frame_of
 from flows.warehouse import schema as ws
-from transforms.trends.night_report import counts
+from transforms.trends.incidents import STATUSES
+from transforms.trends.night_report import counts  # flows.publish.report reads the counts from here
 
-# --status of ``dumpscope incidents``: which statuses each shows (kinds: see ``KINDS_OF``).
-STATUSES = {"new": ("new",), "open": ("new", "open"), "fixed": ("fixed",), "accepted": ("accepted",),
-            "lost": ("lost",), "improvements": ("new", "open")}
+# --status of ``dumpscope incidents``: the incident statuses (``STATUSES``, one vocabulary) each choice
+# shows: its own, but open shows new ones too, and improvements those in effect (kinds: see ``KINDS_OF``).
+SHOWN_BY_STATUS = {s: (s,) for s in STATUSES} | {"open": ("new", "open"), "improvements": ("new", "open")}
 KINDS_OF = {"improvements": ("improvement",), "lost": ("improvement",)}
 
 
@@ -54,19 +55,10 @@ def incidents_at(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
     return frame_of(con, "SELECT * FROM incidents_at(?) ORDER BY impact DESC, incident_id", [run_id])
 
 
-def all_incidents(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    check_schema(con)
-    return frame_of(con, "SELECT * FROM incidents ORDER BY opened_at, impact DESC, incident_id")
-
-
 def run_verdicts(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    """Every run's counts (the view run_verdicts: what ``counts`` gives for each run)."""
+    """Every run's counts (the view run_verdicts: what ``transforms.trends.night_report.counts`` gives for each run)."""
     check_schema(con)
     return frame_of(con, "SELECT * FROM run_verdicts ORDER BY started_at, run_id")
-
-
-def night_counts(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:
-    return counts(incidents_at(con, run_id))
 
 
 def opened_in(con: duckdb.DuckDBPyConnection, runs: list[str]) -> int:
@@ -74,8 +66,3 @@ def opened_in(con: duckdb.DuckDBPyConnection, runs: list[str]) -> int:
     if not runs:
         return 0
     return con.execute("SELECT coalesce(sum(new), 0) FROM run_verdicts WHERE list_contains(?, run_id)", [runs]).fetchall()[0][0]
-
-
-def open_at(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
-    """Regressions and failures open at ``run_id``, new ones included (``--fail-on open``)."""
-    return con.execute("SELECT coalesce(sum(new + open), 0) FROM run_verdicts WHERE run_id = ?", [run_id]).fetchall()[0][0]

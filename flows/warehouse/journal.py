@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from flows.warehouse.reads import registered
+from flows.warehouse.transactions import transaction
 
 FORMAT = 1
 # CHECKPOINT too: where the writer frees space before it writes, so does the replay.
@@ -200,14 +201,9 @@ def replay(con: duckdb.DuckDBPyConnection, directory: Path, body: dict) -> None:
     try:
         for step in body["steps"]:
             if "tx" in step:
-                con.begin()
-                try:
+                with transaction(con):
                     for inner in step["tx"]:
                         run(inner)
-                    con.commit()
-                except BaseException:
-                    con.rollback()
-                    raise
             else:
                 run(step)
     except (duckdb.Error, OSError, KeyError, TypeError) as exc:

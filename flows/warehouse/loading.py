@@ -36,6 +36,7 @@ from flows.ingest.staging import Outcome
 from flows.warehouse import records
 from flows.warehouse import schema as ws
 from flows.warehouse.reads import registered, strings
+from flows.warehouse.transactions import transaction
 from transforms.parsers.formats import all_tables
 
 LOAD_BATCH = 2000  # dumps a load transaction takes: each batch scans the dumps and metrics tables
@@ -146,8 +147,7 @@ def load_dumps(con: duckdb.DuckDBPyConnection, batch: list[StagedDump]) -> dict[
     ids = sorted({d.dump_id for d in parsed})
     paths = [d.path for d in batch]
     inserted: dict[str, int] = {}
-    con.begin()
-    try:
+    with transaction(con):
         listed = records.listed(con)
         # _ids is empty when nothing was parsed: then no statement reads it (nor journals it).
         with registered(con, _paths=strings("path", paths), _ids=strings("dump_id", ids)):
@@ -162,10 +162,6 @@ def load_dumps(con: duckdb.DuckDBPyConnection, batch: list[StagedDump]) -> dict[
                 _refresh_other_paths(con)
             _drop_orphans(con, old_ids)
             records.refresh_changed(con, listed)
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
     return inserted
 
 

@@ -13,6 +13,7 @@ import duckdb
 
 from flows.warehouse import records
 from flows.warehouse import schema as ws
+from flows.warehouse.transactions import transaction
 from transforms.parsers.formats import all_table_docs, all_tables
 
 
@@ -40,8 +41,7 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | Non
     ``records_root``: the records store (``Warehouse`` passes its own; else the one the
     file names, or the one beside it)."""
     steps = ws.pending_migrations(schema_version(con), migrations)
-    con.begin()
-    try:
+    with transaction(con):
         version = schema_version(con)
         for step in steps:
             for sql in step.statements:
@@ -65,10 +65,6 @@ def migrate(con: duckdb.DuckDBPyConnection, migrations: list[ws.Migration] | Non
             for sql in documents:
                 con.execute(sql)
             con.execute("INSERT OR REPLACE INTO schema_info VALUES ('documented_with', ?)", [digest])
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
     return version
 
 

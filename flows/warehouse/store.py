@@ -31,6 +31,7 @@ from flows.resources import MemoryBudget
 from flows.warehouse import journal, readers, records
 from flows.warehouse.loading import table_counts
 from flows.warehouse.migrations import migrate
+from flows.warehouse.transactions import transaction
 from flows.warehouse.readonly import connect_readonly  # the readers' side of opening a warehouse
 
 STORAGE_COMPATIBILITY = "v1.5.0"
@@ -110,13 +111,8 @@ class Warehouse:
         self.healed = records.damaged(self.recorder)
         if not self.healed:
             return
-        self.recorder.begin()
-        try:
+        with transaction(self.recorder):
             self.healed_contents = records.heal(self.recorder, self.healed)
-            self.recorder.commit()
-        except BaseException:
-            self.recorder.rollback()
-            raise
 
     def __enter__(self) -> journal.Recorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)

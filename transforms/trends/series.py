@@ -78,10 +78,6 @@ def series_program(program: str, run_overrides: Mapping[str, str] | None = None,
     return normalize_program(program)
 
 
-def series_id(job: str, program: str, kind: str, stage: str | None) -> str:
-    return "/".join(p for p in (job, program, kind, stage) if p)
-
-
 SERIES_SCHEMA = pl.Schema({
     "path": pl.String, "run_id": pl.String, "job": pl.String, "kind": pl.String, "stage": pl.String,
     "program": pl.String, "series_program": pl.String, "series": pl.String,
