@@ -45,8 +45,11 @@ def test_a_served_night_gets_the_options_run_would_give_its_flow(tmp_path, monke
     """serve hands its nights what run hands its flow: the summary file (absolute), the lock wait,
     the Dask scheduler (a flow parameter, and the environment the served runs import
     flows.nightly in); the environment is put back when serve returns."""
+    import flows.nightly  # noqa: F401
     from flows import storage_secrets
 
+    # flows.nightly binds its task runner when first imported: imported here first (without the Dask
+    # variable), so the serve below does not leave this worker's later nights tied to a closed scheduler.
     monkeypatch.delenv(storage_secrets.DASK_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
     served = []
