@@ -1269,7 +1269,7 @@ def _expected_incidents(expected: list[dict], run_ids: list[str], bucket: Path) 
     one, and each step's baseline -> value as the project's parser reads the dumps (per series)."""
     from transforms.trends.rules import ZERO_WHEN_ABSENT
 
-    from transforms.trends.incidents import healthy_value
+    from transforms.trends.incident_walk import healthy_value
 
     figures = _series_figures(bucket, run_ids)
     out = []

@@ -53,7 +53,7 @@ from flows.night_summary import NightSummary, Stopwatch
 from flows.publish.notify import announce, owes_notifications
 from flows.publish.report import write_night_report
 from flows.resources import MemoryBudget, night_limit, peak_mib
-from flows.verdict import incidents as verdict
+from flows.verdict import incident_reader
 from flows.verdict.aggregate import aggregate
 from flows.verdict.compaction import compact_records, sweep_work_dirs
 from flows.verdict import items
@@ -173,7 +173,7 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         result.peak_mib.update({f"aggregate_{k}": v for k, v in done.peak_mib.items()})
         clock = time.perf_counter()
         result.loaded_runs = sorted({o.obj.run_id for o in staged})
-        result.new_incidents = verdict.opened_in(con, result.loaded_runs)
+        result.new_incidents = incident_reader.opened_in(con, result.loaded_runs)
         if notify_count:
             result.notified, result.undelivered = announce(
                 con, result.loaded_runs if result.new_incidents else [], settings)

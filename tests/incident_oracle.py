@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transforms.parse import parse_dump
-from transforms.trends.incidents import Floors, floor_test, step_test
+from transforms.trends.incident_walk import Floors, floor_test, step_test
 from transforms.trends.rules import DEFAULT_RULES, FALLBACK_RULE, ZERO_WHEN_ABSENT
 from transforms.trends.series import normalize_program
 

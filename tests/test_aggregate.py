@@ -272,7 +272,7 @@ def test_a_warehouse_named_by_the_old_rules_keeps_its_history(sample_warehouse, 
     assert verdict_settings.AGGREGATE_VERSION >= 8
     after = query(target, f"SELECT {cols} FROM incidents ORDER BY ALL")
     renamed = {"model__forward": "model__0_forward", "model__backward": "model__0_backward"}
-    from transforms.trends.incidents import incident_id
+    from transforms.trends.incident_walk import incident_id
     ids = {r["incident_id"]: incident_id(r["job"], renamed.get(r["program"], r["program"]), r["opened_run"],
                                          r["kind"] == "improvement") for r in before.iter_rows(named=True)}
     expected = before.with_columns(pl.col("incident_id").replace_strict(ids),

@@ -424,11 +424,11 @@ def test_each_accepts_row_lists_the_incidents_shown_accepted_at_its_run(sample_w
 
 
 def test_the_status_choices_derive_from_the_one_status_vocabulary():
-    """An incident's statuses are ``transforms.trends.incidents.STATUSES``; ``--status`` takes each of
+    """An incident's statuses are ``transforms.trends.incident_walk.STATUSES``; ``--status`` takes each of
     them, ``improvements`` and ``all``, and shows only statuses of that vocabulary."""
     from flows.commands.incidents import STATUS_CHOICES
-    from flows.verdict.incidents import SHOWN_BY_STATUS
-    from transforms.trends.incidents import STATUSES
+    from flows.verdict.incident_reader import SHOWN_BY_STATUS
+    from transforms.trends.incident_walk import STATUSES
 
     assert STATUS_CHOICES == ("new", "open", "fixed", "accepted", "lost", "improvements", "all")
     assert STATUS_CHOICES[:len(STATUSES)] == STATUSES

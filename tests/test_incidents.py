@@ -1,4 +1,4 @@
-"""Incidents on planted steps (transforms.trends.incidents): step baselines, lifecycle, grouping, impact."""
+"""Incidents on planted steps (transforms.trends.incident_walk): step baselines, lifecycle, grouping, impact."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transforms.trends.incidents import Floors, compute, incident_id
+from transforms.trends.incident_walk import Floors, compute, incident_id
 from transforms.trends.rules import Settings
 
 RUNS = [f"r{i}" for i in range(8)]

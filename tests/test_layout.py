@@ -226,7 +226,7 @@ def test_each_error_a_person_can_act_on_is_a_command_error_with_its_exit_status(
     from flows.errors import CommandError
     from flows.ingest.bucket import BucketAccessDenied, BucketNotFound, BucketUnusable
     from flows.publish.notify import BadTarget
-    from flows.verdict.incidents import OlderWarehouse
+    from flows.verdict.incident_reader import OlderWarehouse
     from flows.warehouse.reads import NoSuchRun
     from flows.warehouse.store import WarehouseBusy
 

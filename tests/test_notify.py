@@ -167,12 +167,12 @@ def test_slack_shows_names_as_they_are_and_no_heading_marks(sample_warehouse, mo
     """The summary a chat gets (CHAT): Apprise's HTML-to-Markdown conversion backslash-escaped every
     underscore of plain text (Slack showed jit\\_train\\_step, memory.peak\\_live\\_bytes) and kept
     "###" headings, which Slack does not render. Names now come in code spans, verbatim."""
-    from flows.verdict import incidents as verdict
+    from flows.verdict import incident_reader
     from flows.warehouse.store import connect_readonly
     from transforms.trends.night_report import CHAT, MARKDOWN, night_markdown
 
     with connect_readonly(sample_warehouse) as con:
-        at, commit = verdict.incidents_at(con, "2026-11-18"), verdict.run_commit(con, "2026-11-18")
+        at, commit = incident_reader.incidents_at(con, "2026-11-18"), incident_reader.run_commit(con, "2026-11-18")
     before = _slack_text(monkeypatch, night_markdown("2026-11-18", commit, at, sections=("new",), style=MARKDOWN))
     assert "jit\\_train\\_step" in before and "### " in before  # what the site's Markdown gives Slack
     text = _slack_text(monkeypatch, night_markdown("2026-11-18", commit, at, sections=("new",), style=CHAT))
@@ -432,8 +432,8 @@ def test_a_hostile_name_pings_nobody_on_any_service(url, service, form, monkeypa
     from transforms.trends.rules import Settings
 
     assert (describe(url).service, describe(url).form) == (service, form)
-    monkeypatch.setattr("flows.verdict.incidents.incidents_at", lambda con, run_id: _hostile_incident())
-    monkeypatch.setattr("flows.verdict.incidents.run_commit", lambda con, run_id: HOSTILE)
+    monkeypatch.setattr("flows.verdict.incident_reader.incidents_at", lambda con, run_id: _hostile_incident())
+    monkeypatch.setattr("flows.verdict.incident_reader.run_commit", lambda con, run_id: HOSTILE)
     posted = _capture(monkeypatch)
     monkeypatch.delenv(storage_secrets.NOTIFY_VAR, raising=False)
     storage_secrets.export_notify_targets([url])

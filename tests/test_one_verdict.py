@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.verdict import incidents as verdict
+from flows.verdict import incident_reader
 from flows.cli import app
 from flows.warehouse.store import connect_readonly
 from transforms.site.data import series_file
@@ -36,7 +36,7 @@ def _truth(warehouse: Path) -> tuple[list[str], dict[str, dict[str, tuple[str, s
     """Runs, and per run: incident id -> (status, kind), from incidents_at."""
     with connect_readonly(warehouse) as con:
         runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY started_at, run_id").fetchall()]
-        return runs, {r: {i: (s, k) for s, k, i in verdict.incidents_at(con, r).select("status", "kind", "incident_id").rows()}
+        return runs, {r: {i: (s, k) for s, k, i in incident_reader.incidents_at(con, r).select("status", "kind", "incident_id").rows()}
                       for r in runs}
 
 
@@ -49,8 +49,8 @@ def _listed(text: str) -> dict[str, tuple[str, str]]:
 def test_every_page_the_summary_and_the_cli_say_the_same_status_and_kind(site, sample_warehouse):
     runs, truth = _truth(sample_warehouse)
     with connect_readonly(sample_warehouse) as con:
-        commits = {r: verdict.run_commit(con, r) for r in runs}
-        at = {r: verdict.incidents_at(con, r) for r in runs}
+        commits = {r: incident_reader.run_commit(con, r) for r in runs}
+        at = {r: incident_reader.incidents_at(con, r) for r in runs}
     for run in runs:
         shown = {i: sk for i, sk in truth[run].items() if not (sk[0] == "open" and sk[1] == "improvement")}
         # The run's page: every incident of its lists, with its status and kind.

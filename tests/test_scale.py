@@ -252,8 +252,8 @@ def test_incidents_computed_job_by_job_are_the_incidents_of_the_whole(sample_war
     assert whole["incidents"].height >= 9
     monkeypatch.setattr(MemoryBudget, "incidents_batch_rows", property(lambda self: 1))  # a group per job
     calls = []
-    seen = aggregate_mod.incident_mod.compute
-    monkeypatch.setattr(aggregate_mod.incident_mod, "compute", lambda *a, **k: calls.append(1) or seen(*a, **k))
+    seen = aggregate_mod.incident_walk.compute
+    monkeypatch.setattr(aggregate_mod.incident_walk, "compute", lambda *a, **k: calls.append(1) or seen(*a, **k))
     with wh.Warehouse(work) as con:
         con.execute("DELETE FROM schema_info WHERE key = 'aggregated_with'")  # all runs again
         aggregate_mod.aggregate(con, load_settings(None), budget=MemoryBudget(1 << 30))
@@ -280,8 +280,8 @@ def test_a_night_that_repeats_the_last_run_keeps_the_incidents_without_walking_t
     shutil.copyfile(warehouse, work)
     assert _count(work, "SELECT count(*) FROM incidents") >= 5
     walked = []
-    seen = aggregate_mod.incident_mod.compute
-    monkeypatch.setattr(aggregate_mod.incident_mod, "compute",
+    seen = aggregate_mod.incident_walk.compute
+    monkeypatch.setattr(aggregate_mod.incident_walk, "compute",
                         lambda obs, health, *a, **k: walked.append(health.height) or seen(obs, health, *a, **k))
     _night(_copy_bucket(bucket, tmp_path), work, "2026-11-21", source=NIGHTS[-1])
     assert walked == [0]  # one call, with no job in it
@@ -327,8 +327,8 @@ def test_a_night_that_changes_one_job_walks_that_job_only(four_nights, tmp_path,
     copy, job = _fifth_night(bucket, tmp_path)
     jobs = sorted(p.name for p in (copy / "2026-11-21").iterdir() if p.is_dir())
     walked = []
-    seen = aggregate_mod.incident_mod.compute
-    monkeypatch.setattr(aggregate_mod.incident_mod, "compute",
+    seen = aggregate_mod.incident_walk.compute
+    monkeypatch.setattr(aggregate_mod.incident_walk, "compute",
                         lambda obs, health, *a, **k: walked.append(set(health.get_column("job").cast(pl.String)))
                         or seen(obs, health, *a, **k))
     from flows.nightly import night_in_process

@@ -175,12 +175,12 @@ def test_commits_link_to_their_pages_when_the_settings_say_where(sample_warehous
 
 def test_the_text_summary_says_what_the_markdown_says_without_markup(sample_warehouse):
     """What a text-only notification target gets: the Markdown summary's words, links written out."""
-    from flows.verdict import incidents as verdict
+    from flows.verdict import incident_reader
     from flows.warehouse.store import connect_readonly
     from transforms.trends.night_report import night_markdown, night_text
 
     with connect_readonly(sample_warehouse) as con:
-        at, commit = verdict.incidents_at(con, "2026-11-19"), verdict.run_commit(con, "2026-11-19")
+        at, commit = incident_reader.incidents_at(con, "2026-11-19"), incident_reader.run_commit(con, "2026-11-19")
     how = dict(commit_url="https://git.example/c/{commit}", compare_url="https://git.example/compare/{base}...{head}")
     md, text = night_markdown("2026-11-19", commit, at, **how), night_text("2026-11-19", commit, at, **how)
     assert text.splitlines()[:3] == ["Dumpscope: run 2026-11-19 (commit c71f0d2 (https://git.example/c/c71f0d2))", "",

@@ -297,10 +297,10 @@ def test_a_link_to_an_archived_incidents_old_page_lands_on_its_row(site, data, y
 
 def test_the_windows_incidents_at_are_the_macros(data, year):
     """The site reads incidents_at for every run of its window in one query: the same frames,
-    row for row, as the incidents_at(run) macro gives run by run (flows.verdict.incidents)."""
+    row for row, as the incidents_at(run) macro gives run by run (flows.verdict.incident_reader)."""
     from polars.testing import assert_frame_equal
 
-    from flows.verdict.incidents import incidents_at
+    from flows.verdict.incident_reader import incidents_at
 
     with duckdb.connect(str(year), read_only=True) as con:
         for run in _run_ids(data)[-WINDOW:]:

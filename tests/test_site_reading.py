@@ -240,7 +240,7 @@ def test_a_step_a_revert_reopened_is_open_again_and_fixed_between():
     from types import SimpleNamespace
 
     from transforms.site.pages import _Headlines
-    from transforms.trends.incidents import STEP_SCHEMA
+    from transforms.trends.incident_walk import STEP_SCHEMA
 
     def step(metric: str, baseline: float, value: float, **life) -> dict:
         return {"incident_id": "I-1a2b3c4d", "job": "jax-jit", "program": "train", "series": SERIES, "dump_kind": "xla_buffer_assignment",

@@ -21,7 +21,7 @@ import pytest
 from tests.test_torch_trace import FIX, rounded
 from transforms.parsers import torch_trace as P
 from transforms.parse import parse_dump
-from transforms.trends.incidents import Floors, compute
+from transforms.trends.incident_walk import Floors, compute
 from transforms.trends.rules import Settings, parse_settings
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_bucket"

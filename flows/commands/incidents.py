@@ -1,4 +1,4 @@
-"""``dumpscope incidents``: the incidents of a run, or one incident whole (``flows.verdict.incidents``).
+"""``dumpscope incidents``: the incidents of a run, or one incident whole (``flows.verdict.incident_reader``).
 
 A run's list is what that run's summary listed (``incidents_at(run)``: the same statuses,
 the same counts); ``--status all`` is every incident ever, each with its status at the
@@ -19,13 +19,13 @@ import polars as pl
 from flows.commands.shared import open_to_read, print_table
 from flows.errors import CommandError
 from flows.verdict import incident_detail as detail
-from flows.verdict import incidents as verdict
+from flows.verdict import incident_reader
 from flows.warehouse.reads import NoSuchRun, run_exists, run_named, runs_latest_first
 from transforms.escape import plain_text, slug
 from transforms.trends.headlines import IMPACT_TEXT, closing_text
 from transforms.units import human_value
 
-STATUS_CHOICES = (*verdict.SHOWN_BY_STATUS, "all")  # --status: every incident status, improvements, all
+STATUS_CHOICES = (*incident_reader.SHOWN_BY_STATUS, "all")  # --status: every incident status, improvements, all
 COLUMNS = ("incident_id", "status", "kind", "job", "program", "opened_run", "last_good_run", "last_good_commit",
            "first_bad_commit", "closed_run", "closed_how", "age_runs", "stacked_on", "impact", "metrics", "headline", "cause")
 TABLE_WIDTH = 110  # the table's width when printed to a pipe (a terminal uses its own)
@@ -35,7 +35,7 @@ __all__ = ["IncidentsError", "NoSuchIncident", "NoSuchRun", "STATUS_CHOICES", "l
 
 
 class IncidentsError(CommandError):
-    """No warehouse: one line for people (exit 1). An older warehouse is ``verdict.OlderWarehouse``
+    """No warehouse: one line for people (exit 1). An older warehouse is ``incident_reader.OlderWarehouse``
     (exit 1), a ``--run`` that names no run ``NoSuchRun`` (exit 2)."""
 
 
@@ -57,14 +57,14 @@ def list_incidents(warehouse: Path, run_id: str | None, status: str, *, whole: b
             rows = detail.every_incident(con).select(COLUMNS).to_dicts()
         else:
             if run_id is None:
-                latest = verdict.latest_run(con)
+                latest = incident_reader.latest_run(con)
                 if latest is None:
                     return None, []
                 run_id = latest[0]
-            frame = verdict.incidents_at(con, run_id)
+            frame = incident_reader.incidents_at(con, run_id)
             improvement = pl.col("kind") == "improvement"
-            wanted = pl.col("status").is_in(verdict.SHOWN_BY_STATUS[status]) & (
-                improvement if status in verdict.KINDS_OF else ~improvement | pl.col("status").is_in(["accepted"]))
+            wanted = pl.col("status").is_in(incident_reader.SHOWN_BY_STATUS[status]) & (
+                improvement if status in incident_reader.KINDS_OF else ~improvement | pl.col("status").is_in(["accepted"]))
             rows = frame.filter(wanted).select(COLUMNS).to_dicts()
         if whole:
             steps = detail.steps_by_incident(con, [r["incident_id"] for r in rows])

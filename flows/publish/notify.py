@@ -179,7 +179,7 @@ def announce(con: duckdb.DuckDBPyConnection, run_ids: list[str], settings) -> tu
     writer calls it under the warehouse lock, before the publish."""
     import polars as pl
 
-    from flows.verdict import incidents as verdict
+    from flows.verdict import incident_reader
     from transforms.escape import chat_title
     from transforms.trends.night_report import chat_style, counts, night_markdown, text_style
 
@@ -189,8 +189,8 @@ def announce(con: duckdb.DuckDBPyConnection, run_ids: list[str], settings) -> tu
 
     def render(run_id: str, target) -> Message | None:
         if run_id not in verdicts:
-            at = verdict.incidents_at(con, run_id)
-            verdicts[run_id] = (at, verdict.run_commit(con, run_id))
+            at = incident_reader.incidents_at(con, run_id)
+            verdicts[run_id] = (at, incident_reader.run_commit(con, run_id))
         at, commit = verdicts[run_id]
         if not counts(at)["new"]:
             return None

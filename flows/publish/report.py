@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flows.verdict import incidents as verdict
+from flows.verdict import incident_reader
 from flows.warehouse.store import connect_readonly
 from transforms.trends.night_report import night_brief, night_markdown
 from transforms.trends.rules import Settings
@@ -22,11 +22,11 @@ def _verdict(warehouse: Path, run_id: str | None) -> tuple[str | None, str | Non
     con = connect_readonly(warehouse)
     try:
         if run_id is None:
-            latest = verdict.latest_run(con)
+            latest = incident_reader.latest_run(con)
             run_id, commit = latest if latest else (None, None)
         else:
-            commit = verdict.run_commit(con, run_id)
-        return run_id, commit, verdict.incidents_at(con, run_id) if run_id else None
+            commit = incident_reader.run_commit(con, run_id)
+        return run_id, commit, incident_reader.incidents_at(con, run_id) if run_id else None
     finally:
         con.close()
 
@@ -39,7 +39,7 @@ def night_report(warehouse: Path, run_id: str | None = None, settings: Settings 
         return night_markdown(None, None, None), {}
     text = night_markdown(run_id, commit, at, commit_url=settings.commit_url, compare_url=settings.compare_url,
                           site_url=settings.site_url)
-    return text, verdict.counts(at)
+    return text, incident_reader.counts(at)
 
 
 def terminal_summary(warehouse: Path, limit: int = 5, site_url: str | None = None) -> list[str]:

@@ -41,7 +41,7 @@ import polars as pl
 from flows.errors import CommandError
 from flows.locks import exclusive
 from flows.publish import site_mkdocs
-from flows.verdict import incidents as verdict
+from flows.verdict import incident_reader
 from flows.warehouse import records
 from flows.warehouse.reads import frame_of
 from flows.warehouse.store import connect_readonly
@@ -134,7 +134,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
     history = getattr(settings, "site_history_runs", site_data.DEFAULT_HISTORY_RUNS)
     con = connect_readonly(warehouse, memory_limit=READER_MEMORY)  # a cache, mostly: the window's queries stream
     try:
-        verdict.check_schema(con)
+        incident_reader.check_schema(con)
         q = lambda sql, params=None: frame_of(con, sql, params)  # noqa: E731
         runs = q('SELECT run_id, started_at, "commit", tags FROM runs ORDER BY started_at, run_id').with_row_index("run_seq")
         window = runs.tail(history) if history else runs
@@ -178,7 +178,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
             run_totals=q("""SELECT run_id, sum(dumps) AS dumps, sum(failed) AS failed, sum(partial) AS partial,
                                    sum(changed_series) AS changed_series
                             FROM run_rollups GROUP BY run_id ORDER BY run_id"""),
-            run_verdicts=verdict.run_verdicts(con),
+            run_verdicts=incident_reader.run_verdicts(con),
             totals=q("SELECT * FROM job_totals WHERE run_id = ? ORDER BY ALL", [latest]),
             diffs=q(f"SELECT * FROM diffs WHERE {in_window} ORDER BY ALL", [shown]),
             accepts=q("SELECT * FROM accepts ORDER BY accepted_at"),
@@ -210,7 +210,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                                             headline, metrics, series, accepted_by, accepted_note, stacked_on
                                      FROM incidents WHERE NOT ({shown_incident}) ORDER BY opened_at, incident_id""",
                                  [shown, shown]),
-            # The one definition of new / open / fixed at a run (flows.verdict.incidents, the summary, the
+            # The one definition of new / open / fixed at a run (flows.verdict.incident_reader, the summary, the
             # CLI), asked for the runs the site shows.
             incidents_at=_incidents_at(q, shown),
             commit_url=getattr(settings, "commit_url", None), compare_url=getattr(settings, "compare_url", None),

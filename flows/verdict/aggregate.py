@@ -31,7 +31,7 @@ from flows.warehouse.reads import frame_of, read_with, registered
 from flows.warehouse.transactions import transaction
 from transforms.trends import diffs as diff_mod
 from transforms.trends import incident_rule
-from transforms.trends import incidents as incident_mod
+from transforms.trends import incident_walk
 from transforms.trends import renames as renames_mod
 from transforms.trends import metric_trends as trends
 from transforms.trends import rollups
@@ -220,7 +220,7 @@ def _aggregate_runs(con: duckdb.DuckDBPyConnection, settings: Settings, budget: 
 
 def _incidents(con: duckdb.DuckDBPyConnection, jobs: list[str], series: pl.DataFrame, order: pl.DataFrame,
                from_seq: int, accepts: list[dict], settings: Settings, *, batch_rows: int,
-               programs: pl.DataFrame | None, since: int | None) -> incident_mod.Walked:
+               programs: pl.DataFrame | None, since: int | None) -> incident_walk.Walked:
     """``incidents.compute`` over the whole history of these jobs, in groups of jobs of at
     most ``batch_rows`` figures (one job can exceed it), each group's history read on its
     own: an incident is one program's, and a program belongs to one job, so the parts are
@@ -243,11 +243,11 @@ def _incidents(con: duckdb.DuckDBPyConnection, jobs: list[str], series: pl.DataF
         del observations, group_series, group_dumps
     if len(parts) == 1:
         return parts[0]
-    return incident_mod.Walked(*incident_mod.in_order(pl.concat([p.incidents for p in parts]), pl.concat([p.steps for p in parts])),
+    return incident_walk.Walked(*incident_walk.in_order(pl.concat([p.incidents for p in parts]), pl.concat([p.steps for p in parts])),
                                [i for p in parts for i in p.unchanged])
 
 
-def _write_incidents(con: duckdb.DuckDBPyConnection, walk: incident_mod.Walked, *,
+def _write_incidents(con: duckdb.DuckDBPyConnection, walk: incident_walk.Walked, *,
                      programs: pl.DataFrame | None) -> tuple[int, int]:
     """Write the walk's incidents and their steps, each with its cause from ``diffs``, in
     place of the stored incidents of the walked ``programs`` (job, program; None: all) but

@@ -55,7 +55,7 @@ from transforms.layout import BucketObject, Role, escape_name
 from transforms.parse import ParseLimits
 from transforms.trends import diffs as diff_mod
 from transforms.trends import incident_rule
-from transforms.trends import incidents as incident_mod
+from transforms.trends import incident_walk
 from transforms.trends import metric_trends as trends
 from transforms.trends.headlines import failure_text
 from transforms.trends.rules import Settings
@@ -83,7 +83,7 @@ class Candidate:
 @dataclass
 class Verdict:
     """What the candidate run would do: every incident and step over history + candidate
-    (``incident_mod.in_order``), its new programs, and the ``diffs`` rows of what it opens."""
+    (``incident_walk.in_order``), its new programs, and the ``diffs`` rows of what it opens."""
 
     incidents: pl.DataFrame
     steps: pl.DataFrame
@@ -211,7 +211,7 @@ def judge(con, order: pl.DataFrame, accepts: list[dict], candidate: Candidate, s
         pairs.append(_pairs(con, series.join(mine.select("series").unique(), on="series", how="semi"), dumps, candidate,
                             order))
         del series, stored_dumps, dumps, observations
-    incidents, steps = incident_mod.in_order(pl.concat([p.incidents for p in parts]), pl.concat([p.steps for p in parts]))
+    incidents, steps = incident_walk.in_order(pl.concat([p.incidents for p in parts]), pl.concat([p.steps for p in parts]))
     diffs = _candidate_diffs(con, pl.concat(pairs), candidate, steps.filter(pl.col("opened_run") == run_id), work)
     return Verdict(incidents, steps, new_programs, diffs)
 

@@ -1,8 +1,8 @@
 """One incident whole, and every incident with its last status, read back for ``dumpscope
 incidents`` (the statuses come from the view ``incident_status``, as everywhere:
-``flows.verdict.incidents``).
+``flows.verdict.incident_reader``).
 
-Raises ``OlderWarehouse`` (``flows.verdict.incidents``) for a file that predates this
+Raises ``OlderWarehouse`` (``flows.verdict.incident_reader``) for a file that predates this
 verdict. May import ``warehouse`` and ``transforms``.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from flows.verdict.incidents import check_schema
+from flows.verdict.incident_reader import check_schema
 from flows.warehouse.reads import frame_of, read_with, strings
 
 

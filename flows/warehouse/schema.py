@@ -364,7 +364,7 @@ MIGRATIONS: list[Migration] = [
 
 def derived_tables() -> dict[str, tuple[pl.Schema, dict[str, str]]]:
     """name -> (schema, docs with '' for the table) of every table aggregation writes."""
-    from transforms.trends import diffs, incidents, rollups, series
+    from transforms.trends import diffs, incident_walk, rollups, series
     from transforms.trends import metric_trends as trends
 
     return {
@@ -377,8 +377,8 @@ def derived_tables() -> dict[str, tuple[pl.Schema, dict[str, str]]]:
         "content_item_rows": (diffs.STORED_ITEM_SCHEMA, diffs.STORED_ITEM_DOCS),
         "excerpt_texts": (diffs.EXCERPT_TEXT_SCHEMA, diffs.EXCERPT_TEXT_DOCS),
         "diffs": (diffs.DIFF_SCHEMA, diffs.DIFF_DOCS),
-        "incidents": (incidents.INCIDENT_SCHEMA, incidents.INCIDENT_DOCS),
-        "incident_steps": (incidents.STEP_SCHEMA, incidents.STEP_DOCS),
+        "incidents": (incident_walk.INCIDENT_SCHEMA, incident_walk.INCIDENT_DOCS),
+        "incident_steps": (incident_walk.STEP_SCHEMA, incident_walk.STEP_DOCS),
     }
 
 
@@ -469,14 +469,14 @@ def comments_sql(tables: Mapping[str, pl.Schema], docs: Mapping[str, Mapping[str
 
 def verdict_view_docs() -> dict[str, dict[str, str]]:
     """Column docs of the verdict's views (``VERDICT_VIEWS``), in their column order."""
-    from transforms.trends import incidents
+    from transforms.trends import incident_walk
     from transforms.trends import metric_trends as trends
 
     figure = {c: trends.TREND_DOCS[c] for c in trends.TREND_SCHEMA.names()} | {
         "incident_id": "The incident whose step is open on this figure at this run (the latest opened when steps are stacked); NULL when none is.",
         "step": "That step's kind: regression, improvement or failure; NULL when no step is open.",
         "opened_run": "Run the step opened in.",
-        "baseline": incidents.STEP_DOCS["baseline"],
+        "baseline": incident_walk.STEP_DOCS["baseline"],
         "change": "value - baseline: how far the figure stands from the level before the step.",
     }
     return {

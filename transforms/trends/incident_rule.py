@@ -5,7 +5,7 @@ and ``dumpscope check`` (history + the candidate directory as one more run) both
 each series' health per run (``program_health``: the worst status of its dumps, a partial
 one that names what its damage cost ``ok`` or ``damaged`` by whether the verdict reads a
 lost figure, or ``absent`` in a later run of its job that did not write it), the figures of
-the dumps whose figures stand (``figures_stand``), and ``transforms.trends.incidents.compute``
+the dumps whose figures stand (``figures_stand``), and ``transforms.trends.incident_walk.compute``
 with the settings' floors.
 
 ``causes`` attaches to each incident the top lines of its structural diff (rows of the
@@ -22,7 +22,7 @@ import re
 
 import polars as pl
 
-from transforms.trends import incidents as incident_mod
+from transforms.trends import incident_walk
 from transforms.trends.headlines import failure_text
 from transforms.trends.rules import DEFAULT_RULES, NEUTRAL, Settings
 from transforms.volatile import normalise
@@ -111,7 +111,7 @@ def _may_overlap(a: str, b: str) -> bool:
 
 def compute_incidents(series: pl.DataFrame, dumps: pl.DataFrame, observations: pl.DataFrame, order: pl.DataFrame,
                       accepts: list[dict], settings: Settings, *, since: int | None = None,
-                      ) -> incident_mod.Walked:
+                      ) -> incident_walk.Walked:
     """Incidents and incident_steps (``incidents.Walked``), causes not attached, of the jobs of ``series``.
 
     ``series``: dump_series rows of every run of those jobs; ``dumps``: path, run_id, job,
@@ -125,8 +125,8 @@ def compute_incidents(series: pl.DataFrame, dumps: pl.DataFrame, observations: p
     info = usable.select("series", "job", pl.col("series_program").alias("program"), "kind", "stage").unique("series")
     if observations.schema.get("series") == pl.Categorical:  # categoricals: no string per row
         info = info.with_columns(pl.all().cast(pl.Categorical))
-    floors = incident_mod.Floors(bytes=settings.floor_bytes, count=settings.floor_count)
-    return incident_mod.compute(observations, health, order, accepts, settings, floors, ok=ok, info=info, since=since,
+    floors = incident_walk.Floors(bytes=settings.floor_bytes, count=settings.floor_count)
+    return incident_walk.compute(observations, health, order, accepts, settings, floors, ok=ok, info=info, since=since,
                                 repeats=repeated_contents(usable, dumps, order))
 
 

@@ -9,7 +9,7 @@ For each (series, metric), in run order (``runs.started_at``, then ``run_id``): 
 value, the series' previous observation (the last run that had it), the delta and
 ratio, and ``changed`` (a first value, or a move past the rule's noise). These are
 facts, not a verdict: whether a figure got worse or better is said by the incidents
-alone (``transforms.trends.incidents``, its step baselines), and the view
+alone (``transforms.trends.incident_walk``, its step baselines), and the view
 ``figure_status`` puts each row beside the incident step open on it.
 """
 

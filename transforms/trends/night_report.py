@@ -10,7 +10,7 @@ One story, in the order a person reads it: the counts ("2 new, 1 still open, 1 f
 it stacks on, its commit range and cause, then what was fixed or accepted, what is
 still open (with its age), the new improvements and the improvements lost. Every line
 says its incident's kind; a revert says so on the lines of what it closed ("reverted")
-and of what it reopened ("reopened in this run"). Input is the ``incidents_at(run)`` rows (``flows.verdict.incidents``),
+and of what it reopened ("reopened in this run"). Input is the ``incidents_at(run)`` rows (``flows.verdict.incident_reader``),
 so every count here is the count the CLI, the notifications and the site show. Names
 come from dumps and paths: each reaches the text through ``transforms.escape``.
 """

@@ -29,7 +29,7 @@ import re
 
 import polars as pl
 
-from transforms.trends.incidents import incident_id
+from transforms.trends.incident_walk import incident_id
 
 RENAME_SCHEMA = pl.Schema({"run_id": pl.String, "job": pl.String, "old_series": pl.String, "series": pl.String,
                            "old_program": pl.String, "program": pl.String})

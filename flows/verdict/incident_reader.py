@@ -14,7 +14,7 @@ import polars as pl
 from flows.errors import CommandError
 from flows.warehouse.reads import LATEST_RUN_FIRST, frame_of
 from flows.warehouse import schema as ws
-from transforms.trends.incidents import STATUSES
+from transforms.trends.incident_walk import STATUSES
 from transforms.trends.night_report import counts  # flows.publish.report reads the counts from here
 
 # --status of ``dumpscope incidents``: the incident statuses (``STATUSES``, one vocabulary) each choice
