@@ -136,7 +136,8 @@ def real_module(mb: int) -> tuple[Path, dict]:
 _STAGING_CHILD = r"""
 import json, sys
 from pathlib import Path
-from flows.ingest.bucket import connect, list_objects
+from flows.ingest.bucket import list_objects
+from flows.ingest.bucket_access import connect
 bucket, staging, worker = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "staging"
 objs = [o for o in list_objects(bucket) if o.role.value == "dump"]
 if worker:

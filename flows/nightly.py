@@ -43,7 +43,9 @@ from flows import storage_secrets
 from flows.errors import FAILING, UNDELIVERED
 from flows.ingest import staging
 from flows.ingest import housekeeping
-from flows.ingest.bucket import BucketUnusable, connect, list_objects, load_settle_state, read_runs, save_settle_state
+from flows.ingest.bucket import list_objects, read_runs
+from flows.ingest.bucket_access import BucketUnusable, connect
+from flows.ingest.settle_state import load_settle_state, save_settle_state
 from flows.ingest.pool import chunks_of, process_pool, recognise_held, shut_down_pool
 # The parse worker's code lives in flows.ingest.staging: a spawned worker imports that module
 # (no Prefect, no DuckDB: ~60 MiB less per worker than importing this one).

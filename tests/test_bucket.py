@@ -13,16 +13,9 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from flows.ingest.bucket import (
-    BucketNotFound,
-    BucketReadError,
-    connect,
-    list_objects,
-    load_settle_state,
-    open_object,
-    read_runs,
-    save_settle_state,
-)
+from flows.ingest.bucket import list_objects, open_object, read_runs
+from flows.ingest.bucket_access import BucketNotFound, BucketReadError, connect
+from flows.ingest.settle_state import load_settle_state, save_settle_state
 from transforms.layout import (
     RUN_JSON_FIELDS,
     RUN_JSON_MAX_BYTES,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.ingest.bucket import BucketNotFound
+from flows.ingest.bucket_access import BucketNotFound
 from flows.warehouse import store as wh
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
@@ -233,7 +233,7 @@ def test_s3_keys_that_name_no_run_or_job_are_refused_by_name(prefect, s3, tmp_pa
     """'..' keys, a directory marker (a key ending in '/'), a run '2026-11-20 ' beside the real one:
     never runs or jobs (on main: runs '..' and '2026-11-20 ', a job '..'); each named in the night's failures."""
     from flows import storage_secrets
-    from flows.ingest.bucket import parse_storage_options
+    from flows.ingest.bucket_access import parse_storage_options
     from flows.nightly import nightly
 
     endpoint, client = s3

@@ -352,7 +352,9 @@ def test_open_object_reads_regular_files_only_and_says_what_it_refused(tmp_path,
     root to a directory and to a file: refused with their kind; the root itself may be a link."""
     import socket
 
-    from flows.ingest.bucket import RefusedObject, connect, list_objects, open_object
+    from flows.ingest.bucket import list_objects, open_object
+
+    from flows.ingest.bucket_access import RefusedObject, connect
 
     real = tmp_path / "real"
     job = real / NIGHT / PMAP

@@ -224,7 +224,7 @@ def test_each_error_a_person_can_act_on_is_a_command_error_with_its_exit_status(
     from flows.commands.incidents import IncidentsError, NoSuchIncident
     from flows.commands.query import QueryError
     from flows.errors import CommandError
-    from flows.ingest.bucket import BucketAccessDenied, BucketNotFound, BucketUnusable
+    from flows.ingest.bucket_access import BucketAccessDenied, BucketNotFound, BucketUnusable
     from flows.publish.notify import BadTarget
     from flows.verdict.incident_reader import OlderWarehouse
     from flows.warehouse.reads import NoSuchRun

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.warehouse import loading, store as wh
-from flows.ingest.bucket import BucketNotFound, connect, list_objects, parse_storage_options
+from flows.ingest.bucket import list_objects
+from flows.ingest.bucket_access import BucketNotFound, connect, parse_storage_options
 
 SAMPLE = Path(__file__).parents[1] / "data" / "sample_bucket"
 NIGHT = "2026-11-20"

@@ -17,7 +17,8 @@ import pytest
 from flows.ingest import staging
 
 from flows.ingest import housekeeping
-from flows.ingest.bucket import BucketReadError, list_objects
+from flows.ingest.bucket import list_objects
+from flows.ingest.bucket_access import BucketReadError
 from flows.ingest.staging import stage_object
 from transforms.parse import ParseLimits, parse_dump, parser_version
 from transforms.records import DumpKind, ParseError

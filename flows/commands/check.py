@@ -21,7 +21,7 @@ import typer
 from flows.commands import preflight
 from flows.commands.shared import open_to_read
 from flows.errors import FAILING, CommandError  # FAILING: --fail-on new found a regression or failure to open
-from flows.ingest.bucket import parse_storage_options
+from flows.ingest.bucket_access import parse_storage_options
 from flows.resources import MemoryBudget, parse_memory
 from flows.verdict import candidate
 from flows.verdict.candidate import BadDirectory

@@ -67,7 +67,7 @@ def prepare(options: NightOptions, *, prefect_wait: float = 0.0,
     environment instead; ``fail_on`` left to the command). ``prefect_wait``: how long a Prefect
     server that is starting is waited for (``serve``; ``notice`` is told), else none
     (``preflight.prefect_api``)."""
-    from flows.ingest.bucket import check_bucket, parse_storage_options
+    from flows.ingest.bucket_access import check_bucket, parse_storage_options
     from flows.publish.release import storage_options_for
 
     summary_json = options.summary_json

@@ -4,7 +4,7 @@ notification targets and the ``--publish`` destination (exit 2: a directory this
 write, a store's bucket not there or without credentials), the site directory and the report
 file (exit 2: the build replaces a site directory whole), the warehouse a night writes (exit 2: a directory, a file
 that is no warehouse, a place this user cannot write), and the warehouse's one writer (exit 1
-when the file is no warehouse, 3 when another writer holds it). The bucket's check is ``flows.ingest.bucket.check_bucket``
+when the file is no warehouse, 3 when another writer holds it). The bucket's check is ``flows.ingest.bucket_access.check_bucket``
 (exit 2), the warehouse file's ``flows.warehouse.inspect.check_warehouse`` (exit 1). The Dask
 scheduler of ``--dask-address``, and the Prefect server ``PREFECT_API_URL`` names when it is
 set, must answer before the night starts (exit 2); ``serve`` waits for a server that is still
@@ -199,7 +199,7 @@ def publish_destination(dest: str, storage_options: dict | None = None, *, look:
     credentials (``storage_options``, else the environment's), found with one cheap look as the
     bucket's are (``check_bucket``; not with ``look`` False: the options are not known yet).
     Else the night did all its work and failed at its publish."""
-    from flows.ingest.bucket import BucketUnusable, check_bucket
+    from flows.ingest.bucket_access import BucketUnusable, check_bucket
     from flows.publish.release import BadDestination, check_destination, is_local, local_path, releases_dir
     from transforms.escape import plain_text
 

@@ -35,7 +35,7 @@ def watch(night: NightOptions, *, interval: float, iterations: int) -> None:
     prefect_defaults()
     settings = prepare(night)  # exit 2 in one line on an operator's mistake, before Prefect starts
     settings = replace(settings, state_path=night.warehouse.with_suffix(".settle.json"))  # --settle 0 too
-    from flows.ingest.bucket import BucketUnusable
+    from flows.ingest.bucket_access import BucketUnusable
 
     done = 0
     with prefect_console(night.console_level):

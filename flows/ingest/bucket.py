@@ -1,4 +1,6 @@
-"""Bucket I/O through fsspec: list objects, read run.json, open objects, keep settle state.
+"""Bucket I/O through fsspec: list objects, read run.json, open objects (reaching the bucket and
+its errors: ``flows.ingest.bucket_access``; the settle state kept between nights:
+``flows.ingest.settle_state``).
 
 Any fsspec URL works: a local path, ``file://``, ``memory://``, ``s3://bucket/prefix``
 (s3fs is loaded by fsspec when the scheme is used; endpoint, credentials and region
@@ -41,29 +43,23 @@ connect and read timeouts on S3 (``S3_TIMEOUTS``, unless the storage options set
 
 from __future__ import annotations
 
-import copy
-import json
 import logging
 import os
 import stat
-import tempfile
 from collections.abc import Iterable
 from datetime import datetime
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import fsspec
-from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from flows.errors import CommandError
 from flows.ingest import local_open
+from flows.ingest.bucket_access import BucketNotFound, BucketReadError, RefusedObject, connect, listing_error, root_exists
 from transforms.layout import (
     RUN_JSON_MAX_BYTES,
     BucketObject,
     Role,
     RunInfo,
-    SettleState,
     escape_name,
     locate,
     parse_run_json,
@@ -73,184 +69,7 @@ from transforms.layout import (
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "BucketAccessDenied",
-    "BucketNotFound",
-    "BucketObject",
-    "BucketReadError",
-    "BucketUnusable",
-    "RefusedObject",
-    "S3_TIMEOUTS",
-    "check_bucket",
-    "connect",
-    "list_objects",
-    "load_settle_state",
-    "open_in_bucket",
-    "open_object",
-    "parse_storage_options",
-    "read_runs",
-    "save_settle_state",
-]
-
-# botocore's Config for S3 unless the storage options say otherwise (config_kwargs.*):
-# an open or a read that hangs fails after this many seconds instead of holding the night.
-S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 60}
-
-
-class BucketReadError(OSError):
-    """An object (or the bucket) could not be read: the flow retries or records it."""
-
-    def __init__(self, path: str, reason: str):
-        self.path, self.reason = path, reason
-        super().__init__(f"{path}: {reason}")
-
-    def __reduce__(self):  # OSError would rebuild it from its message alone (Dask, process pools)
-        return type(self), (self.path, self.reason)
-
-
-class RefusedObject(BucketReadError):
-    """Not a regular file inside the bucket (a symlink, a FIFO, a device...): never read.
-    Bad input, not an I/O failure: the object is recorded failed with ``reason``, not retried."""
-
-
-class BucketUnusable(CommandError, OSError, exit_code=2):
-    """The bucket cannot be used as given (a wrong URL, credentials the store refuses): an
-    operator's mistake, said in one line and not retried."""
-
-    def __init__(self, url: str, detail: str = ""):
-        self.url, self.detail = url, detail
-        super().__init__(self._message(escape_name(url)) + (f" ({detail})" if detail else ""))
-
-    def _message(self, url: str) -> str:
-        return f"cannot use the bucket {url}"
-
-    def __reduce__(self):  # rebuilt from its arguments (Dask, process pools), not from its message
-        return type(self), (self.url, self.detail)
-
-
-class BucketNotFound(BucketUnusable, FileNotFoundError):
-    """The bucket root does not exist (or is a file): a wrong URL, not worth retrying."""
-
-    def _message(self, url: str) -> str:
-        return f"no bucket at {url}"
-
-
-class BucketAccessDenied(BucketUnusable, PermissionError):
-    """The store refuses the credentials (or this bucket to them): not worth retrying."""
-
-    def _message(self, url: str) -> str:
-        return f"access to the bucket {url} denied"
-
-
-def connect(bucket_url: str | os.PathLike, storage_options: dict[str, Any] | None = None
-            ) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem and root path (as the fs spells it) of ``bucket_url``. A ``Path`` is a local
-    directory, never read as a URL: its name is its name (a ``::`` or ``://`` in it chains nothing)."""
-    if isinstance(bucket_url, os.PathLike):
-        return LocalFileSystem(), os.path.abspath(bucket_url).rstrip("/")
-    options = storage_options or {}
-    protocol, _ = fsspec.core.split_protocol(str(bucket_url))
-    if protocol in ("s3", "s3a"):
-        options = copy.deepcopy(options)
-        config = options.setdefault("config_kwargs", {})
-        for key, seconds in S3_TIMEOUTS.items():
-            config.setdefault(key, seconds)
-    fs, root = url_to_fs(str(bucket_url), **options)
-    return fs, root.rstrip("/")
-
-
-def check_bucket(bucket_url: str, storage_options: dict[str, Any] | None = None) -> None:
-    """Raise ``BucketNotFound`` or ``BucketAccessDenied`` when the bucket cannot be used as
-    given, from one cheap look (its first level); other failures are left to the night,
-    which retries them. For the commands, before any work starts."""
-    fs, root = connect(bucket_url, storage_options)
-    try:
-        fs.invalidate_cache(root)
-        fs.ls(root, detail=False)
-    except FileNotFoundError:
-        pass  # an object store's empty prefix, or no bucket at all: told apart below
-    except PermissionError as exc:
-        raise BucketAccessDenied(bucket_url, _denial(exc)) from None
-    except OSError:
-        return
-    except Exception as exc:
-        raise _client_refusal(bucket_url, exc) from None
-    try:
-        exists = _root_exists(fs, root)
-    except PermissionError as exc:
-        raise BucketAccessDenied(bucket_url, _denial(exc)) from None
-    except OSError:
-        return
-    except Exception as exc:
-        raise _client_refusal(bucket_url, exc) from None
-    if not exists:
-        raise BucketNotFound(bucket_url)
-    if isinstance(fs, LocalFileSystem) and not os.path.isdir(root):
-        raise BucketNotFound(bucket_url, "a file, not a directory")
-
-
-_NO_CREDENTIALS_HINT = ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the "
-                        "environment, or --storage-option key=... --storage-option secret=...; anon=true for a public bucket")
-
-
-def _client_refusal(bucket_url: str, exc: Exception) -> Exception:
-    """What the store's client raised before the store answered, when it is not an ``OSError``:
-    botocore's credential errors (none found, a profile that does not exist, half of a key
-    pair) are ``BucketAccessDenied``, its other errors (an endpoint that does not answer)
-    ``BucketUnusable``: the client's own words on one line. Anything else is ``exc`` itself."""
-    try:
-        from botocore import exceptions as boto
-    except ImportError:  # no S3 client installed: not one of its errors
-        return exc
-    said = " ".join(str(exc).split())
-    if isinstance(exc, (boto.NoCredentialsError, boto.PartialCredentialsError, boto.ProfileNotFound,
-                        boto.CredentialRetrievalError)):
-        return BucketAccessDenied(bucket_url, f"{said}; {_NO_CREDENTIALS_HINT}")
-    if isinstance(exc, boto.BotoCoreError):
-        return BucketUnusable(bucket_url, said)
-    return exc
-
-
-def _denial(exc: BaseException) -> str:
-    """What the store said when it refused: its error code and message (botocore's ClientError
-    is the cause of s3fs's PermissionError), on one line."""
-    error = getattr(exc.__cause__, "response", {}).get("Error", {}) if exc.__cause__ is not None else {}
-    code, text = error.get("Code"), " ".join(str(exc).split())
-    return f"{code}: {text}" if code and code not in text else text
-
-
-def _listing_error(bucket_url: str, exc: OSError) -> OSError:
-    if isinstance(exc, PermissionError):
-        return BucketAccessDenied(bucket_url, _denial(exc))
-    return BucketReadError(escape_name(bucket_url), f"cannot list: {exc}")
-
-
-def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
-    """``["key=value", "client_kwargs.endpoint_url=http://..."]`` as a (nested) dict.
-
-    Dotted keys nest (``a.b=1`` gives ``{"a": {"b": 1}}``). A value that reads as JSON
-    (``true``, ``false``, ``null``, a number, an object) is decoded, so ``anon=true`` is a
-    bool; anything else stays a string. Raises ``ValueError`` on a pair without ``=``.
-    """
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"storage option {pair!r}: expected KEY=VALUE")
-        try:
-            value: Any = json.loads(raw)
-        except ValueError:
-            value = raw
-        *parents, leaf = key.split(".")
-        node = options
-        for part in parents:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ValueError(f"storage option {pair!r}: {part!r} is already a value")
-            node = child
-        node[leaf] = value
-    return options
+__all__ = ["BucketObject", "list_objects", "open_in_bucket", "open_object", "read_runs"]
 
 
 def _mtime(info: dict[str, Any]) -> float:
@@ -306,12 +125,12 @@ def list_objects(
     except FileNotFoundError as exc:  # s3fs: "The specified bucket does not exist"
         found, cause = {}, exc
     except OSError as exc:
-        raise _listing_error(bucket_url, exc) from exc
+        raise listing_error(bucket_url, exc) from exc
     if not found:
         try:
-            exists = _root_exists(fs, root)
+            exists = root_exists(fs, root)
         except OSError as exc:
-            raise _listing_error(bucket_url, exc) from exc
+            raise listing_error(bucket_url, exc) from exc
         if not exists:
             raise BucketNotFound(bucket_url) from cause
         if cause is not None:  # the bucket is there, something below it vanished: try again later
@@ -353,20 +172,6 @@ def list_objects(
 def _preferred(info: dict[str, Any], unescaped: bool) -> tuple[bool, bool]:
     """Of two names that read the same once escaped: a regular file first, then the real name."""
     return info.get("type", "file") == "file", unescaped
-
-
-def _root_exists(fs: fsspec.AbstractFileSystem, root: str) -> bool:
-    """Whether an empty listing of ``root`` is an empty bucket (True) or no bucket at all."""
-    if fs.isdir(root):
-        return True
-    split = getattr(fs, "split_path", None)  # object stores: a prefix exists only while it holds objects
-    if split is None:
-        return False
-    bucket = split(root)[0]
-    try:
-        return bool(bucket) and fs.exists(bucket)
-    except PermissionError:  # may list the prefix but not look at the bucket: it is there
-        return True
 
 
 # Object stores name a write's identity differently: s3 "ETag" (and "VersionId" when
@@ -466,22 +271,3 @@ def read_runs(fs: fsspec.AbstractFileSystem, objects: Iterable[BucketObject]) ->
             errors += bad
         runs[run_id] = run_info(run_id, meta, (o.mtime for o in objs), meta_errors=errors, meta_path=meta_path)
     return runs
-
-
-def load_settle_state(state_path: str | os.PathLike) -> SettleState:
-    """The settle state saved by ``save_settle_state`` (empty when absent or unreadable)."""
-    try:
-        data = json.loads(Path(state_path).read_text())
-        return {p: (int(v[0]), float(v[1]), float(v[2])) for p, v in data.items()}
-    except (OSError, ValueError, TypeError, IndexError, AttributeError):
-        return {}
-
-
-def save_settle_state(state_path: str | os.PathLike, state: SettleState) -> None:
-    """Write the state atomically (temp file, then rename)."""
-    path = Path(state_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump({p: list(v) for p, v in state.items()}, f)
-    os.replace(tmp, path)

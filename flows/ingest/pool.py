@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 from flows.ingest import staging
-from flows.ingest.bucket import connect
+from flows.ingest.bucket_access import connect
 from flows.ingest.staging import Outcome, exit_with_parent
 from transforms.layout import BucketObject
 

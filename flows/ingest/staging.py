@@ -9,7 +9,7 @@ file beyond), computing its sha256 on the way. Then:
   failed HLO dump under another), and was not failed by a limit that ``limits`` raises
   (a retry, or the same content under another path): nothing is parsed, the staged
   summary is returned;
-- the object is not a regular file inside the bucket (``flows.ingest.bucket.RefusedObject``: a
+- the object is not a regular file inside the bucket (``flows.ingest.bucket_access.RefusedObject``: a
   symbolic link, a FIFO...): nothing is read, the result is ``failed`` with the reason,
   no content (``sha256`` None) and no tables;
 - else the spool is parsed with ``transforms.parse.iter_dump`` (``dump_id`` = sha256),
@@ -53,7 +53,8 @@ import fsspec
 import polars as pl
 import pyarrow.parquet as pq
 
-from flows.ingest.bucket import BucketReadError, RefusedObject, connect, open_object
+from flows.ingest.bucket import open_object
+from flows.ingest.bucket_access import BucketReadError, RefusedObject, connect
 from transforms.parsers.formats import parser_version
 from transforms.layout import BucketObject
 from transforms.parse import DEFAULT_LIMITS, ParseLimits, iter_dump, kind_of, named_at

@@ -41,7 +41,8 @@ from pathlib import Path
 import polars as pl
 
 from flows.errors import CommandError
-from flows.ingest.bucket import connect, list_objects, read_runs
+from flows.ingest.bucket import list_objects, read_runs
+from flows.ingest.bucket_access import connect
 from flows.ingest.staging import Outcome, stage_chunk
 from flows.verdict import history
 from flows.verdict import items as items_mod

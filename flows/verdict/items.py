@@ -58,7 +58,7 @@ ItemsRunner = Callable[[list[Path]], list[Path]]
 @dataclass(frozen=True)
 class DumpSource:
     """The bucket the dumps are read back from for their excerpts (as the nightly reads it): its
-    URL, or the ``Path`` of a local directory (``flows.ingest.bucket.connect``)."""
+    URL, or the ``Path`` of a local directory (``flows.ingest.bucket_access.connect``)."""
 
     bucket: str | os.PathLike
     storage_options: dict[str, Any] | None = field(default=None, hash=False)
@@ -100,7 +100,7 @@ def _items_in_chunks(batch_dir: Path, key: pl.DataFrame) -> pl.DataFrame:
 def with_excerpts(found: pl.DataFrame, keys: pl.DataFrame, source: DumpSource) -> pl.DataFrame:
     """``found`` (content items) with excerpt and excerpt_from filled from a dump of each
     key's content (``keys``: items_key, paths), when its bytes are that content."""
-    from flows.ingest.bucket import connect
+    from flows.ingest.bucket_access import connect
 
     fs, root = connect(source.bucket, source.storage_options)
     parts = []
@@ -128,7 +128,8 @@ def with_excerpts(found: pl.DataFrame, keys: pl.DataFrame, source: DumpSource) -
 def _read_dump(fs, root: str, paths: list[str], content: str | None, wanted: list[str | None]) -> tuple[list, str | None]:
     """Excerpts from the first of ``paths`` (as the warehouse keeps them: escaped) whose bytes
     are ``content`` (sha256); ([], None) when none is."""
-    from flows.ingest.bucket import BucketReadError, open_in_bucket
+    from flows.ingest.bucket import open_in_bucket
+    from flows.ingest.bucket_access import BucketReadError
 
     for path in paths if content else ():
         for name in _real_names(path):

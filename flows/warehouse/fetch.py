@@ -6,7 +6,7 @@ or to ``file://``, or not be a DuckDB file at all. So the download
 
 - stops at ``max_bytes`` (the settings' ``[check] max_download``) and after ``seconds``
   (``[check] download_seconds``): each read is bounded by the transport's own timeouts (HTTP:
-  aiohttp's, S3: botocore's, ``flows.ingest.bucket.S3_TIMEOUTS``) and the whole by a deadline
+  aiohttp's, S3: botocore's, ``flows.ingest.bucket_access.S3_TIMEOUTS``) and the whole by a deadline
   checked between reads;
 - stops after the first block when it does not start as a DuckDB file does;
 - lands in a directory of its own under the system's temporary directory
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.errors import CommandError
-from flows.ingest.bucket import S3_TIMEOUTS
+from flows.ingest.bucket_access import S3_TIMEOUTS
 from transforms.escape import plain_text
 
 _PREFIX = "dumpscope-snapshot-"
