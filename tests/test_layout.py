@@ -41,6 +41,7 @@ FORBIDDEN = {
     "transforms.trends": ("transforms.parsers", "transforms.site", "transforms.parse", "transforms.reading"),
     "transforms.site": ("transforms.parsers", "transforms.parse", "transforms.reading"),
     "transforms.records": ("transforms",),
+    "transforms.figure_bounds": ("transforms",),
     "transforms.escape": ("transforms",),
 }
 

@@ -8,7 +8,8 @@ Packages, in pipeline order (each may import only those above it, plus the modul
 - ``transforms.site``: page contexts and Altair charts, from the trends' tables.
 
 Shared by all of them, at this level: ``records`` (the parser contract and the vocabulary
-shared downstream, such as the collective opcodes), ``reading`` (bytes to lines),
+shared downstream, such as the collective opcodes), ``figure_bounds`` (what a figure of each
+kind may be, declared once), ``reading`` (bytes to lines),
 ``naming`` (program names from paths), ``parse`` (the one entry point: a dump's bytes to
 its summary and frames), ``layout`` (what a bucket path and run.json say), ``units``,
 ``volatile`` (the one function that replaces what changes from process to process: ids,

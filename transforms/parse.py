@@ -15,7 +15,7 @@ and ``failed`` dump carries at least one error, each naming the file, and the li
 where there is one; a dump cut short (``truncated``) always has one naming its last line.
 
 The last guard of every format: a metric whose value is not a finite number within the bounds
-its name declares (``transforms.records.FIGURE_BOUNDS``) is left out of the summary (its
+its name declares (``transforms.figure_bounds.FIGURE_BOUNDS``) is left out of the summary (its
 program's figures and the totals alike), with an error naming the metric and the dump: the
 dump is ``partial`` and its other figures are kept. The parsers check the values they read
 where they know their meaning (and name the line); this catches what any of them let through.
@@ -43,7 +43,8 @@ import polars as pl
 from transforms.parsers.formats import classify, describe, is_binary, kind_from_name, module_for, parser_version
 from transforms.naming import program_from_path
 from transforms.reading import LineReader, ReadLimitError, strip_gz
-from transforms.records import DumpKind, DumpSummary, ParseError, Status, TableBatch, figure_problem, lost_match
+from transforms.figure_bounds import figure_problem
+from transforms.records import DumpKind, DumpSummary, ParseError, Status, TableBatch, lost_match
 
 IDENTITY_COLUMNS = pl.Schema({"dump_id": pl.String, "parser_version": pl.Int16})
 

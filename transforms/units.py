@@ -4,7 +4,7 @@ Shared by the Markdown summaries, the CLI and the site, so a figure reads the sa
 everywhere. A figure alone takes the unit that fits it (``human_value``); a table or a chart
 of several takes one unit for all its bytes (``byte_unit``, ``value_in``): a reader compares
 "546 KiB" with "1331 KiB", not "0.5332 MiB" with "1.3 MiB". A value no figure can be (NaN, an infinity, 1e308: a warehouse written before
-figures were checked, ``transforms.records.FIGURE_BOUNDS``, may hold one) reads as what it
+figures were checked, ``transforms.figure_bounds.FIGURE_BOUNDS``, may hold one) reads as what it
 is ("NaN", "inf", "1e+308"), never as a blank and never as 309 digits.
 """
 

@@ -24,7 +24,7 @@ schemas, then one ``DumpSummary``. Buffer rows come from the top-level node's ou
 block only (a fused node lists all its members' outputs again), so each buffer appears
 once. A line cut mid-way at the end of the input is dropped; a cut inside a block sets
 ``truncated`` and keeps the nodes seen. A buffer layout no buffer can have (a negative size,
-a size or stride past 64 bits, bytes past ``records.BYTES``) is an error naming its line: its
+a size or stride past 64 bits, bytes past ``figure_bounds.BYTES``) is an error naming its line: its
 sizes, strides and bytes are stored as null and it is counted in no figure. A line that cannot
 be read (``records.record_failure``) is an error and skipped. Raises ``ParseError`` only for empty
 input or when no node header appears in the first lines.
@@ -38,8 +38,9 @@ from typing import Iterable, Iterator
 
 import polars as pl
 
-from transforms.records import (BYTES, RECORD_FAILURES, DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer,
-                                line_error, record_failure)
+from transforms.figure_bounds import BYTES
+from transforms.records import (RECORD_FAILURES, DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer,
+                               line_error, record_failure)
 
 PARSER_VERSION = 4  # 2: every cut is an error; a missing final blank line is not a cut
 # 3: a last line without newline naming a whole extern kernel is read; TORCH_LOGS captures read (log prefixes cut, other records skipped), AFTER/BEFORE FUSION headers
@@ -209,7 +210,7 @@ def _layout(text: str) -> tuple:
 
 def _layout_problem(lay: tuple) -> str | None:
     """What no buffer's layout can say (None: nothing): a negative size, a size or stride past
-    64 bits, bytes past ``records.BYTES``."""
+    64 bits, bytes past ``figure_bounds.BYTES``."""
     size, size_text, stride, nbytes = lay[3], lay[4], lay[5], lay[6]
     if size is not None and any(n < 0 or n >= _INT64 for n in size):
         return f"size {size_text[:80]} holds a negative size or one past 64 bits"

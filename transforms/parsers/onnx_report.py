@@ -43,8 +43,9 @@ from typing import Iterable
 import polars as pl
 
 from transforms.parsers import onnx_report_sections as sec
-from transforms.records import (COUNT, DIFFERENCE, ELEMENTS, RECORD_FAILURES, Bounds, DumpKind, DumpSummary, ParseError,
-                                ParserOutput, RowBuffer, line_error, record_failure)
+from transforms.figure_bounds import COUNT, DIFFERENCE, ELEMENTS, Bounds
+from transforms.records import (RECORD_FAILURES, DumpKind, DumpSummary, ParseError, ParserOutput, RowBuffer,
+                               line_error, record_failure)
 
 # 2: every cut is an error; a whole last line without newline is read.
 # 3: the program is named from the exported program's signature (was None: the folder's name).

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from transforms.records import COUNT
+from transforms.figure_bounds import COUNT
 
 ARROW = "⬅️ "
 _ANSI = re.compile(r"\x1B[@-_][0-?]*[ -/]*[@-~]")

@@ -66,8 +66,9 @@ import polars as pl
 
 from transforms.parsers import inductor_code
 from transforms.volatile import normalise
-from transforms.records import (BATCH_ROWS, COUNT, SECONDS, DumpKind, DumpSummary, OneRecord, ParseError,
-                                ParserOutput, RowBuffer, TableBatch, line_error)
+from transforms.figure_bounds import COUNT, SECONDS
+from transforms.records import (BATCH_ROWS, DumpKind, DumpSummary, OneRecord, ParseError, ParserOutput, RowBuffer,
+                               TableBatch, line_error)
 
 # 2: the staged summary and the warehouse hold each program's figures (DumpSummary.programs: one set of
 # metric rows per program; a content staged or loaded by version 1 holds only the totals and is parsed
@@ -164,7 +165,7 @@ _US_FIELDS = {"backward_compile_time_s": "backward_cumulative_compile_time_us"}
 _COUNT_FIELDS = ("guard_count", "shape_env_guard_count", "graph_op_count", "graph_node_count", "graph_input_count")
 _CACHE_FIELDS = tuple(f"{c}_{w}_cache_{k}_count" for c in ("inductor_fx", "aotautograd") for k in ("hit", "miss")
                       for w in ("local", "remote"))
-# The figures of a metrics record, checked before they are read (records.FIGURE_BOUNDS: one place for ranges).
+# The figures of a metrics record, checked before they are read (figure_bounds.FIGURE_BOUNDS: one place for ranges).
 _FIELD_BOUNDS = {**dict.fromkeys(_FLOAT_FIELDS, SECONDS), **dict.fromkeys(
     (*_INT_FIELDS, *_COUNT_FIELDS, *_CACHE_FIELDS, "cache_size", "fail_user_frame_lineno"), COUNT)}
 GRAPH_BREAKS = pl.Schema({
