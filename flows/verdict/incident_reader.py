@@ -12,7 +12,7 @@ import duckdb
 import polars as pl
 
 from flows.errors import CommandError
-from flows.warehouse.reads import LATEST_RUN_FIRST, frame_of
+from flows.warehouse.reads import frame_of, latest_run_id
 from flows.warehouse import schema as ws
 from transforms.trends.incident_walk import STATUSES
 from transforms.trends.night_report import counts  # flows.publish.report reads the counts from here
@@ -37,9 +37,9 @@ def check_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def latest_run(con: duckdb.DuckDBPyConnection) -> tuple[str, str | None] | None:
-    """(run_id, commit) of the latest run, or None."""
-    rows = con.execute(f'SELECT run_id, "commit" FROM runs {LATEST_RUN_FIRST} LIMIT 1').fetchall()
-    return rows[0] if rows else None
+    """(run_id, commit) of the latest run (``flows.warehouse.reads.latest_run_id``), or None."""
+    run_id = latest_run_id(con)
+    return None if run_id is None else (run_id, run_commit(con, run_id))
 
 
 def run_commit(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
