@@ -260,6 +260,7 @@ def test_s3_credentials_the_store_refuses_are_one_line_exit_2_and_not_retried(pr
     from typer.testing import CliRunner
 
     import flows.ingest.bucket as bucket_module
+    import flows.ingest.bucket_access as bucket_access
     from flows import storage_secrets
     from flows.cli import app
 
@@ -272,7 +273,8 @@ def test_s3_credentials_the_store_refuses_are_one_line_exit_2_and_not_retried(pr
         looks.append(url)
         return real_connect(url, options)
 
-    monkeypatch.setattr(bucket_module, "connect", counting_connect)
+    monkeypatch.setattr(bucket_module, "connect", counting_connect)  # the listing's
+    monkeypatch.setattr(bucket_access, "connect", counting_connect)  # check_bucket's, before the night
     monkeypatch.setenv(storage_secrets.ENV_VAR, "")  # the run exports its options here: gone after the test
     args = ["run", "--bucket", "s3://dumps/keys", "--warehouse", str(tmp_path / "wh.duckdb")]
     for opt in _s3_options(endpoint, key="wrong"):
