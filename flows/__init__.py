@@ -3,9 +3,9 @@ that touches a bucket, a file or the warehouse. Its packages run in pipeline ord
 each may import only the ones before it (``tests/test_layout.py`` enforces the order and
 that no module imports another in a cycle, deferred imports included):
 
-1. ``resources``, ``storage_secrets``, ``errors``, ``locks``: memory budgets, storage credentials
-   (no I/O of dumps), ``CommandError``, the one error type a person can act on, and the
-   exclusive lock one writer (or one site builder) holds.
+1. ``resources``, ``storage_secrets``, ``errors``, ``locks``, ``stopwatch``: memory budgets, storage
+   credentials (no I/O of dumps), ``CommandError``, the one error type a person can act on, the
+   exclusive lock one writer (or one site builder) holds, and the one stopwatch of a night's stages.
 2. ``ingest``: a bucket's listing and bytes, parsed into staged Parquet (spawn workers import it:
    no Prefect or DuckDB at import).
 3. ``warehouse``: the DuckDB schema, its one locked writer and its readers, loading, the records

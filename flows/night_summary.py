@@ -6,18 +6,16 @@ seconds and memory of each stage. ``exit_status`` is the one place the exit stat
 ``flows.errors`` are decided from it; ``json`` (``run --summary-json``) and ``markdown``
 (the flow's log and artifact) render it.
 
-May import: ``flows.errors`` and the standard library.
+May import: ``flows.errors``, ``flows.stopwatch`` and the standard library.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from flows.errors import FAILING, UNDELIVERED
+from flows.stopwatch import Stopwatch
 
 
 @dataclass
@@ -131,19 +129,3 @@ class NightSummary:
             lines += ["", "Notifications not delivered (the night is published; the next run retries them):", ""] + [
                 f"- {u}" for u in self.undelivered]
         return "\n".join(lines)
-
-
-class Stopwatch:
-    """A night's seconds, kept in its summary: each lap's under its name, and the total since start."""
-
-    def __init__(self, seconds: dict[str, float]):
-        self.seconds, self.started = seconds, time.perf_counter()
-
-    @contextlib.contextmanager
-    def lap(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
-        yield
-        self.seconds[name] = time.perf_counter() - started
-
-    def stop(self) -> None:
-        self.seconds["total"] = time.perf_counter() - self.started

@@ -51,7 +51,8 @@ from flows.ingest.pool import chunks_of, process_pool, recognise_held, shut_down
 # (no Prefect, no DuckDB: ~60 MiB less per worker than importing this one).
 from flows.ingest.staging import Outcome, stage_chunk
 from flows.night_settings import DEFAULT_BUCKET, DEFAULT_LIMITS, NightSettings
-from flows.night_summary import NightSummary, Stopwatch
+from flows.night_summary import NightSummary
+from flows.stopwatch import Stopwatch
 from flows.publish.notify import announce, owes_notifications
 from flows.publish.report import write_night_report
 from flows.resources import MemoryBudget, night_limit, peak_mib
@@ -147,19 +148,13 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
     settings = load_settings(settings_path)  # a bad settings file fails before any write
     result = LoadResult()
     budget = MemoryBudget(memory_limit)
-    written, clock = _bytes_written(), time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        result.seconds[name] = result.seconds.get(name, 0.0) + now - clock
-        result.peak_mib[name] = peak_mib()
-        result.written_mib[name] = (_bytes_written() - written) / (1 << 20)
-        clock = now
+    written = _bytes_written()
+    clock = Stopwatch(result.seconds, gauges=[(result.peak_mib, peak_mib),
+                                              (result.written_mib, lambda: (_bytes_written() - written) / (1 << 20))])
 
     writer = wh.Warehouse(warehouse, wait=wait, budget=budget)
     with writer as con:
-        lap("catch_up")
+        clock.mark("catch_up")
         staged = still_new(con, [o for o in outcomes if o.staged is not None], healed=set(writer.healed_contents))
         result.healed = [f"records file {name} was {why}: its content was marked compacted and is parsed again when "
                          "a dump of it is in the bucket" for name, why in writer.healed.items()]
@@ -167,13 +162,13 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
         contents = sorted({o.staged.sha256 for o in staged if o.staged.sha256 is not None})  # None: a refused object
         if staged:  # unlists the superseded records files (unlinked after the publish)
             compact_records(con, settings.keep_records_runs, contents)
-        lap("compact")
+        clock.mark("compact")
         result.rows += loading.load_staged(con, staged, contents)
-        lap("load")
+        clock.mark("load")
         done = aggregate(con, settings, budget=budget, run_items=run_items)
         result.seconds.update({f"aggregate_{k}": v for k, v in done.seconds.items()})
         result.peak_mib.update({f"aggregate_{k}": v for k, v in done.peak_mib.items()})
-        clock = time.perf_counter()
+        clock.restart()
         result.loaded_runs = sorted({o.obj.run_id for o in staged})
         result.new_incidents = incident_reader.opened_in(con, result.loaded_runs)
         if notify_count:
@@ -181,8 +176,8 @@ def load(warehouse: Path, outcomes: list[Outcome], runs: dict, wait: bool, setti
                 con, result.loaded_runs if result.new_incidents else [], settings)
         if staging_dir is not None:
             result.staging_dropped = loading.drop_loaded_staging(con, staging_dir)
-        lap("announce")
-    lap("publish")
+        clock.mark("announce")
+    clock.mark("publish")
     # The publish lap holds the leveling of the standby (tonight's journal replayed onto it).
     result.seconds["publish"] -= writer.level_seconds
     result.seconds["level"] = writer.level_seconds

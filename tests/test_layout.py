@@ -57,7 +57,7 @@ def test_transforms_imports_run_one_way(path):
 
 # flows' layers, in pipeline order: a module may import its own layer and the ones before it.
 FLOWS_LAYERS = [
-    ("flows.resources", "flows.storage_secrets", "flows.errors", "flows.locks"),
+    ("flows.resources", "flows.storage_secrets", "flows.errors", "flows.locks", "flows.stopwatch"),
     ("flows.ingest",),
     ("flows.warehouse",),
     ("flows.verdict",),

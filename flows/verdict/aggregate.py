@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +21,7 @@ import duckdb
 import polars as pl
 
 from flows.resources import MemoryBudget, peak_mib
+from flows.stopwatch import Stopwatch
 from flows.verdict import history
 from flows.verdict import items
 from flows.verdict.compaction import compact_records, work_dir
@@ -67,14 +67,7 @@ def aggregate(con: duckdb.DuckDBPyConnection, settings: Settings | None = None, 
 def _aggregate(con: duckdb.DuckDBPyConnection, settings: Settings, budget: MemoryBudget,
                run_items: items.ItemsRunner | None) -> AggregateResult:
     result = AggregateResult()
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        result.seconds[name] = result.seconds.get(name, 0.0) + now - clock
-        result.peak_mib[name] = peak_mib()
-        clock = now
+    lap = Stopwatch(result.seconds, gauges=[(result.peak_mib, peak_mib)]).mark
 
     runs = frame_of(con, "SELECT run_id, started_at, \"commit\", extra::VARCHAR AS extra FROM runs")
     accepts = frame_of(con, "SELECT series, run_id, metric, accepted_at, accepted_by, note, incident_id, closed_incidents FROM accepts")
