@@ -20,6 +20,14 @@ def moto_s3(bucket: str = "dumps") -> Iterator[tuple[str, object]]:
         client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                               aws_access_key_id="testing", aws_secret_access_key="testing")
         client.create_bucket(Bucket=bucket)
+        _empty(client, bucket)  # moto keeps one store per process: an earlier test's objects are still there
         yield endpoint, client
+        _empty(client, bucket)
     finally:
         server.stop()
+
+
+def _empty(client, bucket: str) -> None:
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for obj in page.get("Contents", []):
+            client.delete_object(Bucket=bucket, Key=obj["Key"])
