@@ -63,7 +63,7 @@ from flows.verdict import items
 from flows.verdict.items import DumpSource, items_runner
 from flows.verdict.settings import load_settings, needs_aggregate
 from flows.warehouse import loading, siblings, store as wh
-from flows.warehouse.discovery import held_contents, loaded_paths, still_new, store_damaged, up_to_date
+from flows.warehouse.discovery import published, still_new, store_damaged, up_to_date
 from transforms.layout import BucketObject, Role, settled
 from transforms.parse import ParseLimits
 
@@ -97,11 +97,11 @@ def discover(bucket: str, warehouse: Path, settle_seconds: float, state_path: Pa
     ready, deferred, state = settled(state, listing, wall_clock(), settle_seconds, trust_mtime=True)
     if state_path:
         save_settle_state(state_path, state)
-    known, known_runs, damaged = loaded_paths(warehouse, [o.path for o in ready if o.role is Role.DUMP])
-    new = [o for o in ready if o.role is Role.DUMP and not up_to_date(known.get(o.path), o)]
+    held = published(warehouse, [o.path for o in ready if o.role is Role.DUMP])
+    new = [o for o in ready if o.role is Role.DUMP and not up_to_date(held.known.get(o.path), o)]
     dumps_seen = sum(o.role is Role.DUMP for o in listing)
-    new_runs = {r: info for r, info in runs.items() if r not in known_runs}
-    return new, len(deferred), dumps_seen, new_runs, held_contents(warehouse, damaged) if new else {}, refused
+    new_runs = {r: info for r, info in runs.items() if r not in held.runs}
+    return new, len(deferred), dumps_seen, new_runs, held.held if new else {}, refused
 
 
 @task(retries=2, retry_delay_seconds=[2, 10])

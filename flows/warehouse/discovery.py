@@ -1,10 +1,10 @@
 """What the warehouse already holds of a night's objects: the reads behind discovery (against
 the published file) and the writer's second look under its lock (``still_new``).
 
-- ``loaded_paths``: the listed paths the warehouse holds (size, kind, parser version, object
-  version), the run ids, and the contents whose records files are damaged;
+- ``published``: the listed paths the warehouse holds (size, kind, parser version, object
+  version), the run ids, the contents whose records files are damaged, and the latest run's
+  contents by sha256, as staged summaries (no parse needed), in one reader;
 - ``up_to_date``: whether an object was loaded from this very write by the current parser;
-- ``held_contents``: the latest run's contents by sha256, as staged summaries (no parse needed);
 - ``store_damaged``: a records file the published warehouse lists is missing or unreadable;
 - ``still_new``: of the staged outcomes, those the warehouse the writer holds does not have yet.
 """
@@ -12,6 +12,7 @@ the published file) and the writer's second look under its lock (``still_new``).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from flows.ingest import staging
 from flows.ingest.staging import Outcome
@@ -24,38 +25,43 @@ from transforms.parsers.formats import parser_version
 from transforms.records import DumpKind
 
 
-def held_contents(warehouse: Path, damaged: set[str] = frozenset()) -> dict[str, dict]:
-    """Contents of the latest run (whose records the warehouse keeps) by sha256, as staged
-    summaries: most of a night's dumps are byte-identical to the night before's, under
-    new paths, and need no parse (``staging.stage_object``)."""
-    if not Path(warehouse).exists():
-        return {}
-    with connect_readonly(warehouse) as con:
-        latest = latest_run_id(con)
-        # A partial XLA side file may be partial at that path only (its siblings there told it:
-        # flows.warehouse.siblings): parsed again, it is judged by tonight's siblings (such files are rare and small).
-        rows = con.execute("""SELECT dump_id, kind, stage, program, status, error, parser_version, path FROM dumps
-                              WHERE run_id = ? AND dump_id IS NOT NULL AND status <> 'failed'
-                                AND NOT (status = 'partial' AND kind IN ('xla_buffer_assignment', 'xla_memory_usage_report'))
-                              QUALIFY row_number() OVER (PARTITION BY dump_id ORDER BY path) = 1""", [latest]).fetchall()
-    return {sha: staging.held_summary(*rest) for sha, *rest in rows if sha not in damaged}
+class Published(NamedTuple):
+    """What the published warehouse holds of a night's listing (``published``)."""
+    known: dict[str, tuple]  # listed path -> (size, kind, parser version, object version) of its dump
+    runs: set[str]  # every run id
+    damaged: set[str]  # contents whose records files are damaged
+    held: dict[str, dict]  # the latest run's contents by sha256, as staged summaries
 
 
-def loaded_paths(warehouse: Path, paths: list[str]) -> tuple[dict[str, tuple], set[str], set[str]]:
-    """What the published warehouse holds of these paths: dumps by path (size, kind,
-    parser version, the object version read); the run ids; and the contents whose records
-    files are damaged (``records.damaged``): their paths are left out, so they are staged
-    again and the writer, which heals the store, loads their records anew. Only the listed
-    paths come back: a year of history is half a million rows."""
+def published(warehouse: Path, paths: list[str]) -> Published:
+    """What the published warehouse holds of these paths, in one reader (an open costs ~40 ms:
+    ``flows.warehouse.readonly``):
+
+    - ``known``: dumps by path (size, kind, parser version, the object version read), only the
+      listed paths (a year of history is half a million rows); the paths of contents whose
+      records files are damaged (``records.damaged``) are left out, so they are staged again and
+      the writer, which heals the store, loads their records anew;
+    - ``runs`` and ``damaged``;
+    - ``held``: the latest run's contents (whose records the warehouse keeps) by sha256, as staged
+      summaries: most of a night's dumps are byte-identical to the night before's, under new
+      paths, and need no parse (``staging.stage_object``)."""
     if not Path(warehouse).exists():
-        return {}, set(), set()
+        return Published({}, set(), set(), {})
     with connect_readonly(warehouse) as con:
         with registered(con, _listed=strings("path", paths)):
             rows = con.execute("SELECT path, size_bytes, kind, parser_version, source_version, dump_id FROM dumps "
                                "WHERE path IN (SELECT path FROM _listed)").fetchall()
         runs = {r for (r,) in con.execute("SELECT run_id FROM runs").fetchall()}
         damaged = set(records.damaged_contents(con, records.damaged(con))) if has_records_store(con) else set()
-    return {p: rest for p, *rest, d in rows if d not in damaged}, runs, damaged
+        latest = latest_run_id(con)
+        # A partial XLA side file may be partial at that path only (its siblings there told it:
+        # flows.warehouse.siblings): parsed again, it is judged by tonight's siblings (such files are rare and small).
+        held = con.execute("""SELECT dump_id, kind, stage, program, status, error, parser_version, path FROM dumps
+                              WHERE run_id = ? AND dump_id IS NOT NULL AND status <> 'failed'
+                                AND NOT (status = 'partial' AND kind IN ('xla_buffer_assignment', 'xla_memory_usage_report'))
+                              QUALIFY row_number() OVER (PARTITION BY dump_id ORDER BY path) = 1""", [latest]).fetchall()
+    return Published({p: rest for p, *rest, d in rows if d not in damaged}, runs, damaged,
+                     {sha: staging.held_summary(*rest) for sha, *rest in held if sha not in damaged})
 
 
 def up_to_date(loaded: tuple | None, obj: BucketObject) -> bool:

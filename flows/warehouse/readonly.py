@@ -146,11 +146,15 @@ def refuse_impostors(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'main' "
             "AND table_catalog = current_database()").fetchall():
         kinds[name] = kind
-    for name, in con.execute(
-            "SELECT function_name FROM duckdb_functions() WHERE database_name = current_database() "
-            "AND schema_name = 'main' AND function_type IN ('macro', 'table_macro')").fetchall():
-        kinds.setdefault(name, "MACRO")
-    for name in (*ws.CORE_TABLES, *ws.derived_tables()):
+    ours = (*ws.CORE_TABLES, *ws.derived_tables())
+    # A macro matters only under a name no table or view holds; duckdb_functions() lists every
+    # built-in function too (~15 ms an open), so it is asked only then.
+    if any(name not in kinds for name in ours):
+        for name, in con.execute(
+                "SELECT function_name FROM duckdb_functions() WHERE database_name = current_database() "
+                "AND schema_name = 'main' AND function_type IN ('macro', 'table_macro')").fetchall():
+            kinds.setdefault(name, "MACRO")
+    for name in ours:
         kind = kinds.get(name)
         if kind is not None and kind != "BASE TABLE":
             raise NotAWarehouse(f"{path}: {name!r} is a {kind.lower()} where Dumpscope writes a table: "
