@@ -48,7 +48,7 @@ from flows.warehouse.store import connect_readonly
 from transforms import escape
 from transforms.escape import Markup
 from transforms.site import data as site_data
-from transforms.site import archive, pages, sections
+from transforms.site import archive, pages, ranks, sections
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "site_templates"
@@ -409,6 +409,7 @@ def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) ->
     page("fusion.md.j2", "fusion.md", **sections.fusion_page(d))
     page("kernels.md.j2", "kernels.md", **sections.kernels_page(d))
     page("compile.md.j2", "compile.md", **sections.compile_page(d))
+    page("ranks.md.j2", "ranks.md", **ranks.ranks_page(d))
     page("onnx.md.j2", "onnx.md", **sections.onnx_page(d))
     page("diff.md.j2", "diff.md", **pages.diff_page(d))
     page("accepts.md.j2", "accepts.md", **pages.accepts_page(d))
