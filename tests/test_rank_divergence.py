@@ -208,3 +208,15 @@ def test_a_divergence_that_appears_in_a_night_is_an_incident_naming_the_rank_as_
         "reduce_scatter_tensor, wait_tensor, wait_tensor</code> |  |",
         *[f"| [{r}]() | 1 | 0 | 0 | <code>&#91;1/0&#93; all_reduce&#95;, wait_tensor</code> |  |" for r in range(3)]]
     assert "**1 rank differs from the others.**" in page and "Every rank compiled it the same." in page
+
+
+def test_a_compiles_items_stand_on_their_log_lines():
+    """plain's compile forward/0: its graph on its compilation_metrics record (line 3745), its kernels and
+    code on its first output code (the record at line 1835 and its payload, cut to 40 lines)."""
+    from transforms.trends import diffs
+
+    dumps, records, _ = _parsed({"n1/job/a.log": _log("plain")})
+    keys = pl.DataFrame({"items_key": ["k"], "kind": ["torch_trace"], "stage": ["trace"], "dump_id": ["n1/job/a.log"]})
+    items = diffs.items_of_contents(keys, records).filter(pl.col("category").is_in(COMPILE_CATEGORIES[:3]))
+    assert items.select("category", "count", "excerpt_lines").sort("category").rows() == [
+        ("compile_code", 311, "1835-1874"), ("compile_graph", 4, "3745"), ("compile_kernels", 3, "1835-1874")]
