@@ -113,7 +113,7 @@ def test_an_empty_warehouse_still_builds_a_site_that_says_so(tmp_path):
     with Warehouse(tmp_path / "w.duckdb") as con:
         aggregate(con)
     result = build_site(tmp_path / "w.duckdb", tmp_path / "site")
-    assert (result.pages, result.charts) == (15, 0)  # the incidents index, the compile page and docs/site.md too
+    assert (result.pages, result.charts) == (16, 0)  # the incidents index, the compile and ranks pages and docs/site.md too
     assert "The warehouse has no runs yet" in (tmp_path / "site" / "index.html").read_text()
 
 
