@@ -2,7 +2,8 @@
 
 Runs inside a ``Warehouse`` writer (the nightly flow's last step, ``dumpscope
 aggregate`` and ``dumpscope accept``), so what it writes is published atomically
-with the load. Derived rows are rewritten from the first run that changed, from what
+with the load. The one figure it writes beside the parsers' (``rank_figures``): a rank log's
+``dynamo.rank_divergence``, which depends on the other ranks of its run. Derived rows are rewritten from the first run that changed, from what
 ``flows.verdict.history`` reads of the runs before it; structural items are kept per content in
 ``content_items`` and computed only for contents they do not hold yet (``flows.verdict.items``:
 in batches, on the flow's task runner). The settings and the stamps saying what the derived

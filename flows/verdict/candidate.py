@@ -7,7 +7,9 @@ each dump staged by the parse worker (``flows.ingest.staging.stage_chunk``, into
 directory removed at the end) and checked against its XLA siblings (``flows.warehouse.siblings``),
 made into dumps and metrics rows by the loader's builders (``flows.warehouse.loading``:
 ``staged_dump``, ``dump_rows``, ``metrics_of``) and named by the night's series rules
-(``flows.verdict.history``: ``split_programs``, ``name_series``).
+(``flows.verdict.history``: ``split_programs``, ``name_series``); its rank logs get the
+``dynamo.rank_divergence`` the nightly's aggregation writes (``rank_figures``, and the ``diffs``
+rows that name the rank that differs).
 
 The history of the candidate's jobs up to the reference run is read through the caller's read-only
 connection by the nightly's readers, a group of jobs at a time (``history.job_groups``,
