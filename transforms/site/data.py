@@ -29,8 +29,8 @@ from transforms.trends.incident_rule import figure_states
 MAX_LINES = 12  # lines (or panels) drawn in one trend chart
 MAX_RUN_ROWS = 60  # figures and structural changes listed on a run's page
 # The structural items the pages list (the memory page's values at peak, the fusion page's fused
-# groups, the ranks page's collective schedules): of a big night's ~50,000 items (fusions, collectives...), the few hundred a page shows.
-ITEM_CATEGORIES = ("peak_value", "fused_group", "rank_profile")
+# groups): of a big night's ~50,000 items (fusions, collectives...), the few hundred a page shows.
+ITEM_CATEGORIES = ("peak_value", "fused_group")
 DEFAULT_HISTORY_RUNS = 90  # [site] history_runs (transforms.trends.rules.Settings.site_history_runs)
 # [site] max_series_pages: series pages at most, whatever the number of programs in the input (a
 # log of 20,000 compiled functions made 20,044 pages); the others are rows of the series index.
@@ -93,6 +93,8 @@ class SiteData:
     # what (graph_break, skip, other, recompile, failure), reason, detail, frame_file, frame_line, frame_function,
     # lineno, end_lineno
     compile_reasons: pl.DataFrame | None = None
+    # the latest run's rank logs' collective schedules (the ranks page): series, detail (their rank_profile item)
+    rank_schedules: pl.DataFrame | None = None
 
     @cached_property
     def steps(self) -> pl.DataFrame:

@@ -25,13 +25,8 @@ def ranks_page(d: SiteData) -> dict:
     """The page's context: ``programs`` (job, program, figure: the ranks that differ, ranks: a row
     each, divergences: a line each), ``more``: programs past ``MAX_TABLE_ROWS`` not listed."""
     latest = d.trends.filter(_RANKED & (pl.col("run_id") == d.latest))
-    schedules = {}
-    if "category" in d.items.columns:
-        # A log's items stand beside each of its series: the program's own is keyed by the series' program
-        # (a program the settings rename shows none).
-        profile = d.items.filter((pl.col("category") == "rank_profile")
-                                 & (pl.col("key") == pl.concat_str("program", pl.lit(" | collective schedules"))))
-        schedules = {r["series"]: r["detail"] for r in profile.iter_rows(named=True)}
+    # (a program the settings rename shows none: its items are keyed by the name its log gives it)
+    schedules = {} if d.rank_schedules is None else dict(d.rank_schedules.select("series", "detail").iter_rows())
     divergences = d.diffs.filter((pl.col("category") == "rank_divergence") & (pl.col("run_id") == d.latest))
     open_on = {r["series"]: r["incident_id"] for r in d.with_states(latest.filter(pl.col("metric") == METRIC))
                .drop_nulls("incident_id").iter_rows(named=True)}
