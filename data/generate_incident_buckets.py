@@ -482,6 +482,28 @@ SCENARIOS |= {
                   "three nights (the other scenarios have five): the identity is what is tested, each night new "
                   "processes"],
     },
+    "rank_divergence": {
+        "summary": "A torch.distributed job of two ranks (gloo on CPU), each the plain job (tests/fixtures/torch_trace/"
+                   "ranked: real torch 2.13 logs, copied: no compiler run). On nights 3 and 4 rank 1 writes the log "
+                   "of a run whose forward breaks twice (tests/fixtures/torch_trace/graph_break: print and a "
+                   "data-dependent branch, the same program forward at dumpscope_model.py:19): its compile ids "
+                   "([0/0_1], [1/0], [2/0]) and graph breaks differ from rank 0's, a divergence that opens on night "
+                   "3 (with rank 1's own steps: breaks, compiles) and is fixed on night 5.",
+        "nights": 5,
+        "jobs": lambda i: {"torch-ranks-break": {"task": "corpus_ranks", "ranks": {
+            "0": ["dedicated_log_torch_trace_rank_0_ppmobowu.log.gz", RANK_0_LOG],
+            "1": (["dedicated_log_torch_trace_rank_1_p9d42glu.log.gz", BREAK_LOG] if i in (2, 3)
+                  else ["dedicated_log_torch_trace_rank_1_jcbkis1b.log.gz", RANK_1_LOG])}}},
+        "changes": [],
+        "incidents": [_inc("D", "torch-ranks-break", "forward at /tmp/dumpscope-torch-trace/src/dumpscope_model.py:19",
+                           "regression", 3, (5, "fixed"), base=2,
+                           metrics=["dynamo.compiles", "dynamo.graph_breaks", "dynamo.guards", "dynamo.rank_divergence"],
+                           change="rank-1-breaks")],
+        "notes": ["rank 1's log on nights 3 and 4 is another run's (the graph_break fixture, written without "
+                  "torch.distributed: its records carry no rank, its name here gives it rank 1): real logs of "
+                  "different jobs side by side, as a rank whose code took another path",
+                  "with two ranks the majority is rank 0's (a tie: the lowest rank's): rank 1 differs"],
+    },
     "inductor_two_graphs": {
         "summary": "The samples' MLP under torch.compile (Inductor, TORCH_COMPILE_DEBUG=1) with a print between its "
                    "input layer and its blocks: a graph break, so Inductor compiles model__0 (the input layer), "
@@ -859,6 +881,38 @@ def _rank(cfg: dict) -> dict:
             "compilation_metrics": [{k: m[k] for k in kept} for m in figures["compilation_metrics"]]}
 
 
+# Real torch 2.13 logs (tests/fixtures/torch_trace/ORIGIN.md): the two ranks of the ranked job, and graph_break's log.
+FIXTURE_TRACES = HERE.parent / "tests" / "fixtures" / "torch_trace"
+RANK_0_LOG = "ranked/dedicated_log_torch_trace_rank_0_ppmobowu.log.gz"
+RANK_1_LOG = "ranked/dedicated_log_torch_trace_rank_1_jcbkis1b.log.gz"
+BREAK_LOG = "graph_break/dedicated_log_torch_trace_p9d42glu.log.gz"
+_RECORD = re.compile(r"^[VIWEC]\d{4} [^\]]*\] (\{.*)$")
+
+
+def copy_ranks_job(night: dict, job: str, cfg: dict, bucket: Path) -> None:
+    """A ``corpus_ranks`` job of one night: real rank logs copied from tests/fixtures/torch_trace (gzipped
+    there already: no compiler run), each under the name ``cfg["ranks"]`` gives its rank; torch's
+    figures of each read from the log's own compilation_metrics records."""
+    import gzip
+
+    job_out = bucket / night["run_id"] / job
+    shutil.rmtree(job_out, ignore_errors=True)
+    job_out.mkdir(parents=True)
+    logs = {}
+    for rank, (name, source) in sorted(cfg["ranks"].items()):
+        shutil.copyfile(FIXTURE_TRACES / source, job_out / name)
+        metrics = [rec["compilation_metrics"] for line in gzip.decompress((FIXTURE_TRACES / source).read_bytes())
+                   .decode().splitlines() if (m := _RECORD.match(line))
+                   and "compilation_metrics" in (rec := json.loads(m[1]))]
+        logs[f"rank_{rank}"] = {"files": {"torch_trace": name}, "log": name.removesuffix(".gz"), "rank": int(rank),
+                                "source": f"tests/fixtures/torch_trace/{source}", "compilation_metrics": [
+                                    {k: m.get(k) for k in ("co_name", "co_filename", "co_firstlineno",
+                                                           "recompile_reason", "compile_id")} for m in metrics]}
+    doc = {"job": job, "run_id": night["run_id"], "config": cfg, "versions": versions(),
+           "made_by": "data/generate_incident_buckets.py", "notes": NOTES_RANKS, "ranks": logs}
+    (job_out / "compiler_figures.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
 def run_ranks_job(night: dict, job: str, cfg: dict, scratch: Path, bucket: Path) -> None:
     """A ``ranks`` job of one night: two processes (ranks 0 and 1) writing their TORCH_TRACE logs into
     one folder, each log gzipped into the bucket, torch's figures per log in compiler_figures.json."""
@@ -1074,7 +1128,7 @@ def nights(name: str) -> list[dict]:
 def job_config(scenario: str, night_index: int, night: dict, job: str) -> dict:
     """What the worker needs (``task`` says what it compiles), with the fixed stamp for names it writes."""
     offset = {"jax-jit": 5, "jax-pmap": 20, "torch-inductor": 35, "torch-onnx": 95, "torch-ranks": 50,
-              "torch-ranks-early": 65, "torch-onnx-nodraft": 125}[job]
+              "torch-ranks-early": 65, "torch-onnx-nodraft": 125, "torch-ranks-break": 80}[job]
     stamp = datetime.fromisoformat(night["started_at"]) + timedelta(seconds=offset, microseconds=123456)
     return {"scenario": scenario, "seed": SEED} | night["jobs"][job] | {
         "stamp": stamp.replace(tzinfo=None).isoformat(),
@@ -1137,7 +1191,9 @@ def programs_of(job: str, doc: dict, job_out: Path | None = None) -> dict[str, d
     elif "ranks" in doc:
         for entry in doc["ranks"].values():
             # The parser names a log's program when the log has one compiled function, else torch_trace.
-            names = {f"{m['co_name']} at {m['co_filename']}:{m['co_firstlineno']}" for m in entry["compilation_metrics"]}
+            # (a resume function Dynamo makes at a graph break belongs to the function it resumes)
+            names = {f"{m['co_name']} at {m['co_filename']}:{m['co_firstlineno']}" for m in entry["compilation_metrics"]
+                     if not m["co_name"].startswith("torch_dynamo_resume_in_")}
             program = out.setdefault(names.pop() if len(names) == 1 else "torch_trace", {"files": [], "logs": {}})
             program["files"].append(entry["files"]["torch_trace"])
             program["logs"][entry["files"]["torch_trace"]] = {
@@ -1194,6 +1250,8 @@ def run_scenario(name: str, scratch: Path, out: Path, *, compile: bool = True) -
             cfg = job_config(name, i, night, job)
             if compile and cfg["task"] == "ranks":
                 run_ranks_job(night, job, cfg, scratch / name, bucket)
+            elif compile and cfg["task"] == "corpus_ranks":
+                copy_ranks_job(night, job, cfg, bucket)
             elif compile:
                 run_job(night, job, scratch / name, bucket, cfg=cfg, script=Path(__file__).resolve(), keep=_keep,
                         made_by="data/generate_incident_buckets.py")
@@ -1317,19 +1375,38 @@ def _expected_incidents(expected: list[dict], run_ids: list[str], bucket: Path) 
 
 
 def _series_figures(bucket: Path, run_ids: list[str]) -> dict[str, dict[tuple[str, str], dict[str, dict]]]:
-    """run_id -> (job, program) -> series -> metrics, as ``transforms.parse.parse_dump`` reads each dump."""
+    """run_id -> (job, program) -> series -> metrics, as ``transforms.parse.parse_dump`` reads each dump
+    (a TORCH_TRACE log of several compiled functions: each its own program and figures; the rank logs of
+    a job: each program's dynamo.rank_divergence, as tests/incident_oracle.py computes it)."""
+    sys.path.insert(0, str(HERE.parent))
+    from tests.incident_oracle import divergence, rank_profiles
     from transforms.parse import parse_dump
-    from transforms.trends.series import normalize_program, series_id
+    from transforms.trends.series import normalize_program
+
+    def series_id(*parts: str | None) -> str:  # as assign_series joins them (no series_id function since fb2d05d)
+        return "/".join(p for p in parts if p)
 
     out = {}
     for run_id in run_ids:
         per = out.setdefault(run_id, {})
+        ranks: dict[str, dict[int, dict]] = {}
         for path in sorted((bucket / run_id).rglob("*.gz")):
             job = path.relative_to(bucket / run_id).parts[0]
             with open(path, "rb") as f:
-                s = parse_dump(f, str(path.relative_to(bucket))).summary
-            sid = series_id(job, normalize_program(s.program), s.kind.value, s.stage)
-            per.setdefault((job, s.program), {})[sid] = dict(s.metrics) | {_STATUS: s.status.value}
+                parsed = parse_dump(f, str(path.relative_to(bucket)))
+            s = parsed.summary
+            for program, metrics in (s.programs if len(s.programs) > 1 else {s.program: s.metrics}).items():
+                sid = series_id(job, normalize_program(program), s.kind.value, s.stage)
+                per.setdefault((job, program), {})[sid] = dict(metrics) | {_STATUS: s.status.value}
+            if s.kind.value == "torch_trace" and (s.stage or "").startswith("rank_") and s.status.value == "ok":
+                ranks.setdefault(job, {})[int(s.stage[5:])] = rank_profiles(parsed.tables)
+        for job, logs in ranks.items():
+            for program, differing in divergence(logs).items():
+                for (j, named), figures in per.items():
+                    if j == job and normalize_program(named) == program:
+                        for sid in figures:
+                            if "/torch_trace/rank_" in sid:
+                                figures[sid]["dynamo.rank_divergence"] = differing
     return out
 
 

@@ -5,7 +5,8 @@ Input: a dump bucket (``<bucket>/<run_id>/<job>/**``), read with the project's p
 without counters, dump kind, stage). Output (``incidents``): one dict per incident, keyed
 by ``(job, program, opened_run, improvement)``, with its kind, closing, ``stacked_on``,
 status at every run from the opening one, metrics and steps (series, metric, baseline,
-value). Only the stable pieces of the project are used: the parser, ``normalize_program``,
+value). Only the stable pieces of the project are used: the parser, ``normalize_program``, ``normalise``
+(values that change from process to process),
 ``DEFAULT_RULES`` (direction, the median window of noisy timings) and ``step_test``/``floor_test``/``Floors``
 (floors). No accepts, and no renaming of colliding programs (``#2``): a bucket that needs either raises.
 """
@@ -21,6 +22,7 @@ from transforms.parse import parse_dump
 from transforms.trends.incident_walk import Floors, floor_test, step_test
 from transforms.trends.rules import DEFAULT_RULES, FALLBACK_RULE, ZERO_WHEN_ABSENT
 from transforms.trends.series import normalize_program
+from transforms.volatile import normalise
 
 
 @dataclass
@@ -47,24 +49,80 @@ class Step:
 
 def read_bucket(bucket: Path) -> tuple[list[str], list[set[str]], dict[str, dict]]:
     """Run ids in order, the jobs that ran in each, and per series: job, program and per run
-    (status, metrics)."""
+    (status, metrics). A TORCH_TRACE log of several compiled functions: a series per function,
+    its own figures; the rank logs of a job: each program's ``dynamo.rank_divergence``."""
     run_ids = sorted(p.name for p in bucket.iterdir() if p.is_dir())
     jobs, series = [], {}
     for i, run_id in enumerate(run_ids):
         run = bucket / run_id
         jobs.append({p.name for p in run.iterdir() if p.is_dir()})
+        ranks: dict[str, dict[int, tuple[dict, list[str]]]] = {}  # job -> rank -> (profiles, series of the log)
         for path in sorted(run.rglob("*.gz")):
             with open(path, "rb") as f:
-                s = parse_dump(f, str(path.relative_to(bucket))).summary
+                parsed = parse_dump(f, str(path.relative_to(bucket)))
+            s = parsed.summary
             if s.kind.value == "unknown":
                 continue
             job = path.relative_to(run).parts[0]
-            program = normalize_program(s.program)
-            sid = "/".join(p for p in (job, program, s.kind.value, s.stage) if p)
-            entry = series.setdefault(sid, {"job": job, "program": program, "runs": {}})
-            assert i not in entry["runs"], f"two dumps of {sid} in {run_id}: the oracle does not number them"
-            entry["runs"][i] = (s.status.value, dict(s.metrics))
+            figures = s.programs if len(s.programs) > 1 else {s.program: s.metrics}
+            sids = []
+            for named, metrics in figures.items():
+                program = normalize_program(named)
+                sid = "/".join(p for p in (job, program, s.kind.value, s.stage) if p)
+                entry = series.setdefault(sid, {"job": job, "program": program, "runs": {}})
+                assert i not in entry["runs"], f"two dumps of {sid} in {run_id}: the oracle does not number them"
+                entry["runs"][i] = (s.status.value, dict(metrics))
+                sids.append(sid)
+            if s.kind.value == "torch_trace" and (s.stage or "").startswith("rank_") and s.status.value == "ok":
+                ranks.setdefault(job, {})[int(s.stage[5:])] = (rank_profiles(parsed.tables), sids)
+        for logs in ranks.values():
+            differing = divergence({rank: profiles for rank, (profiles, _) in logs.items()})
+            for sid in {sid for _, sids in logs.values() for sid in sids}:
+                if series[sid]["program"] in differing:
+                    series[sid]["runs"][i][1]["dynamo.rank_divergence"] = differing[series[sid]["program"]]
     return run_ids, jobs, series
+
+
+def divergence(logs: dict[int, dict[str, tuple]]) -> dict[str, float]:
+    """Program -> how many ranks differ from the majority (the largest group of ranks that agree, a
+    tie the lowest rank's), of a job's rank logs in one run (rank -> ``rank_profiles``); none for one rank."""
+    if len(logs) < 2:
+        return {}
+    out = {}
+    for program in {p for profiles in logs.values() for p in profiles}:
+        groups: dict[tuple, list[int]] = {}
+        for rank in sorted(logs):
+            groups.setdefault(logs[rank].get(program, ()), []).append(rank)
+        majority = max(groups.values(), key=lambda r: (len(r), -r[0]))
+        out[program] = float(len(logs) - len(majority))
+    return out
+
+
+def rank_profiles(tables: dict) -> dict[str, tuple]:
+    """Per program (as its series names it): what ranks are compared on, as tlparse's multi-rank report
+    does: its compile ids, graph breaks, recompile reasons (ids and paths normalised) and each compile's
+    collective schedule, in log order."""
+    compiles = tables.get("torch_trace_compiles")
+    if compiles is None:
+        return {}
+    out: dict[str, list] = {}
+    forward = compiles.filter(compiles["phase"] == "forward").sort("lineno").to_dicts()
+    program_of = {c["compile_id"]: normalize_program(c["program"]) for c in forward if c["program"]}
+    breaks = tables.get("torch_trace_graph_breaks")
+    ops = tables.get("torch_trace_collectives")
+    for c in forward:
+        profile = out.setdefault(normalize_program(c["program"]) if c["program"] else "?", [[], [], [], []])
+        profile[0].append(c["tlparse_id"])
+        if c["recompile_reason"]:
+            profile[2].append(normalise(re.sub(r"^[!\d/]+: ", "", c["recompile_reason"])))
+        if ops is not None:
+            mine = ops.filter(ops["compile_id"] == c["compile_id"]).sort("lineno")["op"].to_list()
+            if mine:
+                profile[3].append(mine)
+    for b in [] if breaks is None else breaks.sort("lineno").to_dicts():
+        if b["compile_id"] in program_of:
+            out[program_of[b["compile_id"]]][1].append((normalise(b["reason"] or ""), b["user_lineno"]))
+    return {p: tuple(tuple(map(str, dim)) for dim in profile) for p, profile in out.items()}
 
 
 def rule_for(metric: str):

@@ -38,8 +38,11 @@ def test_derived_tables_hold_the_known_answers(sample_warehouse):
     # regressions: the figures with a regression or failure step open on them, at each run (169 rows;
     # 56 in the latest run, where every model-widening step of the last two nights is still open; the
     # torch-trace graph breaks of 11-19 are fixed on 11-20). The torch-trace job: one series, 14
-    # figures a run, its 2 graph breaks appearing and vanishing (4 diffs), 5 item rows (2 breaks, 3 none).
-    assert counts == {"series": 26, "trends": 896, "regressions": 169, "latest": 56, "diffs": 573, "items": 879}
+    # figures a run, its 2 graph breaks appearing and vanishing (4 diffs) with the compiles they split
+    # (forward/0 vanishing, forward/0_1 and two resume functions appearing: 4 diffs each way), 270 item rows:
+    # its compile (graph, kernels, code lines, 53 guards, its compile ids) 57 a night, 58 on 11-20 (a guard
+    # more), 11-19's three compiles, 2 breaks and their compile ids and breaks to compare ranks on 98.
+    assert counts == {"series": 26, "trends": 896, "regressions": 169, "latest": 56, "diffs": 581, "items": 1144}
     # First run: every row a first value (204 + the two array-only entry metrics of 6 HLO dumps, less
     # the 7 fallback-kernel counts that first appear later, + the torch-trace log's 14).
     first = query(sample_warehouse, "SELECT changed, count(*) n FROM metric_trends WHERE run_id = '2026-11-17' GROUP BY ALL")

@@ -416,23 +416,34 @@ def test_sample_bucket_night_to_night_diff():
         pl.len(), pl.col("count").sum()).sort("run", "category")  # fmt: skip
     assert per_run.rows() == [
         ("2026-11-18", "accuracy", 1, 1), ("2026-11-18", "allocation", 62, 118), ("2026-11-18", "collective", 7, 8),
+        # The torch-trace log's compile (issue 46): 311 lines of output code, 4 graph ops, 53 guards, 3 kernels.
+        ("2026-11-18", "compile_code", 1, 311), ("2026-11-18", "compile_graph", 1, 4), ("2026-11-18", "compile_guard", 53, 53),
+        ("2026-11-18", "compile_kernels", 1, 3),
         ("2026-11-18", "custom_call", 3, 9), ("2026-11-18", "extern_kernel", 4, 22), ("2026-11-18", "fused_group", 8, 9),
         ("2026-11-18", "fusion", 48, 58), ("2026-11-18", "kernel_category", 2, 9), ("2026-11-18", "onnx_op", 13, 47),
-        ("2026-11-18", "onnx_step", 8, 8), ("2026-11-18", "peak_value", 45, 46),
-        ("2026-11-19", "allocation", 68, 130), ("2026-11-19", "collective", 7, 10), ("2026-11-19", "custom_call", 3, 11),
+        ("2026-11-18", "onnx_step", 8, 8), ("2026-11-18", "peak_value", 45, 46), ("2026-11-18", "rank_profile", 1, 1),
+        ("2026-11-19", "allocation", 68, 130), ("2026-11-19", "collective", 7, 10),
+        # Its graph breaks: forward restarted (forward/0_1) and two resume functions, each with its code and guards.
+        ("2026-11-19", "compile_code", 3, 630), ("2026-11-19", "compile_graph", 3, 6), ("2026-11-19", "compile_guard", 85, 85),
+        ("2026-11-19", "compile_kernels", 3, 6), ("2026-11-19", "custom_call", 3, 11),
         ("2026-11-19", "extern_kernel", 4, 28), ("2026-11-19", "fallback_call", 1, 1),
         ("2026-11-19", "fallback_kernel", 2, 2), ("2026-11-19", "fused_group", 10, 13), ("2026-11-19", "fusion", 48, 73),
         ("2026-11-19", "graph_break", 2, 2), ("2026-11-19", "kernel_category", 2, 12), ("2026-11-19", "onnx_op", 11, 54), ("2026-11-19", "onnx_step", 8, 8),
-        ("2026-11-19", "peak_value", 53, 57),
+        ("2026-11-19", "peak_value", 53, 57), ("2026-11-19", "rank_profile", 2, 5),
     ]  # fmt: skip
     changes = diff(items, "2026-11-18", "2026-11-19")
     assert changes.group_by("change").len().sort("change").rows() == [
-        ("appeared", 92), ("changed", 4), ("grew", 37), ("vanished", 74)]  # fmt: skip
+        ("appeared", 95), ("changed", 4), ("grew", 37), ("vanished", 75)]  # fmt: skip
     text = set(zip(changes["series"], lines(changes), strict=True))
     for expected in [
         ("torch-inductor/inductor_ir/post_fusion/model__0_forward_1.0", "fallback kernel aten.median.dim appeared (×1)"),
         ("torch-inductor/inductor_output_code/output_code/model__0_forward_1.0", "fallback call aten.median.dim appeared (×1)"),
         ("torch-onnx/onnx_report/export/inp+blocks+head(x)", "ONNX step translate ✅→❌"),
+        # A compile that appeared or vanished is one line (its guards, kernels and code are not listed again).
+        ("torch-trace/torch_trace/trace/forward at /tmp/dumpscope-torch-trace/src/dumpscope_model.py:19",
+         "compile forward/0 vanished (was 4 graph ops)"),
+        ("torch-trace/torch_trace/trace/forward at /tmp/dumpscope-torch-trace/src/dumpscope_model.py:19",
+         "compile torch_dynamo_resume_in_forward_at_22/0 appeared (2 graph ops)"),
         ("torch-onnx/onnx_report/export/inp+blocks+head(x)", "ONNX accuracy log_softmax vanished (was max abs diff 4.77e-07)"),
         ("jax-pmap/xla_hlo/before_optimizations/jit__fun",
          "all-reduce f32[96,96] grew ×1 → ×2, 36.0 KiB → 72.0 KiB at jax_jobs.py:162 (psum)"),

@@ -129,8 +129,22 @@ def test_two_processes_logs_of_one_program_give_the_same_items():
     items = dump_items(dumps, records).join(dumps.select("path", "job"), on="path")
     cols = ["category", "key", "label", "count", "bytes", "value", "detail"]
     per_log = {path: frame.select(cols).sort(cols).rows() for (path,), frame in items.partition_by("path", as_dict=True).items()}
-    assert len(per_log) == 12 and len({tuple(v) for v in per_log.values()}) == 1
-    assert next(iter(per_log.values())) == [
+    # Each compile's items too (issue 46): its graph, code, guards and what ranks are compared on. An early
+    # log also holds its warm-up's: one set per job, six logs each.
+    per_job = {job: {tuple(per_log[p]) for p in frame.get_column("path").unique()}
+               for (job,), frame in items.partition_by("job", as_dict=True).items()}
+    assert len(per_log) == 12 and {job: len(sets) for job, sets in per_job.items()} == {
+        "torch-ranks": 1, "torch-ranks-early": 1}
+    step = [r for r in next(iter(per_job["torch-ranks"])) if r[0] != "recompile"]
+    # step/0, step/1, step/2 (backend aot_eager: no output code) and their 63 guards; its compile ids and
+    # recompile reasons, what ranks are compared on.
+    assert {c: sum(r[0] == c for r in step) for c in sorted({r[0] for r in step})} == {
+        "compile_graph": 3, "compile_guard": 63, "rank_profile": 2}
+    assert [(r[1], r[6][:5]) for r in step if r[0] in ("compile_graph", "rank_profile")] == [
+        ("step at rank_model.py:17 | step/0", "[0/0]"), ("step at rank_model.py:17 | step/1", "[0/1]"),
+        ("step at rank_model.py:17 | step/2", "[0/2]"), ("step at rank_model.py:17 | compile ids", "[0/0]"),
+        ("step at rank_model.py:17 | recompiles", "___ch")]
+    assert [r for r in next(iter(per_log.values())) if r[0] == "recompile"] == [
         ("recompile", "___check_obj_id(act.__code__, <id>), type=<class 'code'>  # h = act(x @ w)  # "
                       "rank_model.py:18 in step\nUser stack trace:\n  File \"rank_model.py\", line 18, in step\n    "
                       "h = act(x @ w)",

@@ -83,7 +83,7 @@ def test_manifest_and_layout():
     assert set(SCENARIOS) == {"stable", "collective_kept", "blowup_revert", "model_change", "truncated",
                               "failing_export", "two_onnx_models", "stacked_blowup", "overshoot", "dip_and_back",
                               "lost_improvement", "mixed_run", "onnx_three_models", "rank_logs", "inductor_two_graphs",
-                              "overshoot_revert", "first_night_failures"}
+                              "overshoot_revert", "first_night_failures", "rank_divergence"}
     assert MODEL == sorted(SCENARIOS)  # every scenario's expectations follow the incident model
     assert MANIFEST["command"].startswith(".venv-samples/bin/python data/generate_incident_buckets.py")
     for name, sc in SCENARIOS.items():

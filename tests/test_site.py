@@ -32,7 +32,7 @@ def site(sample_site):
 
 
 def test_every_page_is_built(site):
-    assert (site.pages, site.charts) == (69, 43)  # 43 + 24 incident pages and their index + docs/site.md
+    assert (site.pages, site.charts) == (70, 43)  # 44 + 24 incident pages and their index + docs/site.md (the ranks page: issue 46)
     built = {p.relative_to(site.out).as_posix() for p in site.out.rglob("*.html")}
     assert set(PAGES) <= built
     assert len([p for p in built if p.startswith("series/")]) == 27  # 26 series and their index
@@ -113,7 +113,7 @@ def test_an_empty_warehouse_still_builds_a_site_that_says_so(tmp_path):
     with Warehouse(tmp_path / "w.duckdb") as con:
         aggregate(con)
     result = build_site(tmp_path / "w.duckdb", tmp_path / "site")
-    assert (result.pages, result.charts) == (15, 0)  # the incidents index, the compile page and docs/site.md too
+    assert (result.pages, result.charts) == (16, 0)  # the incidents index, the compile and ranks pages and docs/site.md too
     assert "The warehouse has no runs yet" in (tmp_path / "site" / "index.html").read_text()
 
 

@@ -163,7 +163,7 @@ def test_a_tree_guard_has_its_type_source_user_line_and_no_process_id():
     guards = _table(tables, "torch_trace_guards")
     first = guards.filter(pl.col("tlparse_id") == "[0/0]")
     assert first.filter(pl.col("guard_type") == "ID_MATCH").row(0, named=True) | {"dump_id": None} == {
-        "dump_id": None, "parser_version": 6, "compile_id": "0/0", "frame_id": 0, "frame_compile_id": 0, "attempt": 0,
+        "dump_id": None, "parser_version": 7, "compile_id": "0/0", "frame_id": 0, "frame_compile_id": 0, "attempt": 0,
         "tlparse_id": "[0/0]", "source": "cpp_guard", "guard_type": "ID_MATCH",
         "guard": "___check_obj_id(G['torch'], <id>), type=<class 'module'>", "guarded": "G['torch']", "reason": None,
         "user_code": "h = torch.relu(self.l1(x))", "user_filename": "mp/dumpscope-torch-trace/src/dumpscope_model.py",
@@ -213,6 +213,34 @@ def test_an_artifact_row_per_record_with_where_to_read_it(path):
         "tlparse_id", "record", "kind", "lineno", "end_lineno", "record_bytes", "payload_bytes", "payload_lines",
         "complete").rows()
     assert got == want
+
+
+@pytest.mark.parametrize("path", LOGS, ids=_id)
+def test_a_collective_row_per_op_of_each_compiles_schedule(path):
+    """Each inductor_collective_schedule artifact's JSON list, an op a row, in order (parser version 7)."""
+    text, tables = _parsed(path)
+    want = [(_tlparse(rec), position, op, lineno + 2 + position)  # the list's "[" is the payload's first line
+            for lineno, rec, payload, _ in _records(text)
+            if rec and rec.get("artifact", {}).get("name") == "inductor_collective_schedule"
+            for position, op in enumerate(json.loads("\n".join(payload)))]
+    got = _table(tables, "torch_trace_collectives").select("tlparse_id", "position", "op", "lineno").rows()
+    assert got == want
+
+
+def test_the_collective_schedules_of_tlparses_ranks():
+    """tlparse's multi_rank_schedule: rank 1's first compile issues no reduce_scatter (its report flags it)."""
+    def schedules(name: str) -> dict[str, list[str]]:
+        rows = _table(_parsed(next(p for p in LOGS if p.name == name))[1], "torch_trace_collectives")
+        return {cid: ops.to_list() for (cid,), ops in
+                ((k, g.sort("position")["op"]) for k, g in rows.group_by("tlparse_id", maintain_order=True))}
+
+    ops = "torch.ops._c10d_functional.{}.default".format
+    both = [ops("all_reduce_"), ops("wait_tensor")]
+    assert schedules("dedicated_log_torch_trace_rank_0_6u3fubwl.log.gz") == {
+        "[0/0]": [*both, ops("all_gather_into_tensor"), ops("reduce_scatter_tensor"), ops("wait_tensor"),
+                  ops("wait_tensor")], "[1/0]": both}
+    assert schedules("dedicated_log_torch_trace_rank_1_n8zycf07.log.gz") == {
+        "[0/0]": [*both, ops("all_gather_into_tensor"), ops("wait_tensor")], "[1/0]": both}
 
 
 def test_the_artifacts_of_a_compile_as_tlparse_lists_them():

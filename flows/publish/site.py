@@ -48,7 +48,7 @@ from flows.warehouse.store import connect_readonly
 from transforms import escape
 from transforms.escape import Markup
 from transforms.site import data as site_data
-from transforms.site import archive, pages, sections
+from transforms.site import archive, pages, ranks, sections
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "site_templates"
@@ -103,6 +103,11 @@ DENSE = ("(metric LIKE 'onnx.step.%' AND kind = 'onnx_report' AND list_contains(
 # The TORCH_TRACE logs of the window's runs, and whether the records tables still hold their rows.
 TRACE_DUMPS = """SELECT run_id, path, status, dump_id IN (SELECT dump_id FROM records_files) AS held
                  FROM dumps WHERE kind = 'torch_trace' AND run_id IN (SELECT unnest(?::VARCHAR[]))"""
+# Each rank log's collective schedules of each of its programs in the latest run (the ranks page): the
+# rank_profile item of the series' own program (a log's items stand beside each of its series).
+RANK_SCHEDULES = """SELECT s.series, i.detail FROM dump_items i JOIN dump_series s USING (path)
+                    WHERE s.run_id = ? AND s.kind = 'torch_trace' AND starts_with(s.stage, 'rank_')
+                      AND i.category = 'rank_profile' AND i.key = s.series_program || ' | collective schedules'"""
 # Graph breaks, recompiles and failed compiles of those logs (the records tables: the last
 # keep_records_runs runs), each with its run, dump, program (its series) and user frame.
 COMPILE_REASONS = """
@@ -195,6 +200,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                 JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps}) ORDER BY ALL""", [latest]),
             trace_dumps=q(TRACE_DUMPS, [shown]),
             compile_reasons=q(COMPILE_REASONS, [shown]),
+            rank_schedules=q(RANK_SCHEDULES, [latest]),
             tables=q("""SELECT table_name AS name, 'table' AS type, comment FROM duckdb_tables() WHERE schema_name = 'main'
                         UNION ALL SELECT view_name, 'view', comment FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal
                         ORDER BY name"""),
@@ -409,6 +415,7 @@ def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) ->
     page("fusion.md.j2", "fusion.md", **sections.fusion_page(d))
     page("kernels.md.j2", "kernels.md", **sections.kernels_page(d))
     page("compile.md.j2", "compile.md", **sections.compile_page(d))
+    page("ranks.md.j2", "ranks.md", **ranks.ranks_page(d))
     page("onnx.md.j2", "onnx.md", **sections.onnx_page(d))
     page("diff.md.j2", "diff.md", **pages.diff_page(d))
     page("accepts.md.j2", "accepts.md", **pages.accepts_page(d))

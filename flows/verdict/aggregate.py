@@ -2,7 +2,8 @@
 
 Runs inside a ``Warehouse`` writer (the nightly flow's last step, ``dumpscope
 aggregate`` and ``dumpscope accept``), so what it writes is published atomically
-with the load. Derived rows are rewritten from the first run that changed, from what
+with the load. The one figure it writes beside the parsers' (``rank_figures``): a rank log's
+``dynamo.rank_divergence``, which depends on the other ranks of its run. Derived rows are rewritten from the first run that changed, from what
 ``flows.verdict.history`` reads of the runs before it; structural items are kept per content in
 ``content_items`` and computed only for contents they do not hold yet (``flows.verdict.items``:
 in batches, on the flow's task runner). The settings and the stamps saying what the derived
@@ -34,6 +35,7 @@ from transforms.trends import incident_rule
 from transforms.trends import incident_walk
 from transforms.trends import renames as renames_mod
 from transforms.trends import metric_trends as trends
+from transforms.trends import rank_divergence
 from transforms.trends import rollups
 from transforms.trends.rules import Settings
 
@@ -135,6 +137,11 @@ def _aggregate_runs(con: duckdb.DuckDBPyConnection, settings: Settings, budget: 
     # A night reads its window of runs, not the history (dumps and series of half a million
     # paths at a year); the jobs it walks for incidents read theirs a group at a time.
     dumps, series = history.night_frames(con, runs, order, from_seq, settings)
+    dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
+    # A rank log's dynamo.rank_divergence depends on the other ranks of its run: written with the night's figures,
+    # before the trends and incidents read them.
+    divergences, computed = rank_figures(con, dumps, series, dirty, budget, run_items or items.in_process)
+    result.items_computed += computed
     # Figures of failed dumps, and of partial ones whose parser cannot tell what the damage cost,
     # are left out of trends: a cut file is not a compiler change (the incidents report it as a
     # failure about the dump). A partial dump that names what it lost keeps its other figures.
@@ -153,7 +160,6 @@ def _aggregate_runs(con: duckdb.DuckDBPyConnection, settings: Settings, budget: 
         con, series.join(order.filter(pl.col("run_seq") >= from_seq), on="run_id", how="semi").get_column("series"),
         order, from_seq)
     events = rollups.series_events(dumps, series, order, from_seq, seen_before=older)
-    dirty = order.filter(pl.col("run_seq") >= from_seq).select("run_id")
     rows = {
         "dump_series": series,
         "metric_trends": trend,
@@ -181,7 +187,8 @@ def _aggregate_runs(con: duckdb.DuckDBPyConnection, settings: Settings, budget: 
     pair_keys = keys.filter(pl.col("path").is_in(pair_paths.implode()) & pl.col("items_key").is_not_null())
     stored = _content_items(con, pair_keys.get_column("items_key").unique())
     items_by_path = pair_keys.join(pl.concat([stored, new_items]).unique(["items_key", "category", "key"]), on="items_key")
-    rows["diffs"] = diff_mod.diff_pairs(pairs, items_by_path.drop("items_key"))
+    rows["diffs"] = pl.concat([diff_mod.diff_pairs(pairs, items_by_path.drop("items_key")),
+                               diff_mod.divergence_rows(divergences, series)])
     del items_by_path, stored
     lap("diffs")
 
@@ -266,6 +273,32 @@ def _causes(con: duckdb.DuckDBPyConnection, incidents: pl.DataFrame, steps: pl.D
         SELECT w.incident_id, d.series, d.category, d.description, d.bytes_before, d.bytes_after, d.value_after, d.excerpt_after
         FROM diffs d JOIN _wanted w USING (run_id, series)""")
     return incident_rule.causes(incidents, steps, diffs)
+
+
+def rank_figures(con: duckdb.DuckDBPyConnection, dumps: pl.DataFrame, series: pl.DataFrame, dirty: pl.DataFrame,
+                 budget: MemoryBudget, run_items: items.ItemsRunner) -> tuple[pl.DataFrame, int]:
+    """The ``dynamo.rank_divergence`` metrics rows of the rank logs of the ``dirty`` runs
+    (``transforms.trends.rank_divergence``), in place of those stored, from their ``rank_profile``
+    items (computed and stored here when the warehouse holds none yet); returns the divergences
+    and how many contents' items were computed."""
+    logs = rank_divergence.rank_logs(series.join(dirty, on="run_id", how="semi"), dumps)
+    with registered(con, _dirty=dirty):
+        con.execute("DELETE FROM metrics WHERE metric = ? AND run_id IN (SELECT run_id FROM _dirty)",
+                    [rank_divergence.METRIC])
+    if logs.is_empty():
+        return pl.DataFrame(schema=rank_divergence.DIVERGENCE_SCHEMA), 0
+    keyed = diff_mod.items_keys(logs).filter(pl.col("items_key").is_not_null())
+    new = _new_items(con, keyed.join(logs.select("path", "kind", "stage", "dump_id").unique("path"), on="path")
+                     .unique("items_key"), budget, run_items)
+    store_items(con, new)
+    profiles = keyed.join(_content_items(con, keyed.get_column("items_key").unique()).filter(
+        pl.col("category") == "rank_profile"), on="items_key").select("path", "key", "detail", "excerpt_lines", "excerpt")
+    figures, divergences = rank_divergence.compare(logs, profiles)
+    with registered(con, _rank_figures=figures):
+        con.execute("""INSERT INTO metrics SELECT d.run_id, d.job, f.program, d.kind, d.stage, f.metric, f.value,
+                              d.dump_id, d.path
+                       FROM _rank_figures f JOIN dumps d USING (path)""")
+    return divergences, new.get_column("items_key").n_unique()
 
 
 def store_items(con: duckdb.DuckDBPyConnection, found: pl.DataFrame) -> int:

@@ -7,7 +7,9 @@ each dump staged by the parse worker (``flows.ingest.staging.stage_chunk``, into
 directory removed at the end) and checked against its XLA siblings (``flows.warehouse.siblings``),
 made into dumps and metrics rows by the loader's builders (``flows.warehouse.loading``:
 ``staged_dump``, ``dump_rows``, ``metrics_of``) and named by the night's series rules
-(``flows.verdict.history``: ``split_programs``, ``name_series``).
+(``flows.verdict.history``: ``split_programs``, ``name_series``); its rank logs get the
+``dynamo.rank_divergence`` the nightly's aggregation writes (``rank_figures``, and the ``diffs``
+rows that name the rank that differs).
 
 The history of the candidate's jobs up to the reference run is read through the caller's read-only
 connection by the nightly's readers, a group of jobs at a time (``history.job_groups``,
@@ -58,6 +60,7 @@ from transforms.trends import diffs as diff_mod
 from transforms.trends import incident_rule
 from transforms.trends import incident_walk
 from transforms.trends import metric_trends as trends
+from transforms.trends import rank_divergence
 from transforms.trends.headlines import failure_text
 from transforms.trends.rules import Settings
 
@@ -144,7 +147,9 @@ def judge_directory(con, directory: Path, objects: list[BucketObject], not_read:
                                     history.split_programs(dumps, metrics))
         names = {o.path: escape_name(o.full_path[len(o.root) + 1:]) for o in objects}
         candidate = Candidate(run_id, Path(directory), dumps, fresh, metrics, staged, names)
+        divergences = rank_figures(con, candidate, work / "rank_items")
         verdict = judge(con, order, accepts, candidate, settings, batch_rows, work)
+        verdict.diffs = pl.concat([verdict.diffs, diff_mod.divergence_rows(divergences, fresh)])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     damaged = _damaged(outcomes)
@@ -215,6 +220,26 @@ def judge(con, order: pl.DataFrame, accepts: list[dict], candidate: Candidate, s
     incidents, steps = incident_walk.in_order(pl.concat([p.incidents for p in parts]), pl.concat([p.steps for p in parts]))
     diffs = _candidate_diffs(con, pl.concat(pairs), candidate, steps.filter(pl.col("opened_run") == run_id), work)
     return Verdict(incidents, steps, new_programs, diffs)
+
+
+def rank_figures(con, candidate: Candidate, work: Path) -> pl.DataFrame:
+    """The candidate's ``dynamo.rank_divergence`` figures added to its metrics rows, as the nightly's
+    aggregation writes them (``aggregate.rank_figures``): from its rank logs' ``rank_profile`` items, the
+    warehouse's when it holds the content, else computed from the staged records. Returns the divergences."""
+    logs = rank_divergence.rank_logs(candidate.series, candidate.dumps)
+    if logs.is_empty():
+        return pl.DataFrame(schema=rank_divergence.DIVERGENCE_SCHEMA)
+    keyed = diff_mod.items_keys(logs).filter(pl.col("items_key").is_not_null())
+    held = read_with(con, {"_check_keys": keyed.select("items_key").unique()},
+                     "SELECT * FROM content_items WHERE items_key IN (SELECT items_key FROM _check_keys)")
+    todo = (keyed.join(logs.select("path", "kind", "stage", "dump_id").unique("path"), on="path")
+            .join(held.select("items_key").unique(), on="items_key", how="anti"))
+    items = pl.concat([held.cast(dict(diff_mod.CONTENT_ITEM_SCHEMA)), _computed_items(todo, candidate, work)])
+    profiles = keyed.join(items.filter(pl.col("category") == "rank_profile"), on="items_key").select(
+        "path", "key", "detail", "excerpt_lines", "excerpt")
+    figures, divergences = rank_divergence.compare(logs, profiles)
+    candidate.metrics = pl.concat([candidate.metrics, figures.cast(dict(candidate.metrics.schema))])
+    return divergences
 
 
 def _new_programs(fresh: pl.DataFrame, stored: pl.DataFrame) -> list[dict]:

@@ -78,7 +78,7 @@ CORE_TABLES: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         },
     ),
     "metrics": (
-        "One row per metric of each parsed dump path (docs/metrics.md defines the metrics); the table trends are computed from.",
+        "One row per metric of each parsed dump path (docs/metrics.md defines the metrics), and the dynamo.rank_divergence of each program of a rank log, which the aggregation writes from the other ranks of its run; the table trends are computed from.",
         {
             "run_id": ("VARCHAR", "Run of the dump (runs.run_id)."),
             "job": ("VARCHAR", "Job of the dump."),

@@ -82,7 +82,9 @@ from transforms.records import (BATCH_ROWS, DumpKind, DumpSummary, OneRecord, Pa
 # (was: every figure of the log in doubt, the program a failure)
 # 6: torch_trace_guards and torch_trace_artifacts (every guard and artifact of each compile), tlparse_id (the
 # compile id as tlparse writes it: [0/0_1] a restart), dynamo_time_before_restart_s and backward_compile_time_s
-PARSER_VERSION = 6
+# 7: torch_trace_collectives (each compile's collective schedule, the inductor_collective_schedule artifact: ranks
+# are compared on it)
+PARSER_VERSION = 7
 
 _PREFIX = re.compile(r"(?:\[rank\d+\]:)?[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]*:\d+\] (?=\{)")
 # torch names a log dedicated_log_torch_trace_[rank_<n>_]<random>.log (tempfile.mkstemp: 8 random characters
@@ -106,13 +108,16 @@ _MAX_DEPTH = 32
 _RECORD_NAME = re.compile(r'\{\s*"(\w+)"')
 _FEEDS = {"inductor_output_code": ("kernel.*",), "compilation_metrics": None, "bwd_compilation_metrics": None}
 _GRAPH_BREAK_ARTIFACT = '"dynamo_graph_break_reason"'
+# Inductor's collective schedule of a compile (torch/_inductor/debug.py: the collective ops of the
+# scheduled graph, in the order the output code issues them): a JSON list, one op a payload line.
+_COLLECTIVE_SCHEDULE = "inductor_collective_schedule"
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\[\s\S])*+(?:"|\\?\Z)')  # linear: an unclosed one runs to the end
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")  # bytes.translate drops them, in C
 _LONG_ROWS = ("torch_trace_compiles", "torch_trace_graph_breaks", "torch_trace_kernels", "torch_trace_extern_calls")
 # Guards and artifacts: a row per tree line or record, tens per compile; in batches of 1,024 the peak RSS of a
 # 200 MB log is +9 MiB, not +24 MiB as in 4,096 (the native high-water of building the frames), and the batches
 # cost little CPU (256: +0.1 s, a frame's fixed cost each; docs/speed.md).
-_FEW_ROWS = {"torch_trace_guards": 1024, "torch_trace_artifacts": 1024}
+_FEW_ROWS = {"torch_trace_guards": 1024, "torch_trace_artifacts": 1024, "torch_trace_collectives": 1024}
 # Records that are no artifact of a compile (tlparse folds them into other pages): no torch_trace_artifacts row.
 _NOT_ARTIFACTS = frozenset({"chromium_event", "str", "describe_tensor", "describe_storage", "describe_source"})
 _SHAPE_GUARDS = {"symbolic_shape_specialization": "shape_specialization", "guard_added": "guard_added",
@@ -190,12 +195,13 @@ ARTIFACTS = pl.Schema({
     **_ID, "record": pl.String, "kind": pl.String, "lineno": pl.Int32, "end_lineno": pl.Int32,
     "record_bytes": pl.Int64, "payload_bytes": pl.Int64, "payload_lines": pl.Int32, "complete": pl.Boolean,
 })  # fmt: skip
+COLLECTIVES = pl.Schema({**_ID, "position": pl.Int32, "op": pl.String, "lineno": pl.Int32})
 RECORDS = pl.Schema({"record": pl.String, "artifact": pl.String, "known": pl.Boolean, "records": pl.Int64,
                      "payload_lines": pl.Int64, "first_lineno": pl.Int32})  # fmt: skip
 TABLES = {"torch_trace_compiles": COMPILES, "torch_trace_graph_breaks": GRAPH_BREAKS,
           "torch_trace_output_code": OUTPUT_CODE, "torch_trace_kernels": KERNELS,
           "torch_trace_extern_calls": EXTERN_CALLS, "torch_trace_guards": GUARDS, "torch_trace_artifacts": ARTIFACTS,
-          "torch_trace_records": RECORDS}  # fmt: skip
+          "torch_trace_collectives": COLLECTIVES, "torch_trace_records": RECORDS}  # fmt: skip
 
 _ID_DOCS = {
     "compile_id": "Compile id as torch prints it: '<frame_id>/<frame_compile_id>', '!<compiled_autograd_id>/...' "
@@ -318,6 +324,15 @@ TABLE_DOCS: dict[str, dict[str, str]] = {
         "without a payload.",
         "payload_lines": "Lines of the payload (0 without one).",
         "complete": "The payload matched its record's MD5; null without a payload.",
+    },
+    "torch_trace_collectives": {
+        "": "One row per op of each compile's collective schedule (the inductor_collective_schedule artifact: the "
+        "collective ops of the graph Inductor scheduled, in the order its output code issues them). tlparse compares "
+        "ranks on it: ranks whose schedules differ can hang or exchange the wrong tensors.",
+        **_ID_DOCS,
+        "position": "Place of the op in the schedule, from 0.",
+        "op": "The op as torch names it (torch.ops._c10d_functional.all_reduce_.default), at most 1,000 characters.",
+        "lineno": "Line of the op in the log (a payload line of the artifact).",
     },
     "torch_trace_records": {
         "": "What the log holds: one row per record name (and artifact name).",
@@ -689,6 +704,8 @@ class _Trace:
             yield from self._output_code(rec, comp, lineno, it)
         elif artifact == "dynamo_graph_break_reason" and self.md5 is not None:
             yield from self._graph_break(rec, comp, lineno, it)
+        elif artifact == _COLLECTIVE_SCHEDULE and self.md5 is not None:
+            yield from self._collectives(rec, comp, it)
         elif name == "dynamo_guards" and self.md5 is not None:
             yield from self._python_guards(rec, comp, lineno, it)
         elif name == "dynamo_cpp_guards_str" and self.md5 is not None:
@@ -869,6 +886,22 @@ class _Trace:
             comp.breaks.append(row)
         else:
             yield from self.add("torch_trace_graph_breaks", tuple(row))
+
+    def _collectives(self, rec: dict, comp: _Compile | None, it: Iterator[str]) -> Iterator[TableBatch]:
+        """inductor_collective_schedule: a JSON list of op names written one entry a line."""
+        ids = self._ids(comp.cid if comp is not None else None, rec)
+        position = 0
+        for text in self._payload(it):
+            entry = text.strip().rstrip(",")
+            if entry[:1] != '"':
+                continue
+            try:
+                op = json.loads(entry[:_TEXT + 2])
+            except ValueError:  # an op longer than a column holds, or not a JSON string: its text
+                op = entry.strip('"')
+            yield from self.add("torch_trace_collectives", (*ids, position, str(op)[:_TEXT], self.lineno))
+            position += 1
+        self._end_payload(at_end=self.held is None)
 
     # --- guards ---
 

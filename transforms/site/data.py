@@ -93,6 +93,8 @@ class SiteData:
     # what (graph_break, skip, other, recompile, failure), reason, detail, frame_file, frame_line, frame_function,
     # lineno, end_lineno
     compile_reasons: pl.DataFrame | None = None
+    # the latest run's rank logs' collective schedules (the ranks page): series, detail (their rank_profile item)
+    rank_schedules: pl.DataFrame | None = None
 
     @cached_property
     def steps(self) -> pl.DataFrame:

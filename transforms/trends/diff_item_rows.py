@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import polars as pl
 
 from transforms.records import COLLECTIVES
+from transforms.trends.series import normalize_program
 from transforms.volatile import normalised
 
 ROW_SCHEMA = pl.Schema({
@@ -351,9 +352,10 @@ def onnx_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> list[
 
 def torch_trace_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> list[pl.LazyFrame]:
     """graph_break, recompile and compile_failure of TORCH_TRACE logs: what a torch.compile user
-    asks first when a count steps. Keys leave out compile ids (renumbered), directories and what
-    changes from process to process (``transforms.volatile``: ids, addresses, temporary folders,
-    path prefixes), so the same program's logs written by two processes give the same items."""
+    asks first when a count steps; then each compile's items (``compile_rows``). Keys leave out compile
+    ids (renumbered), directories and what changes from process to process (``transforms.volatile``:
+    ids, addresses, temporary folders, path prefixes), so the same program's logs written by two
+    processes give the same items."""
     out = []
     if (breaks := rows_of(dumps, records, "torch_trace_graph_breaks", ("torch_trace",))) is not None:
         reason = normalised(pl.col("reason").fill_null(pl.col("kind").cast(pl.String)))
@@ -379,6 +381,144 @@ def torch_trace_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -
         out.append(_rows(failed, "compile_failure", pl.concat_str(pl.col("co_name").fill_null("?"), pl.lit(" | "), why),
                          pl.concat_str(pl.lit("compile of "), pl.col("co_name").fill_null("?"), pl.lit(" failed: "), why, at),
                          detail=normalised(pl.col("program")), order=pl.col("lineno")))  # fmt: skip
+    return out + compile_rows(dumps, records)
+
+
+# -- each compile of a TORCH_TRACE log, and what its ranks are compared on ----------------------
+
+
+def compile_ref() -> pl.Expr:
+    """A compile as it is matched across nights: ``<co_name>/<frame compile index>[_<attempt>]``
+    (``forward/0``, ``forward/0_1`` after a restart, ``torch_dynamo_resume_in_forward_at_22/0``),
+    with ``!<id>/`` in front under compiled autograd. Not the frame id: Dynamo numbers frames in the
+    order it first compiles them, so a graph break added above a resume function renumbers it
+    (tests/fixtures/torch_trace: ``graph_break``'s resume at line 22 is frame 2, the same function
+    after a break removed would be frame 1), while its name (the function and the line it resumes
+    at) and its compile index within its frame stay. Of ``torch_trace_compiles`` rows."""
+    autograd = pl.col("compile_id").str.extract(r"^(![^/]*/)", 1).fill_null("")
+    attempt = pl.when(pl.col("attempt").fill_null(0) > 0).then(
+        pl.concat_str(pl.lit("_"), pl.col("attempt").cast(pl.String))).otherwise(pl.lit(""))
+    return pl.concat_str(autograd, pl.col("co_name").fill_null("?"), pl.lit("/"),
+                         pl.col("frame_compile_id").cast(pl.String).fill_null("-"), attempt)
+
+
+def _forward_compiles(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> pl.LazyFrame | None:
+    """One row per forward compile of every TORCH_TRACE log: dump_id, path, compile_id, ``prog``
+    (its program as its series names it, ``series_program``), ``ref`` (``compile_ref``), tlparse_id,
+    graph_op_count, lineno, recompile_reason."""
+    compiles = rows_of(dumps, records, "torch_trace_compiles", ("torch_trace",))
+    if compiles is None:
+        return None
+    return compiles.filter((pl.col("phase") == "forward") & pl.col("compile_id").is_not_null()).select(
+        "dump_id", "path", "compile_id", series_program(pl.col("program")).alias("prog"),
+        compile_ref().alias("ref"), "tlparse_id", "graph_op_count", "lineno", "recompile_reason")
+
+
+def _of_compiles(records: Mapping[str, pl.DataFrame], table: str, compiles: pl.LazyFrame) -> pl.LazyFrame | None:
+    """The rows of ``table`` that belong to a forward compile of ``compiles``, with its path, prog and ref."""
+    frame = records.get(table)
+    if frame is None or frame.is_empty():
+        return None
+    return frame.lazy().drop("path", strict=False).join(
+        compiles.select("dump_id", "compile_id", "path", "prog", "ref", pl.col("tlparse_id").alias("compile_tlparse_id")),
+        on=["dump_id", "compile_id"])
+
+
+def series_program(program: pl.Expr) -> pl.Expr:
+    """A TORCH_TRACE program as its series names it (``series.normalize_program``: ``forward at
+    model.py:19``, no folders: a checkout's and a temporary folder's paths name nothing); ``?`` for none."""
+    return program.map_elements(normalize_program, return_dtype=pl.String).fill_null("?")
+
+
+def _short_op(op: pl.Expr) -> pl.Expr:
+    """``torch.ops._c10d_functional.all_reduce_.default`` -> ``all_reduce_``."""
+    return op.str.replace(r"^torch\.ops\.", "").str.replace(r"^_c10d_functional\.", "").str.replace(r"\.default$", "")
+
+
+def compile_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> list[pl.LazyFrame]:
+    """What each compile of a TORCH_TRACE log is, matched across nights by program and ``compile_ref``
+    (keys ``<program> | <ref>``, the program normalised): ``compile_graph`` (count: the FX graph's ops),
+    ``compile_kernels`` (count: kernels of its output codes), ``compile_code`` (count: lines of its
+    output codes: lines, not bytes, as a kernel's path comment is longer in a longer cache folder),
+    ``compile_guard`` (one per normalised guard text of ``torch_trace_guards``: key ``<program> | <ref>
+    | <guard>``, detail ``<program> | <ref>``, its compile) and ``collective_schedule`` (its collective ops in order, key ``<program> | <ref> |
+    <ops>``); and ``rank_profile``, what ranks are compared on (``transforms.trends.rank_divergence``)."""
+    compiles = _forward_compiles(dumps, records)
+    if compiles is None:
+        return []
+    who = pl.concat_str("prog", pl.lit(" | "), "ref")
+    out = [_rows(compiles, "compile_graph", who, pl.concat_str(pl.lit("compile "), "ref"),
+                 count=pl.col("graph_op_count").fill_null(0), detail=pl.col("tlparse_id"), order=pl.col("lineno"))]
+    if (codes := _of_compiles(records, "torch_trace_output_code", compiles)) is not None:
+        per = codes.group_by("path", "prog", "ref").agg(
+            pl.col("compile_tlparse_id").first(), pl.col("kernels").fill_null(0).sum().alias("kernels"),
+            (pl.col("end_lineno") - pl.col("lineno")).sum().alias("lines"), pl.col("lineno").min())
+        for category, count in (("compile_kernels", "kernels"), ("compile_code", "lines")):
+            out.append(_rows(per, category, who, pl.concat_str(pl.lit("compile "), "ref"), count=pl.col(count),
+                             detail=pl.col("compile_tlparse_id"), order=pl.col("lineno")))  # fmt: skip
+    if (guards := _of_compiles(records, "torch_trace_guards", compiles)) is not None:
+        guards = guards.filter(pl.col("guard").is_not_null())
+        out.append(_rows(guards, "compile_guard", pl.concat_str(who, pl.lit(" | "), "guard"),
+                         pl.concat_str(pl.lit("guard of compile "), "ref", pl.lit(": "), pl.col("guard").str.slice(0, 300)),
+                         detail=who, order=pl.col("lineno")))  # fmt: skip
+    schedules = _schedules(records, compiles)
+    if schedules is not None:
+        out.append(_rows(schedules, "collective_schedule", pl.concat_str(who, pl.lit(" | "), "ops"),
+                         pl.concat_str(pl.lit("collective schedule of compile "), "ref", pl.lit(": "), "ops"),
+                         detail=pl.col("compile_tlparse_id"), order=pl.col("lineno")))  # fmt: skip
+    out += _rank_profiles(dumps, records, compiles, schedules)
+    return out
+
+
+def _schedules(records: Mapping[str, pl.DataFrame], compiles: pl.LazyFrame) -> pl.LazyFrame | None:
+    """Each compile's collective ops in the order its schedules list them (``ops``: ``all_reduce_,
+    wait_tensor``), with the line of its first."""
+    ops = _of_compiles(records, "torch_trace_collectives", compiles)
+    if ops is None:
+        return None
+    return ops.group_by("dump_id", "path", "prog", "ref").agg(
+        pl.col("compile_tlparse_id").first(), _short_op(pl.col("op")).sort_by("lineno").str.join(", ").alias("ops"),
+        pl.col("lineno").min())
+
+
+# What ranks are compared on (as tlparse's multi-rank report): each dimension one text per program.
+RANK_DIMENSIONS = ("compile ids", "graph breaks", "recompiles", "collective schedules")
+_PROFILE_TEXT = 2000  # of a dimension's text kept; past it, a digest of the whole stands for the rest
+
+
+def _rank_profiles(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame], compiles: pl.LazyFrame,
+                   schedules: pl.LazyFrame | None) -> list[pl.LazyFrame]:
+    """``rank_profile`` items: per program of a log and dimension (``RANK_DIMENSIONS``), key ``<program> |
+    <dimension>``, detail the dimension's text in log order (compile ids as tlparse writes them, graph
+    breaks and recompile reasons normalised, each compile's collective schedule), count its entries,
+    order its first line. Never a change between nights (``diff_items``: the other items say it)."""
+    ordered = [pl.col("entry").sort_by("lineno").str.join("; ").alias("text"), pl.col("entry").count().alias("n"),
+               pl.col("lineno").min()]
+    parts = [("compile ids", compiles.select("path", "prog", pl.col("tlparse_id").fill_null("?").alias("entry"), "lineno"))]
+    if (breaks := rows_of(dumps, records, "torch_trace_graph_breaks", ("torch_trace",))) is not None:
+        reason = normalised(pl.col("reason").fill_null(pl.col("kind").cast(pl.String)))
+        where = pl.concat_str(_file_name(pl.col("user_filename")).fill_null("?"), pl.lit(":"),
+                              pl.col("user_lineno").cast(pl.String).fill_null("?"))
+        parts.append(("graph breaks", breaks.select(
+            "path", series_program(pl.col("program")).alias("prog"),
+            pl.concat_str(pl.lit("'"), reason, pl.lit("' at "), where).alias("entry"), "lineno")))
+    recompiles = compiles.filter(pl.col("recompile_reason").is_not_null()).select(
+        "path", "prog", normalised(pl.col("recompile_reason").str.replace(r"^[!\d/]+: ", "")).str.slice(0, 300)
+        .alias("entry"), "lineno")
+    parts.append(("recompiles", recompiles))
+    if schedules is not None:
+        parts.append(("collective schedules", schedules.select(
+            "path", "prog", pl.concat_str(pl.col("compile_tlparse_id").fill_null("?"), pl.lit(" "), "ops").alias("entry"),
+            "lineno")))
+    out = []
+    for dimension, frame in parts:
+        texts = frame.group_by("path", "prog").agg(*ordered)
+        digest_of = pl.col("text").map_elements(digest, return_dtype=pl.String)
+        text = pl.when(pl.col("text").str.len_chars() > _PROFILE_TEXT).then(pl.concat_str(
+            pl.col("text").str.slice(0, _PROFILE_TEXT), pl.lit(" … (digest "), digest_of, pl.lit(")"))).otherwise("text")
+        out.append(_rows(texts, "rank_profile", pl.concat_str("prog", pl.lit(f" | {dimension}")),
+                         pl.concat_str(pl.lit(f"{dimension} of "), "prog"), count=pl.col("n"), detail=text,
+                         order=pl.col("lineno")))  # fmt: skip
     return out
 
 

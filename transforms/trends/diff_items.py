@@ -31,6 +31,12 @@ when every name around it changed. Categories and keys (``" | "`` joins key part
   break's user frame; ``recompile``: the recompile reason without its compile id;
   ``compile_failure``: ``<co_name> | <fail_type>: <first line of the reason>``. The items are
   the log's, every program's (a log's series are its programs; their diffs share the items).
+  Each compile, keyed ``<program> | <compile>`` (``diff_item_rows.compile_ref``: ``forward/0``,
+  ``forward/0_1`` after a restart; not the frame id, which renumbers): ``compile_graph`` (count: its
+  FX graph's ops), ``compile_kernels`` (its output codes' kernels), ``compile_code`` (their lines),
+  ``compile_guard`` (``<program> | <compile> | <guard>``, a guard's normalised text) and
+  ``collective_schedule`` (``<program> | <compile> | <ops in order>``). ``rank_profile``: what the
+  log's ranks are compared on (``<program> | <dimension>``, the text in ``detail``), never a change.
 
 ``diff_dump_items(before, after)``: items of the previous and the current dump(s) of
 a series, in; only the changes out, in ``DIFF_SCHEMA``. ``describe_change(row)``: one
@@ -55,13 +61,13 @@ ITEM_SCHEMA = pl.Schema({
 ITEM_DOCS: dict[str, str] = {
     "": "Structural items of one dump (fusions, collectives, allocations, fused groups, ONNX steps...), one row per (path, category, key).",
     "path": "Dump path (as in dumps.path).",
-    "category": "fusion, custom_call, collective, allocation, peak_value, fused_group, fallback_kernel, extern_kernel, kernel_category, fallback_call, onnx_step, onnx_op, accuracy, graph_break, recompile or compile_failure.",
+    "category": "fusion, custom_call, collective, allocation, peak_value, fused_group, fallback_kernel, extern_kernel, kernel_category, fallback_call, onnx_step, onnx_op, accuracy, graph_break, recompile, compile_failure, compile_graph, compile_kernels, compile_code, compile_guard, collective_schedule or rank_profile.",
     "key": "Stable identity within the category, the join key across runs: built from opcodes, shapes, kinds, targets and op metadata, never from renumbered names.",
     "label": "What a human reads, e.g. 'all-reduce f32[8,128]' or 'fusion kLoop add,multiply→f32[8,128]' (from the first instance in the dump).",
-    "count": "Instances with this key (for onnx_op, the operator count).",
+    "count": "Instances with this key (for onnx_op, the operator count; compile_graph: the compile's graph ops, compile_kernels: its kernels, compile_code: its output code lines; rank_profile: the entries of its text).",
     "bytes": "Bytes of those instances summed (outputs, allocation or value sizes); null where the category has no size.",
     "value": "onnx_step: 1 passed, 0 failed, null skipped; accuracy: max_abs_diff; else null.",
-    "detail": "Where it comes from: 'file.py:42 (op_name)' from HLO metadata, or the Inductor node name; may be null.",
+    "detail": "Where it comes from: 'file.py:42 (op_name)' from HLO metadata, or the Inductor node name; a compile's tlparse id; rank_profile: the text ranks are compared on; may be null.",
 }
 CHANGES = ("appeared", "vanished", "grew", "shrank", "changed")
 DIFF_SCHEMA = pl.Schema({
@@ -81,6 +87,9 @@ DIFF_DOCS: dict[str, str] = {
 GROUPING = ("series", "pair_id")
 _VALUED = frozenset({"onnx_step", "accuracy"})
 _LOCATED = frozenset({"fusion", "custom_call", "collective"})
+# A compile's figures, by category: what its count counts.
+COMPILE_FIGURES = {"compile_graph": "graph ops", "compile_kernels": "kernels", "compile_code": "lines of output code"}
+NOT_A_CHANGE = "rank_profile"  # what ranks are compared on: the other items of the log say what changed
 
 
 def dump_items(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
@@ -110,7 +119,8 @@ def diff_dump_items(before: pl.DataFrame, after: pl.DataFrame, *, abs_tol: float
 
     def side(items: pl.DataFrame, name: str) -> pl.LazyFrame:
         typed = items.lazy().with_columns(  # hand-built frames may carry all-null (Null-typed) columns
-            pl.col(c).cast(ITEM_SCHEMA[c]) for c in ("count", "bytes", "value", "label", "detail"))
+            pl.col(c).cast(ITEM_SCHEMA[c]) for c in ("count", "bytes", "value", "label", "detail")
+        ).filter(pl.col("category") != NOT_A_CHANGE)
         return typed.group_by(on).agg(
             pl.col("count").sum(), _sum_or_null("bytes"), pl.col("value").max(),
             pl.col("label").drop_nulls().first(), pl.col("detail").drop_nulls().first(), pl.lit(True).alias("seen"),
@@ -127,22 +137,81 @@ def diff_dump_items(before: pl.DataFrame, after: pl.DataFrame, *, abs_tol: float
         .when(ba > bb).then(pl.lit("grew")).when(ba < bb).then(pl.lit("shrank"))
         .when(count_delta > 0).then(pl.lit("grew")).when(count_delta < 0).then(pl.lit("shrank"))
     )  # fmt: skip
-    return (
-        both.with_columns(change.alias("change"),
-                          pl.coalesce("label_after", "label_before").alias("label"),
-                          pl.coalesce("detail_after", "detail_before").alias("detail"))
-        .filter(pl.col("change").is_not_null())
+    changed = both.with_columns(change.alias("change"), pl.coalesce("label_after", "label_before").alias("label"),
+                                pl.coalesce("detail_after", "detail_before").alias("detail")
+                                ).filter(pl.col("change").is_not_null())
+    return _guards_where_they_differ((
+        _whole_compiles_once(changed, group)
         .select(*group, *DIFF_SCHEMA.names())
         .cast(dict(DIFF_SCHEMA))
         .sort(*group, "category", "change", "key")
         .collect()
-    )  # fmt: skip
+    ), group)  # fmt: skip
+
+
+GUARD_SHOWN = 300  # characters of a guard a change line shows
+_GUARD_CONTEXT = 60  # of them before the first character where a guard and its partner differ
+
+
+def _guards_where_they_differ(changes: pl.DataFrame, group: list[str]) -> pl.DataFrame:
+    """A guard that vanished from a compile while one of the same start appeared (the same guard on
+    another value: ``___check_global_state()``'s JSON with ``"grad_enabled":true`` then ``false``)
+    labelled by where the two differ, not by a start they share: ``guard of compile forward/0: …
+    ,"grad_enabled":false,…``. Each guard is paired with the one of the other side it shares the
+    longest start with, from 40 characters on."""
+    guards = changes.filter((pl.col("category") == "compile_guard") & pl.col("change").is_in(["appeared", "vanished"]))
+    if guards.is_empty():
+        return changes
+    labels: dict[tuple, str] = {}
+    for where, rows in guards.group_by(*group, "detail", maintain_order=True):
+        texts = {(r["change"], r["key"]): r["key"][len(r["detail"] or "") + 3:] for r in rows.iter_rows(named=True)}
+        for (change, key), text in texts.items():
+            others = [t for (c, _), t in texts.items() if c != change]
+            shared = max((_shared_start(text, t) for t in others), default=0)
+            if shared >= 40 and len(text) > GUARD_SHOWN:
+                start = shared - _GUARD_CONTEXT
+                labels[(*where[:-1], change, key)] = ("…" + text[start:start + GUARD_SHOWN]
+                                                      + ("…" if start + GUARD_SHOWN < len(text) else ""))
+    if not labels:
+        return changes
+    label = [f"{row[-1].split(': ', 1)[0]}: {labels[row[:-1]]}" if row[:-1] in labels else row[-1]
+             for row in changes.select(*group, "change", "key", "label").iter_rows()]
+    return changes.with_columns(pl.Series("label", label, pl.String))
+
+
+def _shared_start(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _whole_compiles_once(changed: pl.LazyFrame, group: list[str]) -> pl.LazyFrame:
+    """Changes without the kernels, code lines and guards of a compile that appeared or vanished
+    whole: its ``compile_graph`` line says so (a new compile's guards are all new)."""
+    whole = (changed.filter((pl.col("category") == "compile_graph") & pl.col("change").is_in(["appeared", "vanished"]))
+             .select(*group, pl.col("key").alias("_compile"), pl.lit(True).alias("_whole")))
+    compile_of = (pl.when(pl.col("category") == "compile_guard").then("detail")
+                  .when(pl.col("category").is_in(["compile_kernels", "compile_code"])).then("key"))
+    return (changed.with_columns(compile_of.alias("_compile"))
+            .join(whole, on=[*group, "_compile"], how="left", nulls_equal=False)
+            .filter(pl.col("_whole").is_null()).drop("_compile", "_whole"))
 
 
 def describe_change(row: Mapping[str, Any]) -> str:
     """One line for a ``diff_dump_items`` row, e.g. ``all-reduce f32[8,128] appeared (×2, 4.0 KiB)``."""
     category, change, label = row["category"], row["change"], row["label"]
     cb, ca, bb, ba, vb, va = (row[f"{c}_{s}"] for c in ("count", "bytes", "value") for s in ("before", "after"))
+    if category in COMPILE_FIGURES:
+        what = COMPILE_FIGURES[category]
+        if change in ("appeared", "vanished"):
+            return f"{label} {change} ({'was ' if change == 'vanished' else ''}{ca if change == 'appeared' else cb} {what})"
+        return f"{label}: {what} {cb} → {ca}"
+    if category == "compile_guard" and change in ("appeared", "vanished"):
+        return label.replace("guard of compile ", "guard added to compile " if change == "appeared"
+                             else "guard removed from compile ", 1)
     if category == "onnx_step" and change == "changed":
         return f"ONNX step {row['key']} {rows.STEP_SYMBOL.get(vb, '❔')}→{rows.STEP_SYMBOL.get(va, '❔')}"
     # Several HLO items can share a label (three dot fusions to f32[16,64]); their op

@@ -49,8 +49,10 @@ from transforms.trends.diff_items import ITEM_DOCS, ITEM_SCHEMA, describe_change
 NO_ITEMS = "none"  # category of the marker row of a dump that has no structural items
 # Bump when dump_items computes other items from the same records: every content's
 # items get a new key, so they are computed again (for contents whose records are kept).
-ITEMS_VERSION = 3  # 2: items of TORCH_TRACE logs (graph_break, recompile, compile_failure); 3: their keys, labels
-# and details without what changes from process to process (transforms.volatile: ids, addresses, paths)
+ITEMS_VERSION = 4  # 2: items of TORCH_TRACE logs (graph_break, recompile, compile_failure); 3: their keys, labels
+# and details without what changes from process to process (transforms.volatile: ids, addresses, paths); 4: each
+# compile of a TORCH_TRACE log (compile_graph, compile_kernels, compile_code, compile_guard, collective_schedule)
+# and what its ranks are compared on (rank_profile)
 
 EVIDENCE_SCHEMA = pl.Schema({"excerpt_lines": pl.String, "excerpt": pl.String, "excerpt_from": pl.String})
 CONTENT_ITEM_SCHEMA = pl.Schema({"items_key": pl.String} | {c: t for c, t in ITEM_SCHEMA.items() if c != "path"}
@@ -84,7 +86,8 @@ ITEM_TABLES = {
     "inductor_ir": ("inductor_nodes", "inductor_buffers"),
     "inductor_output_code": ("inductor_kernels", "inductor_extern_calls"),
     "onnx_report": ("onnx_steps", "onnx_op_counts", "onnx_verification", "onnx_errors"),
-    "torch_trace": ("torch_trace_graph_breaks", "torch_trace_compiles"),
+    "torch_trace": ("torch_trace_graph_breaks", "torch_trace_compiles", "torch_trace_guards", "torch_trace_output_code",
+                    "torch_trace_collectives"),
 }
 
 PAIR_COLUMNS = pl.Schema({
@@ -106,7 +109,9 @@ DIFF_DOCS = {
     "program": "Program name normalized across runs.",
     "kind": "Dump format.",
     "stage": "Compiler stage (NULL when none).",
-    "category": ITEM_DOCS["category"],
+    "category": ITEM_DOCS["category"].removesuffix(".") + "; or rank_divergence: a rank of the run's job that "
+    "compiled the program differently from the others (key 'rank_<n> | <dimension>', the majority's log before, the "
+    "rank's after; previous_run_id NULL: it compares ranks of one run).",
     "key": ITEM_DOCS["key"],
     **{c: ITEM_DIFF_DOCS[c] for c in ITEM_DIFF_SCHEMA.names() if c in ITEM_DIFF_DOCS},
     "description": "The change in one line, e.g. 'all-reduce f32[8,128] appeared (×2, 4.0 KiB)'.",
@@ -248,13 +253,40 @@ def diff_pairs(pairs: pl.DataFrame, items: pl.DataFrame) -> pl.DataFrame:
     return rank_changes(marked, ["run_id", "series"]).select(DIFF_SCHEMA.names()).cast(dict(DIFF_SCHEMA))
 
 
+def divergence_rows(divergences: pl.DataFrame, series: pl.DataFrame) -> pl.DataFrame:
+    """``diffs`` rows (category ``rank_divergence``, rank 0: before every change) of each series of the
+    rank logs of a program whose ranks differ (``rank_divergence.compare``'s divergences), one per
+    differing rank and dimension: what an incident of ``dynamo.rank_divergence`` gives as its cause,
+    the differing rank's log lines after, the majority's before. ``series``: dump_series rows."""
+    if divergences.is_empty():
+        return pl.DataFrame(schema=DIFF_SCHEMA)
+    logs = (series.filter((pl.col("kind") == "torch_trace") & pl.col("stage").str.starts_with("rank_"))
+            .with_columns(item_rows.series_program(pl.col("program")).alias("_prog"))
+            .select("run_id", "job", "_prog", "series", pl.col("series_program").alias("series_program"), "kind", "stage")
+            .unique())
+    return (divergences.rename({"program": "_prog"}).join(logs, on=["run_id", "job", "_prog"])
+            .select(
+                "run_id", pl.lit(None, pl.String).alias("previous_run_id"), "series", "job",
+                pl.col("series_program").alias("program"), "kind", "stage", pl.lit("rank_divergence").alias("category"),
+                pl.concat_str(pl.lit("rank_"), pl.col("rank").cast(pl.String), pl.lit(" | "), "dimension").alias("key"),
+                pl.col("description").alias("label"), pl.lit("changed").alias("change"),
+                *(pl.lit(None, DIFF_SCHEMA[c]).alias(c) for c in ("count_before", "count_after", "bytes_before",
+                                                                  "bytes_after", "value_before", "value_after")),
+                pl.lit(None, pl.String).alias("detail"), "description", pl.lit(0, pl.Int32).alias("rank"),
+                pl.lit(None, pl.String).alias("rescale"), pl.col("majority_path").alias("before_path"),
+                pl.col("path").alias("after_path"), pl.col("majority_lines").alias("lines_before"),
+                pl.col("lines").alias("lines_after"), pl.col("majority_excerpt").alias("excerpt_before"),
+                pl.col("excerpt").alias("excerpt_after"))
+            .cast(dict(DIFF_SCHEMA)).sort("run_id", "series", "key"))
+
+
 # -- order of the changes -----------------------------------------------------------------
 
 FIRST_CATEGORIES = ("collective", "custom_call", "fallback_kernel", "fallback_call", "graph_break", "recompile",
-                    "compile_failure")
+                    "compile_failure", "collective_schedule")
 SIGNIFICANCE = {  # tier -> what it holds (docs/trends.md repeats it)
     0: "a collective, custom call or ATen fallback that appeared or vanished; an ONNX step whose status changed; "
-       "a graph break, recompile or failed compile of a TORCH_TRACE log that appeared or vanished",
+       "a graph break, recompile, failed compile or collective schedule of a TORCH_TRACE log that appeared or vanished",
     1: "a pure rescale (one line for all its changes)",
     2: "every other change",
 }

@@ -227,9 +227,15 @@ __all__ = ["GAP", "MAX_DUMP_LINES", "MAX_ITEM_CHARS", "MAX_ITEM_LINES", "MAX_LIN
 
 
 def _torch_trace_spans(firsts: pl.LazyFrame, records: Mapping[str, pl.DataFrame]) -> list[pl.LazyFrame]:
-    breaks = _records(records, "torch_trace_graph_breaks")
-    if breaks is None or "end_lineno" not in breaks.collect_schema().names():
-        return []
-    ends = breaks.select("dump_id", pl.col("lineno").cast(pl.Int64).alias("first"), pl.col("end_lineno").cast(pl.Int64))
-    return [firsts.filter(pl.col("category") == "graph_break").join(ends, on=["dump_id", "first"])
-            .select(*_ITEM, "first", pl.col("end_lineno").alias("last"))]
+    """A graph break: its record and payload (Dynamo's message, the user traceback); a compile's
+    kernels and code lines: its first output code, record and payload."""
+    out = []
+    for table, categories in (("torch_trace_graph_breaks", ["graph_break"]),
+                              ("torch_trace_output_code", ["compile_kernels", "compile_code"])):
+        rows = _records(records, table)
+        if rows is None or "end_lineno" not in rows.collect_schema().names():
+            continue
+        ends = rows.select("dump_id", pl.col("lineno").cast(pl.Int64).alias("first"), pl.col("end_lineno").cast(pl.Int64))
+        out.append(firsts.filter(pl.col("category").is_in(categories)).join(ends, on=["dump_id", "first"])
+                   .select(*_ITEM, "first", pl.col("end_lineno").alias("last")))
+    return out

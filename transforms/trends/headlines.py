@@ -21,7 +21,7 @@ TRACKED = (
     "memory.peak_live_bytes", "memory.temp_bytes", "kernel.collectives", "kernel.collective.*", "kernel.launches",
     "kernel.fallback", "kernel.fallback.*", "memory.buffer_bytes", "kernel.custom_calls", "kernel.custom_call.*",
     "memory.total_bytes", "memory.report_total_bytes", "fusion.count", "kernel.generated", "onnx.errors", "onnx.step.*",
-    "onnx.max_abs_diff", "dynamo.graph_breaks", "dynamo.recompiles", "dynamo.failures", "dynamo.compile_seconds",
+    "onnx.max_abs_diff", "dynamo.rank_divergence", "dynamo.graph_breaks", "dynamo.recompiles", "dynamo.failures", "dynamo.compile_seconds",
 )
 # Stages whose figures are what runs: preferred over the same metric before optimizations.
 _RUN_STAGES = {None: 0, "after_optimizations": 0, "buffer_assignment": 0, "memory_usage_report": 0, "post_fusion": 0,

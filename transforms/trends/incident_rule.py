@@ -31,7 +31,9 @@ CAUSE_LINES = 5
 NOT_RUN = "then not run: "  # the one line for the ONNX export steps skipped after a failed one
 # Which structural changes explain a program's step best: new or vanished collectives
 # and custom calls first, then kernels and fusions, then memory items.
-_CAUSE_ORDER = {"compile_failure": 0, "graph_break": 0, "recompile": 0, "collective": 0, "custom_call": 1, "fallback_kernel": 1, "fallback_call": 1, "onnx_step": 1,
+_CAUSE_ORDER = {"rank_divergence": -1, "compile_failure": 0, "graph_break": 0, "recompile": 0, "collective": 0,
+                "collective_schedule": 0, "custom_call": 1, "fallback_kernel": 1, "fallback_call": 1, "onnx_step": 1,
+                "compile_graph": 1, "compile_kernels": 1, "compile_code": 2, "compile_guard": 2,
                 "fusion": 2, "fused_group": 2, "kernel_category": 3, "allocation": 4, "peak_value": 4}
 _EXCEPTION = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Failure)\w*): (?P<message>.*)$")
 

@@ -119,6 +119,8 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("dynamo.graph_breaks", UP, abs=0),
     Rule("dynamo.recompiles", UP, abs=0),
     Rule("dynamo.compiles", UP, abs=0),
+    # Ranks of a job that compiled a program differently from the others (any: their collectives may hang).
+    Rule("dynamo.rank_divergence", UP, abs=0),
     Rule("dynamo.guards", UP, rel=0.10),  # a model change adds a guard or two; a break or recompile dozens
     Rule("dynamo.compile_seconds", UP, rel=0.5, noise=2.0, window=3),
     Rule("inductor.compile_seconds", UP, rel=0.5, noise=2.0, window=3),
