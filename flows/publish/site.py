@@ -48,7 +48,7 @@ from flows.warehouse.store import connect_readonly
 from transforms import escape
 from transforms.escape import Markup
 from transforms.site import data as site_data
-from transforms.site import archive, pages, sections
+from transforms.site import archive, compile_view, pages, sections
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "site_templates"
@@ -124,6 +124,30 @@ COMPILE_REASONS = """
            f.frame_file, f.frame_line, f.frame_function, f.lineno, f.end_lineno
     FROM found f JOIN traced t USING (dump_id) LEFT JOIN dump_series s ON s.path = t.path AND s.program = f.program"""
 
+# The latest run's compiles, artifacts and guards (records tables) for the compile views
+# (transforms.site.compile_view), each with its dump's path, and the compiles with their series.
+LATEST_TRACES = "SELECT dump_id, path, stage FROM dumps WHERE kind = 'torch_trace' AND run_id = ?"
+COMPILE_ROWS = f"""
+    WITH traced AS ({LATEST_TRACES}),
+    kernels AS (SELECT dump_id, compile_id, phase, sum(kernels) AS kernels FROM torch_trace_output_code
+                WHERE dump_id IN (SELECT dump_id FROM traced) GROUP BY ALL)
+    SELECT t.path, t.stage, s.series, s.job, coalesce(s.series_program, c.program) AS program,
+           c.* EXCLUDE (dump_id, parser_version, program), k.kernels
+    FROM torch_trace_compiles c JOIN traced t USING (dump_id)
+    LEFT JOIN kernels k ON k.dump_id = c.dump_id AND k.compile_id = c.compile_id AND k.phase = c.phase
+    LEFT JOIN dump_series s ON s.path = t.path AND s.program = c.program
+    WHERE c.phase IN ('forward', 'backward') ORDER BY t.path, c.lineno"""
+COMPILE_ARTIFACTS = f"""
+    SELECT t.path, a.compile_id, a.tlparse_id, a.attempt, a.kind, a.lineno, a.end_lineno, a.payload_bytes,
+           a.payload_lines, a.complete, a.text, a.text_lines, a.text_cut
+    FROM torch_trace_artifacts a JOIN ({LATEST_TRACES}) t USING (dump_id)
+    WHERE a.compile_id IS NOT NULL ORDER BY t.path, a.lineno"""
+COMPILE_GUARDS = f"""
+    SELECT t.path, g.compile_id, g.tlparse_id, CAST(g.source AS VARCHAR) AS source, g.guard_type, g.guard, g.guarded,
+           g.reason, g.user_code, g.user_filename, g.user_lineno, g.user_function, g.lineno
+    FROM torch_trace_guards g JOIN ({LATEST_TRACES}) t USING (dump_id)
+    WHERE g.compile_id IS NOT NULL ORDER BY t.path, g.lineno"""
+
 
 def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
     """The frames the pages need, read for the last ``settings.site_history_runs`` runs only
@@ -195,6 +219,9 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                 JOIN dumps d USING (dump_id) {with_series} WHERE d.path IN ({latest_dumps}) ORDER BY ALL""", [latest]),
             trace_dumps=q(TRACE_DUMPS, [shown]),
             compile_reasons=q(COMPILE_REASONS, [shown]),
+            compile_rows=q(COMPILE_ROWS, [latest]),
+            compile_artifacts=q(COMPILE_ARTIFACTS, [latest]),
+            compile_guards=q(COMPILE_GUARDS, [latest]),
             tables=q("""SELECT table_name AS name, 'table' AS type, comment FROM duckdb_tables() WHERE schema_name = 'main'
                         UNION ALL SELECT view_name, 'view', comment FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal
                         ORDER BY name"""),
@@ -428,6 +455,8 @@ def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) ->
     for series, context in pages.series_pages(d):
         page("series.md.j2", site_data.series_file(series), **context)
     page("series_index.md.j2", "series/index.md", **pages.series_index(d))
+    for series, context in compile_view.compile_views(d):
+        page("compile_view.md.j2", compile_view.view_file(series), **context)
     for doc in ("metrics.md", "trends.md", "site.md"):
         shutil.copyfile(DOCS / doc, docs / doc)
         written.append(docs / doc)
