@@ -266,7 +266,7 @@ def test_a_text_past_its_bound_is_cut_at_a_lines_end_and_says_where_the_whole_is
     monkeypatch.undo()
     from transforms.site import compile_view
 
-    note = compile_view._text(code | {"path": "plain/x.log"}, "plain/x.log")["note"]
+    note = compile_view._text(code, "2026-10-01/plain/x.log")["note"]  # named below its run's folder
     assert note == f"Cut at {len(code['text'].encode()):,} of 8,658 bytes (85 of 183 lines); the whole: lines 4560–4743 of plain/x.log."
 
 

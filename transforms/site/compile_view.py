@@ -25,7 +25,7 @@ from typing import Iterator
 import polars as pl
 
 from transforms.escape import Markup, slug, url_path
-from transforms.site.data import MAX_TABLE_ROWS, SiteData, dump_link
+from transforms.site.data import MAX_TABLE_ROWS, SiteData
 from transforms.units import human_value
 from transforms.volatile import normalise
 
@@ -62,8 +62,16 @@ def view_link(series: str, here: str = "", fragment: str | None = None) -> Marku
 
 
 def compile_anchor(path: str, tlparse_id: str) -> str:
-    """The id of a compile's section on its view (a log's ids are its own: two logs of a view differ by path)."""
-    return slug("compile", path, tlparse_id)
+    """The id of a compile's section on its view (a log's ids are its own: two logs of a view differ by path,
+    named in their run: ``in_run``)."""
+    return slug("compile", in_run(path), tlparse_id)
+
+
+def in_run(path: str) -> str:
+    """A dump's path below its run's folder (``<run>/<job>/...`` -> ``<job>/...``): what a view names, so
+    that a night whose log is the last night's content leaves the view's Markdown as it was (not built again;
+    the page says "the latest run", which assets/status.js fills in)."""
+    return path.split("/", 1)[-1]
 
 
 def telling_order(rows: pl.DataFrame) -> pl.DataFrame:
@@ -158,18 +166,20 @@ def view_context(d: SiteData, series: str, rows: pl.DataFrame, artifacts: pl.Dat
         by_compile.setdefault((g["path"], g["tlparse_id"]), []).append(g)
     for e in entries:
         e["guards"], e["more_guards"] = _guards(by_compile.get((e["path"], e["id"]), []))
-    paths = sorted({e["path"] for e in entries})
+    paths = sorted({in_run(e["path"]) for e in entries})
     return {"title": _line(first), "series": series, "series_link": d.series_link(series, here),
-            "compile_page": Markup("../compile.md"), "run": d.latest, "run_link": d.run_link(d.latest, here),
-            "logs": [dump_link(d, p) for p in paths], "compiles": entries[:MAX_COMPILES],
+            "compile_page": Markup("../compile.md"), "logs": paths, "compiles": entries[:MAX_COMPILES],
             "more_compiles": max(0, len(entries) - MAX_COMPILES), "sections": entries[:MAX_SECTIONS],
             "more_sections": max(0, min(len(entries), MAX_COMPILES) - MAX_SECTIONS),
             "trie": stack_trie(entries), "phases": PHASES, "query": _query(first)}
 
 
 def _query(first: dict) -> str:
+    """The query that lists the artifacts of the program's log in the latest run, texts included."""
+    where = in_run(first["path"]).replace("'", "''")
     return ("dumpscope sql \"SELECT tlparse_id, kind, lineno, end_lineno, text FROM torch_trace_artifacts JOIN dumps "
-            f"USING (dump_id) WHERE path = '{first['path'].replace(chr(39), chr(39) * 2)}' ORDER BY lineno\"")
+            f"USING (dump_id) WHERE run_id = (SELECT max_by(run_id, started_at) FROM runs) AND ends_with(path, "
+            f"'/{where}') ORDER BY lineno\"")
 
 
 def _entries(rows: list[dict], artifacts: list[dict]) -> list[dict]:
@@ -280,7 +290,7 @@ def _lines(a: dict) -> str:
 
 def _text(a: dict, path: str) -> dict:
     """An artifact whose text the view shows, with what was left out and where to read the whole."""
-    note = ""
+    path, note = in_run(path), ""
     if a["text"] is None:
         note = f"Its text was not kept (the log's texts reached their bound first): {_lines(a)} of {path}."
     elif a["text_cut"]:
