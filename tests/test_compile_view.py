@@ -7,7 +7,9 @@ parser; the views are built from the parser's frames as the site reads them (fas
 from __future__ import annotations
 
 import gzip
+import html
 import io
+import json
 import re
 from pathlib import Path
 
@@ -285,3 +287,46 @@ def test_a_log_past_its_bound_keeps_its_first_texts_and_names_the_lines_of_the_o
     assert kept.select("kind", "text_cut").rows()[-1] == ("dynamo_cpp_guards_str", True)
     assert arts.filter(pl.col("text").is_null())["kind"].to_list() == [
         "compilation_metrics", "inductor_post_grad_graph", "inductor_output_code", "bwd_compilation_metrics"]
+
+
+def test_a_hostile_log_makes_a_view_whose_markdown_carries_no_live_markup(tmp_path):
+    """The graph_break log with its function (a line break in it), file, graph and guard texts and graph-break
+    reason rewritten into payloads (as tests/test_site_hostile.py builds and opens it in Chromium): in the
+    view's Markdown nothing is a tag, a link, a Jinja expression or a table cell of its own, and every text
+    stays inside its <pre> block."""
+    from tests.test_site_compile import _rewritten
+    from tests.test_site_hostile import CO_NAME, TRACE_FILE, TRACE_PAYLOAD, TRACE_REASON
+
+    log = _rewritten(_log("graph_break"), tmp_path / "hostile", {
+        "dumpscope_model.py": TRACE_FILE, "Data-dependent branching": TRACE_REASON,
+        "torch.relu(": f"torch.relu({TRACE_PAYLOAD}, "},
+        records={'"forward"': json.dumps(CO_NAME), "dumpscope_model.py": json.dumps(TRACE_FILE)[1:-1]})
+    views = _views(log)
+    assert len(views) == 3  # the function, and its resume functions: the line break keeps them apart
+    markdown = "\n".join(_markdown(v) for v in views.values())
+    for live in ("<script", "](javascript", "{{", "{%", "`{", "|{"):
+        assert live not in markdown, live
+    for line in markdown.splitlines():
+        if line.startswith("| [&#91;"):  # a compile's row: its 12 cells, whatever its reason holds
+            assert line.count("|") == 13, line
+    blocks = [html.unescape(b) for b in re.findall(r"<pre><code>(.*?)</code></pre>", markdown, re.S)]
+    assert any(TRACE_REASON in b for b in blocks) and any(f"torch.relu({TRACE_PAYLOAD}, " in b for b in blocks)
+    assert all("</code></pre>" not in b for b in blocks)
+    from transforms.escape import md_text
+
+    # The title: the function's name as text, its line break a space.
+    assert sum(line.startswith(f"# Compiles of {md_text(f'job/fwd{TRACE_PAYLOAD} line2 at ')}")
+               for line in markdown.splitlines()) == 1
+
+
+def test_a_long_text_is_normalised_as_a_name_is():
+    """normalise_text (the path rule line by line, uncached) is normalise: on every payload of the
+    graph_break log and on paths at a line's ends, Windows' and a URL's."""
+    from transforms.volatile import normalise
+
+    text, _ = _parsed(_log("graph_break"))
+    payloads = ["\n".join(p) for _, rec, p, _ in _records(text) if p]
+    payloads.append("/home/ci/site-packages/torch/x.py\nC:\\u\\m.py:3 https://host/a/b.html\n  tmpab12cd34 pid 42 ./y.py")
+    for p in payloads:
+        assert normalise_text(p) == normalise.__wrapped__(p)
+    assert normalise_text(payloads[-1]) == "torch/x.py\nm.py:3 https://host/a/b.html\n  tmp<tmp> pid <pid> y.py"

@@ -723,8 +723,8 @@ class _Trace:
                 self.artifact = row
                 if kept:
                     self._start_text(row)
-            else:
-                if kept and (text := _record_text(name, body, self.strings)) is not None:
+            else:  # a text made of the record only while the log's bound has room (a metrics record's JSON costs)
+                if kept and self._room(row) > 0 and (text := _record_text(name, body, self.strings)) is not None:
                     self._whole_text(row, text)
                 yield from self.add("torch_trace_artifacts", tuple(row))
         if name == "str":
@@ -787,10 +787,9 @@ class _Trace:
 
     def _whole_text(self, row: list, text: str) -> None:
         """A text made from a record without a payload (its metrics, its stack), bounded alike."""
-        if self._room(row) > 0:
-            self._start_text(row)
-            self._keep(text.encode())
-            self._kept_text(row, lines=text.count("\n") + 1)
+        self._start_text(row)
+        self._keep(text.encode())
+        self._kept_text(row, lines=text.count("\n") + 1)
 
     # --- compiles and programs ---
 
