@@ -131,22 +131,27 @@ COMPILE_ROWS = f"""
     WITH traced AS ({LATEST_TRACES}),
     kernels AS (SELECT dump_id, compile_id, phase, sum(kernels) AS kernels FROM torch_trace_output_code
                 WHERE dump_id IN (SELECT dump_id FROM traced) GROUP BY ALL)
-    SELECT t.path, t.stage, s.series, s.job, coalesce(s.series_program, c.program) AS program,
-           c.* EXCLUDE (dump_id, parser_version, program), k.kernels
+    SELECT t.path, t.stage, s.series, s.job, coalesce(s.series_program, c.program) AS program, c.compile_id,
+           c.tlparse_id, c.attempt, CAST(c.phase AS VARCHAR) AS phase, c.entire_frame_compile_time_s,
+           c.backend_compile_time_s, c.code_gen_time_s, c.backward_compile_time_s, c.guard_count,
+           c.shape_env_guard_count, c.output_codes, c.fail_type, c.fail_reason, c.restart_reasons, c.recompile_reason,
+           c.fx_cache_hits, c.fx_cache_misses, c.aotautograd_cache_hits, c.aotautograd_cache_misses, c.lineno, k.kernels
     FROM torch_trace_compiles c JOIN traced t USING (dump_id)
     LEFT JOIN kernels k ON k.dump_id = c.dump_id AND k.compile_id = c.compile_id AND k.phase = c.phase
     LEFT JOIN dump_series s ON s.path = t.path AND s.program = c.program
     WHERE c.phase IN ('forward', 'backward') ORDER BY t.path, c.lineno"""
+# Of the compiles with a view only (parameters: the latest run, then each compile's path and compile id).
+_VIEWED = "JOIN (SELECT unnest(?::VARCHAR[]) AS v_path, unnest(?::VARCHAR[]) AS v_compile) v ON t.path = v.v_path"
 COMPILE_ARTIFACTS = f"""
     SELECT t.path, a.compile_id, a.tlparse_id, a.attempt, a.kind, a.lineno, a.end_lineno, a.payload_bytes,
            a.payload_lines, a.complete, a.text, a.text_lines, a.text_cut
-    FROM torch_trace_artifacts a JOIN ({LATEST_TRACES}) t USING (dump_id)
-    WHERE a.compile_id IS NOT NULL ORDER BY t.path, a.lineno"""
+    FROM torch_trace_artifacts a JOIN ({LATEST_TRACES}) t USING (dump_id) {_VIEWED} AND a.compile_id = v.v_compile
+    ORDER BY t.path, a.lineno"""
 COMPILE_GUARDS = f"""
     SELECT t.path, g.compile_id, g.tlparse_id, CAST(g.source AS VARCHAR) AS source, g.guard_type, g.guard, g.guarded,
            g.reason, g.user_code, g.user_filename, g.user_lineno, g.user_function, g.lineno
-    FROM torch_trace_guards g JOIN ({LATEST_TRACES}) t USING (dump_id)
-    WHERE g.compile_id IS NOT NULL ORDER BY t.path, g.lineno"""
+    FROM torch_trace_guards g JOIN ({LATEST_TRACES}) t USING (dump_id) {_VIEWED} AND g.compile_id = v.v_compile
+    ORDER BY t.path, g.lineno"""
 
 
 def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
@@ -220,8 +225,6 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
             trace_dumps=q(TRACE_DUMPS, [shown]),
             compile_reasons=q(COMPILE_REASONS, [shown]),
             compile_rows=q(COMPILE_ROWS, [latest]),
-            compile_artifacts=q(COMPILE_ARTIFACTS, [latest]),
-            compile_guards=q(COMPILE_GUARDS, [latest]),
             tables=q("""SELECT table_name AS name, 'table' AS type, comment FROM duckdb_tables() WHERE schema_name = 'main'
                         UNION ALL SELECT view_name, 'view', comment FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal
                         ORDER BY name"""),
@@ -265,6 +268,12 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                                   ON t.series = p.p_series AND t.metric = p.p_metric
                                 WHERE t.{in_window} {by_line}""",
                             [pairs.get_column("series").to_list(), pairs.get_column("metric").to_list(), shown])
+        # The artifacts (texts included) and guards of the compiles that have a view (at most [site]
+        # max_series_pages programs: a log of 20,000 functions holds ten times more).
+        viewed = (data.compile_rows.filter(pl.col("series").is_in(compile_view.viewed_series(data)))
+                  .select("path", "compile_id").unique().sort("path", "compile_id"))
+        ids = [latest, viewed.get_column("path").to_list(), viewed.get_column("compile_id").to_list()]
+        data.compile_artifacts, data.compile_guards = q(COMPILE_ARTIFACTS, ids), q(COMPILE_GUARDS, ids)
         return data
     finally:
         con.close()

@@ -135,16 +135,12 @@ def compile_views(d: SiteData) -> Iterator[tuple[str, dict]]:
     series = viewed_series(d)
     if not series:
         return
-    wanted = pl.col("series").is_in(series)
-    rows = d.compile_rows.filter(wanted)
+    rows = d.compile_rows.filter(pl.col("series").is_in(series))
     keys = rows.select("path", "compile_id", "series").unique()
-    artifacts = _of(d.compile_artifacts, keys)
-    guards = _of(d.compile_guards, keys)
-    by_series = {s: f for (s,), f in rows.partition_by("series", as_dict=True, maintain_order=True).items()}
-    arts = {s: f for (s,), f in artifacts.partition_by("series", as_dict=True, maintain_order=True).items()}
-    grds = {s: f for (s,), f in guards.partition_by("series", as_dict=True, maintain_order=True).items()}
-    for s in series:
-        yield s, view_context(d, s, by_series[s], arts.get(s), grds.get(s))
+    artifacts, guards = _of(d.compile_artifacts, keys), _of(d.compile_guards, keys)
+    for s in series:  # a frame of each program at a time (a dict of 2,000 frames cost ~14 MiB at once)
+        of = pl.col("series") == s
+        yield s, view_context(d, s, rows.filter(of), artifacts.filter(of), guards.filter(of))
 
 
 def _of(frame: pl.DataFrame | None, keys: pl.DataFrame) -> pl.DataFrame:
@@ -359,11 +355,12 @@ def view_links(d: SiteData, here: str = "") -> dict[str, tuple[Markup, Markup | 
     keys = rows.select("path", "compile_id", "series").unique()
     arts = _of(None if d.compile_artifacts is None else d.compile_artifacts.select("path", "compile_id", "tlparse_id",
                                                                                    "lineno"), keys)
-    arts_by = {s: f.to_dicts() for (s,), f in arts.partition_by("series", as_dict=True).items()} if arts.height else {}
     links = {}
-    for (s,), f in rows.partition_by("series", as_dict=True).items():
-        compiles = f.select("path", "compile_id", "tlparse_id", "phase", "lineno", "kernels", "output_codes").to_dicts()
-        order = list(_attempts(compiles, arts_by.get(s, [])))[:MAX_SECTIONS]
+    for s in series:
+        of = pl.col("series") == s
+        compiles = rows.filter(of).select("path", "compile_id", "tlparse_id", "phase", "lineno", "kernels",
+                                          "output_codes").to_dicts()
+        order = list(_attempts(compiles, arts.filter(of).to_dicts() if arts.height else []))[:MAX_SECTIONS]
         coded = {(r["path"], r["tlparse_id"]) for r in compiles
                  if r["phase"] == "forward" and ((r["kernels"] or 0) > 0 or (r["output_codes"] or 0) > 0)}
         first = next((k for k in order if k in coded), None)
