@@ -18,7 +18,9 @@ the user line torch prints after it), each ``symbolic_shape_specialization``, ``
 ``guard_added_fast`` (their user frame from the stack, file names from the ``str`` records), texts
 normalised by ``transforms.volatile`` (ids, addresses). Every record but ``chromium_event``, ``str``
 and ``describe_*`` is a row of ``torch_trace_artifacts``: kind, compile, bytes and lines of its
-payload, the lines where to read it. Every record is counted in ``torch_trace_records``; the
+payload, the lines where to read it, and for the kinds a compile view shows (``KEPT_TEXTS``) its text,
+normalised: the payload's first ``ARTIFACT_TEXT_BYTES`` (cut at a line's end), a metrics record's
+JSON, dynamo_start's stack as a traceback; ``LOG_TEXT_BYTES`` of a log, in log order. Every record is counted in ``torch_trace_records``; the
 payloads not read above are only hashed. Compile ids are written as torch prints them
 (``compile_id``: ``0/0``) and as tlparse does (``tlparse_id``: ``[0/0_1]`` for attempt 1).
 
@@ -36,8 +38,8 @@ carry (a log opened before torch.distributed started has no rank in its name), e
 Never the random part of the name: it names nothing, and changes every run.
 
 Guarantees: memory is flat in the log's size: one record, one payload line at a time (other
-payloads are hashed in blocks of lines), rows of at most one batch, and a few hundred bytes
-per compile and per program seen. A compile's figures count once its metrics record arrives; a log that
+payloads are hashed in blocks of lines), rows of at most one batch, a few hundred bytes
+per compile and per program seen, and at most ``LOG_TEXT_BYTES`` of kept texts. A compile's figures count once its metrics record arrives; a log that
 ends inside a compile (a record names it, its ``compilation_metrics`` or, after a lazily
 compiled output code, its ``bwd_compilation_metrics`` never comes), inside a payload (the MD5
 does not match) or mid-line is ``truncated``, with an error naming the last line, and its open

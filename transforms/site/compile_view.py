@@ -173,9 +173,9 @@ def view_context(d: SiteData, series: str, rows: pl.DataFrame, artifacts: pl.Dat
 def _query(first: dict) -> str:
     """The query that lists the artifacts of the program's log in the latest run, texts included."""
     where = in_run(first["path"]).replace("'", "''")
-    return ("dumpscope sql \"SELECT tlparse_id, kind, lineno, end_lineno, text FROM torch_trace_artifacts JOIN dumps "
-            f"USING (dump_id) WHERE run_id = (SELECT max_by(run_id, started_at) FROM runs) AND ends_with(path, "
-            f"'/{where}') ORDER BY lineno\"")
+    return ("dumpscope sql \"SELECT a.tlparse_id, a.kind, a.lineno, a.end_lineno, a.text FROM torch_trace_artifacts a "
+            "JOIN dumps d USING (dump_id) WHERE d.run_id = (SELECT max_by(run_id, started_at) FROM runs) AND "
+            f"ends_with(d.path, '/{where}') ORDER BY a.lineno\"")
 
 
 def _entries(rows: list[dict], artifacts: list[dict]) -> list[dict]:
