@@ -14,15 +14,17 @@ from transforms.site.data import series_file
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 SERIES = series_file("jax-pmap/jit__fun/xla_buffer_assignment/buffer_assignment").replace(".md", ".html")
+# The compile view of the torch-trace job's program (transforms/site/compile_view.py).
+COMPILE_VIEW = "compiles/torch-trace-forward-at-dumpscope-model-py-19-torch-trace-tra-e13a9e8c38b9e9c9.html"
 CSP = ('<meta http-equiv="Content-Security-Policy" content="default-src \'self\'; script-src \'self\'; '
        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; connect-src 'self'; "
        "worker-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'\">")
 PAGES = {  # one page of each kind -> charts it must draw
     # kernels: no custom calls chart (all 0 on CPU), nor one of collectives after optimizations (jit__fun's one
     # all-reduce in every run: no panel moved); onnx: no accuracy chart (every max_abs_diff held its value)
-    "index.html": 1, "memory.html": 5, "fusion.html": 3, "kernels.html": 5, "compile.html": 2, "onnx.html": 1, "diff.html": 0,
+    "index.html": 1, "memory.html": 5, "fusion.html": 3, "kernels.html": 5, "compile.html": 3, "onnx.html": 1, "diff.html": 0,
     "runs/index.html": 0, "runs/2026-11-19.html": 0, "series/index.html": 0, SERIES: 1, "accepts.html": 0,
-    "query.html": 0, "metrics.html": 0, "trends.html": 0,
+    "query.html": 0, "metrics.html": 0, "trends.html": 0, COMPILE_VIEW: 0,
 }
 
 
@@ -32,7 +34,7 @@ def site(sample_site):
 
 
 def test_every_page_is_built(site):
-    assert (site.pages, site.charts) == (70, 43)  # 44 + 24 incident pages and their index + docs/site.md (the ranks page: issue 46)
+    assert (site.pages, site.charts) == (71, 44)  # 44 + 24 incident pages and their index + docs/site.md, the ranks page (issue 46)
     built = {p.relative_to(site.out).as_posix() for p in site.out.rglob("*.html")}
     assert set(PAGES) <= built
     assert len([p for p in built if p.startswith("series/")]) == 27  # 26 series and their index

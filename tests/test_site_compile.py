@@ -22,6 +22,7 @@ import polars as pl
 from tests.test_torch_trace import FIX
 
 SERIES = "series/torch-trace-forward-at-dumpscope-model-py-19-torch-trace-tra-e13a9e8c38b9e9c9.html"
+VIEW = SERIES.replace("series/", "compiles/")  # its compile view
 SRC = "/tmp/dumpscope-torch-trace/src/dumpscope_model.py"
 LOG_19 = "2026-11-19/torch-trace/dedicated_log_torch_trace_p9d42glu.log.gz"
 IMG = "<img src=x onerror=alert(31)>"
@@ -59,19 +60,47 @@ def test_the_compile_page_lists_the_latest_runs_programs_with_their_figures(samp
     # 2026-11-20 (graph_break_removed, data/README.md): one compile of 12.0 s (Inductor 12.3 s), 46 guards,
     # 2 FX cache misses; against 2026-11-19: 3 compiles, 15.3 s, 16.2 s, 2 breaks, 73 guards, 5 misses.
     assert tables["Programs, run 2026-11-20"] == [
-        ["program", "compiles", "compile s", "Inductor s", "graph breaks", "recompiles", "failures", "guards",
-         "cache hits", "cache misses"],
-        ["torch-trace/forward at dumpscope_model.py:19", "1 (-2)", "12 (-3.34)", "12.3 (-3.93)", "0 (-2)", "0", "0",
-         "46 (-27)", "0", "2 (-3)"]]
-    assert f'href="{SERIES}"' in page.split('id="programs-run-2026-11-20"', 1)[1]
+        ["program", "compile view", "compiles", "compile s", "Inductor s", "graph breaks", "recompiles", "failures",
+         "guards", "cache hits", "cache misses", "kernels"],
+        ["torch-trace/forward at dumpscope_model.py:19", "view", "1 (-2)", "12 (-3.34)", "12.3 (-3.93)", "0 (-2)", "0", "0",
+         "46 (-27)", "0", "2 (-3)", "3 (-3)"]]
+    programs = page.split('id="programs-run-2026-11-20"', 1)[1]
+    assert f'href="{SERIES}"' in programs and f'href="{VIEW}"' in programs
+    # The kernels lead to the compile that generated them, on the view.
+    assert re.search(rf'<a href="{re.escape(VIEW)}#compile-[a-z0-9-]+">3 \(-3\)</a>', programs)
     # Compile seconds and graph breaks over the runs are drawn; recompiles and failures (0 in every run) say so.
     charts = re.findall(r'class="ds-chart vega-embed" id="chart-\d+" role="img" aria-label="([^"]*)"', page)
     assert [html.unescape(c) for c in charts] == ["Compile seconds (Dynamo's whole frame, Inductor included)",
-                                                  "Graph breaks"]
+                                                  "Compile seconds by phase", "Graph breaks"]
     assert "Every program shows 0 for dynamo.recompiles in the runs shown: nothing to draw." in _text(page)
     assert "Every program shows 0 for dynamo.failures in the runs shown: nothing to draw." in _text(page)
     nav = (sample_site.out / "index.html").read_text()
     assert nav.index('href="kernels.html"') < nav.index('href="compile.html"') < nav.index('href="onnx.html"')
+
+
+def test_the_latest_runs_program_has_a_compile_view_of_its_compiles_and_their_artifacts(sample_site):
+    """2026-11-20's log (graph_break_removed): its one compile [0/0] with its phases, its artifacts' texts
+    one click away (closed blocks, escaped into <pre>), its guards and the stack that led to it; one search
+    entry; and the phase chart beside the compile seconds on the compile page."""
+    view = (sample_site.out / VIEW).read_text()
+    tables = _tables(view)
+    assert tables["Compiles"][0] == ["id", "status", "why", "compile s", "Dynamo", "AOT/Inductor", "code gen",
+                                     "lazy backward", "guards (shape env)", "kernels", "cache", "line"]
+    assert [row[:2] + row[3:] for row in tables["Compiles"][1:]] == [
+        ["[0/0]", "ok", "11.975", "0.167", "0.813", "10.995", "0.974", "46 (0)", "3", "FX 0/1, AOT 0/1", "3818"]]
+    summaries = [_text(s) for s in re.findall(r'<details class="ds-artifact"><summary>(.*?)</summary>', view, re.S)]
+    assert summaries[:3] == ["The stack that led to it (dynamo_start)", "dynamo_output_graph · 1,790 bytes · lines 117–139",
+                             "aot_joint_graph · 5,282 bytes · lines 426–491"]
+    assert summaries[-1] == "Guards: 54 rows (guard_count 46, shape env 0)"
+    blocks = [html.unescape(b) for b in re.findall(r"<pre><code>(.*?)</code></pre>", view, re.S)]
+    assert any(b.startswith("class GraphModule(torch.nn.Module):") for b in blocks)
+    assert any('File "dumpscope_model.py", line 19, in forward' in b for b in blocks)
+    page = (sample_site.out / "compile.html").read_text()
+    charts = re.findall(r'class="ds-chart vega-embed" id="chart-\d+" role="img" aria-label="([^"]*)"', page)
+    assert html.unescape(charts[1]) == "Compile seconds by phase"
+    search = json.loads((sample_site.out / "search" / "search_index.json").read_text())["docs"]
+    assert [d["title"] for d in search if d["location"].startswith("compiles/")] == [
+        "Compiles of torch-trace/forward at dumpscope_model.py:19"]
 
 
 def test_the_graph_break_reasons_of_the_night_that_has_them_are_counted_with_their_user_frames(sample_site):
@@ -173,8 +202,9 @@ def test_recompile_and_failure_reasons_are_torchs_own(tmp_path):
     assert row[1:4] == [f"{failed['fail_type']} {message}", "1", "forward"]
 
 
-def _rewritten(log: Path, out: Path, lines: dict[str, str]) -> Path:
-    """``log`` with payload lines replaced (old -> new text) and each changed payload's MD5 recomputed."""
+def _rewritten(log: Path, out: Path, lines: dict[str, str], records: dict[str, str] | None = None) -> Path:
+    """``log`` with payload lines replaced (old -> new text), record lines too (``records``: their JSON's
+    text), and each changed payload's MD5 recomputed."""
     text = gzip.decompress(log.read_bytes()).decode().split("\n")
     record = None
     payload: list[int] = []
@@ -192,8 +222,10 @@ def _rewritten(log: Path, out: Path, lines: dict[str, str]) -> Path:
         else:
             seal()
             record, payload = (i if '"has_payload"' in line else None), []
+            for old, new in (records or {}).items():
+                text[i] = text[i].replace(old, new)
     seal()
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     target = out / log.name
     target.write_bytes(gzip.compress("\n".join(text).encode()))
     return target

@@ -3,7 +3,8 @@
 One small bucket (two runs of real sample dumps) carries script, Markdown and Jinja payloads
 in each place a name comes from: the run directory, the job directory (one not even UTF-8),
 dump file names, the HLO module name, op_name and source_file metadata, ONNX operator names
-and error text, and run.json (commit, tags, free fields, a series override with line breaks
+and error text, a TORCH_TRACE log's function and file names, graph and guard texts and
+graph-break reason (its compile view), and run.json (commit, tags, free fields, a series override with line breaks
 and ``../``); the accept log then gets a pattern, a series and an incident noted with
 payloads. The nightly flow ingests it once and the site is built once (module-scoped);
 every page is then opened in headless Chromium.
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser import check_links, open_page, serve_directory
+from tests.test_site_compile import _rewritten
 
 SAMPLES = Path(__file__).parents[1] / "data" / "sample_bucket"
 IMG = "<img src=x onerror=alert(13)>"
@@ -51,6 +53,15 @@ COMMIT = IMG + ATTR
 SERIES = "../../{%x%}\n" + SCRIPT + "\r\n```\n" + IMG  # run.json's series override for jit__fun
 BUILTIN = "<built-in function getitem>"
 ACCEPTED = f"{JOB_JAX}/{PROGRAM}/xla_buffer_assignment/buffer_assignment"  # a series accepted by name
+# A TORCH_TRACE log (the real graph_break one) whose compiled function, source file, graph and guard texts and
+# graph-break reason carry payloads: backticks, pipes, Jinja, a script, a javascript link; the function's name a
+# line break too (its records are JSON: the payload lines cannot hold one).
+TRACE_SRC = Path(__file__).parent / "fixtures" / "torch_trace" / "graph_break" / "dedicated_log_torch_trace_p9d42glu.log.gz"
+JOB_TRACE = "torch-trace"
+TRACE_PAYLOAD = f"`{{{{7*7}}}}`|{{%x%}}{SCRIPT}{JS_LINK}"
+CO_NAME = f"fwd{TRACE_PAYLOAD}\nline2"
+TRACE_FILE = f"m{TRACE_PAYLOAD}.py"  # the model's file name, wherever the log names it
+TRACE_REASON = f"Data-dependent {TRACE_PAYLOAD} branching"
 
 # Finds what the payloads would have made, had any reached the page as HTML or Markdown.
 _PROBE = """() => ({
@@ -123,6 +134,10 @@ def write_hostile_bucket(root: Path) -> Path:
             name = name.removesuffix(".gz")
             (d / job).mkdir(parents=True, exist_ok=True)
             (d / job / name).write_text(_edit(gzip.decompress(src.read_bytes()).decode(), name), encoding="utf-8")
+        # The graph_break log with its function, file, code and reason rewritten, each payload's MD5 recomputed.
+        _rewritten(TRACE_SRC, d / JOB_TRACE, {"dumpscope_model.py": TRACE_FILE, "Data-dependent branching": TRACE_REASON,
+                                             "torch.relu(": f"torch.relu({TRACE_PAYLOAD}, "},
+                   records={'"forward"': json.dumps(CO_NAME), "dumpscope_model.py": json.dumps(TRACE_FILE)[1:-1]})
         meta = json.loads((SAMPLES / jax_src / "run.json").read_text())
         meta.update(commit=COMMIT, tags=[SCRIPT, JS_LINK, SQL], note=IMG, series={"jit__fun": SERIES})
         (d / "run.json").write_text(json.dumps(meta), encoding="utf-8")
@@ -207,7 +222,7 @@ def test_every_name_gets_its_own_page_under_a_safe_file_name(hostile_site, hosti
     assert len(pages) == len(series) + 2  # no two names share a page
     assert pages <= built
     for page in built:
-        assert re.fullmatch(r"(?:(?:runs|series|search|incidents)/)?[a-z0-9][a-z0-9.-]*\.html|404\.html", page), page
+        assert re.fullmatch(r"(?:(?:runs|series|search|incidents|compiles)/)?[a-z0-9][a-z0-9.-]*\.html|404\.html", page), page
         assert len(Path(page).name) <= 90
 
 
@@ -288,6 +303,15 @@ def test_the_payloads_read_as_text(visited, hostile_site):
     onnx = (hostile_site.out / "onnx.html").read_text()
     blocks = re.findall(r'<pre><code class="language-text">(.*?)</code></pre>', onnx, re.S)
     assert any(ERROR in html_module.unescape(b) for b in blocks)
+    # The TORCH_TRACE log's compile views: its function's name as text (its line break a space), its graph,
+    # guard and graph-break texts inside their code blocks, whole.
+    views = sorted(p for p in visited if p.startswith("compiles/"))
+    assert views
+    _shows(visited[views[0]], f"Compiles of {JOB_TRACE}/{CO_NAME.replace(chr(10), ' ')}")
+    texts = [html_module.unescape(b) for v in views
+             for b in re.findall(r"<pre><code>(.*?)</code></pre>", (hostile_site.out / v).read_text(), re.S)]
+    assert any(TRACE_REASON in t for t in texts) and any(f"torch.relu({TRACE_PAYLOAD}, " in t for t in texts)
+    assert any(TRACE_FILE in t for t in texts)
 
 
 def test_search_results_show_payloads_as_text(visited):

@@ -163,7 +163,7 @@ def test_a_tree_guard_has_its_type_source_user_line_and_no_process_id():
     guards = _table(tables, "torch_trace_guards")
     first = guards.filter(pl.col("tlparse_id") == "[0/0]")
     assert first.filter(pl.col("guard_type") == "ID_MATCH").row(0, named=True) | {"dump_id": None} == {
-        "dump_id": None, "parser_version": 7, "compile_id": "0/0", "frame_id": 0, "frame_compile_id": 0, "attempt": 0,
+        "dump_id": None, "parser_version": 8, "compile_id": "0/0", "frame_id": 0, "frame_compile_id": 0, "attempt": 0,
         "tlparse_id": "[0/0]", "source": "cpp_guard", "guard_type": "ID_MATCH",
         "guard": "___check_obj_id(G['torch'], <id>), type=<class 'module'>", "guarded": "G['torch']", "reason": None,
         "user_code": "h = torch.relu(self.l1(x))", "user_filename": "mp/dumpscope-torch-trace/src/dumpscope_model.py",

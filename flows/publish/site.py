@@ -48,7 +48,7 @@ from flows.warehouse.store import connect_readonly
 from transforms import escape
 from transforms.escape import Markup
 from transforms.site import data as site_data
-from transforms.site import archive, pages, ranks, sections
+from transforms.site import archive, compile_view, pages, ranks, sections
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "site_templates"
@@ -129,6 +129,35 @@ COMPILE_REASONS = """
            f.frame_file, f.frame_line, f.frame_function, f.lineno, f.end_lineno
     FROM found f JOIN traced t USING (dump_id) LEFT JOIN dump_series s ON s.path = t.path AND s.program = f.program"""
 
+# The latest run's compiles, artifacts and guards (records tables) for the compile views
+# (transforms.site.compile_view), each with its dump's path, and the compiles with their series.
+LATEST_TRACES = "SELECT dump_id, path, stage FROM dumps WHERE kind = 'torch_trace' AND run_id = ?"
+COMPILE_ROWS = f"""
+    WITH traced AS ({LATEST_TRACES}),
+    kernels AS (SELECT dump_id, compile_id, phase, sum(kernels) AS kernels FROM torch_trace_output_code
+                WHERE dump_id IN (SELECT dump_id FROM traced) GROUP BY ALL)
+    SELECT t.path, t.stage, s.series, s.job, coalesce(s.series_program, c.program) AS program, c.compile_id,
+           c.tlparse_id, c.attempt, CAST(c.phase AS VARCHAR) AS phase, c.entire_frame_compile_time_s,
+           c.backend_compile_time_s, c.code_gen_time_s, c.backward_compile_time_s, c.guard_count,
+           c.shape_env_guard_count, c.output_codes, c.fail_type, c.fail_reason, c.restart_reasons, c.recompile_reason,
+           c.fx_cache_hits, c.fx_cache_misses, c.aotautograd_cache_hits, c.aotautograd_cache_misses, c.lineno, k.kernels
+    FROM torch_trace_compiles c JOIN traced t USING (dump_id)
+    LEFT JOIN kernels k ON k.dump_id = c.dump_id AND k.compile_id = c.compile_id AND k.phase = c.phase
+    LEFT JOIN dump_series s ON s.path = t.path AND s.program = c.program
+    WHERE c.phase IN ('forward', 'backward') ORDER BY t.path, c.lineno"""
+# Of the compiles with a view only (parameters: the latest run, then each compile's path and compile id).
+_VIEWED = "JOIN (SELECT unnest(?::VARCHAR[]) AS v_path, unnest(?::VARCHAR[]) AS v_compile) v ON t.path = v.v_path"
+COMPILE_ARTIFACTS = f"""
+    SELECT t.path, a.compile_id, a.tlparse_id, a.attempt, a.kind, a.lineno, a.end_lineno, a.payload_bytes,
+           a.payload_lines, a.complete, a.text, a.text_lines, a.text_cut
+    FROM torch_trace_artifacts a JOIN ({LATEST_TRACES}) t USING (dump_id) {_VIEWED} AND a.compile_id = v.v_compile
+    ORDER BY t.path, a.lineno"""
+COMPILE_GUARDS = f"""
+    SELECT t.path, g.compile_id, g.tlparse_id, CAST(g.source AS VARCHAR) AS source, g.guard_type, g.guard, g.guarded,
+           g.reason, g.user_code, g.user_filename, g.user_lineno, g.user_function, g.lineno
+    FROM torch_trace_guards g JOIN ({LATEST_TRACES}) t USING (dump_id) {_VIEWED} AND g.compile_id = v.v_compile
+    ORDER BY t.path, g.lineno"""
+
 
 def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
     """The frames the pages need, read for the last ``settings.site_history_runs`` runs only
@@ -201,6 +230,7 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
             trace_dumps=q(TRACE_DUMPS, [shown]),
             compile_reasons=q(COMPILE_REASONS, [shown]),
             rank_schedules=q(RANK_SCHEDULES, [latest]),
+            compile_rows=q(COMPILE_ROWS, [latest]),
             tables=q("""SELECT table_name AS name, 'table' AS type, comment FROM duckdb_tables() WHERE schema_name = 'main'
                         UNION ALL SELECT view_name, 'view', comment FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal
                         ORDER BY name"""),
@@ -244,6 +274,12 @@ def read_site_data(warehouse: Path, settings=None) -> site_data.SiteData:
                                   ON t.series = p.p_series AND t.metric = p.p_metric
                                 WHERE t.{in_window} {by_line}""",
                             [pairs.get_column("series").to_list(), pairs.get_column("metric").to_list(), shown])
+        # The artifacts (texts included) and guards of the compiles that have a view (at most [site]
+        # max_series_pages programs: a log of 20,000 functions holds ten times more).
+        viewed = (data.compile_rows.filter(pl.col("series").is_in(compile_view.viewed_series(data)))
+                  .select("path", "compile_id").unique().sort("path", "compile_id"))
+        ids = [latest, viewed.get_column("path").to_list(), viewed.get_column("compile_id").to_list()]
+        data.compile_artifacts, data.compile_guards = q(COMPILE_ARTIFACTS, ids), q(COMPILE_GUARDS, ids)
         return data
     finally:
         con.close()
@@ -435,6 +471,8 @@ def _render_pages(env: jinja2.Environment, d: site_data.SiteData, docs: Path) ->
     for series, context in pages.series_pages(d):
         page("series.md.j2", site_data.series_file(series), **context)
     page("series_index.md.j2", "series/index.md", **pages.series_index(d))
+    for series, context in compile_view.compile_views(d):
+        page("compile_view.md.j2", compile_view.view_file(series), **context)
     for doc in ("metrics.md", "trends.md", "site.md"):
         shutil.copyfile(DOCS / doc, docs / doc)
         written.append(docs / doc)

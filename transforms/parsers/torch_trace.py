@@ -18,7 +18,9 @@ the user line torch prints after it), each ``symbolic_shape_specialization``, ``
 ``guard_added_fast`` (their user frame from the stack, file names from the ``str`` records), texts
 normalised by ``transforms.volatile`` (ids, addresses). Every record but ``chromium_event``, ``str``
 and ``describe_*`` is a row of ``torch_trace_artifacts``: kind, compile, bytes and lines of its
-payload, the lines where to read it. Every record is counted in ``torch_trace_records``; the
+payload, the lines where to read it, and for the kinds a compile view shows (``KEPT_TEXTS``) its text,
+normalised: the payload's first ``ARTIFACT_TEXT_BYTES`` (cut at a line's end), a metrics record's
+JSON, dynamo_start's stack as a traceback; ``LOG_TEXT_BYTES`` of a log, in log order. Every record is counted in ``torch_trace_records``; the
 payloads not read above are only hashed. Compile ids are written as torch prints them
 (``compile_id``: ``0/0``) and as tlparse does (``tlparse_id``: ``[0/0_1]`` for attempt 1).
 
@@ -36,8 +38,8 @@ carry (a log opened before torch.distributed started has no rank in its name), e
 Never the random part of the name: it names nothing, and changes every run.
 
 Guarantees: memory is flat in the log's size: one record, one payload line at a time (other
-payloads are hashed in blocks of lines), rows of at most one batch, and a few hundred bytes
-per compile and per program seen. A compile's figures count once its metrics record arrives; a log that
+payloads are hashed in blocks of lines), rows of at most one batch, a few hundred bytes
+per compile and per program seen, and at most ``LOG_TEXT_BYTES`` of kept texts. A compile's figures count once its metrics record arrives; a log that
 ends inside a compile (a record names it, its ``compilation_metrics`` or, after a lazily
 compiled output code, its ``bwd_compilation_metrics`` never comes), inside a payload (the MD5
 does not match) or mid-line is ``truncated``, with an error naming the last line, and its open
@@ -65,7 +67,7 @@ from typing import Iterable, Iterator
 import polars as pl
 
 from transforms.parsers import inductor_code
-from transforms.volatile import normalise
+from transforms.volatile import normalise, normalise_text
 from transforms.figure_bounds import COUNT, SECONDS
 from transforms.records import (BATCH_ROWS, DumpKind, DumpSummary, OneRecord, ParseError, ParserOutput, RowBuffer,
                                TableBatch, line_error)
@@ -84,7 +86,9 @@ from transforms.records import (BATCH_ROWS, DumpKind, DumpSummary, OneRecord, Pa
 # compile id as tlparse writes it: [0/0_1] a restart), dynamo_time_before_restart_s and backward_compile_time_s
 # 7: torch_trace_collectives (each compile's collective schedule, the inductor_collective_schedule artifact: ranks
 # are compared on it)
-PARSER_VERSION = 7
+# 8: the text of the artifacts a compile view shows (torch_trace_artifacts.text: graphs, output code, guards, metrics,
+# dynamo_start's stack), the first ARTIFACT_TEXT_BYTES of each and LOG_TEXT_BYTES of a log, normalised
+PARSER_VERSION = 8
 
 _PREFIX = re.compile(r"(?:\[rank\d+\]:)?[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\]\n]*:\d+\] (?=\{)")
 # torch names a log dedicated_log_torch_trace_[rank_<n>_]<random>.log (tempfile.mkstemp: 8 random characters
@@ -134,6 +138,19 @@ _MAX_STRINGS = 100_000  # interned file names (str records) kept: torch interns 
 _MAX_IDS = 100_000  # id columns remembered (one per compile attempt), then forgotten and made again
 _METRICS = {"compilation_metrics": "forward", "bwd_compilation_metrics": "backward",
             "compilation_metrics_runtime": "forward_runtime", "bwd_compilation_metrics_runtime": "backward_runtime"}
+# The artifacts whose text is kept (torch_trace_artifacts.text): what a compile view shows one click away, as
+# tlparse does (the graphs, the output code, the guards, the metrics, the stack that led to the compile, a graph
+# break's message). Cache keys, configs and bytecode dumps (fx_graph_cache_miss: 74 KB each) are not.
+KEPT_TEXTS = frozenset({
+    "dynamo_start", "dynamo_output_graph", "aot_joint_graph", "aot_forward_graph", "aot_backward_graph",
+    "aot_inference_graph", "inductor_post_grad_graph", "inductor_output_code", "dynamo_cpp_guards_str", "dynamo_guards",
+    "compilation_metrics", "bwd_compilation_metrics", "dynamo_graph_break_reason", "dynamo_error"})  # fmt: skip
+# Bytes of text kept: of one artifact (its first lines, cut at a line's end), and of one log (in log order; then
+# none). A log's kept texts stay in memory until their batch is handed out, so the log's bound is also the parser's.
+ARTIFACT_TEXT_BYTES = 64 * 1024
+LOG_TEXT_BYTES = 4 * 1024 * 1024
+# Strings of a metrics record left out of its text: torch's whole configs, ~60 KB of each record, the same every compile.
+_CONFIG_STRINGS = frozenset({"dynamo_config", "inductor_config", "compiler_config", "functorch_config"})
 KNOWN_RECORDS = frozenset({
     *_METRICS, "str", "dump_file", "dynamo_start", "dynamo_output_graph", "dynamo_guards", "dynamo_cpp_guards_str",
     "chromium_event", "artifact", "inductor_output_code", "inductor_post_grad_graph", "inductor_input_graph",
@@ -194,8 +211,11 @@ GUARDS = pl.Schema({
 ARTIFACTS = pl.Schema({
     **_ID, "record": pl.String, "kind": pl.String, "lineno": pl.Int32, "end_lineno": pl.Int32,
     "record_bytes": pl.Int64, "payload_bytes": pl.Int64, "payload_lines": pl.Int32, "complete": pl.Boolean,
+    "text": pl.String, "text_lines": pl.Int32, "text_cut": pl.Boolean,
 })  # fmt: skip
 COLLECTIVES = pl.Schema({**_ID, "position": pl.Int32, "op": pl.String, "lineno": pl.Int32})
+# Positions in an artifact row (ARTIFACTS' columns) filled once its payload has ended.
+_END_LINENO, _PAYLOAD_BYTES, _TEXT_AT = 8, 10, 13
 RECORDS = pl.Schema({"record": pl.String, "artifact": pl.String, "known": pl.Boolean, "records": pl.Int64,
                      "payload_lines": pl.Int64, "first_lineno": pl.Int32})  # fmt: skip
 TABLES = {"torch_trace_compiles": COMPILES, "torch_trace_graph_breaks": GRAPH_BREAKS,
@@ -324,6 +344,17 @@ TABLE_DOCS: dict[str, dict[str, str]] = {
         "without a payload.",
         "payload_lines": "Lines of the payload (0 without one).",
         "complete": "The payload matched its record's MD5; null without a payload.",
+        "text": "The artifact's text as a compile view shows it, for the kinds a view shows (graphs, output code, "
+        "guards, compilation metrics, a graph break's or a compile error's message: transforms/parsers/torch_trace.py "
+        "KEPT_TEXTS): the payload's first lines, at most 65,536 bytes of it (cut at a line's end), and at most 4 MiB "
+        "of text a log, in log order; a metrics record's JSON without torch's four config strings; dynamo_start's stack "
+        "as a Python traceback ('File \"f.py\", line 12, in fn' then its code). Ids, addresses and path prefixes "
+        "normalised (transforms/volatile.py). Null for other kinds, and when the log's 4 MiB were spent.",
+        "text_lines": "Lines of the payload the text holds (its first ones; payload_lines when whole); the "
+        "text's lines for a record without a payload; 0 without a text.",
+        "text_cut": "The text stops before the artifact's end (its 65,536 bytes, or the log's 4 MiB, reached: "
+        "the whole is lines lineno to end_lineno of the log); true with a null text when the log's 4 MiB were spent "
+        "before it; null for a kind whose text is not kept.",
     },
     "torch_trace_collectives": {
         "": "One row per op of each compile's collective schedule (the inductor_collective_schedule artifact: the "
@@ -505,6 +536,11 @@ class _Trace:
         self.ranks: set[int] = set()
         self.record_line = 0  # the line of the record being read
         self.lost: set[str] | None = set()  # the figures the damage so far cost (None: every one)
+        # The text kept of the payload being read (KEPT_TEXTS): its parts so far, None when none is kept.
+        self.text_parts: list[bytes] | None = None
+        self.text_room = self.text_size = 0  # bytes it may hold, bytes it holds
+        self.text_started = self.text_full = False  # a line kept; more came than it may hold
+        self.log_text_left = LOG_TEXT_BYTES
 
     def _ids(self, cid: str | None, rec: dict) -> tuple:
         """``_ids``, once per compile and attempt (every record of a compile asks for the same)."""
@@ -567,7 +603,7 @@ class _Trace:
         self.error(self.record_line, f"record {why}; it and its payload are skipped")
         self.costs(None)  # read halfway: what it counted already, and which compile, is not known
         self.md5, self.orphan = None, True  # what is left of its payload goes with it, unreported
-        self.artifact = None
+        self.artifact = self.text_parts = None
 
     def _hash(self, last: int) -> None:
         """Hash the collected payload lines (``last``: the line of the last one)."""
@@ -586,6 +622,8 @@ class _Trace:
             else:  # lines handed over without their newlines
                 text = "\n".join(p[1:] for p in pbuf) + "\n"
             data = (text[:-1] if text[-1:] == "\n" else text).encode()
+            if self.text_parts is not None:
+                self._keep(data)
             if self.payload_lines:
                 self.md5.update(b"\n")
                 self.payload_bytes += 1
@@ -603,9 +641,12 @@ class _Trace:
         whole = bool(self.payload_lines) and md5.hexdigest() == self.want
         if (row := self.artifact) is not None:  # its record's artifact row, now that its size is known
             self.artifact = None
-            row[-5] = self.payload_start + self.payload_lines
-            row[-3:] = [self.payload_bytes, self.payload_lines, whole]
+            row[_END_LINENO] = self.payload_start + self.payload_lines
+            row[_PAYLOAD_BYTES:_TEXT_AT] = [self.payload_bytes, self.payload_lines, whole]
+            if self.text_parts is not None:
+                self._kept_text(row)
             self.finished.append(tuple(row))
+        self.text_parts = None
         if whole:
             return True
         last = self.lineno if at_end else self.lineno - 1
@@ -634,6 +675,8 @@ class _Trace:
                 self.payload_bytes += 1
             text = raw[1:]
             data = (text[:-1] if text[-1:] == "\n" else text).encode()
+            if self.text_parts is not None:
+                self._keep(data)
             md5.update(data)
             self.payload_bytes += len(data)
             self.payload_lines += 1
@@ -691,10 +734,15 @@ class _Trace:
         comp = self._compile(key, name, lineno)
         if name not in _NOT_ARTIFACTS:
             row = [*self._ids(comp.cid if comp is not None else None, rec), name, artifact or name, lineno, lineno,
-                   len(raw.encode()) - whole, 0, 0, None]
-            if self.md5 is not None:  # its size is known at the payload's end
+                   len(raw.encode()) - whole, 0, 0, None, None, 0, None]
+            kept = (artifact or name) in KEPT_TEXTS
+            if self.md5 is not None:  # its size (and text) are known at the payload's end
                 self.artifact = row
-            else:
+                if kept:
+                    self._start_text(row)
+            else:  # a text made of the record only while the log's bound has room (a metrics record's JSON costs)
+                if kept and self._room(row) > 0 and (text := _record_text(name, body, self.strings)) is not None:
+                    self._whole_text(row, text)
                 yield from self.add("torch_trace_artifacts", tuple(row))
         if name == "str":
             self._string(rec[name])
@@ -712,6 +760,55 @@ class _Trace:
             yield from self._cpp_guards(rec, comp, it)
         elif name in _SHAPE_GUARDS:
             yield from self._shape_guard(name, rec, body, comp, lineno)
+
+    # --- the texts kept (KEPT_TEXTS) ---
+
+    def _room(self, row: list) -> int:
+        """Bytes of text the artifact of ``row`` may keep (0: the log's were spent: text_cut, no text)."""
+        room = min(ARTIFACT_TEXT_BYTES, self.log_text_left)
+        if room <= 0:
+            row[_TEXT_AT + 2] = True
+        return room
+
+    def _start_text(self, row: list) -> None:
+        if (room := self._room(row)) > 0:
+            self.text_parts, self.text_room, self.text_size = [], room, 0
+            self.text_started = self.text_full = False
+
+    def _keep(self, data: bytes) -> None:
+        """The next line(s) of the payload being read (``data``: joined, without the last newline),
+        as far as its text may hold them."""
+        if self.text_full:
+            return
+        sep = b"\n" if self.text_started else b""
+        self.text_started = True
+        room = self.text_room - self.text_size
+        if len(sep) + len(data) > room:
+            data, self.text_full = (sep + data[:room])[:room], True
+        elif sep:
+            data = sep + data
+        self.text_parts.append(data)
+        self.text_size += len(data)
+
+    def _kept_text(self, row: list, lines: int | None = None) -> None:
+        """The text kept into its row: cut at the last line's end when the payload went on (a first
+        line longer than the text may hold is cut inside it); ``lines``: of a whole text."""
+        raw = b"".join(self.text_parts)
+        if self.text_full and (nl := raw.rfind(b"\n")) > 0:
+            raw = raw[:nl]
+        # A text the log's bound cut spends it: the texts after it get none, not a few bytes each.
+        self.log_text_left = 0 if self.text_full and self.text_room < ARTIFACT_TEXT_BYTES else self.log_text_left - len(raw)
+        text = raw.decode("utf-8", "ignore")  # a cut inside a character drops it
+        if self.text_full or lines is None:
+            lines = text.count("\n") + 1 if self.text_full else self.payload_lines
+        row[_TEXT_AT:] = [normalise_text(text), lines, self.text_full]
+        self.text_parts = None
+
+    def _whole_text(self, row: list, text: str) -> None:
+        """A text made from a record without a payload (its metrics, its stack), bounded alike."""
+        self._start_text(row)
+        self._keep(text.encode())
+        self._kept_text(row, lines=text.count("\n") + 1)
 
     # --- compiles and programs ---
 
@@ -987,15 +1084,7 @@ class _Trace:
 
     def _user_frame(self, stack: object) -> tuple[str | None, str | None, int | None, str | None]:
         """The innermost frame of a structured user stack: its code, file, line and function."""
-        frame = stack[-1] if isinstance(stack, list) and stack else None
-        if not isinstance(frame, dict):
-            return None, None, None, None
-        filename = frame.get("filename")
-        filename = self.strings.get(filename) if isinstance(filename, int) else _str(frame.get("uninterned_filename")
-                                                                                       or filename)
-        loc, function = _str(frame.get("loc")), _str(frame.get("name"))
-        return (loc[:_TEXT] if loc else None, filename[:_TEXT] if filename else None, _int(frame.get("line")),
-                function[:_TEXT] if function else None)
+        return _frame(stack[-1] if isinstance(stack, list) and stack else None, self.strings)
 
     # --- end ---
 
@@ -1028,6 +1117,42 @@ class _Trace:
                            program=next(iter(programs)) if len(programs) == 1 else None,
                            metrics=_rounded(self.totals), errors=errors, truncated=self.truncated, programs=programs,
                            lost=None if self.lost is None else tuple(sorted(self.lost)))
+
+
+def _frame(frame: object, strings: dict[int, str]) -> tuple[str | None, str | None, int | None, str | None]:
+    """A frame of a structured stack (``{"line", "name", "filename": <str index>, "loc"}``): its code,
+    file (from the ``str`` records), line and function, each cut at ``_TEXT``."""
+    if not isinstance(frame, dict):
+        return None, None, None, None
+    filename = frame.get("filename")
+    filename = strings.get(filename) if isinstance(filename, int) else _str(frame.get("uninterned_filename") or filename)
+    loc, function = _str(frame.get("loc")), _str(frame.get("name"))
+    return (loc[:_TEXT] if loc else None, filename[:_TEXT] if filename else None, _int(frame.get("line")),
+            function[:_TEXT] if function else None)
+
+
+_LINE_BREAKS = re.compile(r"[\r\n]+")
+
+
+def _record_text(name: str, body: dict, strings: dict[int, str]) -> str | None:
+    """The text of a record without a payload that a compile view shows: a metrics record's JSON
+    (without torch's config strings), dynamo_start's stack as a Python traceback, outermost first
+    (a frame's names on one line each: a line break in a name cannot make a frame)."""
+    if name in _METRICS:
+        return json.dumps({k: v for k, v in body.items() if k not in _CONFIG_STRINGS}, indent=1, ensure_ascii=False,
+                          default=str)
+    if name != "dynamo_start" or not isinstance(stack := body.get("stack"), list):
+        return None
+    lines = []
+    for frame in stack:
+        loc, file, line, function = _frame(frame, strings)
+        if file is None and function is None:
+            continue
+        file, function = (_LINE_BREAKS.sub(" ", v or "?") for v in (file, function))
+        lines.append(f'File "{file}", line {"?" if line is None else line}, in {function}')
+        if loc:
+            lines.append("    " + _LINE_BREAKS.sub(" ", loc))
+    return "\n".join(lines) or None
 
 
 def _garbled_costs(raw: str) -> tuple[str, ...] | None:

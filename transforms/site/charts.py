@@ -70,7 +70,7 @@ POINTS = alt.Data(name="points")  # replaced by the inline CSV in _spec
 # here, i where the mark leads, o the open step's kind on a line's last point, j its incident;
 # in the panels also z where the point is drawn when a zoom put it on the panel's edge (empty
 # elsewhere: y) and x what is written beside it.
-_PARSE = {"t": "date", "y": "number", "d": "number", "z": "number"}
+_PARSE = {"t": "date", "y": "number", "d": "number", "z": "number", "q": "number"}
 LAST_NAME = "ds_last"  # Vega mark names (classes of their SVG groups): the browser tests find them
 LABEL_NAME = "ds_label"
 MARK_NAME = "ds_opened"
@@ -472,8 +472,9 @@ def _set_time_domain(spec: object, domain: list[dict] | None, ticks: list[dict] 
 
 
 def bar_chart(rows: pl.DataFrame, *, x: str, y: str, title: str, color: str | None = None,
-              unit: tuple[str, int] | None = None) -> dict:
-    """Horizontal bars (a breakdown of the latest run); ``unit``: bytes, in that unit (its table's)."""
+              unit: tuple[str, int] | None = None, stack: list[str] | None = None) -> dict:
+    """Horizontal bars (a breakdown of the latest run); ``unit``: bytes, in that unit (its table's);
+    ``stack``: the values of ``color`` in the order their parts stack (and the legend lists them)."""
     unit, scale = unit or ("", 1)
     x_title = f"{x} ({unit})" if unit else x
     data = rows.select(pl.col(y).alias("k"), (pl.col(x) / scale).round_sig_figs(6).alias("y"),
@@ -481,7 +482,12 @@ def bar_chart(rows: pl.DataFrame, *, x: str, y: str, title: str, color: str | No
     enc = {"x": alt.X("y:Q", title=x_title), "y": alt.Y("k:N", sort="-x", title=None),
            "tooltip": [alt.Tooltip("k:N", title=y), alt.Tooltip("y:Q", title=x_title, format=",.4~r")]}
     if color:
-        enc["color"] = alt.Color("g:N", title=None)
+        enc["color"] = alt.Color("g:N", title=None, **({"sort": stack} if stack else {}))
+        enc["tooltip"].insert(1, alt.Tooltip("g:N", title=color))
+    if stack:
+        data = data.with_columns(pl.col("g").replace_strict(stack, list(range(len(stack))), default=len(stack),
+                                                            return_dtype=pl.Int32).alias("q"))
+        enc["order"] = alt.Order("q:Q")
     chart = alt.Chart(POINTS).mark_bar().encode(**enc).properties(
         title=title, width=WIDTH, height=max(60, 22 * data.get_column("k").n_unique()))
     return _spec(chart, data)

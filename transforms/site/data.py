@@ -95,6 +95,12 @@ class SiteData:
     compile_reasons: pl.DataFrame | None = None
     # the latest run's rank logs' collective schedules (the ranks page): series, detail (their rank_profile item)
     rank_schedules: pl.DataFrame | None = None
+    # the latest run's TORCH_TRACE records for the compile views (transforms.site.compile_view), each row with its
+    # dump's path: compile_rows (torch_trace_compiles, forward and backward, with stage, series, job, program and the
+    # kernels of its output code), compile_artifacts (torch_trace_artifacts with their texts), compile_guards
+    compile_rows: pl.DataFrame | None = None
+    compile_artifacts: pl.DataFrame | None = None
+    compile_guards: pl.DataFrame | None = None
 
     @cached_property
     def steps(self) -> pl.DataFrame:

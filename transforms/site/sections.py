@@ -16,7 +16,7 @@ import re
 import polars as pl
 
 from transforms.escape import url_path
-from transforms.site import charts
+from transforms.site import charts, compile_view
 from transforms.site.data import (MAX_BREAKDOWN_ROWS, MAX_LINES, MAX_TABLE_ROWS, ONNX_RUNS, SiteData, dump_link, incident_link, marked,
                                   paths_by, program_anchor, state_text)
 from transforms.units import byte_unit, delta_in, human_delta, human_value, table_unit, value_in
@@ -63,7 +63,9 @@ COMPILE_COLUMNS = (
     ("dynamo.compiles", "compiles"), ("dynamo.compile_seconds", "compile s"), ("inductor.compile_seconds", "Inductor s"),
     ("dynamo.graph_breaks", "graph breaks"), ("dynamo.recompiles", "recompiles"), ("dynamo.failures", "failures"),
     ("dynamo.guards", "guards"), ("inductor.cache_hits", "cache hits"), ("inductor.cache_misses", "cache misses"),
+    ("kernel.generated", "kernels"),
 )
+PHASE_BARS = 20  # programs in the compile page's chart of seconds by phase (the slowest of the latest run)
 # The reasons tables of the compile page: title -> the ``what`` of compile_reasons rows they list.
 REASON_TABLES = {"graph_breaks": ("graph_break", "skip", "other"), "recompiles": ("recompile",), "failures": ("failure",)}
 _COMPILE_ID = re.compile(r"^[!\d/]+: ")  # "0/1: tensor 'x' size mismatch...": compile ids are renumbered run to run
@@ -348,6 +350,7 @@ def compile_page(d: SiteData) -> dict:
     programs = _compile_programs(d)
     every = d.trends.filter(_TRACED & (pl.col("run_id") == d.latest)).get_column("series").n_unique()
     return {"traced": True, "run": d.latest, "sections": _sections(d, COMPILE_SECTIONS), "columns": COMPILE_COLUMNS,
+            "phase_chart": _phase_chart(d), "viewed": len(compile_view.viewed_series(d)),
             "programs": programs, "more_programs": every - len(programs), "held": held, "not_held": [r for r in runs if r not in held],
             **{name: _reasons(d, whats, held) for name, whats in REASON_TABLES.items()},
             "changes": _diff_rows(d, ("graph_break", "recompile", "compile_failure"))}
@@ -358,21 +361,36 @@ def _compile_programs(d: SiteData) -> list[dict]:
     metrics = [m for m, _ in COMPILE_COLUMNS]
     rows = d.trends.filter(_TRACED & (pl.col("run_id") == d.latest) & pl.col("metric").is_in(metrics))
     # A log of many functions: the programs that changed, failed or broke first, then the slowest to compile.
-    telling = rows.group_by("series").agg(
-        (pl.col("delta").fill_null(0) != 0).any().alias("_changed"),
-        pl.col("value").filter(pl.col("metric").is_in(["dynamo.failures", "dynamo.graph_breaks", "dynamo.recompiles"]))
-        .sum().alias("_trouble"),
-        pl.col("value").filter(pl.col("metric") == "dynamo.compile_seconds").sum().alias("_seconds"))
-    kept = telling.sort("_changed", "_trouble", "_seconds", "series", descending=[True, True, True, False]).head(MAX_TABLE_ROWS)
+    kept = compile_view.telling_order(rows).head(MAX_TABLE_ROWS)
     rows = rows.join(kept.select("series"), on="series", how="semi")
+    views = compile_view.view_links(d)
     out = []
     for (series,), figures in rows.sort("job", "program", "series").group_by("series", maintain_order=True):
         first = figures.row(0, named=True)
         cells = {r["metric"]: human_value(r["metric"], r["value"])
                  + (f" ({human_delta(r['metric'], r['delta'])})" if r["delta"] else "") for r in figures.iter_rows(named=True)}
         rank = "" if first["stage"] == "trace" else f" ({first['stage']})"  # a rank's log: rank_<n>
-        out.append({"line": f"{first['job']}/{first['program']}{rank}", "link": d.series_link(series), "cells": cells})
+        view, code = views.get(series, (None, None))
+        out.append({"line": f"{first['job']}/{first['program']}{rank}", "link": d.series_link(series), "cells": cells,
+                    "view": view, "code": code})
     return out
+
+
+def _phase_chart(d: SiteData) -> dict | None:
+    """The latest run's compile seconds of the slowest programs, stacked by phase (compile_view.PHASES:
+    Dynamo, AOT/Inductor, code gen, lazy backward), from the records tables (None when they hold none)."""
+    if d.compile_rows is None or d.compile_rows.is_empty():
+        return None
+    totals = compile_view.phase_rows(d, d.compile_rows.get_column("series").drop_nulls().unique().to_list())
+    slowest = (totals.group_by("program").agg(pl.col("seconds").sum()).sort("seconds", "program", descending=[True, False])
+               .head(PHASE_BARS).get_column("program"))
+    shown = totals.filter(pl.col("program").is_in(slowest.implode()))
+    if shown.is_empty() or shown.get_column("seconds").sum() <= 0:
+        return None
+    more = totals.get_column("program").n_unique() - slowest.len()
+    title = f"Compile seconds by phase, run {d.latest}" + (f" (the {slowest.len()} slowest programs)" if more else "")
+    return charts.bar_chart(shown.sort("program"), x="seconds", y="program", color="phase", title=title,
+                            stack=list(compile_view.PHASES))
 
 
 def _clip(text: str | None) -> str:
