@@ -75,7 +75,7 @@ def shape_problem(text: str) -> str | None:
 
 _LITERAL_TOKEN = re.compile(r"[{}(),]|[-+]?nan\([^)]*\)|[^\s{}(),]+")
 _INT = re.compile(r"[-+]?\d+")
-MAX_LITERAL = 4096
+MAX_LITERAL = 256
 # (mantissa bits, largest exponent): a value at least half a unit past the largest finite one rounds to infinity
 _FLOATS = {"f16": (10, 15), "bf16": (7, 127), "f32": (23, 127), "f64": (52, 1023)}
 _PARTS = {"c64": "f32", "c128": "f64"}
@@ -123,7 +123,8 @@ def literal_problem(shape: str, text: str) -> str | None:
     the shape's rank, the element count at each level against the dimension (bounded dynamic ones not), each
     integer against its type's range, each float against its type's largest finite value, NaN payloads. A
     text longer than ``MAX_LITERAL`` is not looked at: XLA prints a literal of more than a few elements only
-    with --xla_dump_large_constants, and reading its values here would cost more than parsing its line."""
+    with --xla_dump_large_constants (older XLA, as torch_xla's dumps show, printed them whole), and reading
+    its values here costs far more than parsing its line."""
     m = _ARRAY.fullmatch(shape)
     if m is None or "..." in text or len(text) > MAX_LITERAL:  # a tuple constant; an elided or a large literal
         return None
@@ -242,7 +243,11 @@ _SEND_ATTRIBUTES = frozenset({"backend_config", "channel_id", "control-predecess
 # Opcodes whose rows ``instruction_problem`` (``literal_problem``: constant) looks at. LIGHT ones are common
 # in dumps: the caller asks about a constant's literal once per distinct text, and about the others only when
 # their text holds result_accuracy= or control-predecessors= (all there is to check).
-LIGHT = frozenset({"bitcast-convert", "constant", *_TRANSCENDENTAL})
+LIGHT = frozenset({"bitcast-convert", "constant", "convolution", *_TRANSCENDENTAL})
+# Element types of an array shape that need no more than a look at its text for "{}", "D(", "P(" (the others,
+# tuples included, go through shape_problem).
+PLAIN_TYPES = frozenset({"pred", "s4", "s8", "s16", "s32", "s64", "u4", "u8", "u16", "u32", "u64", "f16", "bf16", "f32",
+                         "f64", "c64", "c128", "token"})
 CHECKED = frozenset({"all-reduce", "all-reduce-start", "conditional", "convolution", "custom-call", "infeed", "recv",
                      "scan", "send", *_NEED_OPERANDS, *_ONE_DIMENSION, *LIGHT})
 _PUNCTUATION = re.compile(r"[()\[\]{},]")
@@ -356,7 +361,7 @@ def instruction_problem(op: str, shape: str | None, head: str, shape_of: Callabl
         return None
     if op in _NEED_OPERANDS and head.lstrip()[:1] == ")":
         return f"{op} takes operands; it has none"
-    operands, tail = operand_list(head) if op in _READ_OPERANDS or "operand_layout_constraints=" in head else ([], head)
+    operands, tail = operand_list(head) if op in _READ_OPERANDS else ([], head)
 
     def operand_shape(k: int) -> str | None:
         written, name = operands[k]
@@ -399,6 +404,11 @@ def instruction_problem(op: str, shape: str | None, head: str, shape_of: Callabl
             return f"unknown api_version {version}"
         constraints = attribute(tail, "operand_layout_constraints")
         if constraints is not None:
+            names = head[: head.find(")")]
+            if "[" not in names and "(" not in constraints:  # as printed: names only, array constraints
+                given, wanted = names.count(",") + 1 if names.strip() else 0, constraints.count("]")  # C counts
+                return None if given == wanted else f"{wanted} operand layout constraints for {given} operands"
+            operands = operand_list(head)[0]  # operands with their shapes written (older syntax)
             shapes = tuple_elements(f"({constraints[1:-1]})") or []  # the list's top-level elements
             if len(shapes) != len(operands):
                 return f"{len(shapes)} operand layout constraints for {len(operands)} operands"
@@ -407,20 +417,37 @@ def instruction_problem(op: str, shape: str | None, head: str, shape_of: Callabl
                 if (given := operands[k][0]) is not None and not _same_array(constraint, given):
                     return f"operand layout constraint {constraint} does not fit operand {k} ({given})"
     elif op == "convolution":
-        labels = attribute(tail, "dim_labels")
-        if labels and (m := re.fullmatch(r"([^_]*)_([^-]*)->(.*)", labels)):
-            spatial = [sum(c.isdigit() for c in part) for part in m.groups()]
-            if len(set(spatial)) > 1:
-                counts = ", ".join(map(str, spatial))
-                return f"dim_labels {labels} give {counts} spatial dimensions (input, kernel, output)"
-        window = attribute(tail, "window") or ""
-        if (pad := re.search(r"\bpad=(\S+?)(?=\s|\}|$)", window)) and \
-                not all(re.fullmatch(r"-?\d+_-?\d+", p) for p in pad[1].split("x")):
-            return f"window pad {pad[1]} is not low_high per dimension"
+        return convolution_problem(tail)
+    return None
+
+
+def convolution_problem(text: str) -> str | None:
+    """A convolution's dim_labels and window in ``text`` (its line from the opcode on): two str.find and a
+    cached verdict, as a convnet's dump holds thousands of convolutions of a few labels and windows."""
+    labels = window = None
+    if (i := text.find("dim_labels=")) >= 0:
+        labels = text[i + 11 : (j if (j := text.find(",", i)) >= 0 else len(text))].strip()
+    if (i := text.find("window={")) >= 0:
+        window = text[i + 7 : text.find("}", i) + 1]
+    return _convolution_problem(labels, window)
+
+
+@lru_cache(maxsize=1024)  # a dump's convolutions repeat a few labels and windows
+def _convolution_problem(labels: str | None, window: str | None) -> str | None:
+    if labels and (m := _DIM_LABELS.fullmatch(labels)):
+        spatial = [sum(c.isdigit() for c in part) for part in m.groups()]
+        if len(set(spatial)) > 1:
+            counts = ", ".join(map(str, spatial))
+            return f"dim_labels {labels} give {counts} spatial dimensions (input, kernel, output)"
+    if window and (pad := _PAD.search(window)) and not all(_LOW_HIGH.fullmatch(p) for p in pad[1].split("x")):
+        return f"window pad {pad[1]} is not low_high per dimension"
     return None
 
 
 _READ_OPERANDS = frozenset({"conditional", "dynamic-reshape", "send"})
+_DIM_LABELS = re.compile(r"([^_]*)_([^-]*)->(.*)")
+_PAD = re.compile(r"\bpad=(\S+?)(?=\s|\}|$)")
+_LOW_HIGH = re.compile(r"-?\d+_-?\d+")
 COLLECTIVES_CHECKED = frozenset({"all-gather", "all-gather-start", "all-reduce", "all-reduce-start", "reduce-scatter"})
 
 

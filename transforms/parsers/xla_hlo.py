@@ -105,8 +105,24 @@ _NO_SHAPE = hlo_text.ShapeInfo(None, None, None, None, None, None)  # an instruc
 _NESTED = re.compile(r"[(,\s][a-z][\w.-]*\(")  # an opcode and its "(" in an operand list (layouts: T(8,128), E(4))
 # Opcodes the fast path takes as they are; the others go through special() (hlo_checks.CHECKED: looked at there)
 _SIMPLE = hlo_text.SIMPLE - hlo_checks.CHECKED
-_MAX_LITERALS, _LITERAL_KEY = 4096, 200  # constants' literals checked, remembered by text (up to that length)
+_MAX_LITERALS = 4096  # constants' literals found good, remembered
 _MAX_WHY = 300
+# What special() asks of an opcode (hlo_checks), decided once per opcode: nothing, check its rows (only that:
+# an opcode the fast path takes otherwise), a collective's or a custom-call's when its text may be wrong, or
+# follow its async chain.
+_NOTHING, _ONLY_CHECKED, _CHECKED, _COLLECTIVE, _CUSTOM_CALL, _CHAINED = range(6)
+_ROUTES: dict[str, int] = {}
+
+
+def _route(op: str) -> int:
+    if op in hlo_checks.CHECKED:
+        route = _ONLY_CHECKED if op in hlo_text.SIMPLE else _COLLECTIVE if op in hlo_checks.COLLECTIVES_CHECKED \
+            else _CUSTOM_CALL if op == "custom-call" else _CHECKED
+    else:
+        route = _CHAINED if hlo_checks.chain_link(op) is not None else _NOTHING
+    if len(_ROUTES) < 4096:  # opcodes are few; a hostile text's made-up ones are not kept
+        _ROUTES[op] = route
+    return route
 
 
 def _goes_on(prev: str, text: str) -> bool:
@@ -287,7 +303,8 @@ class _Parser:
         self.chains: dict[str, tuple] = {}  # ops of async chains in this computation (Parser.chain)
         self.numbers: set[str] = set()  # parameter numbers of this computation (hand-written modules)
         self.comp_errors = 0  # errors before this computation began
-        self.literals: dict[str, tuple[str, ...]] = {}  # a constant's literal text found good, and for which shapes
+        self.said_ok: dict[str, str] = {}  # header shapes not printed as their root's, found the same
+        self.literals: dict[int, tuple[str, ...]] = {}  # literals found good (by hash), and for which shapes
         self.checking = True  # off for the rows of syntax sugar's async computations (made, not written)
         self.refused: tuple[int, int, int] = (-1, 0, 0)  # (row, n_errors, len(errors)) before its first refusal
         self.lookup: tuple = (None, None, 0, {})  # shape_of()'s rows by name: (computation, batch, rows seen, rows)
@@ -352,7 +369,7 @@ class _Parser:
         index from ``enumerate`` plus ``self.shift``)."""
         self.lines = it = iter(lines)
         shape_ids, meta_ids, simple, batch_rows = self.shapes.ids, self.metas.ids, _SIMPLE, BATCH_ROWS
-        light, literals = hlo_checks.LIGHT, self.literals
+        light, literals, plain = hlo_checks.LIGHT, self.literals, hlo_checks.PLAIN_TYPES
         add_name, add_op, add_sid, add_mid = self.names.append, self.ops.append, self.sids.append, self.mids.append
         add_root = self.roots.append
         continues = _CONTINUES
@@ -436,8 +453,9 @@ class _Parser:
                 if sid is None:
                     if shape[-1] not in "]}" or not shape[: shape.find("[")].isalnum():
                         raise ValueError  # no shape ("add(f32[2] p, ..."): the text leaves it to XLA to infer
-                    sid = self.shapes.add(hlo_text.shape_info(shape), shape)
-                    if (why := hlo_checks.shape_problem(shape)) is not None:  # once per distinct shape
+                    sid = self.shapes.add(info := hlo_text.shape_info(shape), shape)
+                    if (info.dtype not in plain or "{}" in shape or "D(" in shape or "P(" in shape) and \
+                            (why := hlo_checks.shape_problem(shape)) is not None:  # once per distinct shape
                         self.refuse(k + self.shift, name, why)
                 if p < 0:
                     mid = 0
@@ -450,8 +468,11 @@ class _Parser:
                     if op not in light:
                         self.special(op, rest[i + 1 :] if p < 0 else rest[i + 1 : p], n, shape, name)
                     elif op == "constant":  # its literal looked at once per distinct text and shape
-                        if shape not in literals.get(rest[i + 1 : rest.find(")", i)], ()):  # "0", "{1, 2}": the literal
+                        if shape not in literals.get(hash(rest[i + 1 : rest.find(")", i)]), ()):  # "0", "{1, 2}"
                             self.constant(shape, rest[i + 1 :] if p < 0 else rest[i + 1 : p], name, n, k + self.shift)
+                    elif op == "convolution":  # its dim_labels and window, each pair looked at once
+                        if (why := hlo_checks.convolution_problem(rest)) is not None:
+                            self.refuse(k + self.shift, name, why)
                     elif "result_accuracy=" in rest or "control-predecessors=" in rest:  # all they are asked
                         self.special(op, rest[i + 1 :] if p < 0 else rest[i + 1 : p], n, shape, name)
             except ValueError:
@@ -921,7 +942,7 @@ class _Parser:
             name, is_entry = m[2], bool(m[1])
         if name[:1] == "%":
             name = name[1:]
-        mod, comp = self.module, _Comp(name, is_entry, lineno, s if "->" in s else None)
+        mod, comp = self.module, _Comp(name, is_entry, lineno)
         self.comp = comp
         if name in mod.comp_names:  # XLA's parser: "computation already exists"
             self.error(lineno, f"computation {name} defined twice in module {mod.name}")
@@ -931,6 +952,8 @@ class _Parser:
         mod.comps.append(comp)
         if not mod.printed and not mod.headerless and "->" in s:  # the first header with a signature
             mod.printed = True
+        if mod.printed:  # its signature's shape is its root's (close_comp)
+            comp.header = s
         if not mod.entry_marked:
             # XLA's parser (HloParserImpl::ParseComputations, xla/hlo/parser/hlo_parser.cc): the computation
             # marked ENTRY, else the last one. Until an ENTRY shows, the computation seen last is taken for
@@ -967,6 +990,7 @@ class _Parser:
             root = self.shapes.values[self.sids[roots[-1]]].shape
             if root is not None and not comp.header.endswith(root, 0, -2):  # as printed ("... -> root {")
                 self.root_shape(comp, root, roots[-1])
+        comp.header = None  # the module keeps its computations to its end: not their headers
         self.ranges.append((comp, self.module, self.comp_start, end))
         comp.closed = True
         self.comp = None
@@ -975,10 +999,16 @@ class _Parser:
 
     def root_shape(self, comp: _Comp, root: str, row: int) -> None:
         """XLA's parser: the shape a computation's header gives is its root's (layouts aside)."""
-        said = comp.header[comp.header.rfind("->") + 2 :].rstrip().removesuffix("{").strip()
+        if (arrow := comp.header.rfind("->")) < 0:  # a header without signature in a printed module
+            return
+        said = comp.header[arrow + 2 :].rstrip().removesuffix("{").strip()
+        if said in self.said_ok and root == self.said_ok[said]:  # a while body's tuple, printed with /*index=N*/
+            return
         if said and not hlo_checks.same_shape(said, root):
             why = f"computation {comp.name} gives shape {said}, its root {self.names[row].lstrip('%')} has {root}"
             self.error(comp.lineno, _capped(why))
+        elif len(self.said_ok) < _MAX_LITERALS:
+            self.said_ok[said] = root
 
     def settle(self) -> None:
         """Fold the rows of closed computations (``ranges``) into their counts: per batch, not per
@@ -1028,7 +1058,9 @@ class _Parser:
         (to_apply={ a = ... }): the fast path leaves it to ``careful``."""
         if "//" in head:  # a comment after the instruction (only a hand-written line has one)
             head = strip_comments(head)
-        if op in hlo_text.SIMPLE:  # an opcode only checked
+        if (route := _ROUTES.get(op)) is None:
+            route = _route(op)
+        if route == _ONLY_CHECKED:
             self.check(op, head, row, shape, name)
             return
         needles = hlo_text.CALL_ATTRS.get(op)
@@ -1044,10 +1076,13 @@ class _Parser:
                         raise ValueError(head)
                     found.append((attr, v[0]))
         self.edge_mark = (row, len(self.comp.edges))
-        if op in hlo_checks.CHECKED and (op not in hlo_checks.COLLECTIVES_CHECKED or "mesh[" in head or "={}" in head):
-            self.check(op, head, row, shape, name)  # a collective (thousands in a dump) only when it may be wrong
-        elif op[-1] in "etd" and (link := hlo_checks.chain_link(op)) is not None and self.checking:  # -start/-update/-done
-            self.chain(op, link, head, row, shape, name)
+        if not route:  # fusion, reduce, call, ...: nothing to check
+            pass
+        elif route == _CHECKED or route == _COLLECTIVE and ("mesh[" in head or "={}" in head) or \
+                route == _CUSTOM_CALL and ("api_version=" in head or "operand_layout_constraints=" in head):
+            self.check(op, head, row, shape, name)  # a collective or custom-call (thousands) when it may be wrong
+        elif route == _CHAINED and self.checking:
+            self.chain(op, hlo_checks.chain_link(op), head, row, shape, name)
         if op[-6:] == "-start" and (wrapped := hlo_text.wrapped_opcode(op)):
             self.sugar(wrapped, head, row, shape)
         elif op in hlo_text.NOT_ASYNC_FORMS:
@@ -1087,9 +1122,10 @@ class _Parser:
         why = hlo_checks.literal_problem(shape, literal)
         if why is not None:
             self.refuse(lineno, name, why)
-        elif (end := literal.find(")")) <= _LITERAL_KEY and "(" not in (key := literal[:end]):  # all of it
+        elif "(" not in (key := literal[: literal.find(")")]):  # the literal whole (no "(": no complex, no NaN payload)
             if len(self.literals) >= _MAX_LITERALS:
                 self.literals.clear()
+            key = hash(key)  # by hash: a literal of kilobytes is not kept (a collision could only hide an error)
             self.literals[key] = (*self.literals.get(key, ())[-7:], shape)  # the shapes it is good for
 
     def chain(self, op: str, link: tuple, head: str, row: int, shape: str | None, name: str) -> None:
