@@ -498,7 +498,7 @@ def chain_link(op: str) -> tuple[str, str | None] | None:
     return kind, None if base == "async" else base
 
 
-@lru_cache(maxsize=1024)  # a module's async ops repeat a few shapes, each a long tuple
+@lru_cache(maxsize=256)  # a module's async ops repeat a few shapes, each a long tuple
 def _async_shape(shape: str | None) -> bool:
     elements = tuple_elements(shape)
     return elements is not None and len(elements) >= 2 and elements[0].startswith("(")

@@ -919,6 +919,7 @@ class _Parser:
             self.finish_module(lineno - 1, eof=False)
         if s and (why := hlo_checks.module_problem(s)) is not None:
             self.error(lineno, _capped(why))
+        self.said_ok.clear()  # a module's headers repeat within it
         m = _MODULE.match(s) if s else None
         self.module = _Module(m[1] if m else "", len(self.modules), lineno, s is not None and "is_scheduled=true" in s)
         self.module.headerless = s is None
