@@ -2,7 +2,7 @@
 parser.
 
 - XLA: ``xla_hlo`` (HLO module text; ``hlo_lines`` joins its statements, ``xla_shapes`` holds
-  its vocabulary and tables), ``xla_buffers`` (buffer assignment and its side files;
+  its vocabulary and tables, ``hlo_checks`` what XLA's parser refuses in text that reads), ``xla_buffers`` (buffer assignment and its side files;
   ``xla_live_ranges`` its ``HloLiveRange`` listing), ``xla_memory_report`` (memory usage report).
 - TorchInductor: ``inductor_ir`` (scheduler IR), ``inductor_code`` (``output_code.py``);
   ``torch_trace`` (a torch.compile structured trace, TORCH_TRACE log).

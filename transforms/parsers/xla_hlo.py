@@ -24,7 +24,8 @@ over the modules of the file). Memory stays flat: per-file state is one small re
 per computation plus dictionaries of distinct shape and metadata texts (capped).
 
 Guarantees: unknown opcodes, attributes and metadata keys are recorded as printed;
-a line that is not understood becomes an entry in ``errors``; a cut file yields a
+a line that is not understood becomes an entry in ``errors``, and so does what XLA's parser refuses in a
+line that reads (``hlo_checks``: each error names the line and the reason; the row stays); a cut file yields a
 prefix of the full file's instruction rows (a last line cut mid-way is dropped) and
 ``truncated=True``; a ``partial`` result always has an error saying why. Raises
 ``ParseError`` only when the first statement past comments and blank lines is neither an
@@ -50,6 +51,7 @@ from collections.abc import Iterable, Iterator
 import polars as pl
 
 from transforms.parsers import xla_shapes as hlo_text
+from transforms.parsers import hlo_checks
 from transforms.parsers import hlo_lines
 from transforms.parsers.hlo_lines import (
     HEADER,
@@ -74,8 +76,10 @@ from transforms.records import (
 # 5: as XLA's parser, a hand-written module without ENTRY takes its last computation, a computation without
 # ROOT its last instruction (is_root), and a "// -----" line ends a module (hlo-opt --split-input-file);
 # 6: the instructions and computations XLA's parser makes of hand-written text (issue 48): nested instructions,
-# inline computations, compact tuple accesses (p#1), the async computation of <op>-start syntax sugar
-PARSER_VERSION = 6
+# inline computations, compact tuple accesses (p#1), the async computation of <op>-start syntax sugar;
+# 7: what XLA's parser refuses in text that reads otherwise is an error (hlo_checks: literals, element types and
+# layouts, module attributes, async chains, the opcodes it looks at, a header's shape against its root's)
+PARSER_VERSION = 7
 PROGRAM_FROM_TEXT = True  # the program is what the dump's text names (transforms.parse.named_at)
 TABLES, TABLE_DOCS = hlo_text.TABLES, hlo_text.TABLE_DOCS
 __all__ = ["PARSER_VERSION", "TABLES", "TABLE_DOCS", "parse", "sniff", "stage_from_name"]
@@ -99,6 +103,26 @@ _FIELDS = {k: re.compile(rf"\b{k}=(\d+)") for k in ("file_location_id", "file_na
 _CLOSES_WITH_ATTRIBUTES = re.compile(r'\}\s*,\s*execution_thread\s*=\s*"[^"]*"\s*$')
 _NO_SHAPE = hlo_text.ShapeInfo(None, None, None, None, None, None)  # an instruction whose shape XLA infers
 _NESTED = re.compile(r"[(,\s][a-z][\w.-]*\(")  # an opcode and its "(" in an operand list (layouts: T(8,128), E(4))
+# Opcodes the fast path takes as they are; the others go through special() (hlo_checks.CHECKED: looked at there)
+_SIMPLE = hlo_text.SIMPLE - hlo_checks.CHECKED
+_MAX_LITERALS = 4096  # constants' literals found good, remembered
+_MAX_WHY = 300
+# What special() asks of an opcode (hlo_checks), decided once per opcode: nothing, check its rows (only that:
+# an opcode the fast path takes otherwise), a collective's or a custom-call's when its text may be wrong, or
+# follow its async chain.
+_NOTHING, _ONLY_CHECKED, _CHECKED, _COLLECTIVE, _CUSTOM_CALL, _CHAINED = range(6)
+_ROUTES: dict[str, int] = {}
+
+
+def _route(op: str) -> int:
+    if op in hlo_checks.CHECKED:
+        route = _ONLY_CHECKED if op in hlo_text.SIMPLE else _COLLECTIVE if op in hlo_checks.COLLECTIVES_CHECKED \
+            else _CUSTOM_CALL if op == "custom-call" else _CHECKED
+    else:
+        route = _CHAINED if hlo_checks.chain_link(op) is not None else _NOTHING
+    if len(_ROUTES) < 4096:  # opcodes are few; a hostile text's made-up ones are not kept
+        _ROUTES[op] = route
+    return route
 
 
 def _goes_on(prev: str, text: str) -> bool:
@@ -109,6 +133,11 @@ def _goes_on(prev: str, text: str) -> bool:
     st = Statement()
     st.feed(prev)
     return not st.complete
+
+
+def _capped(why: str) -> str:
+    """A reason quoting the text, at most _MAX_WHY characters of it (a hostile name or shape can be megabytes)."""
+    return why if len(why) <= _MAX_WHY else why[: _MAX_WHY - 3] + "..."
 
 
 def _row(table: dict, key: int | None) -> object:
@@ -165,11 +194,12 @@ def stage_from_name(name: str) -> str | None:
 
 
 class _Comp:
-    __slots__ = ("closed", "edges", "is_entry", "last", "lineno", "n", "name", "param_array_bytes", "param_bytes",
-                 "root", "rooted", "structural")
+    __slots__ = ("closed", "edges", "header", "is_entry", "last", "lineno", "n", "name", "param_array_bytes",
+                 "param_bytes", "root", "rooted", "structural")
 
-    def __init__(self, name: str, is_entry: bool, lineno: int):
+    def __init__(self, name: str, is_entry: bool, lineno: int, header: str | None = None):
         self.name, self.is_entry, self.lineno, self.closed = name, is_entry, lineno, False
+        self.header = header  # "... -> shape {": a header with its signature, whose shape the root must have
         self.rooted = False  # a ROOT row of it went out in an earlier batch
         self.n = self.structural = self.param_bytes = self.param_array_bytes = 0
         self.edges: list[tuple[str, str, str]] = []  # (opcode, attribute, callee)
@@ -270,6 +300,13 @@ class _Parser:
         # <op>-start syntax sugar), made when the computation holding it closes: (row, name, lineno, what).
         self.deferred: list[tuple[int, str, int, object]] = []
         self.accessed: dict[str, tuple[str, str | None]] = {}  # compact tuple accesses (p#1) made in this computation
+        self.chains: dict[str, tuple] = {}  # ops of async chains in this computation (Parser.chain)
+        self.numbers: set[str] = set()  # parameter numbers of this computation (hand-written modules)
+        self.comp_errors = 0  # errors before this computation began
+        self.said_ok: dict[str, str] = {}  # header shapes not printed as their root's, found the same
+        self.literals: dict[int, tuple[str, ...]] = {}  # literals found good (by hash), and for which shapes
+        self.checking = True  # off for the rows of syntax sugar's async computations (made, not written)
+        self.refused: tuple[int, int, int] = (-1, 0, 0)  # (row, n_errors, len(errors)) before its first refusal
         self.lookup: tuple = (None, None, 0, {})  # shape_of()'s rows by name: (computation, batch, rows seen, rows)
 
     def new_batch(self, next_lineno: int = 0) -> None:
@@ -309,6 +346,18 @@ class _Parser:
         if self.n_errors <= _MAX_ERRORS:
             self.errors.append(line_error(lineno, msg))
 
+    def refuse(self, lineno: int, name: str, why: str) -> None:
+        """What XLA's parser refuses in the instruction ``name`` (hlo_checks), as an error of its line; taken
+        back with its row if that is read again (rejoin)."""
+        if self.refused[0] != len(self.names):
+            self.refused = (len(self.names), self.n_errors, len(self.errors))
+        self.error(lineno, _capped(f"{name[1:] if name[:1] == '%' else name}: {why}"))
+
+    def line_of(self, row: int) -> int:
+        """The line of ``row`` of this batch, the last row added or being added."""
+        run = self.runs[-1]
+        return run[1] + row - run[0]
+
     def bump(self, key: str, n: int = 1) -> None:
         self.metrics[key] = self.metrics.get(key, 0) + n
 
@@ -319,7 +368,8 @@ class _Parser:
         further lines from ``self.lines`` (``self.shift`` counts them, so a line's number is its
         index from ``enumerate`` plus ``self.shift``)."""
         self.lines = it = iter(lines)
-        shape_ids, meta_ids, simple, batch_rows = self.shapes.ids, self.metas.ids, hlo_text.SIMPLE, BATCH_ROWS
+        shape_ids, meta_ids, simple, batch_rows = self.shapes.ids, self.metas.ids, _SIMPLE, BATCH_ROWS
+        light, literals, plain = hlo_checks.LIGHT, self.literals, hlo_checks.PLAIN_TYPES
         add_name, add_op, add_sid, add_mid = self.names.append, self.ops.append, self.sids.append, self.mids.append
         add_root = self.roots.append
         continues = _CONTINUES
@@ -389,7 +439,7 @@ class _Parser:
                 i = rest.find("(")  # the operands start at i + 1 (not copied out: most rows never look at them)
                 op = rest[:i] if i >= 0 else rest
                 special = op not in simple
-                if special and not (i >= 0 and hlo_text.OPCODE.fullmatch(op)):
+                if special and op not in light and not (i >= 0 and hlo_text.OPCODE.fullmatch(op)):
                     raise ValueError
                 p = rest.find("metadata={", i + 1) if i >= 0 else -1
                 # What XLA's parser makes more instructions of (read whole by careful): an instruction nested
@@ -403,7 +453,10 @@ class _Parser:
                 if sid is None:
                     if shape[-1] not in "]}" or not shape[: shape.find("[")].isalnum():
                         raise ValueError  # no shape ("add(f32[2] p, ..."): the text leaves it to XLA to infer
-                    sid = self.shapes.add(hlo_text.shape_info(shape), shape)
+                    sid = self.shapes.add(info := hlo_text.shape_info(shape), shape)
+                    if (info.dtype not in plain or "{}" in shape or "D(" in shape or "P(" in shape) and \
+                            (why := hlo_checks.shape_problem(shape)) is not None:  # once per distinct shape
+                        self.refuse(k + self.shift, name, why)
                 if p < 0:
                     mid = 0
                 else:
@@ -412,7 +465,16 @@ class _Parser:
                     if mid is None or rest.find("//", i + 1, p) >= 0:  # new, or a comment before it
                         mid = self.meta(key, rest, p)
                 if special:
-                    self.special(op, rest[i + 1 :] if p < 0 else rest[i + 1 : p], n, shape)
+                    if op not in light:
+                        self.special(op, rest[i + 1 :] if p < 0 else rest[i + 1 : p], n, shape, name)
+                    elif op == "constant":  # its literal looked at once per distinct text and shape
+                        if shape not in literals.get(hash(rest[i + 1 : rest.find(")", i)]), ()):  # "0", "{1, 2}"
+                            self.constant(shape, rest[i + 1 :] if p < 0 else rest[i + 1 : p], name, n, k + self.shift)
+                    elif op == "convolution":  # its dim_labels and window, each pair looked at once
+                        if (why := hlo_checks.convolution_problem(rest)) is not None:
+                            self.refuse(k + self.shift, name, why)
+                    elif "result_accuracy=" in rest or "control-predecessors=" in rest:  # all they are asked
+                        self.special(op, rest[i + 1 :] if p < 0 else rest[i + 1 : p], n, shape, name)
             except ValueError:
                 self.careful(line, k + self.shift, prev)
                 if self.pending is not None:
@@ -428,6 +490,8 @@ class _Parser:
                     add_name, add_op, add_sid, add_mid = self.names.append, self.ops.append, self.sids.append, self.mids.append
                     add_root = self.roots.append
                 continue
+            if not printed:  # hand-written: what XLA's parser refuses there and a printed line is not asked
+                self.written(name, op, rest[i + 1 :], k + self.shift)
             add_name(name)
             add_op(op)
             add_sid(sid)
@@ -549,6 +613,8 @@ class _Parser:
             parts = hlo_text.split_statement(text)
         if parts is not None and not read and (  # XLA's printer nests nothing; a compact tuple access holds a "#"
                 self.module.printed and "#" not in parts[4] or not hlo_lines.needs_reading(parts[4])):
+            if not self.module.printed:
+                self.written(parts[1], parts[3], parts[4], lineno)
             self.add_row(parts, text, row, last_lineno)
             return True
         try:
@@ -593,6 +659,9 @@ class _Parser:
             names.append(name)
             shapes.append(shape)
         shape = ins.shape if ins.shape is not None else hlo_text.infer_shape(ins.opcode, shapes, ins.attributes)
+        if ins.opcode == "broadcast" and "dimensions=" not in ins.attributes and shapes and shapes[0] and \
+                not shapes[0].endswith("[]"):  # XLA's parser: only a scalar's broadcast may leave them out
+            self.error(lineno, _capped(f"{ins.name or 'broadcast'}: a broadcast of {shapes[0]} needs dimensions="))
         name = ins.name or self.module.unique(f"{ins.opcode}.anon")
         row = len(self.names)
         self.anchor(row, lineno)
@@ -653,7 +722,7 @@ class _Parser:
             _, name, lineno, what = self.deferred.pop(0)
             comp = _Comp(name, False, lineno)
             self.module.comps.append(comp)
-            self.comp, self.accessed = comp, {}
+            self.comp, self.accessed, self.chains, self.numbers = comp, {}, {}, set()
             self.comp_start = self.comp_first = len(self.names)
             if len(what) == 2:  # an inline computation
                 instructions, lines = what
@@ -662,6 +731,7 @@ class _Parser:
             else:  # the async computation of <op>-start syntax sugar: a parameter per operand, and the op
                 op, params, shape, head = what
                 names = []
+                self.checking = False  # made by XLA's parser, not written: checked as the <op>-start
                 for param_shape in params:
                     names.append(self.module.unique("async_param"))
                     self.anchor(len(self.names), lineno)
@@ -669,6 +739,7 @@ class _Parser:
                                  len(self.names))
                 self.anchor(len(self.names), lineno)
                 self.add_row((False, op, shape, op, head), "", len(self.names))
+                self.checking = True
                 if op in hlo_text.COLLECTIVES:  # counted once, on the <op>-start as printed
                     counts = self.counts["kernel.collective"]
                     counts[op] = counts.get(op, 0) - 1
@@ -684,6 +755,8 @@ class _Parser:
         sid = self.shapes.ids.get(key)
         if sid is None:
             sid = self.shapes.add(_NO_SHAPE if shape is None else hlo_text.shape_info(shape), key)
+            if shape is not None and (why := hlo_checks.shape_problem(shape)) is not None:
+                self.refuse(self.line_of(row), name, why)
         p = rest.find("metadata={")
         mid = 0
         if p >= 0:
@@ -691,9 +764,9 @@ class _Parser:
             mid = self.metas.ids.get(key)
             if mid is None or rest.find("//", 0, p) >= 0:
                 mid = self.meta(key, rest, p)
-        if op not in hlo_text.SIMPLE:
+        if op not in _SIMPLE:
             try:
-                self.special(op, rest if p < 0 else rest[:p], row, shape)
+                self.special(op, rest if p < 0 else rest[:p], row, shape, name)
             except ValueError:  # a computation written inline that the statement reader was not asked to read
                 self.error(self.runs[-1][1] + row - self.runs[-1][0], f"{name}: a computation written inline "
                                                                       "where none is read")
@@ -713,6 +786,10 @@ class _Parser:
             self.roots.pop()
         for values in (self.kinds, self.targets, self.called):
             values.pop(row, None)
+        if self.refused[0] == row:  # what the checks said of the part read first
+            self.n_errors, errors = self.refused[1], self.refused[2]
+            del self.errors[errors:]
+            self.refused = (-1, 0, 0)
         if self.edge_mark[0] == row:
             del self.comp.edges[self.edge_mark[1] :]
         while self.runs and self.runs[-1][0] > row:
@@ -840,6 +917,9 @@ class _Parser:
         are seen: ``module_<entry computation>``, as XLA's parser names it)."""
         if self.module is not None:
             self.finish_module(lineno - 1, eof=False)
+        if s and (why := hlo_checks.module_problem(s)) is not None:
+            self.error(lineno, _capped(why))
+        self.said_ok.clear()  # a module's headers repeat within it
         m = _MODULE.match(s) if s else None
         self.module = _Module(m[1] if m else "", len(self.modules), lineno, s is not None and "is_scheduled=true" in s)
         self.module.headerless = s is None
@@ -873,6 +953,8 @@ class _Parser:
         mod.comps.append(comp)
         if not mod.printed and not mod.headerless and "->" in s:  # the first header with a signature
             mod.printed = True
+        if mod.printed:  # its signature's shape is its root's (close_comp)
+            comp.header = s
         if not mod.entry_marked:
             # XLA's parser (HloParserImpl::ParseComputations, xla/hlo/parser/hlo_parser.cc): the computation
             # marked ENTRY, else the last one. Until an ENTRY shows, the computation seen last is taken for
@@ -889,7 +971,9 @@ class _Parser:
             mod.entry = comp
             mod.entry_marked = True
         self.comp_start = self.comp_first = len(self.names)
-        self.accessed = {}
+        self.accessed, self.comp_errors = {}, self.n_errors
+        if self.chains or self.numbers:  # rarely anything to forget
+            self.chains, self.numbers = {}, set()
         self.anchor(self.comp_start, lineno + 1)
 
     def close_comp(self, emit: bool = True) -> None:
@@ -903,11 +987,29 @@ class _Parser:
                 self.error(comp.lineno, f"computation {comp.name} has no instruction")
         elif comp.rooted or len(roots) > 1 and roots[-2] >= first:  # "one computation should have only one ROOT"
             self.error(comp.lineno, f"computation {comp.name} has more than one ROOT")
+        if comp.header is not None and roots and roots[-1] >= first:
+            root = self.shapes.values[self.sids[roots[-1]]].shape
+            if root is not None and not comp.header.endswith(root, 0, -2):  # as printed ("... -> root {")
+                self.root_shape(comp, root, roots[-1])
+        comp.header = None  # the module keeps its computations to its end: not their headers
         self.ranges.append((comp, self.module, self.comp_start, end))
         comp.closed = True
         self.comp = None
         if emit and self.deferred:
             self.emit_deferred()
+
+    def root_shape(self, comp: _Comp, root: str, row: int) -> None:
+        """XLA's parser: the shape a computation's header gives is its root's (layouts aside)."""
+        if (arrow := comp.header.rfind("->")) < 0:  # a header without signature in a printed module
+            return
+        said = comp.header[arrow + 2 :].rstrip().removesuffix("{").strip()
+        if said in self.said_ok and root == self.said_ok[said]:  # a while body's tuple, printed with /*index=N*/
+            return
+        if said and not hlo_checks.same_shape(said, root):
+            why = f"computation {comp.name} gives shape {said}, its root {self.names[row].lstrip('%')} has {root}"
+            self.error(comp.lineno, _capped(why))
+        elif len(self.said_ok) < _MAX_LITERALS:
+            self.said_ok[said] = root
 
     def settle(self) -> None:
         """Fold the rows of closed computations (``ranges``) into their counts: per batch, not per
@@ -951,11 +1053,17 @@ class _Parser:
                         comp.root = infos[sids[row]]
 
     # -- rows that name computations or carry a fusion kind / custom-call target ---------------
-    def special(self, op: str, head: str, row: int, shape: str | None) -> None:
-        """Fusion kind, custom-call target, computations named; raises ValueError, before it changes anything,
-        at a computation written inline (to_apply={ a = ... }): the fast path leaves it to ``careful``."""
+    def special(self, op: str, head: str, row: int, shape: str | None, name: str) -> None:
+        """Fusion kind, custom-call target, computations named, what XLA's parser refuses in an opcode it
+        checks (hlo_checks); raises ValueError, before it changes anything, at a computation written inline
+        (to_apply={ a = ... }): the fast path leaves it to ``careful``."""
         if "//" in head:  # a comment after the instruction (only a hand-written line has one)
             head = strip_comments(head)
+        if (route := _ROUTES.get(op)) is None:
+            route = _route(op)
+        if route == _ONLY_CHECKED:
+            self.check(op, head, row, shape, name)
+            return
         needles = hlo_text.CALL_ATTRS.get(op)
         if needles is None:  # an unknown or rare opcode: look for every attribute that names computations
             found = _CALLS.findall(head)
@@ -969,6 +1077,13 @@ class _Parser:
                         raise ValueError(head)
                     found.append((attr, v[0]))
         self.edge_mark = (row, len(self.comp.edges))
+        if not route:  # fusion, reduce, call, ...: nothing to check
+            pass
+        elif route == _CHECKED or route == _COLLECTIVE and ("mesh[" in head or "={}" in head) or \
+                route == _CUSTOM_CALL and ("api_version=" in head or "operand_layout_constraints=" in head):
+            self.check(op, head, row, shape, name)  # a collective or custom-call (thousands) when it may be wrong
+        elif route == _CHAINED and self.checking:
+            self.chain(op, hlo_checks.chain_link(op), head, row, shape, name)
         if op[-6:] == "-start" and (wrapped := hlo_text.wrapped_opcode(op)):
             self.sugar(wrapped, head, row, shape)
         elif op in hlo_text.NOT_ASYNC_FORMS:
@@ -990,6 +1105,70 @@ class _Parser:
                     edges.append((op, attr, callee))
         if called:
             self.called[row] = ",".join(called)
+
+    def check(self, op: str, head: str, row: int, shape: str | None, name: str) -> None:
+        """What XLA's parser refuses in an instruction of an opcode in hlo_checks.CHECKED; a constant's literal
+        is looked at once per distinct text (a module repeats its scalars)."""
+        if not self.checking:
+            return
+        if op == "constant":
+            if shape is not None:
+                self.constant(shape, head, name, row, self.line_of(row))
+        elif (why := hlo_checks.instruction_problem(op, shape, head, self.shape_of, self.defined)) is not None:
+            self.refuse(self.line_of(row), name, why)
+
+    def constant(self, shape: str, literal: str, name: str, row: int, lineno: int) -> None:
+        """A constant's shape and text after "constant(": what XLA's parser refuses in its literal; a text found
+        good is remembered with its shape (up to a length: a module repeats its scalars, a big literal is rare)."""
+        why = hlo_checks.literal_problem(shape, literal)
+        if why is not None:
+            self.refuse(lineno, name, why)
+        elif "(" not in (key := literal[: literal.find(")")]):  # the literal whole (no "(": no complex, no NaN payload)
+            if len(self.literals) >= _MAX_LITERALS:
+                self.literals.clear()
+            key = hash(key)  # by hash: a literal of kilobytes is not kept (a collision could only hide an error)
+            self.literals[key] = (*self.literals.get(key, ())[-7:], shape)  # the shapes it is good for
+
+    def chain(self, op: str, link: tuple, head: str, row: int, shape: str | None, name: str) -> None:
+        """An op of an async chain (hlo_checks.chain_link) against the op its first operand names, and
+        remembered for the op after it."""
+        operands = [] if link[0] == "start" else hlo_checks.operand_list(head)[0]  # a start needs none looked at
+        calls = hlo_checks.attribute(head, "calls")
+        calls = None if calls is None or calls[:1] == "{" else calls.lstrip("%")
+        thread = hlo_checks.attribute(head, "async_execution_thread")
+        thread = thread.strip('"') if thread is not None else None
+        before = self.chains.get(operands[0][1]) if operands else None
+        if (why := hlo_checks.chain_problem(op, link, shape, operands, before, (calls, thread))) is not None:
+            self.refuse(self.line_of(row), name, why)
+        if before is not None:
+            calls, thread = calls or before[2], thread or before[3]
+        self.chains[name[1:] if name[:1] == "%" else name] = (link[0], (before and before[1]) or link[1], calls, thread)
+
+    def written(self, name: str, op: str, head: str, lineno: int) -> None:
+        """A row of a module XLA did not print (hand-written; ``head``: the text after "opcode("): a parameter
+        number taken twice in its computation, an operand no instruction before it defines. A printed module
+        is not asked: a look-up per operand would cost every line of a dump (docs/metrics.md)."""
+        if self.lone is not None and self.lone[0] is self.comp:
+            return
+        if op == "parameter":
+            number = head.partition(")")[0].strip()
+            if number in self.numbers:
+                self.refuse(lineno, name, f"parameter number {number} taken twice in computation {self.comp.name}")
+            self.numbers.add(number)
+            return
+        if op == "constant" or "#" in head or self.n_errors > self.comp_errors:  # a row dropped may define it
+            return
+        for _, operand in hlo_checks.operand_list(head)[0]:
+            if operand and self.defined(operand) is False:
+                self.refuse(lineno, name, f"operand {operand} is not defined in computation {self.comp.name}")
+                return
+
+    def defined(self, name: str) -> bool | None:
+        """Whether an instruction ``name`` comes before this row in the open computation; None when rows of it
+        went out in an earlier batch (unknown)."""
+        if self.comp.n or self.comp.rooted:
+            return None
+        return self.row_named(name) is not None
 
     def sugar(self, op: str, head: str, row: int, shape: str | None) -> None:
         """``<op>-start`` of XLA's async syntax sugar: XLA's parser makes an async computation of a parameter
