@@ -298,3 +298,19 @@ def test_reasons_of_logs_whose_records_are_gone_are_not_called_none(sample_wareh
     gone = "The records tables no longer hold the rows of any TORCH_TRACE log shown (`[warehouse] keep_records_runs`)."
     assert markdown.count(gone) == 3 and "No graph break in" not in markdown
     assert "| run | reason |" not in markdown and "## Programs, run 2026-11-20" in markdown  # figures stay
+
+
+def test_what_changed_lists_each_compiles_changes_since_the_previous_run(sample_site):
+    """Issue 46: the compile page says what changed in each compile since the night before, not only its
+    reasons: 2026-11-20 rewrote the graph break of 2026-11-19 (graph_break_removed): its restarted compile
+    (forward/0_1: 2 graph ops before the break) and the two resume functions' compiles vanished, one compile of
+    the whole forward (7 ops) appeared; a compile that appears or vanishes is one line, not its guards."""
+    page = (sample_site.out / "compile.html").read_text()
+    rows = _tables(page)["What changed since the previous run"]
+    assert rows[0] == ["job", "program", "dump", "change"]
+    assert [r[3] for r in rows[1:]] == [
+        "compile forward/0 appeared (7 graph ops)", "compile forward/0_1 vanished (was 2 graph ops)",
+        "compile torch_dynamo_resume_in_forward_at_21/0 vanished (was 2 graph ops)",
+        "compile torch_dynamo_resume_in_forward_at_22/0 vanished (was 2 graph ops)",
+        "graph break 'Data-dependent branching' at dumpscope_model.py:22 in forward vanished (was ×1)",
+        "graph break 'Failed to trace builtin operator' at dumpscope_model.py:21 in forward vanished (was ×1)"]

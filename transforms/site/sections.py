@@ -336,6 +336,12 @@ def onnx_page(d: SiteData, last_runs: int = ONNX_RUNS) -> dict:
             "errors": errors, "changes": _diff_rows(d, ("onnx_step", "onnx_op", "accuracy")), "run": d.latest}
 
 
+# What the compile page lists as changed since the previous run: the reasons, and what changed in each compile
+# (its graph's ops, kernels, code lines, guards added or removed, collective schedule: issue 46) and between ranks.
+COMPILE_CHANGES = ("graph_break", "recompile", "compile_failure", "compile_graph", "compile_kernels", "compile_code",
+                   "compile_guard", "collective_schedule", "rank_divergence")
+
+
 def compile_page(d: SiteData) -> dict:
     """torch.compile, from TORCH_TRACE logs: compile seconds, graph breaks, recompiles and
     failures per program over the window, the latest run's programs, and the distinct graph-break,
@@ -353,7 +359,14 @@ def compile_page(d: SiteData) -> dict:
             "phase_chart": _phase_chart(d), "viewed": len(compile_view.viewed_series(d)),
             "programs": programs, "more_programs": every - len(programs), "held": held, "not_held": [r for r in runs if r not in held],
             **{name: _reasons(d, whats, held) for name, whats in REASON_TABLES.items()},
-            "changes": _diff_rows(d, ("graph_break", "recompile", "compile_failure"))}
+            **_capped_changes(d, COMPILE_CHANGES)}
+
+
+def _capped_changes(d: SiteData, categories: tuple[str, ...]) -> dict:
+    """``changes``: the first ``MAX_TABLE_ROWS`` of the latest run's diff rows of ``categories`` (a guard a row:
+    a log of thousands of compiles changes thousands), ``more_changes``: how many more the diff page lists."""
+    rows = _diff_rows(d, categories)
+    return {"changes": rows[:MAX_TABLE_ROWS], "more_changes": max(0, len(rows) - MAX_TABLE_ROWS)}
 
 
 def _compile_programs(d: SiteData) -> list[dict]:
