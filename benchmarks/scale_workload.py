@@ -20,13 +20,13 @@ trailing newlines (harmless to every parser).
 From one night to the next exactly ``round(10 % of the files)`` change content and every
 other file is byte-identical to the night before. The changed files are drawn (seeded by
 the night number) from the HLO dumps, and each gets one change a compiler commit makes:
-a changed integer constant, a changed dimension in one instruction's shape, or an extra
+a changed integer constant, a changed dimension in one instruction's shape (not a root's or a constant's: XLA refuses either alone), or an extra
 instruction in the entry computation. Night k's content of a file is its base text with
 the change of the last night <= k that drew it (none: the base), and that change depends
 on the night, so a file drawn at night k always differs from night k-1.
 
 Disk: every version of a file is written once, gzipped, into a store
-(``benchmarks/out/scale/store``) and hard-linked into the run directory, so a night costs
+(``benchmarks/out/scale/store-v<CHANGES_VERSION>``) and hard-linked into the run directory, so a night costs
 only the versions it is the first to need (144 files, ~110 MB of text, ~7 MB gzipped,
 for night k after night k-1; all of them for the first night or a night made directly).
 A whole night: 1,440 files, 1.09 GB uncompressed (1.08 GB of it HLO), 68 MB gzipped;
@@ -58,7 +58,10 @@ SEEDS = ROOT / "tests" / "fixtures" / "seeds"
 SAMPLE_NIGHT = ROOT / "data" / "sample_bucket" / "2026-11-20"
 SAMPLE_JOBS = ("jax-jit", "jax-pmap", "torch-inductor", "torch-onnx")
 OUT = ROOT / "benchmarks" / "out" / "scale"
-STORE = OUT / "store"
+# The store holds each version once, by file and night: a change to what ``change`` writes is a new store.
+# 2: shapes of roots and constants are not padded (the reader refuses them alone, as XLA does).
+CHANGES_VERSION = 2
+STORE = OUT / f"store-v{CHANGES_VERSION}"
 
 N_JOBS = 40
 CHANGE_FRACTION = 0.10
@@ -173,14 +176,16 @@ def _source_text(path: Path) -> str:
 
 
 _CONSTANT = re.compile(r"(?m)^\s*(?:ROOT )?%?[\w.\-]+ = [a-z]+\d*\[\] constant\((-?\d+)\)")
-_SHAPE = re.compile(r"(?m)^\s*(?:ROOT )?%?[\w.\-]+ = [a-z]+\d*\[(\d+)[,\]]")
+# Not a ROOT (its computation's header states its shape) nor a constant (its literal has that many elements): XLA's
+# parser refuses either padded alone, and so does the reader (transforms/parsers/hlo_checks.py).
+_SHAPE = re.compile(r"(?m)^\s*%?[\w.\-]+ = [a-z]+\d*\[(\d+)[,\]](?![^\n]*\bconstant\()")
 _ENTRY_ROOT = re.compile(r"(?m)^  ROOT ")
 
 
 @cache
 def _candidates(path: Path) -> dict[str, list[tuple[int, int]]]:
     """Where a change can go in a module's text: spans of integer scalar constants and of
-    the first dimension of instruction shapes (>= 2), and the entry computation's ROOT."""
+    the first dimension of instruction shapes (>= 2; not a root's or a constant's), and the entry computation's ROOT."""
     text = _source_text(path)
     entry = text.find("\nENTRY ")
     root = _ENTRY_ROOT.search(text, entry) if entry >= 0 else None
