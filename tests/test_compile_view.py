@@ -15,6 +15,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.test_torch_compiles import LOGS, _id, _parsed, _records, _table
 from transforms.parse import parse_dump
@@ -319,14 +321,60 @@ def test_a_hostile_log_makes_a_view_whose_markdown_carries_no_live_markup(tmp_pa
                for line in markdown.splitlines()) == 1
 
 
+def _normalised_plainly(text: str) -> str:
+    """The rules as transforms/volatile.py states them: the path rule, then each rule, over the whole
+    text, with no test of what a text holds first (what normalise_text's shortcuts must equal)."""
+    from transforms.volatile import _PATH, _RULES, _short_path
+
+    text = _PATH.sub(_short_path, text)
+    for pattern, replacement, _, _ in _RULES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+_TOKENS = ("/", "\\", ".", ":", "~", "+", "@", "-", "_", " ", "\n", "(", ")", ", ", "=", "#", "a", "Z", "0", "123456",
+           "x.py", ".log", "site-packages", "torch", "C:", "https://", "tmp", "ab12cd34", "pid", "PİD", "thread", "Thread",
+           "tıd", "_id", "id=", "0x", "7f3a2b1c9d", "___check_obj_id(", "__meta_", "dedicated_log_torch_trace_", "rank_0")
+
+
 def test_a_long_text_is_normalised_as_a_name_is():
-    """normalise_text (the path rule line by line, uncached) is normalise: on every payload of the
-    graph_break log and on paths at a line's ends, Windows' and a URL's."""
+    """normalise_text and normalise (one path scan run over runs of path characters only, each rule's
+    scan only over a text holding what its matches hold) equal the rules run plainly over the whole
+    text: on every payload of every real log, and on paths at a line's ends, Windows' and a URL's."""
     from transforms.volatile import normalise
 
-    text, _ = _parsed(_log("graph_break"))
-    payloads = ["\n".join(p) for _, rec, p, _ in _records(text) if p]
+    payloads = ["\n".join(p) for log in LOGS for _, rec, p, _ in _records(_parsed(log)[0]) if p]
     payloads.append("/home/ci/site-packages/torch/x.py\nC:\\u\\m.py:3 https://host/a/b.html\n  tmpab12cd34 pid 42 ./y.py")
+    payloads += ["__dtensor_spec_123456 tmp_abcdefg thread_id=7 PİD:9 id=0x7f tıd 3", "thread_id=7", "PİD:9", "tıd 3"]
     for p in payloads:
-        assert normalise_text(p) == normalise.__wrapped__(p)
-    assert normalise_text(payloads[-1]) == "torch/x.py\nm.py:3 https://host/a/b.html\n  tmp<tmp> pid <pid> y.py"
+        assert normalise_text(p) == normalise.__wrapped__(p) == _normalised_plainly(p)
+    assert normalise_text(payloads[-5]) == "torch/x.py\nm.py:3 https://host/a/b.html\n  tmp<tmp> pid <pid> y.py"
+    assert normalise_text(payloads[-4]) == "__dtensor_spec_<id> tmp<tmp> thread_id=<tid> PİD:<pid> id=<id> tıd <tid>"
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_TOKENS), max_size=40).map("".join))
+def test_any_text_is_normalised_as_the_rules_say(text):
+    """Texts made of what the rules' matches and their shortcuts' tests are made of (separators, drive
+    letters, URLs, ids, "İ" that IGNORECASE reads as an "i")."""
+    assert normalise_text(text) == _normalised_plainly(text)
+
+
+def test_an_artifacts_batch_goes_out_once_its_texts_reach_the_bound(monkeypatch):
+    """plain, with batches bound to 5,000 characters of text (without, its 51,905 wait in one batch of
+    1,024 rows): each artifacts batch but the last reached the bound with its last row only, and the
+    rows are those of one batch."""
+    from transforms.parse import iter_dump
+    from transforms.parsers import torch_trace
+    from transforms.records import TableBatch
+
+    whole = _table(_parsed(_log("plain"))[1], "torch_trace_artifacts")
+    monkeypatch.setattr(torch_trace, "_BATCH_TEXT", 5_000)
+    log = _log("plain")
+    batches = [b.frame for b in iter_dump(io.BytesIO(gzip.decompress(log.read_bytes())), log.name.removesuffix(".gz"))
+               if isinstance(b, TableBatch) and b.table == "torch_trace_artifacts"]
+    sizes = [f["text"].str.len_chars().fill_null(0).to_list() for f in batches]
+    assert [len(s) for s in sizes] == [7, 7, 1, 8, 4, 1, 2]  # rows
+    assert [sum(s) for s in sizes] == [6477, 5428, 5664, 16209, 6278, 8658, 3291]  # characters of text
+    assert all(sum(s) >= 5_000 > sum(s[:-1]) for s in sizes[:-1]) and sum(sizes[-1]) < 5_000
+    assert pl.concat(batches).equals(whole)

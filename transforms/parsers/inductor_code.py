@@ -95,9 +95,11 @@ def _category(name: str, backend: str, heuristic: str | None) -> str:
     return HEURISTIC_CATEGORY.get(heuristic or "", "other")
 
 
-def parse(lines: Iterable[str]) -> ParserOutput:
-    kernels = RowBuffer("inductor_kernels", TABLES["inductor_kernels"])
-    calls = RowBuffer("inductor_extern_calls", TABLES["inductor_extern_calls"])
+def parse(lines: Iterable[str], *, into: tuple[RowBuffer, RowBuffer] | None = None) -> ParserOutput:
+    """``into``: where the kernel and call rows go instead of frames of their own (a parser that
+    reads output code inside a larger dump: its ``add`` returns the batches to hand out, if any)."""
+    kernels, calls = into or (RowBuffer("inductor_kernels", TABLES["inductor_kernels"]),
+                              RowBuffer("inductor_extern_calls", TABLES["inductor_extern_calls"]))
     metrics: dict[str, float] = {"kernel.generated": 0, "kernel.extern_calls": 0}
     errors: list[str] = []
     kernel: dict | None = None  # definition whose source is being read

@@ -62,9 +62,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 import polars as pl
+import pyarrow as pa
 
 from transforms.parsers import inductor_code
 from transforms.volatile import normalise, normalise_text
@@ -122,6 +123,11 @@ _LONG_ROWS = ("torch_trace_compiles", "torch_trace_graph_breaks", "torch_trace_k
 # 200 MB log is +9 MiB, not +24 MiB as in 4,096 (the native high-water of building the frames), and the batches
 # cost little CPU (256: +0.1 s, a frame's fixed cost each; docs/speed.md).
 _FEW_ROWS = {"torch_trace_guards": 1024, "torch_trace_artifacts": 1024, "torch_trace_collectives": 1024}
+# An artifacts batch also goes out once its rows hold this many characters of kept texts (a log's first batches hold
+# its LOG_TEXT_BYTES), and Arrow builds our columns in the system allocator: Arrow's own (mimalloc) kept the pages
+# of each batch of texts (1,024 rows held 1.5 MB of them), 133 MiB peak on the 200 MB log against 112 so (docs/speed.md).
+_BATCH_TEXT = 256 * 1024
+_MEMORY_POOL = pa.system_memory_pool()
 # Records that are no artifact of a compile (tlparse folds them into other pages): no torch_trace_artifacts row.
 _NOT_ARTIFACTS = frozenset({"chromium_event", "str", "describe_tensor", "describe_storage", "describe_source"})
 _SHAPE_GUARDS = {"symbolic_shape_specialization": "shape_specialization", "guard_added": "guard_added",
@@ -508,12 +514,31 @@ class _Compile:
         self.impossible = False  # a metrics record of it held a figure no compile can have: it counts nowhere
 
 
+class _CodeBatch(NamedTuple):
+    table: str
+    rows: list[tuple]
+
+
+class _CodeRows(RowBuffer):
+    """Where the inductor parser puts the rows of an output code (``inductor_code.parse(into=)``): its
+    batches stay Python rows, made ours at once (``_Trace._code_rows``). A polars frame each, made and
+    read back, cost ~0.4 ms an output code: 0.46 of the 200 MB benchmark log's 3.3 CPU s. Batched as
+    the parser's own (rows it reads before it finds the code is no Inductor module are dropped alike)."""
+
+    __slots__ = ()
+
+    def flush(self) -> _CodeBatch | None:  # type: ignore[override]
+        rows, self.rows = self.rows, []
+        return _CodeBatch(self.table, rows) if rows else None
+
+
 class _Trace:
     def __init__(self) -> None:
         # Rows wait here as Python tuples: smaller batches for those with long texts (fail and restart
         # reasons) or many of them (kernels).
-        self.buf = {t: RowBuffer(t, s, _FEW_ROWS.get(t, _SMALL_BATCH if t in _LONG_ROWS else BATCH_ROWS))
-                    for t, s in TABLES.items()}
+        self.buf = {t: RowBuffer(t, s, _FEW_ROWS.get(t, _SMALL_BATCH if t in _LONG_ROWS else BATCH_ROWS),
+                                 memory_pool=_MEMORY_POOL) for t, s in TABLES.items()}
+        self.batch_text = 0  # characters of text in the artifacts batch (_BATCH_TEXT)
         self.errors: list[str] = []
         self.n_errors = self.lineno = self.good = 0
         self.truncated = self.newlines = False  # newlines: a line so far ended with one (then a last without is cut)
@@ -569,6 +594,16 @@ class _Trace:
 
     def add(self, table: str, row: tuple) -> Iterator[TableBatch]:
         if (batch := self.buf[table].add(row)) is not None:
+            yield batch
+
+    def _artifact(self, row: tuple) -> Iterator[TableBatch]:
+        """An artifact row; its batch goes out full, or once its texts reach ``_BATCH_TEXT`` characters."""
+        rows = self.buf["torch_trace_artifacts"]
+        self.batch_text += len(row[_TEXT_AT] or "")
+        if (batch := rows.add(row)) is None and self.batch_text >= _BATCH_TEXT:
+            batch = rows.flush()
+        if batch is not None:
+            self.batch_text = 0
             yield batch
 
     # --- lines and payloads ---
@@ -689,7 +724,7 @@ class _Trace:
         self._end_payload()
         if self.finished:
             for row in self.finished:
-                yield from self.add("torch_trace_artifacts", row)
+                yield from self._artifact(row)
             self.finished.clear()
         self.orphan = False
         whole = raw[-1:] == "\n"
@@ -743,7 +778,7 @@ class _Trace:
             else:  # a text made of the record only while the log's bound has room (a metrics record's JSON costs)
                 if kept and self._room(row) > 0 and (text := _record_text(name, body, self.strings)) is not None:
                     self._whole_text(row, text)
-                yield from self.add("torch_trace_artifacts", tuple(row))
+                yield from self._artifact(tuple(row))
         if name == "str":
             self._string(rec[name])
         elif name in _METRICS:
@@ -908,12 +943,14 @@ class _Trace:
         first = next(lines, None)
         graph = m[1] if first is not None and (m := _AOT_ID.match(first)) else None
         summary: DumpSummary | None = None
+        into = (_CodeRows("torch_trace_kernels", inductor_code.TABLES["inductor_kernels"]),
+                _CodeRows("torch_trace_extern_calls", inductor_code.TABLES["inductor_extern_calls"]))
         try:
-            for item in inductor_code.parse(_chain_first(first, lines)):
-                if isinstance(item, TableBatch):
-                    yield from self._code_rows(item, cid, lineno)
-                else:
+            for item in inductor_code.parse(_chain_first(first, lines), into=into):
+                if isinstance(item, DumpSummary):
                     summary = item
+                else:
+                    yield from self._code_rows(item, cid, lineno)
         except ParseError as exc:
             self.error(lineno + (exc.lineno or 1), f"output code of compile {cid}: {exc.msg}")
         for _ in lines:  # what the inductor parser left of the payload
@@ -934,11 +971,12 @@ class _Trace:
             *(int(figures.get(f"kernel.{k}", 0)) for k in ("generated", "extern_calls", "fallback_calls")),
             hashed and summary is not None and summary.status.value == "ok", lineno, end))
 
-    def _code_rows(self, batch: TableBatch, cid: str | None, lineno: int) -> Iterator[TableBatch]:
-        """Its rows, as rows of ours (a polars frame per output code would cost native memory)."""
-        table = "torch_trace_kernels" if batch.table == "inductor_kernels" else "torch_trace_extern_calls"
-        for row in batch.frame.iter_rows():
-            yield from self.add(table, (cid, lineno, *row[:-1], row[-1] + lineno))
+    def _code_rows(self, batch: _CodeBatch, cid: str | None, lineno: int) -> Iterator[TableBatch]:
+        """The inductor parser's rows as rows of ours: with the compile, lines the log's."""
+        rows = self.buf[batch.table]
+        for row in batch.rows:
+            if (b := rows.add((cid, lineno, *row[:-1], row[-1] + lineno))) is not None:
+                yield b
 
     def _graph_break(self, rec: dict, comp: _Compile | None, lineno: int, it: Iterator[str]) -> Iterator[TableBatch]:
         kind, reason, gb_id, explanation, user_file, user_line = "other", None, None, None, None, None
@@ -1101,7 +1139,7 @@ class _Trace:
             for row in comp.breaks:
                 yield from self.add("torch_trace_graph_breaks", tuple(row))
         for row in self.finished:
-            yield from self.add("torch_trace_artifacts", row)
+            yield from self._artifact(row)
         for (name, artifact), (n, payload_lines, first) in self.records.items():
             yield from self.add("torch_trace_records", (name, artifact, name in KNOWN_RECORDS, n, payload_lines, first))
         for rb in self.buf.values():
