@@ -169,6 +169,45 @@ def test_serve_waits_for_a_prefect_server_that_is_starting_and_says_so(monkeypat
     assert refused.value.exit_code == 2 and told == []
 
 
+def test_run_asks_a_busy_prefect_server_again_and_a_silent_one_ends_in_one_line(monkeypatch):
+    """CI at 164b786: three concurrent `run`s against one Prefect server on a loaded machine exited 2 with
+    "no Prefect server answers there (timed out)": the server had taken the connection and not answered in
+    10 s. A timed-out health check is asked again (PREFECT_BUSY_SECONDS); a refusal is still the answer at once."""
+    import http.server
+    import threading
+
+    from flows.commands import preflight
+    from flows.errors import CommandError
+
+    monkeypatch.setattr(preflight, "PREFECT_ANSWER_SECONDS", 0.2)
+    asked: list[float] = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(time.monotonic())
+            if len(asked) <= limit["slow"]:
+                time.sleep(0.5)  # past the health check's timeout
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"true")
+
+        def log_message(self, *args):
+            pass
+
+    limit = {"slow": 2}
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{server.server_port}/api")
+        preflight.prefect_api()  # run: no wait, yet the busy server is asked until it answers
+        assert len(asked) == 3
+        limit["slow"], asked[:] = 10**6, []
+        monkeypatch.setattr(preflight, "PREFECT_BUSY_SECONDS", 1.5)
+        with pytest.raises(CommandError, match=r"no Prefect server answers there \(timed out\)$") as silent:
+            preflight.prefect_api()
+        assert silent.value.exit_code == 2 and 2 <= len(asked) <= 4
+        server.shutdown()
+
+
 @pytest.mark.integration  # building the deployment runs `file` on the interpreter (platform.architecture)
 @pytest.mark.parametrize("status, said", [
     (401, "the API refused GET /api/deployments/name/nightly--bucket--duckdb/dumpscope-nightly (HTTP 401): "

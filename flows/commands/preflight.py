@@ -27,6 +27,9 @@ from transforms.trends.rules import Settings
 BAD_ARGUMENT = 2
 DASK_CONNECT_SECONDS = 5.0  # a scheduler answers in milliseconds; a typo must not hold the night up for long
 PREFECT_ANSWER_SECONDS = 10.0  # a server's health check, likewise
+# run, watch: a server that takes the connection but does not answer in time is there, busy (a loaded
+# machine's Prefect server took over 10 s while three nights wrote to it): asked again until this has passed.
+PREFECT_BUSY_SECONDS = 60.0
 # serve: a Prefect server started beside it (systemd starts both at boot) refuses connections
 # until it is up, which took 30-60 s on a loaded machine; serve waits this long by default.
 PREFECT_WAIT_SECONDS = 120.0
@@ -129,7 +132,8 @@ def prefect_api(wait: float = 0.0, notice: Callable[[str], None] | None = None) 
     With ``wait`` (seconds, ``serve``), a server that is not up yet (the connection refused or
     dropped, no answer in time, a proxy's 502-504) is asked again every second until ``wait``
     has passed; ``notice`` is told once that it is waited for, and how long, and when it answered.
-    Without (``run``, ``watch``), the first refusal is the answer: a wrong URL costs no time."""
+    Without (``run``, ``watch``), the first refusal is the answer: a wrong URL costs no time; a health
+    check that timed out is asked again until ``PREFECT_BUSY_SECONDS`` have passed (a busy server)."""
     import urllib.error
     import urllib.request
 
@@ -143,6 +147,7 @@ def prefect_api(wait: float = 0.0, notice: Callable[[str], None] | None = None) 
     started = time.monotonic()
     told = False  # notice was told that the server is waited for
     while True:
+        busy = False  # the connection was taken, the answer did not come in time
         try:
             with urllib.request.urlopen(health, timeout=PREFECT_ANSWER_SECONDS) as answer:
                 body = answer.read(64)
@@ -160,11 +165,12 @@ def prefect_api(wait: float = 0.0, notice: Callable[[str], None] | None = None) 
             cause = getattr(exc, "reason", None) or exc
             reason = getattr(cause, "strerror", None) or str(cause) or type(exc).__name__
             final = not isinstance(cause, _NOT_UP_YET)  # an unknown host, a malformed URL: no wait mends it
-        left = wait - (time.monotonic() - started)
+            busy = isinstance(cause, TimeoutError)
+        left = max(wait, PREFECT_BUSY_SECONDS if busy else 0.0) - (time.monotonic() - started)
         if final or left <= 0:
             said = f"answered there in {wait:g} s" if wait and not final else "answers there"
             raise CommandError(f"{where}: no Prefect server {said} ({reason})", exit_code=BAD_ARGUMENT)
-        if not told and notice is not None:
+        if not told and notice is not None and wait:
             notice(f"waiting up to {wait:g} s for the Prefect server at {url} to start ({reason}; "
                    f"--prefect-wait or {PREFECT_WAIT_VAR} sets how long)")
             told = True
