@@ -93,30 +93,38 @@ def connect(bucket_url: str | os.PathLike, storage_options: dict[str, Any] | Non
     return fs, root.rstrip("/")
 
 
+def _look(bucket_url: str, look, *, missing):
+    """``look()``'s answer; ``missing`` when it raised FileNotFoundError; None for another OSError (the
+    night retries it); a denial or a client's refusal raised as the commands' one-line errors."""
+    try:
+        return look()
+    except FileNotFoundError:
+        return missing
+    except PermissionError as exc:
+        raise BucketAccessDenied(bucket_url, _denial(exc)) from None
+    except OSError:
+        return None
+    except Exception as exc:
+        raise _client_refusal(bucket_url, exc) from None
+
+
 def check_bucket(bucket_url: str, storage_options: dict[str, Any] | None = None) -> None:
     """Raise ``BucketNotFound`` or ``BucketAccessDenied`` when the bucket cannot be used as
     given, from one cheap look (its first level); other failures are left to the night,
     which retries them. For the commands, before any work starts."""
     fs, root = connect(bucket_url, storage_options)
-    try:
+
+    def first_level() -> bool:
         fs.invalidate_cache(root)
         fs.ls(root, detail=False)
-    except FileNotFoundError:
-        pass  # an object store's empty prefix, or no bucket at all: told apart below
-    except PermissionError as exc:
-        raise BucketAccessDenied(bucket_url, _denial(exc)) from None
-    except OSError:
+        return True
+
+    # an object store's empty prefix (FileNotFoundError), or no bucket at all: told apart by root_exists
+    if _look(bucket_url, first_level, missing=True) is None:
         return
-    except Exception as exc:
-        raise _client_refusal(bucket_url, exc) from None
-    try:
-        exists = root_exists(fs, root)
-    except PermissionError as exc:
-        raise BucketAccessDenied(bucket_url, _denial(exc)) from None
-    except OSError:
+    exists = _look(bucket_url, lambda: root_exists(fs, root), missing=None)
+    if exists is None:
         return
-    except Exception as exc:
-        raise _client_refusal(bucket_url, exc) from None
     if not exists:
         raise BucketNotFound(bucket_url)
     if isinstance(fs, LocalFileSystem) and not os.path.isdir(root):
