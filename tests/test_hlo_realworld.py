@@ -616,3 +616,23 @@ def test_a_lone_instruction_is_a_module():
     assert (s.status, s.errors) == (Status.PARTIAL, [
         "snippet.txt: line 2: text after the instruction (XLA's parser reads one instruction, or modules): "
         "'f32[2] negate(f32[2] y)'"])
+
+
+def test_hand_written_iota_shardings_are_checked_against_their_tiles():
+    """A hand-written module's iota sharding holds as many devices as its tiles (XLA aborts otherwise): every
+    distinct one of the real GPU dumps (4 in each), as XLA made them, reads ok on a hand-written line, and so do
+    a transposed iota, a replicated last tile and a tuple sharding; with its iota doubled each reads partial."""
+    real = {s for name in ("hlo_llama31_8b_bf16_1x8.hlo", "hlo_mixtral_8x7b_bf16_1x8.hlo")
+            for s in re.findall(r"sharding=(\{devices=\[[\d,]*\]<=\[\d+\]\})", text_of(name))}
+    assert sorted(real) == ["{devices=[1,1,8]<=[8]}", "{devices=[1,8]<=[8]}", "{devices=[8,1,1]<=[8]}",
+                            "{devices=[8,1]<=[8]}"]
+    more = ["{devices=[2,2]<=[2,2]T(1,0)}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}",
+            "{{replicated}, {devices=[4,2]<=[8]}}"]
+    for sharding in sorted(real) + more:
+        line = f"  ROOT p = f32[8,8,8] parameter(0), sharding={sharding}\n"
+        s = parse_dump(io.BytesIO(f"HloModule m\nENTRY e {{\n{line}}}\n".encode()), "m.hlo").summary
+        assert (s.status, s.errors) == (Status.OK, []), sharding
+        bad = re.sub(r"<=\[(\d+)", lambda m: f"<=[{2 * int(m[1])}", sharding)
+        s = parse_dump(io.BytesIO(f"HloModule m\nENTRY e {{\n{line.replace(sharding, bad)}}}\n".encode()), "m.hlo").summary
+        tiles = re.search(r"devices=\[([\d,]*)\]", sharding)[1]
+        assert s.status is Status.PARTIAL and s.errors[0].startswith(f"m.hlo: line 3: p: sharding devices=[{tiles}]<="), bad

@@ -8,8 +8,10 @@ here returns what is wrong (the reason of an error line) or None, and looks only
 rarely or once, so that a printed line pays nothing: a distinct shape (``shape_problem``), a constant's
 literal (``literal_problem``; the caller caches it), the ``HloModule`` statement (``module_problem``), one
 instruction of an opcode in ``CHECKED`` (``instruction_problem``), an async op and the op its first operand
-names (``chain_problem``). What would cost every printed line (an operand's name looked up, a reshape's
-element count against its operand's, a sharding's device count) is not checked: docs/metrics.md says what.
+names (``chain_problem``). A hand-written module's rows (xla_hlo's ``written``) are also asked what XLA cannot
+print, as it aborts making it: an iota sharding of more or fewer devices than its tiles (``sharding_problem``), a
+reshape that changes the element count (``reshape_problem``). What would cost every printed line (an operand's
+name or written shape looked up) is not checked: docs/metrics.md says what.
 
 Guarantees: nothing here raises; text these functions cannot read gives None (no error), never a guess.
 """
@@ -392,12 +394,10 @@ def instruction_problem(op: str, shape: str | None, head: str, shape_of: Callabl
             if index[0] == "pred" and attribute(tail, "branch_computations") is not None:
                 return "a conditional on a pred takes true_computation and false_computation, not branch_computations"
     elif op == "dynamic-reshape":
-        out, data = _dims(shape), _dims(operand_shape(0))
+        out = _dims(shape)
         if out is not None and len(operands) != 1 + len(out[1]):
             return f"dynamic-reshape to rank {len(out[1])} takes {1 + len(out[1])} operands, not {len(operands)}"
-        if out is not None and data is not None and None not in (n := (_elements(out[1]), _elements(data[1]))) and \
-                n[0] != n[1]:
-            return f"dynamic-reshape of {n[1]} elements to {n[0]}"
+        return reshape_problem(op, shape, operand_shape(0))
     elif op == "custom-call":
         version = attribute(tail, "api_version")
         if version is not None and version not in _API_VERSIONS:
@@ -418,6 +418,34 @@ def instruction_problem(op: str, shape: str | None, head: str, shape_of: Callabl
                     return f"operand layout constraint {constraint} does not fit operand {k} ({given})"
     elif op == "convolution":
         return convolution_problem(tail)
+    return None
+
+
+def reshape_problem(op: str, shape: str | None, operand: str | None) -> str | None:
+    """A reshape (or dynamic-reshape) of ``operand`` to ``shape`` whose element counts differ (a bounded dynamic
+    dimension counts at its bound, as XLA's StaticExtentProduct; an unbounded one, ``?``, is not looked at)."""
+    out, data = _dims(shape), _dims(operand)
+    if out is None or data is None or None in (n := (_elements(out[1]), _elements(data[1]))) or n[0] == n[1]:
+        return None
+    return f"{op} of {n[1]} elements to {n[0]}"
+
+
+_IOTA_TILES = re.compile(r"devices=\[([\d,\s]*)\]\s*<=\[([\d,\s]*)\]")
+
+
+def sharding_problem(head: str) -> str | None:
+    """An iota tile assignment (``sharding={devices=[2,2]<=[16]}``, each element of a tuple sharding) whose
+    tiles do not hold as many devices as its iota: XLA's parser aborts on it (HloSharding checks it)."""
+    sharding = attribute(head, "sharding")
+    return None if sharding is None else _iota_problem(sharding)
+
+
+@lru_cache(maxsize=256)  # a module repeats a few shardings on thousands of lines
+def _iota_problem(sharding: str) -> str | None:
+    for m in _IOTA_TILES.finditer(sharding):
+        tiles, iota = _elements(m[1].split(",")), _elements(m[2].split(","))
+        if tiles is not None and iota is not None and tiles != iota:
+            return f"sharding {m[0]} tiles {tiles} devices, its iota has {iota}"
     return None
 
 

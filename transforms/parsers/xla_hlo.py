@@ -491,7 +491,7 @@ class _Parser:
                     add_root = self.roots.append
                 continue
             if not printed:  # hand-written: what XLA's parser refuses there and a printed line is not asked
-                self.written(name, op, rest[i + 1 :], k + self.shift)
+                self.written(name, op, shape, rest[i + 1 :], k + self.shift)
             add_name(name)
             add_op(op)
             add_sid(sid)
@@ -614,7 +614,7 @@ class _Parser:
         if parts is not None and not read and (  # XLA's printer nests nothing; a compact tuple access holds a "#"
                 self.module.printed and "#" not in parts[4] or not hlo_lines.needs_reading(parts[4])):
             if not self.module.printed:
-                self.written(parts[1], parts[3], parts[4], lineno)
+                self.written(parts[1], parts[3], parts[2], parts[4], lineno)
             self.add_row(parts, text, row, last_lineno)
             return True
         try:
@@ -1144,10 +1144,15 @@ class _Parser:
             calls, thread = calls or before[2], thread or before[3]
         self.chains[name[1:] if name[:1] == "%" else name] = (link[0], (before and before[1]) or link[1], calls, thread)
 
-    def written(self, name: str, op: str, head: str, lineno: int) -> None:
-        """A row of a module XLA did not print (hand-written; ``head``: the text after "opcode("): a parameter
-        number taken twice in its computation, an operand no instruction before it defines. A printed module
-        is not asked: a look-up per operand would cost every line of a dump (docs/metrics.md)."""
+    def written(self, name: str, op: str, shape: str, head: str, lineno: int) -> None:
+        """A row of a module XLA did not print (hand-written; ``head``: the text after "opcode("): an iota sharding
+        of more or fewer devices than its tiles, a parameter number taken twice in its computation, an operand no
+        instruction before it defines or whose shape is not the one written with it, a reshape that changes the
+        element count. A printed module is not asked: a look-up per operand would cost every line of a dump, and
+        XLA cannot print the sharding or the reshape (it aborts making them; docs/metrics.md)."""
+        if "<=[" in head and (why := hlo_checks.sharding_problem(head)) is not None:
+            self.refuse(lineno, name, why)
+            return
         if self.lone is not None and self.lone[0] is self.comp:
             return
         if op == "parameter":
@@ -1158,10 +1163,23 @@ class _Parser:
             return
         if op == "constant" or "#" in head or self.n_errors > self.comp_errors:  # a row dropped may define it
             return
-        for _, operand in hlo_checks.operand_list(head)[0]:
-            if operand and self.defined(operand) is False:
-                self.refuse(lineno, name, f"operand {operand} is not defined in computation {self.comp.name}")
+        whole = not (self.comp.n or self.comp.rooted)  # every row before this one is at hand (not in a batch gone)
+        shapes = []
+        for given, operand in hlo_checks.operand_list(head)[0]:
+            row = None if not operand or "(" in operand or ")" in operand else self.row_named(operand)  # ")": nested
+            if row is None:
+                if whole and operand and ")" not in operand:
+                    self.refuse(lineno, name, f"operand {operand} is not defined in computation {self.comp.name}")
+                    return
+                shapes.append(given)
+                continue
+            known = self.shapes.values[self.sids[row]].shape
+            if given is not None and known is not None and not hlo_checks.same_shape(given, known):
+                self.refuse(lineno, name, f"operand {operand} is written {given}, its shape is {known}")
                 return
+            shapes.append(known or given)
+        if op == "reshape" and shapes and (why := hlo_checks.reshape_problem(op, shape, shapes[0])) is not None:
+            self.refuse(lineno, name, why)
 
     def defined(self, name: str) -> bool | None:
         """Whether an instruction ``name`` comes before this row in the open computation; None when rows of it
