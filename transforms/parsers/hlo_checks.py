@@ -8,10 +8,11 @@ here returns what is wrong (the reason of an error line) or None, and looks only
 rarely or once, so that a printed line pays nothing: a distinct shape (``shape_problem``), a constant's
 literal (``literal_problem``; the caller caches it), the ``HloModule`` statement (``module_problem``), one
 instruction of an opcode in ``CHECKED`` (``instruction_problem``), an async op and the op its first operand
-names (``chain_problem``). A hand-written module's rows (xla_hlo's ``written``) are also asked what XLA cannot
-print, as it aborts making it: an iota sharding of more or fewer devices than its tiles (``sharding_problem``), a
-reshape that changes the element count (``reshape_problem``). What would cost every printed line (an operand's
-name or written shape looked up) is not checked: docs/metrics.md says what.
+names (``chain_problem``). A hand-written module's rows (xla_hlo's ``written``: also a module with signatures
+whose text XLA's printer cannot have written) are also asked what XLA cannot print, as it aborts making it: an
+iota sharding of more or fewer devices than its tiles (``sharding_problem``), a reshape that changes the element
+count (``reshape_problem``); and, there only, their operands' names and written shapes. In a module XLA printed
+that would cost every line a look-up: docs/metrics.md says what is not checked.
 
 Guarantees: nothing here raises; text these functions cannot read gives None (no error), never a guess.
 """

@@ -308,6 +308,9 @@ class _Parser:
         self.checking = True  # off for the rows of syntax sugar's async computations (made, not written)
         self.refused: tuple[int, int, int] = (-1, 0, 0)  # (row, n_errors, len(errors)) before its first refusal
         self.lookup: tuple = (None, None, 0, {})  # shape_of()'s rows by name: (computation, batch, rows seen, rows)
+        # The text shows what XLA's printer never writes (a computation named without "%" or an array shape without
+        # layout, in a module with signatures): its rows are asked what a hand-written module's are (written()).
+        self.typed = False
 
     def new_batch(self, next_lineno: int = 0) -> None:
         # Column buffers of hlo_instructions. Module, computation and lineno come from runs: rows on
@@ -375,6 +378,7 @@ class _Parser:
         continues = _CONTINUES
         indent = "\0"  # " " inside a computation: a line starting with a space is an instruction
         printed = False  # the module is printed by XLA (HloComputation::ToString), which nests no instruction
+        ask = True  # its rows go through written(): not printed, or typed (self.typed)
         end = None
         last = -1  # index of a line's last character before its newline
         k = n = 0
@@ -398,9 +402,11 @@ class _Parser:
                     self.open_comp(line.strip(), k + self.shift)
                     indent = " "
                     printed = self.module.printed
+                    ask = not printed or self.typed
                     continue
                 is_ins = self.structure(line, k + self.shift)
                 printed = self.module is not None and self.module.printed
+                ask = not printed or self.typed
                 if self.pending is not None:
                     self.resume()
                 prev, n = self.prev_text, len(self.names)
@@ -454,6 +460,8 @@ class _Parser:
                     if shape[-1] not in "]}" or not shape[: shape.find("[")].isalnum():
                         raise ValueError  # no shape ("add(f32[2] p, ..."): the text leaves it to XLA to infer
                     sid = self.shapes.add(info := hlo_text.shape_info(shape), shape)
+                    if not ask and shape[-1] == "]" and shape[-2] != "[":  # an array without layout: typed
+                        self.typed = ask = True
                     if (info.dtype not in plain or "{}" in shape or "D(" in shape or "P(" in shape) and \
                             (why := hlo_checks.shape_problem(shape)) is not None:  # once per distinct shape
                         self.refuse(k + self.shift, name, why)
@@ -490,7 +498,7 @@ class _Parser:
                     add_name, add_op, add_sid, add_mid = self.names.append, self.ops.append, self.sids.append, self.mids.append
                     add_root = self.roots.append
                 continue
-            if not printed:  # hand-written: what XLA's parser refuses there and a printed line is not asked
+            if ask:  # hand-written: what XLA's parser refuses there and a printed line is not asked
                 self.written(name, op, shape, rest[i + 1 :], k + self.shift)
             add_name(name)
             add_op(op)
@@ -613,7 +621,7 @@ class _Parser:
             parts = hlo_text.split_statement(text)
         if parts is not None and not read and (  # XLA's printer nests nothing; a compact tuple access holds a "#"
                 self.module.printed and "#" not in parts[4] or not hlo_lines.needs_reading(parts[4])):
-            if not self.module.printed:
+            if not self.module.printed or self.typed:
                 self.written(parts[1], parts[3], parts[2], parts[4], lineno)
             self.add_row(parts, text, row, last_lineno)
             return True
@@ -941,9 +949,12 @@ class _Parser:
                 m = HEADER.match(strip_comments(s))
         if m is not None:
             name, is_entry = m[2], bool(m[1])
+        mod = self.module
         if name[:1] == "%":
             name = name[1:]
-        mod, comp = self.module, _Comp(name, is_entry, lineno)
+        elif "->" in s and not mod.headerless:  # XLA prints a signature after "%name" only
+            self.typed = True
+        comp = _Comp(name, is_entry, lineno)
         self.comp = comp
         if name in mod.comp_names:  # XLA's parser: "computation already exists"
             self.error(lineno, f"computation {name} defined twice in module {mod.name}")
@@ -1145,11 +1156,12 @@ class _Parser:
         self.chains[name[1:] if name[:1] == "%" else name] = (link[0], (before and before[1]) or link[1], calls, thread)
 
     def written(self, name: str, op: str, shape: str, head: str, lineno: int) -> None:
-        """A row of a module XLA did not print (hand-written; ``head``: the text after "opcode("): an iota sharding
-        of more or fewer devices than its tiles, a parameter number taken twice in its computation, an operand no
-        instruction before it defines or whose shape is not the one written with it, a reshape that changes the
-        element count. A printed module is not asked: a look-up per operand would cost every line of a dump, and
-        XLA cannot print the sharding or the reshape (it aborts making them; docs/metrics.md)."""
+        """A row of a module XLA did not print (without signatures, or ``typed``; ``head``: the text after
+        "opcode("): an iota sharding of more or fewer devices than its tiles, a parameter number taken twice in its
+        computation, an operand no instruction before it defines or whose shape is not the one written with it, a
+        reshape that changes the element count. A printed module is not asked: a look-up per operand would cost
+        every line of a dump, and XLA cannot print the sharding or the reshape (it aborts making them;
+        docs/metrics.md)."""
         if "<=[" in head and (why := hlo_checks.sharding_problem(head)) is not None:
             self.refuse(lineno, name, why)
             return
