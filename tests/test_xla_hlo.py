@@ -385,6 +385,43 @@ ENTRY e {
     assert got == [("x", "a.py", 10), ("y", "b.py", 20), ("z", "b.py", 30)] and not s.errors
 
 
+def test_damaged_stack_frame_tables_say_where_and_keep_the_rest():
+    """A table is read in a loop of its own (read_rows) up to its first line that is not a row: a junk line
+    or a blank line in it, the rows after it still count; a frame whose location or file is missing gives no
+    file (and a missing location no line either)."""
+    text = """HloModule m, entry_computation_layout={()->f32[]}
+
+FileNames
+1 "a.py"
+2 "b.py"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=10}
+junk row here
+2 {file_name_id=2 function_name_id=1 line=20}
+3 {file_name_id=9 function_name_id=1 line=30}
+StackFrames
+1 {file_location_id=1 parent_frame_id=1}
+2 {file_location_id=2 parent_frame_id=1}
+
+3 {file_location_id=3 parent_frame_id=1}
+x4 {file_location_id=3}
+5 {file_location_id=77}
+
+ENTRY e () -> f32[] {
+  a = f32[] constant(1), metadata={op_name="a" stack_frame_id=1}
+  b = f32[] add(a, a), metadata={op_name="b" stack_frame_id=2}
+  c = f32[] add(a, b), metadata={op_name="c" stack_frame_id=3}
+  d = f32[] add(a, c), metadata={op_name="d" stack_frame_id=5}
+  ROOT e = f32[] add(a, d), metadata={op_name="e" stack_frame_id=9}
+}
+"""
+    t, s = run_text(text)
+    assert t["hlo_instructions"].select("name", "source_file", "source_line", "lineno").rows() == [
+        ("a", "a.py", 10, 21), ("b", "b.py", 20, 22), ("c", None, 30, 23), ("d", None, None, 24), ("e", None, None, 25)]
+    assert s.errors == ["line 9: unrecognized line: 'junk row here'", "line 17: unrecognized line: 'x4 {file_location_id=3}'"]
+
+
 def test_async_and_while_roles():
     text = """HloModule m, is_scheduled=true
 

@@ -94,6 +94,7 @@ _MODULE = re.compile(r"HloModule\s+([^\s,:]+)")  # "HloModule name:" is the name
 _PASS_NAME = re.compile(r"\.\d{4}\.([^.]+)\.after_([^.]+)(?:\.before_[^.]+)?\.txt$")
 _SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 _NO_META = (None, None, None, None)
+_FALSE, _NULL_STRING = pl.Series([False], dtype=pl.Boolean), pl.Series([None], dtype=pl.String)  # columns of one value
 _CONTINUES = frozenset(",([{=")  # a line ending in one of these goes on (XLA never prints such a line)
 _MAX_ERRORS, _MAX_CACHE = 100, 200_000
 _SPLIT = "// -----"  # between modules of one file, as hlo-opt --split-input-file and FileCheck tests write it
@@ -157,6 +158,18 @@ def _field(table: dict, key: int | None, name: str) -> int | None:
     return value.get(name) if isinstance(value, dict) else None
 
 
+def _run_of_each_row(lengths: list[int], n: int) -> pl.Series:
+    """The index of each of ``n`` rows' run, the runs ``lengths`` rows long: in Python for a small batch (a
+    polars query costs ~0.3 ms whatever its size), in polars for a big one."""
+    if n <= 8192:
+        index: list[int] = []
+        for k, length in enumerate(lengths):
+            index += [k] * length
+        return pl.Series(index, dtype=pl.UInt32)
+    return pl.select(pl.int_range(len(lengths), dtype=pl.UInt32).repeat_by(pl.Series(lengths, dtype=pl.UInt32))
+                     .explode()).to_series()
+
+
 def _shape_alone(ins: hlo_lines.Instruction, lone: bool = False) -> bool:
     """An operand written as a shape with no name in ``ins`` or what it nests, but where a lone instruction may
     have one (``lone``: ``ins`` is that instruction; its operands and nested instructions, not its computations)."""
@@ -208,7 +221,7 @@ class _Comp:
 
 
 class _Module:
-    __slots__ = ("comp_names", "comps", "entry", "entry_marked", "frame_locs", "fusions", "headerless", "index", "is_scheduled",
+    __slots__ = ("comp_names", "comps", "entry", "entry_marked", "frame_sources", "fusions", "headerless", "index", "is_scheduled",
                  "lineno", "loc_sources", "made", "name", "names_used", "printed", "section", "tables")
 
     def __init__(self, name: str, index: int, lineno: int, is_scheduled: bool):
@@ -227,9 +240,9 @@ class _Module:
         self.made: dict[str, int] = {}  # names XLA's parser gives what the text does not name, and how often given
         self.section: str | None = None
         self.tables: dict[str, dict[int, object]] = {s: {} for s in _SECTIONS}  # stack frame tables by id
-        # What meta() read from the tables, by stack frame and by file location (thousands of distinct
-        # metadata texts share them); emptied whenever a table row is stored, so it never outlives one.
-        self.frame_locs: dict[int, int | None] = {}
+        # What meta() read from the tables, (file, line) by stack frame and by file location (thousands of
+        # distinct metadata texts share them); emptied whenever a table row is stored, so it never outlives one.
+        self.frame_sources: dict[int, tuple[object, int | None]] = {}
         self.loc_sources: dict[int, tuple[object, int | None]] = {}
 
     def unique(self, name: str) -> str:
@@ -240,9 +253,12 @@ class _Module:
 
     def table_row(self, key: int, value: object) -> None:
         self.tables[self.section][key] = value
-        if self.frame_locs:
-            self.frame_locs.clear()
-            self.loc_sources.clear()
+        if self.frame_sources:
+            self.forget_frames()
+
+    def forget_frames(self) -> None:
+        self.frame_sources.clear()
+        self.loc_sources.clear()
 
 
 class _Dictionary:
@@ -389,13 +405,15 @@ class _Parser:
                 if indent == " ":
                     if line == "}\n":
                         self.close_comp()
-                        indent = "\0"
+                        indent, n = "\0", len(self.names)  # it may add rows (async_wrapped computations)
                         continue
                 elif line == "\n":
                     continue
-                elif "0" <= line[:1] <= "9" and (mod := self.module) is not None and mod.section and \
+                elif "0" <= line[:1] <= "9" and (mod := self.module) is not None and (section := mod.section) and \
                         (raw := line.partition(" "))[0].isdigit() and raw[2][:1] in ('"', "{"):
-                    mod.table_row(int(raw[0]), (raw[2],))  # a stack frame table row, read when used
+                    mod.tables[section][int(raw[0])] = (raw[2],)  # a stack frame table row, read when used
+                    if mod.frame_sources:  # (mod.table_row, inline: a module lists thousands)
+                        mod.forget_frames()
                     continue
                 elif line[-2:] == "{\n" and line[:9] != "HloModule" and self.module is not None and \
                         ("/" not in line or "//" not in line and line.rfind("/*") <= line.rfind("*/")):
@@ -440,8 +458,15 @@ class _Parser:
                     add_root(n)
                     name = eq
                     shape, rest = rest.split(None, 1)
-                if shape[0] == "(" or line[last] in continues:  # a tuple shape; a statement that goes on
+                if line[last] in continues:  # a statement that goes on
                     raise ValueError
+                if shape[0] == "(":  # a tuple shape: to its first ") " (inside, ")" comes before ",", ")" or "}")
+                    j = line.find(") ", line.find(" = ") + 3) + 1
+                    if not printed or j <= 0 or "//" in line or line.rfind("/*") > line.rfind("*/"):
+                        raise ValueError  # hand-written, or a comment: careful() (its /*index=5*/ comments stay)
+                    shape, rest = line[line.find(" = ") + 3 : j], line[j + 1 :]
+                    if "#" in rest:
+                        raise ValueError
                 i = rest.find("(")  # the operands start at i + 1 (not copied out: most rows never look at them)
                 op = rest[:i] if i >= 0 else rest
                 special = op not in simple
@@ -457,7 +482,7 @@ class _Parser:
                     raise ValueError
                 sid = shape_ids.get(shape)
                 if sid is None:
-                    if shape[-1] not in "]}" or not shape[: shape.find("[")].isalnum():
+                    if shape[-1] not in "]})" or shape[0] != "(" and not shape[: shape.find("[")].isalnum():
                         raise ValueError  # no shape ("add(f32[2] p, ..."): the text leaves it to XLA to infer
                     sid = self.shapes.add(info := hlo_text.shape_info(shape), shape)
                     if not ask and shape[-1] == "]" and shape[-2] != "[":  # an array without layout: typed
@@ -883,11 +908,28 @@ class _Parser:
             self.open_comp(s, lineno, m)
         elif s in _SECTIONS:
             mod.section = s
+            self.read_rows(lineno)
         elif s[0].isdigit() and mod.section and (record := hlo_text.read_record(s)):
             mod.table_row(record[0], record[1])
         else:
             self.error(lineno, f"unrecognized line: {s[:80]!r}")
         return False
+
+    def read_rows(self, lineno: int) -> None:
+        """The rows of the stack frame table named on line ``lineno``, in a loop of their own (a module lists
+        thousands, each kept as its text until asked for: ``_row``); the first other line is left in
+        ``pending``, for the statement reader (as a row the run loop does not take)."""
+        table = self.module.tables[self.module.section]
+        if self.module.frame_sources:
+            self.module.forget_frames()
+        for line in self.lines:
+            self.shift += 1
+            lineno += 1
+            if "0" <= line[:1] <= "9" and (raw := line.partition(" "))[0].isdigit() and raw[2][:1] in ('"', "{"):
+                table[int(raw[0])] = (raw[2],)
+            else:
+                self.pending = (line, lineno)
+                return
 
     def lone_instruction(self, s: str, lineno: int) -> None:
         """A text that is one instruction (``s`` its first line or lines): XLA's parser makes a module and an entry
@@ -1223,21 +1265,29 @@ class _Parser:
             return 0
         op_type, op_name, source_file, source_line, frame = got
         if source_file is None and frame is not None:  # newer JAX: resolve the innermost stack frame
-            mod = self.module
-            tables = mod.tables
-            loc = mod.frame_locs.get(frame, False)
-            if loc is False:
-                loc = mod.frame_locs[frame] = _field(tables["StackFrames"], frame, "file_location_id")
-            if loc in tables["FileLocations"]:
-                where = mod.loc_sources.get(loc)
-                if where is None:
-                    where = mod.loc_sources[loc] = (_row(tables["FileNames"], _field(tables["FileLocations"], loc,
-                                                                                     "file_name_id")),
-                                                    _field(tables["FileLocations"], loc, "line"))
+            where = self.module.frame_sources.get(frame)
+            if where is None:
+                where = self.frame_source(frame)
+            if where[0] is not False:
                 source_file = where[0]
                 source_line = source_line or where[1]
             self.frame_keys.add(key)
         return self.metas.add((op_type, op_name, source_file, source_line), key if cache else None)
+
+    def frame_source(self, frame: int) -> tuple[object, int | None]:
+        """(file, line) of stack frame ``frame``'s innermost location; (False, None) when it names no location.
+        Thousands of frames a module: one pass each, its location's file looked up once per location."""
+        mod = self.module
+        tables = mod.tables
+        loc = _field(tables["StackFrames"], frame, "file_location_id")
+        where = mod.loc_sources.get(loc)
+        if where is None:
+            locations = tables["FileLocations"]
+            where = (_row(tables["FileNames"], _field(locations, loc, "file_name_id")),
+                     _field(locations, loc, "line")) if loc in locations else (False, None)
+            mod.loc_sources[loc] = where
+        mod.frame_sources[frame] = where
+        return where
 
     # -- output ---------------------------------------------------------------------
     def flush(self, next_lineno: int) -> TableBatch:
@@ -1245,7 +1295,7 @@ class _Parser:
         n = len(self.names)
         runs = [r for r, nxt in zip(self.runs, self.runs[1:] + [(n,)]) if nxt[0] > r[0]]
         starts = [r[0] for r in runs]
-        lengths = pl.Series([stop - start for start, stop in zip(starts, starts[1:] + [n])], dtype=pl.UInt32)
+        lengths = [stop - start for start, stop in zip(starts, starts[1:] + [n])]
         for _, _, m, _ in runs:
             if m.headerless:
                 m.names_used.add(m.name)
@@ -1253,17 +1303,17 @@ class _Parser:
         run = pl.DataFrame({"module": [m.name for _, _, m, _ in runs], "module_index": [m.index for _, _, m, _ in runs],
                             "computation": [c for _, _, _, c in runs], "lineno": [line - start for start, line, _, _ in runs]},
                            schema={"module": _S, "module_index": _I32, "computation": _S, "lineno": _I64})
-        run = run.gather(pl.select(pl.int_range(len(runs), dtype=pl.UInt32).repeat_by(lengths).explode()).to_series())
+        run = run.gather(_run_of_each_row(lengths, n))
         for metric, values in (("fusion.count", self.kinds), ("kernel.custom_call", self.targets)):
             counts = self.counts[metric]
             for key, k in Counter(values.values()).items():
                 counts[key] = counts.get(key, 0) + k
-        is_root = pl.repeat(False, n, dtype=_B, eager=True).alias("is_root")
+        is_root = _FALSE.new_from_index(0, n).alias("is_root")  # (pl.repeat costs ~0.2 ms a call, whatever n)
         if self.roots:
             is_root.scatter(self.roots, True)
         sparse = {}
         for col, values in (("fusion_kind", self.kinds), ("custom_call_target", self.targets), ("called", self.called)):
-            sparse[col] = full = pl.repeat(None, n, dtype=_S, eager=True).alias(col)
+            sparse[col] = full = _NULL_STRING.new_from_index(0, n).alias(col)
             if values:
                 full.scatter(list(values), list(values.values()))
         shape, meta = self.shapes.gather(self.sids), self.metas.gather(self.mids)

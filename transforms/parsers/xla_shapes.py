@@ -336,6 +336,14 @@ def read_metadata(text: str, pos: int = 0) -> tuple[str | None, str | None, str 
     keys in a fixed order; keys in another order or unknown keys are still found. None if
     the block does not close.
     """
+    if not pos and text[:19] == 'metadata={op_name="' and "\\" not in text:  # what JAX prints, without a regex
+        j = text.find('"', 19)
+        if j > 19:
+            tail = text[j + 1 : -1] if text[-1] == "}" else None
+            if tail == "":
+                return None, text[19:j], None, None, None
+            if tail is not None and tail[:16] == " stack_frame_id=" and tail[16:].isdigit() and tail[16:].isascii():
+                return None, text[19:j], None, None, int(tail[16:])
     m = _METADATA.match(text, pos)
     if m is None:
         return None
