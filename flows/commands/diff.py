@@ -89,11 +89,14 @@ def diff_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, pattern: s
 
 
 def _metric_changes(pairs: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
-    before = metrics.rename({"path": "before_path", "value": "before"})
-    after = metrics.rename({"path": "after_path", "value": "after"})
-    joined = (pairs.select("series", "before_path", "after_path")
-              .join(before, on="before_path").join(after, on=["after_path", "metric"], how="full", coalesce=True))
-    joined = joined.filter(pl.col("series").is_not_null() & (pl.col("before") != pl.col("after")).fill_null(True))
+    """A series' metrics that changed: of its program in each dump (a TORCH_TRACE log has each program's)."""
+    before = metrics.rename({"path": "before_path", "program": "before_dump_program", "value": "before"})
+    after = metrics.rename({"path": "after_path", "program": "after_dump_program", "value": "after"})
+    joined = (pairs.select("series", *PAIR_SIDES.names())
+              .join(before, on=["before_path", "before_dump_program"], nulls_equal=True)
+              .join(after, on=["after_path", "after_dump_program", "metric"], how="full", coalesce=True, nulls_equal=True))
+    joined = joined.filter(pl.col("series").is_not_null() & (pl.col("before") != pl.col("after")).fill_null(True)
+                           ).sort("series", "metric")
     text = [f"{m} {human_value(m, x)} → {human_value(m, y)} ({human_delta(m, None if x is None or y is None else y - x)}"
             + (f", {human_ratio((y - x) / abs(x))})" if x and y is not None else ")")
             for m, x, y in joined.select("metric", "before", "after").iter_rows()]
