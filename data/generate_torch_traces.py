@@ -30,6 +30,12 @@ Cases (``CASES``):
   that raises (``BackendCompilerFailed``, caught): a failed compile next to a good one.
 - ``ranked``: two ranks (gloo, CPU, ``torch.distributed`` initialised), each compiling the MLP:
   ``dedicated_log_torch_trace_rank_<n>_*.log`` per rank.
+- ``two_programs``: two compiled functions with Inductor in one process, ``scale_shift`` then the
+  MLP's ``forward`` (inference): a log with two programs, a series each.
+- ``two_programs_changed``: the same job with ``forward``'s body rewritten as ``graph_break_removed``'s
+  (``torch.where``) and the compiled ``forward`` called again on batch 6 (``dynamic=False``): ``forward``'s
+  first compile changes (its graph, code, a guard on ``torch.where``) and it recompiles (compile 1/1);
+  ``scale_shift``'s compile does not change.
 - ``dynamic``: ``dynamic=True``, inference on batch 4, ``forward`` guarding on the batch size
   (``if x.shape[0] > 2``) then viewing ``h`` as ``(4, 32)``: ``guard_added_fast`` records and a
   ``symbolic_shape_specialization`` (the batch size fixed to 4).
@@ -50,7 +56,7 @@ import time
 from pathlib import Path
 
 CASES = ("plain", "plain_warm", "plain_busy", "graph_break", "graph_break_removed", "recompile", "compile_failure",
-         "ranked", "dynamic")
+         "ranked", "dynamic", "two_programs", "two_programs_changed")
 SEED = 20261127
 DROP_FIELDS = ("dynamo_config", "inductor_config", "compiler_config", "functorch_config")
 
@@ -88,6 +94,7 @@ BODIES = {
         "            h = h * 2"
     ),
     "graph_break_removed": "        h = torch.where(h.sum() > 0, h * 2, h)",
+    "two_programs_changed": "        h = torch.where(h.sum() > 0, h * 2, h)",
     "dynamic": (
         "        if x.shape[0] > 2:  # a guard on the symbolic batch size\n"
         "            h = h * 2\n"
@@ -135,6 +142,13 @@ def _run_case(case: str, src: Path, rank: int | None) -> None:
                 torch.compile(mm.Net().forward, backend=mm.always_fails)(torch.randn(4, 16))
             except Exception as exc:  # BackendCompilerFailed: what the case is for
                 print(f"dumpscope: compile failed as planned: {type(exc).__name__}")
+    elif case in ("two_programs", "two_programs_changed"):
+        with torch.no_grad():
+            torch.compile(mm.scale_shift)(torch.randn(8))
+            compiled = torch.compile(model, dynamic=False)
+            compiled(torch.randn(4, 16))
+            if case == "two_programs_changed":
+                compiled(torch.randn(6, 16))  # a new static shape: forward recompiles
     else:
         raise SystemExit(f"unknown case {case}")
     if case == "ranked":

@@ -470,3 +470,34 @@ def test_real_hlo_with_every_name_changed_gives_the_same_items(dump):
     a, b = (items.filter(pl.col("run_id") == r).select(ITEM_SCHEMA.names()).drop("path") for r in "ab")
     assert a.height > 10 and a.equals(b)
     assert diff(items, "a", "b").is_empty()
+
+
+def test_each_series_of_a_log_diffs_its_own_programs_compiles_whatever_the_series_is_named():
+    """``diffs.diff_pairs`` on the real logs of a job compiling scale_shift and forward (tests/fixtures/torch_trace:
+    two_programs, then two_programs_changed: forward rewritten and recompiled). Each side keeps the compiles of the
+    program its dump names (dump_series.program, normalised as the keys are), not of the series' name: a run.json
+    override ("fwd") or a collision's "#2" names no key. Main gave both series all five of the log's changes."""
+    import gzip
+
+    from transforms.trends.diffs import diff_pairs
+
+    logs = {case: next((Path(__file__).parent / "fixtures" / "torch_trace" / case).glob("*.log.gz"))
+            for case in ("two_programs", "two_programs_changed")}
+    dumps, records = parse_files({f"{run}/two/{log.name.removesuffix('.gz')}": gzip.decompress(log.read_bytes())
+                                  for run, log in zip("ab", logs.values(), strict=True)})
+    items = dump_items(dumps, records)
+    (before, after), src = dumps.get_column("path").to_list(), "/tmp/dumpscope-torch-trace/src/dumpscope_model.py"
+    pairs = pl.DataFrame([(f"two/{name}", name, f"{program} at {src}:{line}") for name, program, line in
+                          (("fwd", "forward", 19), ("scale_shift at dumpscope_model.py:9#2", "scale_shift", 9))],
+                         schema=["series", "program", "dump_program"], orient="row").select(
+        pl.lit("b").alias("run_id"), pl.lit("a").alias("previous_run_id"), "series", pl.lit("two").alias("job"), "program",
+        pl.lit("torch_trace").alias("kind"), pl.lit("trace").alias("stage"), pl.lit(before).alias("before_path"),
+        pl.lit(after).alias("after_path"), pl.col("dump_program").alias("before_dump_program"),
+        pl.col("dump_program").alias("after_dump_program"))
+    changes = diff_pairs(pairs, items)
+    recompile = "recompile of forward: tensor 'x' size mismatch at index 0. expected 4, actual 6 appeared (×1)"
+    assert changes.filter(pl.col("series") == "two/fwd").sort("rank").get_column("description").to_list() == [
+        recompile, "compile forward/0: lines of output code 122 → 150", "compile forward/1 appeared (7 graph ops)",
+        "compile forward/0: graph ops 4 → 7",
+        "guard added to compile forward/0: ___check_obj_id(G['torch'].where, <id>), type=<class 'builtin_function_or_method'>"]
+    assert changes.filter(pl.col("series") != "two/fwd").get_column("description").to_list() == [recompile]

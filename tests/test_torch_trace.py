@@ -106,6 +106,8 @@ EXPECTED_PROGRAMS = {  # case -> {program: (compiles, graph breaks, recompiles, 
     "graph_break_removed": {FORWARD: (1, 0, 0, 0)}, "recompile": {FORWARD: (2, 0, 1, 0)},
     "ranked": {FORWARD: (1, 0, 0, 0)}, "dynamic": {FORWARD: (1, 0, 0, 0)},
     "compile_failure": {f"scale_shift at {SRC}:9": (1, 0, 0, 0), FORWARD: (1, 0, 0, 1)},
+    "two_programs": {f"scale_shift at {SRC}:9": (1, 0, 0, 0), FORWARD: (1, 0, 0, 0)},
+    "two_programs_changed": {f"scale_shift at {SRC}:9": (1, 0, 0, 0), FORWARD: (2, 0, 1, 0)},
 }
 
 

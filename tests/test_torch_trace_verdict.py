@@ -18,6 +18,7 @@ import duckdb
 import polars as pl
 import pytest
 
+from flows.warehouse import store as wh
 from tests.test_torch_trace import FIX, rounded
 from transforms.parsers import torch_trace as P
 from transforms.parse import parse_dump
@@ -120,6 +121,65 @@ def test_metric_rows_are_each_programs_figures_equal_to_torchs(tmp_path):
     assert series == ["breaks/forward at dumpscope_model.py:19/torch_trace/trace",
                       "failure/forward at dumpscope_model.py:19/torch_trace/trace",
                       "failure/scale_shift at dumpscope_model.py:9/torch_trace/trace"]
+
+
+# --- each program's series diffs its own compiles ---
+
+
+def test_each_programs_diff_holds_its_own_compiles_in_the_nightly_check_and_diff(tmp_path):
+    """Real logs of one job compiling two functions, scale_shift then forward (tests/fixtures/torch_trace:
+    two_programs, then two_programs_changed: forward's body rewritten with torch.where and called on a second
+    batch size, a recompile; scale_shift untouched). Main gave each of the log's series the whole log's
+    changes: scale_shift's diff listed forward's four compile changes; dumpscope diff each item twice (once a
+    program) and each series every program's figures."""
+    from flows.commands.diff import diff_runs
+    from tests.test_check_equals_nightly import _check, _night_by_night, _nightly, _said
+
+    before, after = _log(FIX / "two_programs"), _log(FIX / "two_programs_changed")
+    nights = ["2026-10-01", "2026-10-02"]
+    source = _bucket(tmp_path / "source", {nights[0]: {"two": before}, nights[1]: {"two": after}})
+    mornings = _night_by_night(source, tmp_path / "built")
+    fwd, shift = "forward at dumpscope_model.py:19", "scale_shift at dumpscope_model.py:9"
+    ops = {log: {m["compile_id"]: m["graph_op_count"] for m in json.loads((log.parent / "torch_figures.json")
+                                                                          .read_text())[log.name]["compilation_metrics"]}
+           for log in (before, after)}
+    assert (ops[before], ops[after]) == ({"0/0": 3, "1/0": 4}, {"0/0": 3, "1/0": 7, "1/1": 7})  # torch's own
+    recompile = ("recompile", "tensor 'x' size mismatch at index 0. expected 4, actual 6", "appeared", None, 1)
+    where = "___check_obj_id(G['torch'].where, <id>), type=<class 'builtin_function_or_method'>"
+    with wh.connect_readonly(mornings[nights[1]]) as con:
+        rows = con.execute("SELECT program, category, key, change, count_before, count_after FROM diffs "
+                           "ORDER BY program, category, key").fetchall()
+        ranked = con.execute("SELECT description FROM diffs WHERE program = ? ORDER BY rank", [fwd]).fetchall()
+        listed = diff_runs(con, *nights)
+    assert rows == [
+        (fwd, "compile_code", f"{fwd} | forward/0", "grew", 122, 150),
+        (fwd, "compile_graph", f"{fwd} | forward/0", "grew", ops[before]["1/0"], ops[after]["1/0"]),
+        (fwd, "compile_graph", f"{fwd} | forward/1", "appeared", None, ops[after]["1/1"]),  # its kernels, code, guards in it
+        (fwd, "compile_guard", f"{fwd} | forward/0 | {where}", "appeared", None, 1),
+        (fwd, *recompile),
+        (shift, *recompile),  # a recompile's key is its reason, which names no program: the log's
+    ]
+    # dumpscope diff: the nightly's changes, then the metrics of the series' own program, each once.
+    lines = {s: rows.get_column("description").to_list() for (s,), rows in listed.group_by("series")}
+    assert lines[f"two/{shift}/torch_trace/trace"] == [
+        f"recompile of forward: {recompile[1]} appeared (×1)", "dynamo.compile_seconds 8.73 → 8.7 (-0.0297, -0.3 %)",
+        "inductor.compile_seconds 8.06 → 8.03 (-0.0388, -0.5 %)"]
+    forward = lines[f"two/{fwd}/torch_trace/trace"]
+    assert forward[:5] == [d for (d,) in ranked]
+    assert forward[5:] == [
+        "dynamo.compile_seconds 0.933 → 1.81 (+0.879, +94.2 %)", "dynamo.compiles 1 → 2 (+1, +100.0 %)",
+        "dynamo.guards 45 → 92 (+47, +104.4 %)", "dynamo.recompiles 0 → 1 (+1)", "inductor.cache_misses 1 → 2 (+1, +100.0 %)",
+        "inductor.compile_seconds 0.8 → 1.54 (+0.744, +93.1 %)", "kernel.extern_calls 2 → 4 (+2, +100.0 %)",
+        "kernel.extern_calls.addmm 2 → 4 (+2, +100.0 %)", "kernel.generated 1 → 2 (+1, +100.0 %)",
+        "kernel.generated.cpp 1 → 2 (+1, +100.0 %)"]
+    # check of night 2 against night 1 opens what the nightly opened, with the same cause and evidence.
+    copy = shutil.copytree(source / nights[1], tmp_path / nights[1])
+    out = _check(copy, mornings[nights[0]])
+    assert out.exit_code == 0, out.output
+    checked = json.loads(out.stdout.replace(json.dumps(f"{tmp_path}/")[1:-1], ""))
+    assert [(r["program"], r["kind"]) for r in checked] == [(fwd, "regression")]
+    assert "scale_shift" not in out.stdout
+    assert sorted(_said(r) for r in checked) == _nightly(mornings[nights[1]], nights[1])
 
 
 # --- compile seconds: a median of runs ---

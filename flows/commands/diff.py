@@ -22,7 +22,7 @@ from flows.commands.shared import open_to_read
 from flows.errors import CommandError
 from flows.verdict import changes
 from flows.warehouse.reads import NoSuchRun, run_named, runs_latest_first
-from transforms.trends.diffs import EVIDENCE_COLUMNS, PAIR_COLUMNS, diff_pairs, diff_text
+from transforms.trends.diffs import EVIDENCE_COLUMNS, PAIR_COLUMNS, PAIR_SIDES, diff_pairs, diff_text
 from transforms.units import human_delta, human_ratio, human_value
 
 
@@ -73,13 +73,15 @@ def diff_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, pattern: s
                               f"series there include: {', '.join(some) or 'none'}")
     a = series.filter(pl.col("run_id") == run_a)
     b = series.filter(pl.col("run_id") == run_b)
-    both = b.join(a.select("series", pl.col("path").alias("before_path")), on="series")
+    both = b.join(a.select("series", pl.col("path").alias("before_path"), pl.col("program").alias("before_dump_program")),
+                  on="series")
     pairs = both.select(pl.lit(run_b).alias("run_id"), pl.lit(run_a).alias("previous_run_id"), "series", "job",
                         pl.col("series_program").alias("program"), "kind", "stage", "before_path",
-                        pl.col("path").alias("after_path"))
+                        pl.col("path").alias("after_path"), "before_dump_program",
+                        pl.col("program").alias("after_dump_program"))
     paths = pl.concat([pairs.get_column("before_path"), pairs.get_column("after_path")]).unique().to_list()
     items, metrics = changes.items_and_metrics(con, paths)
-    structural = diff_pairs(pairs.select(*PAIR_COLUMNS.names(), "before_path", "after_path"), items)
+    structural = diff_pairs(pairs.select(*PAIR_COLUMNS.names(), *PAIR_SIDES.names()), items)
     evidence = ["rank", "rescale", *EVIDENCE_COLUMNS.names()]
     parts = [structural.select("series", "category", "change", "description", *evidence),
              _metric_changes(pairs, metrics), _presence(a, b, run_a, run_b)]
@@ -87,11 +89,14 @@ def diff_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, pattern: s
 
 
 def _metric_changes(pairs: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
-    before = metrics.rename({"path": "before_path", "value": "before"})
-    after = metrics.rename({"path": "after_path", "value": "after"})
-    joined = (pairs.select("series", "before_path", "after_path")
-              .join(before, on="before_path").join(after, on=["after_path", "metric"], how="full", coalesce=True))
-    joined = joined.filter(pl.col("series").is_not_null() & (pl.col("before") != pl.col("after")).fill_null(True))
+    """A series' metrics that changed: of its program in each dump (a TORCH_TRACE log has each program's)."""
+    before = metrics.rename({"path": "before_path", "program": "before_dump_program", "value": "before"})
+    after = metrics.rename({"path": "after_path", "program": "after_dump_program", "value": "after"})
+    joined = (pairs.select("series", *PAIR_SIDES.names())
+              .join(before, on=["before_path", "before_dump_program"], nulls_equal=True)
+              .join(after, on=["after_path", "after_dump_program", "metric"], how="full", coalesce=True, nulls_equal=True))
+    joined = joined.filter(pl.col("series").is_not_null() & (pl.col("before") != pl.col("after")).fill_null(True)
+                           ).sort("series", "metric")
     text = [f"{m} {human_value(m, x)} → {human_value(m, y)} ({human_delta(m, None if x is None or y is None else y - x)}"
             + (f", {human_ratio((y - x) / abs(x))})" if x and y is not None else ")")
             for m, x, y in joined.select("metric", "before", "after").iter_rows()]

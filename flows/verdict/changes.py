@@ -31,12 +31,15 @@ def parsed_series(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str) -> pl.
 
 
 def items_and_metrics(con: duckdb.DuckDBPyConnection, paths: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(items with their evidence, metrics) of the dumps at ``paths``."""
+    """(items with their evidence, metrics: path, program, metric, value) of the dumps at ``paths``; a
+    path's items once, though a TORCH_TRACE log is a series per program (a dump_series row each)."""
     with registered(con, _diff_paths=strings("path", paths)):
         # content_items, not the dump_items view: the items with their evidence.
-        items = frame_of(con, """SELECT s.path, c.* EXCLUDE (items_key) FROM dump_series s JOIN content_items c USING (items_key)
-                                 WHERE s.path IN (SELECT path FROM _diff_paths)""")
-        metrics = frame_of(con, "SELECT path, metric, value FROM metrics WHERE path IN (SELECT path FROM _diff_paths)")
+        items = frame_of(con, """SELECT s.path, c.* EXCLUDE (items_key)
+                                 FROM (SELECT DISTINCT path, items_key FROM dump_series
+                                       WHERE path IN (SELECT path FROM _diff_paths)) s
+                                 JOIN content_items c USING (items_key)""")
+        metrics = frame_of(con, "SELECT path, program, metric, value FROM metrics WHERE path IN (SELECT path FROM _diff_paths)")
     return items, metrics
 
 

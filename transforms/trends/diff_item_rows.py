@@ -424,10 +424,30 @@ def _of_compiles(records: Mapping[str, pl.DataFrame], table: str, compiles: pl.L
         on=["dump_id", "compile_id"])
 
 
+NO_PROGRAM = "?"  # the program of a compile the log ends before naming it
+
+
 def series_program(program: pl.Expr) -> pl.Expr:
     """A TORCH_TRACE program as its series names it (``series.normalize_program``: ``forward at
     model.py:19``, no folders: a checkout's and a temporary folder's paths name nothing); ``?`` for none."""
-    return program.map_elements(normalize_program, return_dtype=pl.String).fill_null("?")
+    return program.map_elements(normalize_program, return_dtype=pl.String).fill_null(NO_PROGRAM)
+
+
+# Categories whose key starts with the program the item is of, ``<program> | ...`` (``series_program``,
+# ``NO_PROGRAM`` when the log never names it). The other TORCH_TRACE items name no
+# program: ``recompile`` (a reason), ``graph_break`` (its user frame's function: where the break is, often a
+# function the program calls) and ``compile_failure`` (the failed frame's co_name, which a resume function
+# or two programs of one name share): they are the log's.
+PROGRAM_KEYED = ("compile_graph", "compile_kernels", "compile_code", "compile_guard", "collective_schedule",
+                 "rank_profile")
+
+
+def of_program(program: pl.Expr) -> pl.Expr:
+    """Whether an item (``category``, ``key``) is of ``program`` (as ``series_program`` names it): an item
+    of a category whose key names no program is the whole log's, a ``PROGRAM_KEYED`` one is its
+    program's (or, keyed ``?``, the whole log's)."""
+    return (~pl.col("category").is_in(PROGRAM_KEYED) | pl.col("key").str.starts_with(program + " | ")
+            | pl.col("key").str.starts_with(f"{NO_PROGRAM} | "))
 
 
 def _short_op(op: pl.Expr) -> pl.Expr:

@@ -30,7 +30,8 @@ when every name around it changed. Categories and keys (``" | "`` joins key part
 - TORCH_TRACE logs: ``graph_break``: ``<reason> | <file name>:<line> | <function>`` of the
   break's user frame; ``recompile``: the recompile reason without its compile id;
   ``compile_failure``: ``<co_name> | <fail_type>: <first line of the reason>``. The items are
-  the log's, every program's (a log's series are its programs; their diffs share the items).
+  the log's, every program's; a log's series are its programs, and each diffs the items that name
+  its program and those that name none (``diffs.diff_pairs``, ``diff_item_rows.PROGRAM_KEYED``).
   Each compile, keyed ``<program> | <compile>`` (``diff_item_rows.compile_ref``: ``forward/0``,
   ``forward/0_1`` after a restart; not the frame id, which renumbers): ``compile_graph`` (count: its
   FX graph's ops), ``compile_kernels`` (its output codes' kernels), ``compile_code`` (their lines),

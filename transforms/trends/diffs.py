@@ -9,7 +9,9 @@ compares two item sets; this module pairs the runs:
 - ``consecutive_diffs``: for every series, each run against the series' previous
   run (failed dumps skipped), when the contents differ — the ``diffs`` table;
 - ``diff_pairs``: the same for arbitrary (before path, after path) pairs, which
-  ``dumpscope diff RUN_A RUN_B`` uses.
+  ``dumpscope diff RUN_A RUN_B`` uses. A pair is of one program: a TORCH_TRACE log's items
+  are every program's, and each series (one per program) keeps its own program's compiles
+  (``diff_item_rows.PROGRAM_KEYED``) and the log's items that name no program.
 
 Each content item carries its evidence: the line ranges of its first instance in the
 dump (``transforms.trends.evidence``) and, once ``flows.verdict.items`` has read them from the
@@ -94,6 +96,10 @@ PAIR_COLUMNS = pl.Schema({
     "run_id": pl.String, "previous_run_id": pl.String, "series": pl.String, "job": pl.String,
     "program": pl.String, "kind": pl.String, "stage": pl.String,
 })
+# What a pair compares besides its PAIR_COLUMNS: each side's dump, and the program the series shows
+# of it as the dump names it (dump_series.program: a TORCH_TRACE log holds several).
+PAIR_SIDES = pl.Schema({"before_path": pl.String, "after_path": pl.String, "before_dump_program": pl.String,
+                        "after_dump_program": pl.String})
 EVIDENCE_COLUMNS = pl.Schema({
     "before_path": pl.String, "after_path": pl.String, "lines_before": pl.String, "lines_after": pl.String,
     "excerpt_before": pl.String, "excerpt_after": pl.String,
@@ -141,7 +147,7 @@ def items_keys(dumps: pl.DataFrame) -> pl.DataFrame:
            .when((pl.col("kind") == "xla_buffer_assignment") & pl.col("_hlo").is_not_null())
            .then(pl.concat_str(pl.col("_own"), pl.lit("+"), pl.col("_hlo")))
            .otherwise(pl.col("_own")))
-    # One key per path: a TORCH_TRACE log's series (one per program) share its items.
+    # One key per path: a TORCH_TRACE log's series (one per program) share its items (each diffs its own: diff_pairs).
     return keyed.select("path", key.alias("items_key")).unique("path", maintain_order=True)
 
 
@@ -229,22 +235,30 @@ def item_batches(todo: pl.DataFrame, max_rows: int) -> list[pl.DataFrame]:
 
 
 def diff_pairs(pairs: pl.DataFrame, items: pl.DataFrame) -> pl.DataFrame:
-    """``pairs``: PAIR_COLUMNS plus before_path, after_path. Changed items per pair, with
-    both sides' evidence (when ``items`` carries ``EVIDENCE_SCHEMA``), ranked."""
+    """``pairs``: PAIR_COLUMNS plus PAIR_SIDES. Changed items per pair, with both sides' evidence
+    (when ``items`` carries ``EVIDENCE_SCHEMA``), ranked. A dump's items are its content's, every
+    program's: each side keeps those of the pair's program (``diff_item_rows.of_program``), so a
+    TORCH_TRACE log's series (one per program) each diff their own compiles."""
     if pairs.is_empty():
         return pl.DataFrame(schema=DIFF_SCHEMA)
-    pairs = pairs.with_row_index("pair_id")
+    # The program as the items' keys name it, normalised once a pair (not once an item).
+    pairs = pairs.with_row_index("pair_id").with_columns(
+        item_rows.series_program(pl.col(f"{name}_dump_program")).alias(f"_{name}_program") for name in ("before", "after"))
     item_cols = [c for c in ITEM_SCHEMA.names() if c != "path"]
     items = items.filter(pl.col("category") != NO_ITEMS)
     items = items.with_columns(pl.lit(None, pl.String).alias(c) for c in EVIDENCE_SCHEMA if c not in items.columns)
-    side = lambda col, cols: pairs.select("pair_id", pl.col(col).alias("path")).join(  # noqa: E731
-        items.select("path", *cols), on="path").drop("path")
-    changed = diff_dump_items(side("before_path", item_cols), side("after_path", item_cols))
+
+    def side(name: str, cols: list[str]) -> pl.DataFrame:
+        mine = pairs.select("pair_id", pl.col(f"{name}_path").alias("path"), pl.col(f"_{name}_program").alias("_program"))
+        return (mine.join(items.select("path", *cols), on="path").filter(item_rows.of_program(pl.col("_program")))
+                .drop("path", "_program"))
+
+    changed = diff_dump_items(side("before", item_cols), side("after", item_cols))
     if changed.is_empty():
         return pl.DataFrame(schema=DIFF_SCHEMA)
     out = changed.join(pairs.select("pair_id", *PAIR_COLUMNS.names(), "before_path", "after_path"), on="pair_id")
-    for name, col in (("before", "before_path"), ("after", "after_path")):
-        shown = side(col, ["category", "key", "excerpt_lines", "excerpt"]).unique(["pair_id", "category", "key"])
+    for name in ("before", "after"):
+        shown = side(name, ["category", "key", "excerpt_lines", "excerpt"]).unique(["pair_id", "category", "key"])
         out = out.join(shown.rename({"excerpt_lines": f"lines_{name}", "excerpt": f"excerpt_{name}"}),
                        on=["pair_id", "category", "key"], how="left")
     text = [describe_change(r) for r in out.select(ITEM_DIFF_SCHEMA.names()).iter_rows(named=True)]
@@ -416,17 +430,19 @@ def change_entries(rows: pl.DataFrame) -> list[dict]:
 def consecutive_pairs(series: pl.DataFrame, order: pl.DataFrame, from_seq: int = 0) -> pl.DataFrame:
     """``series``: dump_series rows with dump_id and status. Each usable dump of a series
     (runs from ``from_seq`` on) against the series' previous usable dump, when the
-    contents differ: PAIR_COLUMNS plus before_path and after_path."""
+    contents differ: PAIR_COLUMNS plus PAIR_SIDES."""
     usable = (series.filter(pl.col("status").is_in(["ok", "partial"])).join(order.select("run_id", "run_seq"), on="run_id")
-              .with_columns(pl.col("series_program").alias("program")))
+              .with_columns(pl.col("program").alias("after_dump_program"), pl.col("series_program").alias("program")))
     usable = usable.sort("series", "run_seq").with_columns(
         pl.col("run_id").shift(1).over("series").alias("previous_run_id"),
         pl.col("path").shift(1).over("series").alias("before_path"),
+        pl.col("after_dump_program").shift(1).over("series").alias("before_dump_program"),
         pl.col("dump_id").shift(1).over("series").alias("_before_id"),
     )
     pairs = usable.filter(pl.col("before_path").is_not_null() & (pl.col("dump_id") != pl.col("_before_id"))
                           & (pl.col("run_seq") >= from_seq))
-    return pairs.select(*PAIR_COLUMNS.names(), "before_path", pl.col("path").alias("after_path"))
+    return pairs.select(*PAIR_COLUMNS.names(), "before_path", pl.col("path").alias("after_path"), "before_dump_program",
+                        "after_dump_program")
 
 
 def diff_text(result: pl.DataFrame, run_a: str, run_b: str) -> str:
