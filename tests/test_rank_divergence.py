@@ -220,3 +220,28 @@ def test_a_compiles_items_stand_on_their_log_lines():
     items = diffs.items_of_contents(keys, records).filter(pl.col("category").is_in(COMPILE_CATEGORIES[:3]))
     assert items.select("category", "count", "excerpt_lines").sort("category").rows() == [
         ("compile_code", 311, "1835-1874"), ("compile_graph", 4, "3745"), ("compile_kernels", 3, "1835-1874")]
+
+
+def test_a_program_the_night_renames_keeps_its_ranks_schedules_on_the_ranks_page(tmp_path):
+    """run.json names graph_one "step": its series are renamed, but the log's items keep the name the log gives
+    the program; the ranks page still shows each rank's collective schedule of it (main: an empty cell)."""
+    import json
+
+    from flows.nightly import night_in_process
+    from flows.publish.site import _environment, read_site_data
+    from transforms.site.ranks import ranks_page
+
+    bucket, warehouse = tmp_path / "bucket", tmp_path / "w.duckdb"
+    night = _rank_night(bucket, "2026-10-01", RANK_0)
+    run = json.loads((night / "run.json").read_text())
+    (night / "run.json").write_text(json.dumps(
+        run | {"series": {"graph_one at /Users/skarjala/Desktop/tlparse/src/test2.py:28": "step"}}))
+    night_in_process(bucket=str(bucket), warehouse=warehouse, workers=1, report_path=tmp_path / "r.md")
+    data = read_site_data(warehouse)
+    page = _environment(data).get_template("ranks.md.j2").render(**ranks_page(data))
+    rows = [re.sub(r"\(series/[^)]*\)", "()", line) for line in page.splitlines() if line.startswith("| [")]
+    schedule = ("<code>&#91;0/0&#93; all_reduce&#95;, wait_tensor, all_gather_into_tensor, reduce_scatter_tensor, "
+                "wait_tensor, wait_tensor</code>")
+    assert "step" in page and rows == [
+        *[f"| [{r}]() | 1 | 0 | 0 | <code>&#91;1/0&#93; all_reduce&#95;, wait_tensor</code> |  |" for r in range(3)],
+        *[f"| [{r}]() | 1 | 0 | 0 | {schedule} |  |" for r in range(3)]]

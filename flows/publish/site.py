@@ -105,9 +105,9 @@ TRACE_DUMPS = """SELECT run_id, path, status, dump_id IN (SELECT dump_id FROM re
                  FROM dumps WHERE kind = 'torch_trace' AND run_id IN (SELECT unnest(?::VARCHAR[]))"""
 # Each rank log's collective schedules of each of its programs in the latest run (the ranks page): the
 # rank_profile item of the series' own program (a log's items stand beside each of its series).
-RANK_SCHEDULES = """SELECT s.series, i.detail FROM dump_items i JOIN dump_series s USING (path)
+RANK_SCHEDULES = """SELECT DISTINCT s.series, s.program, i.key, i.detail FROM dump_items i JOIN dump_series s USING (path)
                     WHERE s.run_id = ? AND s.kind = 'torch_trace' AND starts_with(s.stage, 'rank_')
-                      AND i.category = 'rank_profile' AND i.key = s.series_program || ' | collective schedules'"""
+                      AND i.category = 'rank_profile' AND ends_with(i.key, ' | collective schedules')"""
 # Graph breaks, recompiles and failed compiles of those logs (the records tables: the last
 # keep_records_runs runs), each with its run, dump, program (its series) and user frame.
 COMPILE_REASONS = """

@@ -13,7 +13,7 @@ from __future__ import annotations
 import polars as pl
 
 from transforms.site.data import MAX_TABLE_ROWS, SiteData, dump_link
-from transforms.trends.diff_item_rows import RANK_DIMENSIONS
+from transforms.trends.diff_item_rows import RANK_DIMENSIONS, series_program
 from transforms.trends.rank_divergence import METRIC, rank_of
 
 # (metric, column title) of each rank's row.
@@ -25,8 +25,10 @@ def ranks_page(d: SiteData) -> dict:
     """The page's context: ``programs`` (job, program, figure: the ranks that differ, ranks: a row
     each, divergences: a line each), ``more``: programs past ``MAX_TABLE_ROWS`` not listed."""
     latest = d.trends.filter(_RANKED & (pl.col("run_id") == d.latest))
-    # (a program the settings rename shows none: its items are keyed by the name its log gives it)
-    schedules = {} if d.rank_schedules is None else dict(d.rank_schedules.select("series", "detail").iter_rows())
+    # A log's items are every program's, keyed by the program as its log names it (not as a run.json or the
+    # settings may rename its series): each series takes its own program's.
+    schedules = {} if d.rank_schedules is None else dict(d.rank_schedules.filter(
+        pl.col("key") == series_program(pl.col("program")) + " | collective schedules").select("series", "detail").iter_rows())
     divergences = d.diffs.filter((pl.col("category") == "rank_divergence") & (pl.col("run_id") == d.latest))
     open_on = {r["series"]: r["incident_id"] for r in d.with_states(latest.filter(pl.col("metric") == METRIC))
                .drop_nulls("incident_id").iter_rows(named=True)}
