@@ -147,8 +147,10 @@ def walk(values: list[tuple[int, float]], metric: str, **names) -> list[Step]:
 
     past_floor = floor_test(metric, rule, Floors())
 
-    # A failure figure starts from passing: a program failing the first night it is seen is a failure.
-    level = (1.0 if metric.startswith("onnx.step.") else 0.0) if failure else None
+    # A failure figure starts from passing: a program failing the first night it is seen is a failure; ranks
+    # start from agreeing: ranks that differ the first night a job is seen are a regression that night.
+    level = (1.0 if metric.startswith("onnx.step.") else 0.0) if failure else 0.0 if metric == "dynamo.rank_divergence" \
+        else None
     stack, out = [], []
     for k, (run, v) in enumerate(values):
         if level is None:

@@ -245,3 +245,33 @@ def test_a_program_the_night_renames_keeps_its_ranks_schedules_on_the_ranks_page
     assert "step" in page and rows == [
         *[f"| [{r}]() | 1 | 0 | 0 | <code>&#91;1/0&#93; all_reduce&#95;, wait_tensor</code> |  |" for r in range(3)],
         *[f"| [{r}]() | 1 | 0 | 0 | {schedule} |  |" for r in range(3)]]
+
+
+def test_ranks_that_differ_the_first_night_a_job_is_seen_open_a_regression_that_night_as_check_says(tmp_path):
+    """Rank 1 writes its own log from the job's first night: the nightly opens the regression that night (from
+    ranks that agree: 0 -> 1, no last good run), and `check` of that night against a warehouse without the
+    job says the same (main: nothing, as no earlier 0 was seen)."""
+    import json
+    import shutil
+
+    import duckdb
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from flows.nightly import night_in_process
+
+    bucket, warehouse, empty = tmp_path / "bucket", tmp_path / "w.duckdb", tmp_path / "empty"
+    night = _rank_night(tmp_path / "pr", "2026-10-01", RANK_1)
+    (empty / "2026-09-30" / "other").mkdir(parents=True)  # a warehouse of another job's night
+    shutil.copy(CORPUS / "dedicated_log_torch_trace_rank_0_6u3fubwl.log.gz", empty / "2026-09-30" / "other")
+    night_in_process(bucket=str(empty), warehouse=tmp_path / "morning.duckdb", workers=1, report_path=tmp_path / "m.md")
+    checked = CliRunner().invoke(app, ["check", str(night), "--warehouse", str(tmp_path / "morning.duckdb"),
+                                       "--format", "json", "--fail-on", "new"])
+    shutil.copytree(night, bucket / "2026-10-01")
+    night_in_process(bucket=str(bucket), warehouse=warehouse, workers=1, report_path=tmp_path / "r.md")
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        incidents = con.execute("SELECT program, kind, opened_run, last_good_run, headline FROM incidents").fetchall()
+    assert incidents == [("graph_one at test2.py:28", "regression", "2026-10-01", None,
+                          f"{HOSTILE_JOB} / graph_one at test2.py:28: dynamo.rank_divergence 0 → 1 (+1)")]
+    opened = [(r["program"], r["kind"], r["headline"]) for r in json.loads(checked.stdout) if r["change"] == "opens"]
+    assert checked.exit_code == 4 and opened == [(p, k, h) for p, k, _, _, h in incidents]

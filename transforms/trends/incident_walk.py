@@ -23,7 +23,8 @@ from) and a stack of open steps, each with its own *baseline* (the level before 
 
 A failure figure (``onnx.step.*``, ``onnx.errors``, ``dynamo.failures``) starts from its
 passing value (``healthy_value``), so a program failing the first night it is seen opens a
-failure that night.
+failure that night; ``dynamo.rank_divergence`` from 0, so ranks that differ the first night
+a job is seen open a regression that night.
 
 An accept at a run closes the accepted steps ``accepted`` there and makes the value
 there the level. Floors by family (``Floors``, settings ``[floors]``): bytes at least
@@ -144,13 +145,18 @@ def _failure_metric(metric: str) -> bool:
     return metric.startswith(_FAILURE_METRICS[0]) or metric in _FAILURE_METRICS[1:]
 
 
+# Figures with a healthy value that are no failure's: ranks that agree (a divergence is a regression of the
+# ranks' agreement, the kind it opens on any later night).
+_HEALTHY = {"dynamo.rank_divergence": 0.0}
+
+
 def healthy_value(metric: str) -> float | None:
-    """What a failure figure reads when nothing failed (an ONNX step passed: 1; errors and
-    failed compiles: 0), the level a program seen for the first time is measured from; None
-    for a figure that is no failure's."""
+    """What a figure reads when nothing is wrong (an ONNX step passed: 1; errors, failed compiles and
+    ranks differing from the others: 0), the level a program seen for the first time is measured
+    from, so that what is wrong the first night it is seen opens that night; None for the others."""
     if metric.startswith(_FAILURE_METRICS[0]):
         return 1.0
-    return 0.0 if metric in _FAILURE_METRICS[1:] else None
+    return 0.0 if metric in _FAILURE_METRICS[1:] else _HEALTHY.get(metric)
 
 
 class Walked(NamedTuple):
@@ -276,8 +282,9 @@ def walk_metric(rows: Iterable[tuple[int, float, int | None]], *, series: str, j
     out: list[_Step] = []
     direction = rule.direction
     # A failure figure of a program seen for the first time is measured from a passing one: an
-    # export or compile that fails the first night it is seen is a failure that night.
-    level: float | None = healthy_value(metric) if direction and _failure_metric(metric) else None
+    # export or compile that fails the first night it is seen is a failure that night (and ranks
+    # that differ the first night a job is seen, a regression that night).
+    level: float | None = healthy_value(metric) if direction else None
     stack: list[_Step] = []
     is_step = step_test(metric, rule, floors)
     past_floor = floor_test(metric, rule, floors)
