@@ -412,11 +412,9 @@ class _Parser:
                         continue
                 elif line == "\n":
                     continue
-                elif "0" <= line[:1] <= "9" and (mod := self.module) is not None and (section := mod.section) and \
+                elif "0" <= line[:1] <= "9" and (mod := self.module) is not None and mod.section and \
                         (raw := line.partition(" "))[0].isdigit() and raw[2][:1] in ('"', "{"):
-                    mod.tables[section][int(raw[0])] = (raw[2],)  # a stack frame table row, read when used
-                    if mod.frame_sources:  # (mod.table_row, inline: a module lists thousands)
-                        mod.forget_frames()
+                    mod.table_row(int(raw[0]), (raw[2],))  # a table's row after one read_rows() did not take
                     continue
                 elif line[-2:] == "{\n" and line[:9] != "HloModule" and self.module is not None and \
                         ("/" not in line or "//" not in line and line.rfind("/*") <= line.rfind("*/")):
