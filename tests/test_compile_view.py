@@ -258,8 +258,8 @@ def _parsed_with(monkeypatch, case: str, **bounds) -> dict:
 
 def test_a_text_past_its_bound_is_cut_at_a_lines_end_and_says_where_the_whole_is(monkeypatch):
     """plain with texts of 4,096 bytes at most: the 8,658-byte output code keeps its first whole lines."""
+    text, _ = _parsed(_log("plain"))  # first: _parsed keeps what it parses for the module's other tests, unbounded
     tables = _parsed_with(monkeypatch, "plain", ARTIFACT_TEXT_BYTES=4096)
-    text, _ = _parsed(_log("plain"))
     arts = _table(tables, "torch_trace_artifacts").filter(pl.col("payload_lines") > 0)
     got = {r["lineno"]: (r["text"], r["text_lines"], r["text_cut"])
            for r in arts.iter_rows(named=True) if r["text"] is not None or r["text_cut"] is not None}
