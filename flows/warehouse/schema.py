@@ -168,11 +168,11 @@ FROM content_item_rows r LEFT JOIN excerpt_texts t USING (excerpt_id)
 """,
     ),
     "dump_items": (
-        "The structural items of each dump path (content_items through dump_series.items_key): fusions, collectives, allocations, fused groups, ONNX steps...; a dump without items has one row of category 'none'.",
+        "The structural items of each dump path (content_items through dump_series.items_key), one row per (path, category, key): fusions, collectives, allocations, fused groups, ONNX steps...; a dump without items has one row of category 'none'. A TORCH_TRACE log is a series per program but its items are listed once.",
         """
 SELECT s.path, d.dump_id, d.parser_version, c.category, c.key, c.label, c.count, c.bytes, c.value, c.detail,
        c.excerpt_lines, c.excerpt, c.excerpt_from
-FROM dump_series s JOIN dumps d USING (path) JOIN content_items c USING (items_key)
+FROM (SELECT DISTINCT path, items_key FROM dump_series) s JOIN dumps d USING (path) JOIN content_items c USING (items_key)
 """,
     ),
     "metric_series": (
