@@ -476,7 +476,8 @@ def test_each_series_of_a_log_diffs_its_own_programs_compiles_whatever_the_serie
     """``diffs.diff_pairs`` on the real logs of a job compiling scale_shift and forward (tests/fixtures/torch_trace:
     two_programs, then two_programs_changed: forward rewritten and recompiled). Each side keeps the compiles of the
     program its dump names (dump_series.program, normalised as the keys are), not of the series' name: a run.json
-    override ("fwd") or a collision's "#2" names no key. Main gave both series all five of the log's changes."""
+    override ("fwd") or a collision's "#2" names no key. Main gave both series all five of the log's changes;
+    then scale_shift's still the log's recompile, forward's (a recompile was keyed by its reason alone)."""
     import gzip
 
     from transforms.trends.diffs import diff_pairs
@@ -500,4 +501,44 @@ def test_each_series_of_a_log_diffs_its_own_programs_compiles_whatever_the_serie
         recompile, "compile forward/0: lines of output code 122 → 150", "compile forward/1 appeared (7 graph ops)",
         "compile forward/0: graph ops 4 → 7",
         "guard added to compile forward/0: ___check_obj_id(G['torch'].where, <id>), type=<class 'builtin_function_or_method'>"]
-    assert changes.filter(pl.col("series") != "two/fwd").get_column("description").to_list() == [recompile]
+    assert changes.filter(pl.col("series") != "two/fwd").get_column("description").to_list() == []
+
+
+def test_a_logs_graph_breaks_and_failed_compiles_are_its_programs_and_diff_in_its_series_only():
+    """The real graph_break, graph_break_removed and compile_failure logs (tests/fixtures/torch_trace): each
+    graph break and failed compile is keyed by the program of its compile, as its compiles are, while its label
+    leaves the program out (the series that shows it names it). Paired for a series of another program of the
+    same log (scale_shift, as two_programs' logs hold), the break removed is not that series' change. Main keyed
+    both without their program and gave every series of the log the two breaks and the failure."""
+    import gzip
+
+    from transforms.trends.diffs import diff_pairs
+
+    logs = {case: next((Path(__file__).parent / "fixtures" / "torch_trace" / case).glob("*.log.gz"))
+            for case in ("graph_break", "graph_break_removed", "compile_failure")}
+    run_of = {"graph_break": "a", "graph_break_removed": "b", "compile_failure": "a"}
+    dumps, records = parse_files({f"{run_of[case]}/{case}/{log.name.removesuffix('.gz')}": gzip.decompress(log.read_bytes())
+                                  for case, log in logs.items()})
+    items = dump_items(dumps, records)
+    fwd = "forward at dumpscope_model.py:19"
+    assert items.filter(pl.col("category").is_in(["graph_break", "compile_failure"])).select(
+        "category", "key", "label").rows() == [
+        ("compile_failure", f"{fwd} | forward | BackendCompilerFailed: backend='always_fails' raised:",
+         "compile of forward failed: BackendCompilerFailed: backend='always_fails' raised:"),
+        ("graph_break", f"{fwd} | Data-dependent branching | dumpscope_model.py:22 | forward",
+         "graph break 'Data-dependent branching' at dumpscope_model.py:22 in forward"),
+        ("graph_break", f"{fwd} | Failed to trace builtin operator | dumpscope_model.py:21 | forward",
+         "graph break 'Failed to trace builtin operator' at dumpscope_model.py:21 in forward")]
+    paths = dict(dumps.select("job", "path").iter_rows())
+    src = "/tmp/dumpscope-torch-trace/src/dumpscope_model.py"
+    pairs = pl.DataFrame([(f"gb/{name}", name, f"{name} at {src}:{line}") for name, line in
+                          (("forward", 19), ("scale_shift", 9))], schema=["series", "program", "dump_program"],
+                         orient="row").select(
+        pl.lit("b").alias("run_id"), pl.lit("a").alias("previous_run_id"), "series", pl.lit("gb").alias("job"),
+        "program", pl.lit("torch_trace").alias("kind"), pl.lit("trace").alias("stage"),
+        pl.lit(paths["graph_break"]).alias("before_path"), pl.lit(paths["graph_break_removed"]).alias("after_path"),
+        pl.col("dump_program").alias("before_dump_program"), pl.col("dump_program").alias("after_dump_program"))
+    changes = diff_pairs(pairs, items).filter(pl.col("category") == "graph_break")
+    assert changes.select("series", "description").sort("description").rows() == [
+        ("gb/forward", "graph break 'Data-dependent branching' at dumpscope_model.py:22 in forward vanished (was ×1)"),
+        ("gb/forward", "graph break 'Failed to trace builtin operator' at dumpscope_model.py:21 in forward vanished (was ×1)")]

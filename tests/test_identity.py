@@ -145,13 +145,14 @@ def test_two_processes_logs_of_one_program_give_the_same_items():
         ("step at rank_model.py:17 | step/2", "[0/2]"), ("step at rank_model.py:17 | compile ids", "[0/0]"),
         ("step at rank_model.py:17 | recompiles", "___ch")]
     assert [r for r in next(iter(per_log.values())) if r[0] == "recompile"] == [
-        ("recompile", "___check_obj_id(act.__code__, <id>), type=<class 'code'>  # h = act(x @ w)  # "
+        ("recompile", "step at rank_model.py:17 | ___check_obj_id(act.__code__, <id>), type=<class 'code'>  # "
+                      "h = act(x @ w)  # "
                       "rank_model.py:18 in step\nUser stack trace:\n  File \"rank_model.py\", line 18, in step\n    "
                       "h = act(x @ w)",
          "recompile of step: ___check_obj_id(act.__code__, <id>), type=<class 'code'>  # h = act(x @ w)  # "
          "rank_model.py:18 in step\nUser stack trace:\n  File \"rank_model.py\", line 18, in step\n    h = act(x @ w)",
          1, None, None, "step at rank_model.py:17"),
-        ("recompile", "tensor 'x' size mismatch at index 0. expected 4, actual 6",
+        ("recompile", "step at rank_model.py:17 | tensor 'x' size mismatch at index 0. expected 4, actual 6",
          "recompile of step: tensor 'x' size mismatch at index 0. expected 4, actual 6", 1, None, None,
          "step at rank_model.py:17")]
     # What torch itself wrote differs in every process: the ids, the checkout folders.

@@ -131,7 +131,8 @@ def test_each_programs_diff_holds_its_own_compiles_in_the_nightly_check_and_diff
     two_programs, then two_programs_changed: forward's body rewritten with torch.where and called on a second
     batch size, a recompile; scale_shift untouched). Main gave each of the log's series the whole log's
     changes: scale_shift's diff listed forward's four compile changes; dumpscope diff each item twice (once a
-    program) and each series every program's figures."""
+    program) and each series every program's figures. Then scale_shift's diff still held forward's recompile
+    (a recompile, graph break or failed compile was keyed without its program): now it holds nothing."""
     from flows.commands.diff import diff_runs
     from tests.test_check_equals_nightly import _check, _night_by_night, _nightly, _said
 
@@ -144,7 +145,7 @@ def test_each_programs_diff_holds_its_own_compiles_in_the_nightly_check_and_diff
                                                                           .read_text())[log.name]["compilation_metrics"]}
            for log in (before, after)}
     assert (ops[before], ops[after]) == ({"0/0": 3, "1/0": 4}, {"0/0": 3, "1/0": 7, "1/1": 7})  # torch's own
-    recompile = ("recompile", "tensor 'x' size mismatch at index 0. expected 4, actual 6", "appeared", None, 1)
+    reason = "tensor 'x' size mismatch at index 0. expected 4, actual 6"
     where = "___check_obj_id(G['torch'].where, <id>), type=<class 'builtin_function_or_method'>"
     with wh.connect_readonly(mornings[nights[1]]) as con:
         rows = con.execute("SELECT program, category, key, change, count_before, count_after FROM diffs "
@@ -156,16 +157,16 @@ def test_each_programs_diff_holds_its_own_compiles_in_the_nightly_check_and_diff
         (fwd, "compile_graph", f"{fwd} | forward/0", "grew", ops[before]["1/0"], ops[after]["1/0"]),
         (fwd, "compile_graph", f"{fwd} | forward/1", "appeared", None, ops[after]["1/1"]),  # its kernels, code, guards in it
         (fwd, "compile_guard", f"{fwd} | forward/0 | {where}", "appeared", None, 1),
-        (fwd, *recompile),
-        (shift, *recompile),  # a recompile's key is its reason, which names no program: the log's
-    ]
+        (fwd, "recompile", f"{fwd} | {reason}", "appeared", None, 1),  # forward's frame recompiled: forward's
+    ]  # scale_shift's program is unchanged: its diff has no row (main: the log's recompile, keyed by its reason alone)
     # dumpscope diff: the nightly's changes, then the metrics of the series' own program, each once.
     lines = {s: rows.get_column("description").to_list() for (s,), rows in listed.group_by("series")}
     assert lines[f"two/{shift}/torch_trace/trace"] == [
-        f"recompile of forward: {recompile[1]} appeared (×1)", "dynamo.compile_seconds 8.73 → 8.7 (-0.0297, -0.3 %)",
+        "dynamo.compile_seconds 8.73 → 8.7 (-0.0297, -0.3 %)",
         "inductor.compile_seconds 8.06 → 8.03 (-0.0388, -0.5 %)"]
     forward = lines[f"two/{fwd}/torch_trace/trace"]
     assert forward[:5] == [d for (d,) in ranked]
+    assert f"recompile of forward: {reason} appeared (×1)" in forward[:5]
     assert forward[5:] == [
         "dynamo.compile_seconds 0.933 → 1.81 (+0.879, +94.2 %)", "dynamo.compiles 1 → 2 (+1, +100.0 %)",
         "dynamo.guards 45 → 92 (+47, +104.4 %)", "dynamo.recompiles 0 → 1 (+1)", "inductor.cache_misses 1 → 2 (+1, +100.0 %)",

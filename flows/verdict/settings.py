@@ -19,7 +19,7 @@ from transforms.trends.rules import Settings, parse_settings
 DEFAULT_SETTINGS = Path("dumpscope.toml")
 # Bump when the aggregation's output changes for the same input: warehouses
 # aggregated by an older version are re-aggregated by the next night, new dumps or not.
-AGGREGATE_VERSION = 13  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content;
+AGGREGATE_VERSION = 14  # 2: incidents; figures of partial and failed dumps left out of trends; 3: items per content;
 # 4: diffs carry both dumps' paths, excerpts, their rank and rescale marks; 5: an accepted pattern restarts the baselines
 # of the series it matches (it restarted none: trends matched the pattern as a series id), and no trend row of 0 before a
 # count first appears (only a full re-aggregation wrote them, so they depended on how runs were aggregated); 6: every step
@@ -32,6 +32,7 @@ AGGREGATE_VERSION = 13  # 2: incidents; figures of partial and failed dumps left
 # 11: dynamo.rank_divergence of rank logs (written with each run's figures) and each compile's items (issue 46)
 # 12: a TORCH_TRACE log's series diffs its own program's compiles, not every program's (diffs.diff_pairs)
 # 13: ranks that differ the first night a job is seen open a regression that night (dynamo.rank_divergence from 0)
+# 14: a TORCH_TRACE log's series diffs its own program's graph breaks, recompiles and failed compiles (ITEMS_VERSION 5)
 
 
 def load_settings(path: Path | None) -> Settings:

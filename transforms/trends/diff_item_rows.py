@@ -352,17 +352,19 @@ def onnx_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> list[
 
 def torch_trace_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -> list[pl.LazyFrame]:
     """graph_break, recompile and compile_failure of TORCH_TRACE logs: what a torch.compile user
-    asks first when a count steps; then each compile's items (``compile_rows``). Keys leave out compile
-    ids (renumbered), directories and what changes from process to process (``transforms.volatile``:
-    ids, addresses, temporary folders, path prefixes), so the same program's logs written by two
-    processes give the same items."""
+    asks first when a count steps; then each compile's items (``compile_rows``). Each is keyed by the
+    program of its compile first (``<program> | ...``, ``series_program``; the parser writes it on the
+    compile and graph-break rows), so each of a log's series diffs its own; the label leaves the program
+    out, as the series that shows it names it. Keys leave out compile ids (renumbered), directories and
+    what changes from process to process (``transforms.volatile``: ids, addresses, temporary folders,
+    path prefixes), so the same program's logs written by two processes give the same items."""
     out = []
     if (breaks := rows_of(dumps, records, "torch_trace_graph_breaks", ("torch_trace",))) is not None:
         reason = normalised(pl.col("reason").fill_null(pl.col("kind").cast(pl.String)))
         where = pl.concat_str(_file_name(pl.col("user_filename")).fill_null("?"), pl.lit(":"),
                               pl.col("user_lineno").cast(pl.String).fill_null("?"))
         function = pl.col("user_function").fill_null("?")
-        out.append(_rows(breaks, "graph_break", pl.concat_str(reason, pl.lit(" | "), where, pl.lit(" | "), function),
+        out.append(_rows(breaks, "graph_break", _of_its_program(reason, where, function),
                          pl.concat_str(pl.lit("graph break '"), reason, pl.lit("' at "), where, pl.lit(" in "), function),
                          detail=normalised(pl.concat_str(pl.col("user_filename"), pl.lit(":"),
                                                          pl.col("user_lineno").cast(pl.String))),
@@ -370,7 +372,7 @@ def torch_trace_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -
     if (compiles := rows_of(dumps, records, "torch_trace_compiles", ("torch_trace",))) is not None:
         # "0/0: tensor 'x' size mismatch at index 0. expected 4, actual 6": the compile id goes.
         reason = normalised(pl.col("recompile_reason").str.replace(r"^[!\d/]+: ", "")).str.slice(0, 300)
-        out.append(_rows(compiles.filter(pl.col("recompile_reason").is_not_null()), "recompile", reason,
+        out.append(_rows(compiles.filter(pl.col("recompile_reason").is_not_null()), "recompile", _of_its_program(reason),
                          pl.concat_str(pl.lit("recompile of "), pl.col("co_name").fill_null("?"), pl.lit(": "), reason),
                          detail=normalised(pl.col("program")), order=pl.col("lineno")))  # fmt: skip
         failed = compiles.filter(pl.col("fail_type").is_not_null())
@@ -378,10 +380,16 @@ def torch_trace_rows(dumps: pl.DataFrame, records: Mapping[str, pl.DataFrame]) -
                                        .list.first())).str.slice(0, 300)
         at = pl.concat_str(pl.lit(" at "), _file_name(pl.col("fail_user_frame_filename")), pl.lit(":"),
                            pl.col("fail_user_frame_lineno").cast(pl.String)).fill_null("")
-        out.append(_rows(failed, "compile_failure", pl.concat_str(pl.col("co_name").fill_null("?"), pl.lit(" | "), why),
+        out.append(_rows(failed, "compile_failure", _of_its_program(pl.col("co_name").fill_null("?"), why),
                          pl.concat_str(pl.lit("compile of "), pl.col("co_name").fill_null("?"), pl.lit(" failed: "), why, at),
                          detail=normalised(pl.col("program")), order=pl.col("lineno")))  # fmt: skip
     return out + compile_rows(dumps, records)
+
+
+def _of_its_program(*parts: pl.Expr) -> pl.Expr:
+    """``<program> | <part> | ...``: a key of a row of ``torch_trace_compiles`` or ``_graph_breaks`` that
+    starts with its program (``PROGRAM_KEYED``)."""
+    return pl.concat_str(series_program(pl.col("program")), *parts, separator=" | ")
 
 
 # -- each compile of a TORCH_TRACE log, and what its ranks are compared on ----------------------
@@ -434,18 +442,17 @@ def series_program(program: pl.Expr) -> pl.Expr:
 
 
 # Categories whose key starts with the program the item is of, ``<program> | ...`` (``series_program``,
-# ``NO_PROGRAM`` when the log never names it). The other TORCH_TRACE items name no
-# program: ``recompile`` (a reason), ``graph_break`` (its user frame's function: where the break is, often a
-# function the program calls) and ``compile_failure`` (the failed frame's co_name, which a resume function
-# or two programs of one name share): they are the log's.
-PROGRAM_KEYED = ("compile_graph", "compile_kernels", "compile_code", "compile_guard", "collective_schedule",
-                 "rank_profile")
+# ``NO_PROGRAM`` when the log never names it): every item of a TORCH_TRACE log. A graph break is its compile's
+# program's, not its user frame function's (where the break is, often a function the program calls); a recompile
+# and a failed compile are their frame's program's (a resume function's is its parent's: the parser's module doc).
+PROGRAM_KEYED = ("graph_break", "recompile", "compile_failure", "compile_graph", "compile_kernels", "compile_code",
+                 "compile_guard", "collective_schedule", "rank_profile")
 
 
 def of_program(program: pl.Expr) -> pl.Expr:
     """Whether an item (``category``, ``key``) is of ``program`` (as ``series_program`` names it): an item
-    of a category whose key names no program is the whole log's, a ``PROGRAM_KEYED`` one is its
-    program's (or, keyed ``?``, the whole log's)."""
+    of a category whose key names no program (every dump's but a TORCH_TRACE log's) is the whole dump's, a
+    ``PROGRAM_KEYED`` one is its program's (or, keyed ``?``, the whole log's)."""
     return (~pl.col("category").is_in(PROGRAM_KEYED) | pl.col("key").str.starts_with(program + " | ")
             | pl.col("key").str.starts_with(f"{NO_PROGRAM} | "))
 

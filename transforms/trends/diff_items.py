@@ -27,11 +27,14 @@ when every name around it changed. Categories and keys (``" | "`` joins key part
   ``fallback_call``: ATen fallback call sites in output code, by callee.
 - ``onnx_step``: step slug; value 1 passed, 0 failed, null skipped. ``onnx_op``:
   ``<source>:<op>`` with count. ``accuracy``: output name; value = max_abs_diff.
-- TORCH_TRACE logs: ``graph_break``: ``<reason> | <file name>:<line> | <function>`` of the
-  break's user frame; ``recompile``: the recompile reason without its compile id;
-  ``compile_failure``: ``<co_name> | <fail_type>: <first line of the reason>``. The items are
-  the log's, every program's; a log's series are its programs, and each diffs the items that name
-  its program and those that name none (``diffs.diff_pairs``, ``diff_item_rows.PROGRAM_KEYED``).
+- TORCH_TRACE logs, every key starting with the program of its compile (``<program> | ...``,
+  ``diff_item_rows.series_program``; ``?`` when the log ends before naming it): ``graph_break``:
+  ``<program> | <reason> | <file name>:<line> | <function>`` of the break's user frame; ``recompile``:
+  ``<program> | <the recompile reason without its compile id>``; ``compile_failure``: ``<program> |
+  <co_name> | <fail_type>: <first line of the reason>``. The items are the log's, every program's; a
+  log's series are its programs, and each diffs the items of its program and those keyed ``?``
+  (``diffs.diff_pairs``, ``diff_item_rows.PROGRAM_KEYED``). Labels leave the program out: the series
+  that shows a change names it.
   Each compile, keyed ``<program> | <compile>`` (``diff_item_rows.compile_ref``: ``forward/0``,
   ``forward/0_1`` after a restart; not the frame id, which renumbers): ``compile_graph`` (count: its
   FX graph's ops), ``compile_kernels`` (its output codes' kernels), ``compile_code`` (their lines),

@@ -10,8 +10,9 @@ compares two item sets; this module pairs the runs:
   run (failed dumps skipped), when the contents differ — the ``diffs`` table;
 - ``diff_pairs``: the same for arbitrary (before path, after path) pairs, which
   ``dumpscope diff RUN_A RUN_B`` uses. A pair is of one program: a TORCH_TRACE log's items
-  are every program's, and each series (one per program) keeps its own program's compiles
-  (``diff_item_rows.PROGRAM_KEYED``) and the log's items that name no program.
+  are every program's, and each series (one per program) keeps its own program's (its compiles,
+  graph breaks, recompiles and failed compiles: ``diff_item_rows.PROGRAM_KEYED``) and those of no
+  program the log names (``? | ...``).
 
 Each content item carries its evidence: the line ranges of its first instance in the
 dump (``transforms.trends.evidence``) and, once ``flows.verdict.items`` has read them from the
@@ -51,10 +52,11 @@ from transforms.trends.diff_items import ITEM_DOCS, ITEM_SCHEMA, describe_change
 NO_ITEMS = "none"  # category of the marker row of a dump that has no structural items
 # Bump when dump_items computes other items from the same records: every content's
 # items get a new key, so they are computed again (for contents whose records are kept).
-ITEMS_VERSION = 4  # 2: items of TORCH_TRACE logs (graph_break, recompile, compile_failure); 3: their keys, labels
+ITEMS_VERSION = 5  # 2: items of TORCH_TRACE logs (graph_break, recompile, compile_failure); 3: their keys, labels
 # and details without what changes from process to process (transforms.volatile: ids, addresses, paths); 4: each
 # compile of a TORCH_TRACE log (compile_graph, compile_kernels, compile_code, compile_guard, collective_schedule)
-# and what its ranks are compared on (rank_profile)
+# and what its ranks are compared on (rank_profile); 5: a TORCH_TRACE log's graph_break, recompile and compile_failure
+# keyed by their program first, as its compiles are (diff_item_rows.PROGRAM_KEYED)
 
 EVIDENCE_SCHEMA = pl.Schema({"excerpt_lines": pl.String, "excerpt": pl.String, "excerpt_from": pl.String})
 CONTENT_ITEM_SCHEMA = pl.Schema({"items_key": pl.String} | {c: t for c, t in ITEM_SCHEMA.items() if c != "path"}
@@ -238,7 +240,8 @@ def diff_pairs(pairs: pl.DataFrame, items: pl.DataFrame) -> pl.DataFrame:
     """``pairs``: PAIR_COLUMNS plus PAIR_SIDES. Changed items per pair, with both sides' evidence
     (when ``items`` carries ``EVIDENCE_SCHEMA``), ranked. A dump's items are its content's, every
     program's: each side keeps those of the pair's program (``diff_item_rows.of_program``), so a
-    TORCH_TRACE log's series (one per program) each diff their own compiles."""
+    TORCH_TRACE log's series (one per program) each diff their own compiles, graph breaks, recompiles
+    and failed compiles."""
     if pairs.is_empty():
         return pl.DataFrame(schema=DIFF_SCHEMA)
     # The program as the items' keys name it, normalised once a pair (not once an item).
