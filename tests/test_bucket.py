@@ -229,7 +229,11 @@ def _meta(raw: bytes, run_id: str = "2026-11-20"):
 
 
 @pytest.mark.parametrize("raw, errors", [
-    (b"[" * 100_000, ["2026-11-20/run.json: nested too deeply to read"]),
+    (b"[" * 100_000, ["2026-11-20/run.json: nested too deeply to read (over 256 levels)"]),
+    # the depth is counted before json reads it (outside strings), so json never recurses near the interpreter's limit
+    (b'{"x": ' + b"[" * 256 + b"]" * 256 + b"}", ["2026-11-20/run.json: nested too deeply to read (over 256 levels)"]),
+    (b'{"deep": ' + b"[" * 40 + b'"' + b"[" * 300 + b'"' + b"]" * 40 + b"}",
+     ["2026-11-20/run.json: deep: nested deeper than 32 levels, left out"]),
     (b"{not json", ["2026-11-20/run.json: not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"]),
     (b'["a"]', ["2026-11-20/run.json: the top level is a list, not an object"]),
     (b'"x"', ["2026-11-20/run.json: the top level is a string, not an object"]),
@@ -254,7 +258,7 @@ def _meta(raw: bytes, run_id: str = "2026-11-20"):
     (b'{"deep": ' + b"[" * 40 + b"]" * 40 + b"}", ["2026-11-20/run.json: deep: nested deeper than 32 levels, left out"]),
     (b'{"\\udcff": 1}', [r"2026-11-20/run.json: \xff: the name is not valid Unicode (a lone surrogate), left out"]),
     (b'{"v": "\\udcff"}', ["2026-11-20/run.json: v: not valid Unicode (a lone surrogate), left out"]),
-], ids=["deep", "not-json", "list", "string", "not-utf8", "year-9999", "1970", "feb-30", "not-iso", "number",
+], ids=["deep", "deep-257", "brackets-in-a-string", "not-json", "list", "string", "not-utf8", "year-9999", "1970", "feb-30", "not-iso", "number",
         "commit-list", "commit-empty", "commit-long", "commit-surrogate", "tags-string", "tags-items", "tags-many",
         "nan", "extra-deep", "bad-key", "bad-value"])
 def test_bad_run_json_is_reported_per_field_and_the_time_falls_back(raw, errors):
@@ -307,7 +311,7 @@ def test_read_runs_bounds_run_json(mem_bucket):
     runs = read_runs(fs, list_objects(url))
     assert runs["2026-11-20"].meta_errors == (
         f"2026-11-20/run.json: {RUN_JSON_MAX_BYTES + 14} bytes, larger than {RUN_JSON_MAX_BYTES}: not read",)
-    assert runs["2026-11-21"].meta_errors == ("2026-11-21/run.json: nested too deeply to read",)
+    assert runs["2026-11-21"].meta_errors == ("2026-11-21/run.json: nested too deeply to read (over 256 levels)",)
     assert parse_run_json(b" " * (RUN_JSON_MAX_BYTES + 1), "r/run.json")[1] == [
         f"r/run.json: larger than {RUN_JSON_MAX_BYTES} bytes, not read"]  # grew after the listing
 

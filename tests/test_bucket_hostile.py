@@ -112,7 +112,7 @@ def test_broken_run_json_keeps_the_night_going(bad_run_json_night):
     summary, warehouse, calls = bad_run_json_night
     assert len(calls) == 1  # discover did not fail (the deep one raised RecursionError, retried three times)
     assert (summary.new, summary.failed, summary.unreadable) == (18, 0, 0)
-    assert "2026-11-19/run.json: nested too deeply to read" in summary.run_errors  # the summary says so
+    assert "2026-11-19/run.json: nested too deeply to read (over 256 levels)" in summary.run_errors  # the summary says so
     assert "run.json errors" in summary.markdown()
     rows = _query(warehouse, 'SELECT run_id, started_at, "commit", tags, extra FROM runs ORDER BY run_id')
     assert [(r[0], r[1].isoformat(), r[2], r[3]) for r in rows] == [
@@ -125,7 +125,7 @@ def test_broken_run_json_keeps_the_night_going(bad_run_json_night):
 def test_broken_run_json_errors_reach_the_warehouse(bad_run_json_night):
     _, warehouse, _ = bad_run_json_night
     assert dict(_query(warehouse, "SELECT run_id, meta_errors FROM runs")) == {
-        "2026-11-19": ["2026-11-19/run.json: nested too deeply to read"],
+        "2026-11-19": ["2026-11-19/run.json: nested too deeply to read (over 256 levels)"],
         "2026-11-20": [
             "2026-11-20/run.json: started_at: 9999-01-01T00:00:00Z is outside 2000-01-01 .. now + 1 day",
             "2026-11-20/run.json: commit is a list, not a string of 1..256 characters",
