@@ -11,7 +11,8 @@ Shared by all of them, at this level: ``records`` (the parser contract and the v
 shared downstream, such as the collective opcodes), ``figure_bounds`` (what a figure of each
 kind may be, declared once), ``reading`` (bytes to lines),
 ``naming`` (program names from paths), ``parse`` (the one entry point: a dump's bytes to
-its summary and frames), ``layout`` (what a bucket path and run.json say), ``units``,
+its summary and frames), ``layout`` (what a bucket path and run.json say), ``bounded_json`` (JSON from
+outside decoded with its nesting bounded first), ``units``,
 ``volatile`` (the one function that replaces what changes from process to process: ids,
 addresses, pids, temporary folders, path prefixes; every comparison and page goes through it),
 ``xla_siblings`` (a cut XLA side file told by the other files of its compile), ``check_report``

@@ -64,6 +64,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, Strict, StringConstraints, TypeAdapter, ValidationError, ValidationInfo
 
+from transforms import bounded_json
+
 RUN_META = "run.json"
 
 
@@ -219,11 +221,7 @@ FUTURE_SLACK = timedelta(days=1)
 
 RUN_JSON_MAX_BYTES = 1 << 20  # a larger run.json is not read
 RUN_JSON_MAX_DEPTH = 32  # nesting levels of a free field (a list or object is one level)
-# Nesting levels a run.json is read at all: deeper, json.loads would recurse near the interpreter's limit, where
-# any finalizer the garbage collector runs meanwhile fails (CI saw one RecursionError reported as unraisable).
-RUN_JSON_READ_DEPTH = 256
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_A_BRACKET = re.compile(rb"[^\[\]{}]+")
+RUN_JSON_READ_DEPTH = 256  # nesting levels a run.json is read at all (transforms.bounded_json)
 EXTRA_MAX_BYTES = 64 << 10  # the free fields together, as compact JSON in UTF-8
 COMMIT_MAX_CHARS = 256
 TAGS_MAX = 64
@@ -299,30 +297,15 @@ def parse_run_json(raw: bytes, where: str) -> tuple[dict[str, Any] | None, list[
     """run.json's bytes as a dict, or None and why not (each error starts with ``where``)."""
     if len(raw) > RUN_JSON_MAX_BYTES:
         return None, [f"{where}: larger than {RUN_JSON_MAX_BYTES} bytes, not read"]
-    if _nesting(raw) > RUN_JSON_READ_DEPTH:
-        return None, [f"{where}: nested too deeply to read (over {RUN_JSON_READ_DEPTH} levels)"]
     try:
-        meta = json.loads(raw)
-    except RecursionError:
-        return None, [f"{where}: nested too deeply to read"]
+        meta = bounded_json.loads(raw, RUN_JSON_READ_DEPTH)
+    except bounded_json.TooDeep as exc:
+        return None, [f"{where}: {exc}"]
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int of over 4300 digits
         return None, [f"{where}: not JSON: {exc}"]
     if not isinstance(meta, dict):
         return None, [f"{where}: the top level is {_kind(meta)}, not an object"]
     return meta, []
-
-
-def _nesting(raw: bytes) -> int:
-    """How deep ``raw``'s brackets outside strings nest, counted up to one past ``RUN_JSON_READ_DEPTH`` (linear:
-    the strings and everything but brackets dropped by two regexes, then one pass over the brackets)."""
-    depth = deepest = 0
-    for byte in _NOT_A_BRACKET.sub(b"", _JSON_STRING.sub(b"", raw)):
-        depth += 1 if byte in b"[{" else -1
-        if depth > deepest:
-            deepest = depth
-            if deepest > RUN_JSON_READ_DEPTH:
-                break
-    return deepest
 
 
 def validate_run_meta(meta: Mapping[str, Any], where: str, *, now: datetime) -> tuple[dict[str, Any], dict[str, Any], list[str]]:

@@ -49,6 +49,7 @@ import psutil
 
 from flows.publish.upload_order import site_links, upload_order
 from flows.warehouse.snapshot import write_snapshot
+from transforms import bounded_json
 from transforms.escape import plain_text
 
 SNAPSHOT_NAME = "warehouse.duckdb"
@@ -272,8 +273,8 @@ class _Publishing:
         self.listed: set[str] = set()
         try:
             text = fs.cat_file(path, start=0, end=_MAX_PUBLISHING_BYTES + 1) if self.there else b"[]"
-            listed = json.loads(text) if len(text) <= _MAX_PUBLISHING_BYTES else []
-        except (OSError, ValueError):  # unreadable, not JSON, not UTF-8
+            listed = bounded_json.loads(text, 1) if len(text) <= _MAX_PUBLISHING_BYTES else []
+        except (OSError, ValueError):  # unreadable, not JSON, not UTF-8, nested (a list of strings nests 1 deep)
             listed = []
         if isinstance(listed, list) and all(isinstance(rel, str) for rel in listed):
             self.listed = set(listed)

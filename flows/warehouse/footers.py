@@ -33,6 +33,8 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 
+from transforms import bounded_json
+
 FILE = ".footers.json"  # in the store's root: the sweep only looks inside the tables' directories
 _TMP = re.compile(re.escape(FILE) + r"\.(\d+)\.tmp")  # Footers.save writes here, then renames
 MAX_BYTES = 64 << 20  # ~150 bytes an entry: far more files than a store of years holds
@@ -109,7 +111,7 @@ class Footers:
             if cached is not None and cached[0] == seen:  # this process parsed this very write
                 return dict(cached[1])
             with os.fdopen(fd, "rb", closefd=False) as f:
-                entries = json.loads(f.read(MAX_BYTES + 1))
+                entries = bounded_json.loads(f.read(MAX_BYTES + 1), 2)  # a list of lists of numbers and strings
         except (OSError, ValueError):
             return {}
         finally:
